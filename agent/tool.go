@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// Tool groups used by security.toolPolicy.
+const (
+	GroupSessions = "sessions"
+	GroupFiles    = "files"
+	GroupExec     = "exec"
+	GroupWeb      = "web"
+)
+
+// CallContext tells a tool who is calling.
+type CallContext struct {
+	SessionKey string
+	SessionID  string
+	AgentID    string
+	RunID      string // empty for a top-level session turn
+	Depth      int    // 0 = top-level session, 1 = child, ...
+	Workspace  string // absolute path of the agent workspace
+	Origin     channels.Origin
+	Model      string // "provider/model" the caller runs on
+}
+
+// Tool is one function the model may call. Call returns the result content
+// (normally a JSON object); a returned error becomes an error result the
+// model can read, never a failed run.
+type Tool interface {
+	Spec() ToolSpec
+	Group() string // one of the Group* constants, or "" for none
+	Call(ctx context.Context, cc CallContext, args json.RawMessage) (string, error)
+}
+
+// Registry is a named set of tools.
+type Registry struct {
+	tools map[string]Tool
+}
+
+// NewRegistry returns a registry holding tools.
+func NewRegistry(tools ...Tool) *Registry {
+	r := &Registry{tools: make(map[string]Tool, len(tools))}
+	for _, t := range tools {
+		r.Add(t)
+	}
+	return r
+}
+
+// Add registers t, replacing a tool of the same name.
+func (r *Registry) Add(t Tool) { r.tools[t.Spec().Name] = t }
+
+// Get returns the named tool.
+func (r *Registry) Get(name string) (Tool, bool) {
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Names returns the tool names, sorted.
+func (r *Registry) Names() []string {
+	names := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Filter returns a new registry with the tools keep accepts.
+func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
+	out := &Registry{tools: make(map[string]Tool)}
+	for n, t := range r.tools {
+		if keep(n, t) {
+			out.tools[n] = t
+		}
+	}
+	return out
+}
+
+// Specs returns the tool specs in name order.
+func (r *Registry) Specs() []ToolSpec {
+	names := r.Names()
+	specs := make([]ToolSpec, len(names))
+	for i, n := range names {
+		specs[i] = r.tools[n].Spec()
+	}
+	return specs
+}

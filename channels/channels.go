@@ -1,0 +1,176 @@
+// Package channels holds the neutral types every chat channel shares: the
+// Origin of a message, the Inbound event a channel pushes to the gateway, the
+// outbound Message, the Channel interface and the splitting helpers.
+//
+// It must not know about agents, runs or the store: a channel adapter only
+// decodes, verifies and sends.
+package channels
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Name is a channel's name as it appears in session keys and config:
+// "web", "slack", "telegram", "matrix".
+type Name string
+
+// Chat types used in requester session keys.
+const (
+	ChatDM    = "dm"
+	ChatGroup = "group"
+)
+
+// Origin says where a requester message came from, and so where replies and
+// announces must go: the same channel, account, chat and thread/topic.
+type Origin struct {
+	Channel  Name   `json:"channel"`
+	Account  string `json:"account,omitempty"`  // bot/workspace account id, if the channel has several
+	ChatID   string `json:"chatId"`             // Slack channel id, Telegram chat id, Matrix room id, web client id
+	ChatType string `json:"chatType"`           // ChatDM or ChatGroup
+	ThreadID string `json:"threadId,omitempty"` // Slack thread_ts, Telegram message_thread_id, Matrix thread root event id
+	SenderID string `json:"senderId,omitempty"`
+	// MessageID is the platform id of the message that asked (Slack ts,
+	// Telegram message_id, Matrix event id); used for reply fallbacks.
+	MessageID string `json:"messageId,omitempty"`
+}
+
+// String renders the origin for logs: channel:chatType:chatId[:thread:id].
+func (o Origin) String() string {
+	s := fmt.Sprintf("%s:%s:%s", o.Channel, o.ChatType, o.ChatID)
+	if o.ThreadID != "" {
+		s += ":thread:" + o.ThreadID
+	}
+	return s
+}
+
+// Inbound is one message from a person, decoded and already checked against
+// the channel's allowFrom and group policy.
+type Inbound struct {
+	Origin     Origin
+	SenderName string
+	Text       string
+	// Mentioned is true when the bot was addressed in a group (an @mention, a
+	// reply to the bot, a thread the bot is in, or a slash command).
+	Mentioned bool
+	At        time.Time
+}
+
+// Kind tells a channel what an outbound message is, so it can render it.
+type Kind string
+
+const (
+	KindReply    Kind = "assistant"
+	KindAnnounce Kind = "announce"
+	KindSystem   Kind = "system" // command replies, approval requests, notices
+)
+
+// Message is one outbound message. Text may be longer than the platform's
+// limit: the channel splits it with Split.
+type Message struct {
+	Kind  Kind
+	Text  string
+	RunID string // set for announces; channels that can, de-duplicate by it
+}
+
+// Sink receives inbound messages. The gateway owns it; a channel calls it
+// from its receive loop and never calls an agent itself.
+type Sink func(ctx context.Context, in Inbound)
+
+// Channel is one chat platform.
+type Channel interface {
+	Name() Name
+	// Start connects and begins delivering inbound messages to sink. It
+	// returns once the channel is running (or failed to start); receive
+	// loops run until ctx is cancelled or Stop is called.
+	Start(ctx context.Context, sink Sink) error
+	// Send posts msg to the origin's chat and thread. An error wrapping
+	// *RetryAfterError asks the caller to wait; ErrPermanent says a retry
+	// cannot help.
+	Send(ctx context.Context, to Origin, msg Message) error
+	Stop(ctx context.Context) error
+}
+
+// Healther is implemented by channels that can report their connection
+// health for /readyz. A nil error means healthy.
+type Healther interface {
+	Health() error
+}
+
+// ErrPermanent marks a send error that retrying will not fix (bad chat id,
+// bot removed from the chat, message rejected).
+var ErrPermanent = errors.New("permanent channel error")
+
+// RetryAfterError is returned by Send when the platform rate-limited the
+// request and said how long to wait.
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("rate limited, retry after %s: %v", e.After, e.Err)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// Platform message limits, in characters.
+const (
+	LimitSlack    = 4000
+	LimitTelegram = 4096
+	LimitMatrix   = 16000
+)
+
+// Split cuts text into parts of at most limit characters (runes), breaking on
+// line boundaries where it can. If the text ends with a stats line (a last
+// line starting with "Stats:"), that line is kept whole and in the last part.
+func Split(text string, limit int) []string {
+	if limit <= 0 || runeLen(text) <= limit {
+		return []string{text}
+	}
+	body, stats := text, ""
+	if i := strings.LastIndexByte(text, '\n'); i >= 0 && strings.HasPrefix(text[i+1:], "Stats:") && runeLen(text[i+1:]) <= limit {
+		body, stats = text[:i], text[i+1:]
+	}
+	var parts []string
+	var cur strings.Builder
+	curLen := 0
+	flush := func() {
+		if curLen > 0 {
+			parts = append(parts, strings.TrimRight(cur.String(), "\n"))
+			cur.Reset()
+			curLen = 0
+		}
+	}
+	for _, line := range strings.SplitAfter(body, "\n") {
+		for runeLen(line) > limit { // a single line longer than the limit
+			flush()
+			r := []rune(line)
+			parts = append(parts, string(r[:limit]))
+			line = string(r[limit:])
+		}
+		if n := runeLen(line); curLen+n > limit {
+			flush()
+		}
+		cur.WriteString(line)
+		curLen += runeLen(line)
+	}
+	if stats != "" {
+		if curLen > 0 && curLen+1+runeLen(stats) <= limit {
+			cur.WriteString("\n")
+			cur.WriteString(stats)
+			curLen += 1 + runeLen(stats)
+		} else {
+			flush()
+			cur.WriteString(stats)
+			curLen = runeLen(stats)
+		}
+	}
+	flush()
+	return parts
+}
+
+func runeLen(s string) int { return len([]rune(s)) }

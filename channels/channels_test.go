@@ -1,0 +1,69 @@
+package channels
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSplitKeepsStatsLast(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 50; i++ {
+		b.WriteString(strings.Repeat("x", 30) + "\n")
+	}
+	b.WriteString("Stats: runtime 1s • tokens 10")
+	parts := Split(b.String(), 200)
+	if len(parts) < 2 {
+		t.Fatalf("want several parts, got %d", len(parts))
+	}
+	for i, p := range parts {
+		if n := len([]rune(p)); n > 200 {
+			t.Errorf("part %d has %d chars, limit 200", i, n)
+		}
+	}
+	last := parts[len(parts)-1]
+	if !strings.HasSuffix(last, "Stats: runtime 1s • tokens 10") {
+		t.Errorf("stats line not last: %q", last)
+	}
+	if got := strings.Join(parts, "\n"); got != b.String() {
+		t.Errorf("joined parts differ from the input")
+	}
+}
+
+func TestSplitLongLine(t *testing.T) {
+	parts := Split(strings.Repeat("é", 25), 10)
+	if len(parts) != 3 || parts[2] != "ééééé" {
+		t.Fatalf("got %q", parts)
+	}
+}
+
+func TestAccessAdmit(t *testing.T) {
+	a := Access{AllowFrom: []string{"u1"}, Groups: map[string]GroupRule{"g1": {RequireMention: true}, "g2": {}}}
+	cases := []struct {
+		name             string
+		chatType, chat   string
+		sender           string
+		mentioned, admit bool
+	}{
+		{"dm allowed", ChatDM, "d", "u1", false, true},
+		{"dm stranger", ChatDM, "d", "u2", false, false},
+		{"group unlisted", ChatGroup, "g9", "u1", true, false},
+		{"group needs mention", ChatGroup, "g1", "u1", false, false},
+		{"group mentioned", ChatGroup, "g1", "u1", true, true},
+		{"group no mention needed", ChatGroup, "g2", "u1", false, true},
+		{"group stranger", ChatGroup, "g1", "u2", true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := a.Admit(c.chatType, c.chat, c.sender, c.mentioned); got != c.admit {
+				t.Errorf("Admit = %v, want %v", got, c.admit)
+			}
+		})
+	}
+	open := Access{GroupPolicy: GroupOpen}
+	if !open.Admit(ChatGroup, "any", "anyone", true) || open.Admit(ChatGroup, "any", "anyone", false) {
+		t.Error("open policy: want mentioned-only admission in unlisted groups")
+	}
+	if (Access{GroupPolicy: GroupDisabled}).Admit(ChatGroup, "g", "u", true) {
+		t.Error("disabled policy admitted a group message")
+	}
+}

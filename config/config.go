@@ -1,0 +1,249 @@
+// Package config loads Herald's JSON5 configuration: strict decoding (unknown
+// keys are errors), ${ENV} substitution, defaults, and validation that reports
+// every problem with its key path and line:column.
+//
+// It must not import any other Herald package.
+package config
+
+// Secret is a credential. It never prints its value: use Value() where the
+// real value is needed.
+type Secret string
+
+// String redacts the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "***"
+}
+
+// GoString redacts the secret in %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// MarshalText redacts the secret when encoded (logs, JSON dumps).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Value returns the real secret.
+func (s Secret) Value() string { return string(s) }
+
+// Config is the whole configuration file (SPEC §11).
+type Config struct {
+	Gateway  Gateway   `json:"gateway"`
+	Models   Models    `json:"models"`
+	Agents   Agents    `json:"agents"`
+	Bindings []Binding `json:"bindings"`
+	Tools    Tools     `json:"tools"`
+	Security Security  `json:"security"`
+	Channels Channels  `json:"channels"`
+}
+
+// Gateway configures the daemon itself.
+type Gateway struct {
+	HTTP                 HTTP   `json:"http"`
+	LogLevel             string `json:"logLevel"`             // debug|info|warn|error; default info
+	LogFormat            string `json:"logFormat"`            // json|console; default json
+	ShutdownGraceSeconds int    `json:"shutdownGraceSeconds"` // default 10
+}
+
+// HTTP configures the gateway's HTTP listener.
+type HTTP struct {
+	Listen string `json:"listen"` // default 127.0.0.1:8790
+}
+
+// Models lists the model providers.
+type Models struct {
+	Providers map[string]Provider `json:"providers"`
+}
+
+// Provider is one model API.
+type Provider struct {
+	API     string  `json:"api"` // anthropic|openai|openai-compatible|demo
+	BaseURL string  `json:"baseUrl"`
+	APIKey  Secret  `json:"apiKey"`
+	Models  []Model `json:"models"`
+}
+
+// Model is one model of a provider.
+type Model struct {
+	ID            string `json:"id"`
+	ContextWindow int    `json:"contextWindow"`
+	MaxTokens     int    `json:"maxTokens"`
+	Cost          *Cost  `json:"cost"`
+}
+
+// Cost is USD per 1M tokens.
+type Cost struct {
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
+	CacheRead  float64 `json:"cacheRead"`
+	CacheWrite float64 `json:"cacheWrite"`
+}
+
+// Agents holds the defaults and the list of agents.
+type Agents struct {
+	Defaults AgentDefaults `json:"defaults"`
+	List     []Agent       `json:"list"`
+}
+
+// AgentDefaults apply to every agent unless it overrides them.
+type AgentDefaults struct {
+	Model         string    `json:"model"`         // provider/model
+	Thinking      string    `json:"thinking"`      // off|low|medium|high
+	Workspace     string    `json:"workspace"`     // default <stateDir>/workspace/<agentId>
+	MaxConcurrent int       `json:"maxConcurrent"` // the main lane; default 4
+	MaxIterations int       `json:"maxIterations"` // model turns per top-level turn; default 30
+	Subagents     Subagents `json:"subagents"`
+}
+
+// Subagents are the sub-agent limits (SPEC §4). Pointers tell "unset" from 0
+// where 0 means something (no timeout, never archive). After Load, the
+// defaults' fields are all set; an agent's are set only where it overrides.
+type Subagents struct {
+	MaxConcurrent         *int     `json:"maxConcurrent"`         // default 8 (defaults only: the lane is shared)
+	MaxDepth              *int     `json:"maxDepth"`              // default 1
+	MaxChildrenPerSession *int     `json:"maxChildrenPerSession"` // default 5
+	MaxTotalSpawns        *int     `json:"maxTotalSpawns"`        // default 20
+	RunTimeoutSeconds     *int     `json:"runTimeoutSeconds"`     // default 300; 0 = none
+	ArchiveAfterMinutes   *int     `json:"archiveAfterMinutes"`   // default 60; 0 = never
+	MaxIterations         *int     `json:"maxIterations"`         // default 30
+	Model                 string   `json:"model"`
+	Thinking              string   `json:"thinking"`
+	AllowAgents           []string `json:"allowAgents"` // ["*"] = any; default: own id only
+}
+
+// Agent is one configured persona.
+type Agent struct {
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	Default       bool      `json:"default"` // the agent unbound messages go to; default: the first
+	Model         string    `json:"model"`
+	Thinking      string    `json:"thinking"`
+	Workspace     string    `json:"workspace"`
+	SystemPrompt  string    `json:"systemPrompt"`
+	AllowedTools  []string  `json:"allowedTools"` // empty = all
+	MaxIterations int       `json:"maxIterations"`
+	Subagents     Subagents `json:"subagents"`
+}
+
+// Binding routes inbound messages matching Match to an agent.
+type Binding struct {
+	AgentID string `json:"agentId"`
+	Match   Match  `json:"match"`
+}
+
+// Match selects inbound messages; empty fields match anything.
+type Match struct {
+	Channel   string `json:"channel"`
+	AccountID string `json:"accountId"`
+	ChatID    string `json:"chatId"`
+	ChatType  string `json:"chatType"` // dm|group
+}
+
+// Tools configures tool behaviour.
+type Tools struct {
+	Subagents SubagentTools `json:"subagents"`
+	Exec      Exec          `json:"exec"`
+	WebFetch  WebFetch      `json:"webFetch"`
+}
+
+// SubagentTools filters the tools sub-agents get.
+type SubagentTools struct {
+	Tools AllowDeny `json:"tools"`
+}
+
+// AllowDeny is a tool filter: deny always wins; a non-empty Allow makes the
+// set allow-only.
+type AllowDeny struct {
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny"`
+}
+
+// Exec configures the exec tool.
+type Exec struct {
+	TimeoutSeconds int `json:"timeoutSeconds"` // default 60
+	MaxOutputBytes int `json:"maxOutputBytes"` // default 65536
+}
+
+// WebFetch configures the web_fetch tool.
+type WebFetch struct {
+	TimeoutSeconds int `json:"timeoutSeconds"` // default 20
+	MaxBytes       int `json:"maxBytes"`       // default 1 MiB
+}
+
+// Security holds the tool policy and approvals.
+type Security struct {
+	ToolPolicy             ToolPolicy `json:"toolPolicy"`
+	ApprovalTimeoutSeconds int        `json:"approvalTimeoutSeconds"` // default 300
+}
+
+// ToolPolicy maps tools to allow|supervised|deny; the most specific entry wins
+// (tools > groups > default).
+type ToolPolicy struct {
+	Default string            `json:"default"` // default "allow"
+	Groups  map[string]string `json:"groups"`  // sessions|files|exec|web
+	Tools   map[string]string `json:"tools"`
+}
+
+// Channels configures each chat channel.
+type Channels struct {
+	Slack    Slack    `json:"slack"`
+	Telegram Telegram `json:"telegram"`
+	Matrix   Matrix   `json:"matrix"`
+	Web      Web      `json:"web"`
+}
+
+// Group configures one group chat.
+type Group struct {
+	RequireMention *bool    `json:"requireMention"` // default true
+	AllowFrom      []string `json:"allowFrom"`
+}
+
+// Access is the allowlist part every chat channel shares.
+type Access struct {
+	AllowFrom   []string         `json:"allowFrom"`   // user ids; empty = anyone in DMs
+	GroupPolicy string           `json:"groupPolicy"` // allowlist (default) | open | disabled
+	Groups      map[string]Group `json:"groups"`
+}
+
+// Slack configures the Slack channel.
+type Slack struct {
+	Enabled       bool   `json:"enabled"`
+	Mode          string `json:"mode"` // socket (default) | http
+	BotToken      Secret `json:"botToken"`
+	AppToken      Secret `json:"appToken"`      // socket mode
+	SigningSecret Secret `json:"signingSecret"` // http mode
+	APIURL        string `json:"apiUrl"`        // default https://slack.com/api/
+	WebhookPath   string `json:"webhookPath"`   // http mode; default /slack/events
+	ReplyToMode   string `json:"replyToMode"`   // off|first|all; default all
+	Access
+}
+
+// Telegram configures the Telegram channel.
+type Telegram struct {
+	Enabled       bool   `json:"enabled"`
+	BotToken      Secret `json:"botToken"`
+	APIURL        string `json:"apiUrl"`        // default https://api.telegram.org
+	WebhookURL    string `json:"webhookUrl"`    // set = webhook mode, else long polling
+	WebhookSecret Secret `json:"webhookSecret"` // checked against X-Telegram-Bot-Api-Secret-Token
+	WebhookPath   string `json:"webhookPath"`   // default /telegram/webhook
+	Access
+}
+
+// Matrix configures the Matrix channel.
+type Matrix struct {
+	Enabled       bool   `json:"enabled"`
+	Homeserver    string `json:"homeserver"`
+	UserID        string `json:"userId"`
+	AccessToken   Secret `json:"accessToken"`
+	Password      Secret `json:"password"`
+	DeviceID      string `json:"deviceId"`
+	AutoJoin      *bool  `json:"autoJoin"`      // default true
+	ThreadReplies string `json:"threadReplies"` // off|inbound|always; default inbound
+	Access
+}
+
+// Web configures the local web chat.
+type Web struct {
+	Enabled *bool  `json:"enabled"` // default true
+	Token   Secret `json:"token"`   // required when gateway.http.listen is not loopback
+}

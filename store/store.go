@@ -1,0 +1,189 @@
+// Package store is Herald's embedded persistence: one SQLite database in the
+// state dir (WAL, schema migrations) holding sessions, sub-agent runs, the
+// announce outbox, archive deadlines, approvals and the web chat log; and the
+// JSONL transcripts under transcripts/<agentId>/<sessionId>.jsonl.
+//
+// It must not import gateway, subagent, agent or any channels/<name> package.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// Sentinel errors.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrCorrupt: the database file is not a SQLite database or fails its integrity check.
+	ErrCorrupt = errors.New("state database is corrupt")
+	// ErrReadOnly: the state dir or database cannot be written.
+	ErrReadOnly = errors.New("state dir is not writable")
+	// ErrResolved: the approval was already resolved or expired.
+	ErrResolved = errors.New("already resolved")
+)
+
+// Session kinds.
+const (
+	KindMain     = "main"     // a requester (chat) session
+	KindSubagent = "subagent" // a child session of a sub-agent run
+	KindDelegate = "delegate" // an isolated delegate session
+)
+
+// Session is one conversation history.
+type Session struct {
+	Key            string          // agent:<agentId>:...
+	ID             string          // uuid; names the transcript file
+	AgentID        string          //
+	Kind           string          // KindMain | KindSubagent | KindDelegate
+	ParentKey      string          // requester session key for children; "" for main
+	RootKey        string          // top-level requester session key ("" = itself)
+	Depth          int             // 0 main, 1 child, ...
+	Label          string          //
+	Model          string          // provider/model
+	Origin         channels.Origin // where the conversation lives (main) / where announces go (child)
+	TranscriptPath string          // absolute path of the JSONL transcript
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeletedAt      time.Time // zero = live
+	TokensIn       int64
+	TokensOut      int64
+}
+
+// Run statuses and outcomes (SPEC §3 session_status).
+const (
+	StatusQueued     = "queued"
+	StatusRunning    = "running"
+	StatusAnnouncing = "announcing"
+	StatusDone       = "done"
+
+	OutcomeSuccess = "success"
+	OutcomeError   = "error"
+	OutcomeTimeout = "timeout"
+	OutcomeUnknown = "unknown"
+	OutcomeStopped = "stopped"
+)
+
+// Run is one sub-agent run.
+type Run struct {
+	ID             string // uuid
+	ChildKey       string // agent:<agentId>:subagent:<uuid>
+	ChildSessionID string
+	RequesterKey   string // the session that spawned it
+	RootKey        string // the top-level requester session (for maxTotalSpawns and /stop)
+	Depth          int    // 1 = spawned by a top-level session
+	AgentID        string
+	Task           string
+	Label          string
+	Model          string // provider/model applied
+	Thinking       string
+	Cleanup        string // keep | delete
+	TimeoutSeconds int    // 0 = none
+	MaxIterations  int
+	AllowedTools   []string
+	Origin         channels.Origin // the requester's origin captured at spawn
+	Status         string
+	Outcome        string // set when Status is done
+	Note           string // error details / why it ended
+	Result         string // the announced result text (or last assistant text)
+	CreatedAt      time.Time
+	StartedAt      time.Time // zero until running
+	EndedAt        time.Time // zero until ended
+	TokensIn       int64
+	TokensOut      int64
+	CacheRead      int64
+	CacheWrite     int64
+	CostUSD        float64   // < 0 = no cost configured
+	ArchiveAt      time.Time // zero = never
+	ArchivedAt     time.Time // zero = not yet
+}
+
+// RunFilter selects runs for ListRuns. Empty fields match anything.
+type RunFilter struct {
+	RequesterKey string   // direct children of this session
+	RootKey      string   // every run under this top-level session
+	Statuses     []string // any of these
+	Limit        int      // 0 = no limit
+}
+
+// OutboxItem is one message waiting to be delivered to a channel.
+type OutboxItem struct {
+	ID            int64
+	RunID         string // set for announces; unique: a second item with the same RunID is not added
+	Origin        channels.Origin
+	Kind          channels.Kind
+	Text          string
+	CreatedAt     time.Time
+	Attempts      int
+	NextAttemptAt time.Time
+	DeliveredAt   time.Time // zero = pending
+	FailedAt      time.Time // zero = not given up
+	LastError     string
+}
+
+// Approval statuses.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalDenied   = "denied"
+	ApprovalExpired  = "expired"
+)
+
+// Approval is one supervised tool call waiting for a person.
+type Approval struct {
+	Code       string // short code people type: /approve <code>
+	SessionKey string // the requester session whose thread it was posted in
+	RunID      string // "" for a top-level turn
+	Tool       string
+	Args       string // JSON
+	Origin     channels.Origin
+	Status     string
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	ResolvedAt time.Time
+	ResolvedBy string
+}
+
+// WebMessage is one message in a web chat client's conversation (SPEC §9).
+type WebMessage struct {
+	Seq   int64     `json:"seq"`
+	Role  string    `json:"role"` // user|assistant|announce|system
+	Text  string    `json:"text"`
+	RunID string    `json:"runId,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// SessionFilter selects sessions for ListSessions.
+type SessionFilter struct {
+	AgentID        string
+	Kind           string
+	IncludeDeleted bool
+	Limit          int
+}
+
+// TranscriptHeader is the first line of a transcript file.
+type TranscriptHeader struct {
+	Type       string    `json:"type"` // "session"
+	Version    int       `json:"version"`
+	SessionKey string    `json:"sessionKey"`
+	SessionID  string    `json:"sessionId"`
+	AgentID    string    `json:"agentId"`
+	ParentKey  string    `json:"parentKey,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+// TranscriptEntry is one message line of a transcript. Content, ToolCalls and
+// ToolResults use the agent package's JSON shapes, kept as raw JSON here so
+// the store does not import agent.
+type TranscriptEntry struct {
+	Type        string          `json:"type"` // "message"
+	Role        string          `json:"role"` // user|assistant|tool|system
+	Content     string          `json:"content,omitempty"`
+	ToolCalls   json.RawMessage `json:"toolCalls,omitempty"`
+	ToolResults json.RawMessage `json:"toolResults,omitempty"`
+	Usage       json.RawMessage `json:"usage,omitempty"`
+	Model       string          `json:"model,omitempty"`
+	Timestamp   time.Time       `json:"timestamp"`
+}
