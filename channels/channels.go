@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -174,3 +175,11 @@ func Split(text string, limit int) []string {
 }
 
 func runeLen(s string) int { return len([]rune(s)) }
+
+// HTTPMounter is implemented by channels that receive over the gateway's HTTP
+// listener (Slack Events API, Telegram webhook, the web chat). The gateway
+// mounts each handler at its pattern (http.ServeMux syntax, e.g.
+// "POST /slack/events") before it starts listening.
+type HTTPMounter interface {
+	Routes() map[string]http.Handler
+}
