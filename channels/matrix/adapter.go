@@ -1,0 +1,468 @@
+package matrix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.uber.org/zap"
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// Channel name as it appears in origins and session keys.
+const Name channels.Name = "matrix"
+
+// Thread reply modes (Options.ThreadReplies).
+const (
+	ThreadsOff     = "off"     // replies are never threaded
+	ThreadsInbound = "inbound" // threaded only when the inbound message was in a thread (default)
+	ThreadsAlways  = "always"  // a top-level message starts a thread rooted at it
+)
+
+// Memory bounds: how many thread roots, own events and room facts the
+// adapter remembers.
+const (
+	maxThreads    = 4096
+	maxOwnEvents  = 4096
+	maxRooms      = 4096
+	maxBackoff    = time.Minute
+	minBackoff    = time.Second
+	startupBudget = 60 * time.Second
+)
+
+// Options configures the adapter. Homeserver and either AccessToken or
+// UserID+Password are required.
+type Options struct {
+	Homeserver  string // base URL, e.g. https://matrix.example.org
+	UserID      string // the bot's mxid; required with Password, checked against whoami with AccessToken
+	AccessToken string
+	Password    string // used when AccessToken is empty (m.login.password); the token is kept in memory only
+	DeviceID    string // optional device id for password login
+	AutoJoin    bool   // join rooms the bot is invited to
+	// ThreadReplies is ThreadsOff, ThreadsInbound (default) or ThreadsAlways.
+	ThreadReplies string
+	Access        channels.Access
+	Logger        *zap.Logger
+	// HTTPClient is used for every request; its Timeout must exceed the 30 s
+	// /sync long poll. Nil uses a client with a 120 s timeout.
+	HTTPClient *http.Client
+}
+
+// Adapter is the Matrix channel.
+type Adapter struct {
+	opts   Options
+	log    *zap.Logger
+	client *mautrix.Client
+
+	runMu   sync.Mutex // guards the lifecycle fields below
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu          sync.Mutex // guards the fields below
+	sink        channels.Sink
+	running     bool
+	userID      id.UserID
+	displayName string
+	healthErr   error
+	failures    int
+	dmRooms     *recent // room id -> "dm" | "group"
+	ownEvents   *recent // room|event id of events the bot sent -> ""
+	botThreads  *recent // room|root the bot posted in -> ""
+	threadLast  *recent // room|root -> latest event id known in that thread
+}
+
+var (
+	_ channels.Channel  = (*Adapter)(nil)
+	_ channels.Healther = (*Adapter)(nil)
+)
+
+// New checks opts and builds an adapter; it does no network I/O.
+func New(opts Options) (*Adapter, error) {
+	if strings.TrimSpace(opts.Homeserver) == "" {
+		return nil, errors.New("matrix: homeserver is required")
+	}
+	if opts.AccessToken == "" && opts.Password == "" {
+		return nil, errors.New("matrix: accessToken or password is required")
+	}
+	if opts.AccessToken == "" && opts.UserID == "" {
+		return nil, errors.New("matrix: userId is required for password login")
+	}
+	if opts.UserID != "" {
+		if _, _, err := id.UserID(opts.UserID).Parse(); err != nil {
+			return nil, fmt.Errorf("matrix: userId %q: %w", opts.UserID, err)
+		}
+	}
+	switch opts.ThreadReplies {
+	case "":
+		opts.ThreadReplies = ThreadsInbound
+	case ThreadsOff, ThreadsInbound, ThreadsAlways:
+	default:
+		return nil, fmt.Errorf("matrix: threadReplies %q: want off, inbound or always", opts.ThreadReplies)
+	}
+	client, err := mautrix.NewClient(opts.Homeserver, id.UserID(opts.UserID), opts.AccessToken)
+	if err != nil {
+		return nil, fmt.Errorf("matrix: homeserver %q: %w", opts.Homeserver, err)
+	}
+	if opts.HTTPClient != nil {
+		client.Client = opts.HTTPClient
+	} else {
+		client.Client = &http.Client{Timeout: 120 * time.Second}
+	}
+	client.Log = zerolog.Nop()
+	client.UserAgent = "Herald (mautrix-go)"
+	// Keep mautrix's own retries short so a rate limit or an outage reaches
+	// the gateway's outbox (which owns retries) instead of hiding in here.
+	client.DefaultHTTPRetries = 1
+	client.DefaultHTTPBackoff = 500 * time.Millisecond
+	client.MaxHTTPBackoff = 2 * time.Second
+	client.IgnoreRateLimit = true
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Adapter{
+		opts:       opts,
+		log:        log.Named("matrix"),
+		client:     client,
+		healthErr:  ErrNotStarted,
+		dmRooms:    newRecent(maxRooms),
+		ownEvents:  newRecent(maxOwnEvents),
+		botThreads: newRecent(maxThreads),
+		threadLast: newRecent(maxThreads),
+	}, nil
+}
+
+// Name returns "matrix".
+func (a *Adapter) Name() channels.Name { return Name }
+
+// UserID is the bot's mxid, known after Start.
+func (a *Adapter) UserID() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return string(a.userID)
+}
+
+// Health reports the state of the /sync loop: nil while syncing works.
+func (a *Adapter) Health() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.healthErr
+}
+
+// Start logs in, runs a first /sync whose timeline is skipped (so nothing
+// from before the start is answered), and then follows /sync in the
+// background until ctx is cancelled or Stop is called.
+func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
+	if sink == nil {
+		return errors.New("matrix: start: nil sink")
+	}
+	a.runMu.Lock()
+	defer a.runMu.Unlock()
+	if a.started {
+		return errors.New("matrix: start: already started")
+	}
+	startCtx, cancelStart := context.WithTimeout(ctx, startupBudget)
+	defer cancelStart()
+	if err := a.login(startCtx); err != nil {
+		return err
+	}
+	if resp, err := a.client.GetOwnDisplayName(startCtx); err == nil && resp != nil {
+		a.mu.Lock()
+		a.displayName = resp.DisplayName
+		a.mu.Unlock()
+	}
+	syncer := mautrix.NewDefaultSyncer()
+	a.client.Syncer = &backoffSyncer{DefaultSyncer: syncer, a: a}
+	a.client.Store = mautrix.NewMemorySyncStore()
+	if err := a.initialSync(startCtx); err != nil {
+		return err
+	}
+	syncer.OnSync(a.onSync)
+	syncer.OnEventType(event.StateMember, a.onMember)
+	syncer.OnEventType(event.EventMessage, a.onMessage)
+
+	a.mu.Lock()
+	a.sink = sink
+	a.running = true
+	a.healthErr = nil
+	a.mu.Unlock()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	a.cancel = cancel
+	a.done = make(chan struct{})
+	a.started = true
+	go a.syncLoop(runCtx, a.done)
+	a.log.Info("matrix channel started", zap.String("userId", string(a.client.UserID)),
+		zap.String("homeserver", a.opts.Homeserver), zap.String("threadReplies", a.opts.ThreadReplies))
+	return nil
+}
+
+// Stop ends the /sync loop and waits for it (bounded by ctx).
+func (a *Adapter) Stop(ctx context.Context) error {
+	a.runMu.Lock()
+	defer a.runMu.Unlock()
+	if !a.started {
+		return nil
+	}
+	a.cancel()
+	a.client.StopSync()
+	var err error
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		err = fmt.Errorf("matrix: stop: sync loop did not end: %w", ctx.Err())
+	}
+	a.started = false
+	a.mu.Lock()
+	a.running = false
+	a.healthErr = ErrNotStarted
+	a.mu.Unlock()
+	a.client.Client.CloseIdleConnections()
+	return err
+}
+
+// login verifies the access token with whoami, or logs in with the password
+// and keeps the new token in memory.
+func (a *Adapter) login(ctx context.Context) error {
+	if a.opts.AccessToken != "" {
+		who, err := a.client.Whoami(ctx)
+		if err != nil {
+			return fmt.Errorf("matrix: %w: whoami on %s with the access token: %w", ErrAuth, a.opts.Homeserver, err)
+		}
+		if a.opts.UserID != "" && who.UserID != id.UserID(a.opts.UserID) {
+			return fmt.Errorf("matrix: %w: the access token belongs to %s, not userId %s", ErrAuth, who.UserID, a.opts.UserID)
+		}
+		a.client.UserID = who.UserID
+		if who.DeviceID != "" {
+			a.client.DeviceID = who.DeviceID
+		}
+	} else {
+		resp, err := a.client.Login(ctx, &mautrix.ReqLogin{
+			Type:                     mautrix.AuthTypePassword,
+			Identifier:               mautrix.UserIdentifier{Type: mautrix.IdentifierTypeUser, User: a.opts.UserID},
+			Password:                 a.opts.Password,
+			DeviceID:                 id.DeviceID(a.opts.DeviceID),
+			InitialDeviceDisplayName: "Herald",
+			StoreCredentials:         true,
+		})
+		if err != nil {
+			return fmt.Errorf("matrix: %w: password login for %s on %s: %w", ErrAuth, a.opts.UserID, a.opts.Homeserver, err)
+		}
+		a.client.UserID = resp.UserID
+	}
+	a.mu.Lock()
+	a.userID = a.client.UserID
+	a.mu.Unlock()
+	return nil
+}
+
+// initialSync creates the filter and runs one /sync with timeout 0. Its
+// timeline is not delivered: it only teaches the adapter which threads the
+// bot already posted in, and accepts pending invites. The next batch token is
+// stored so the loop continues from here.
+func (a *Adapter) initialSync(ctx context.Context) error {
+	filter, err := a.client.CreateFilter(ctx, a.client.Syncer.GetFilterJSON(a.client.UserID))
+	if err != nil {
+		return fmt.Errorf("matrix: create sync filter on %s: %w", a.opts.Homeserver, err)
+	}
+	if err := a.client.Store.SaveFilterID(ctx, a.client.UserID, filter.FilterID); err != nil {
+		return fmt.Errorf("matrix: save filter id: %w", err)
+	}
+	resp, err := a.client.FullSyncRequest(ctx, mautrix.ReqSync{Timeout: 0, FilterID: filter.FilterID})
+	if err != nil {
+		return fmt.Errorf("matrix: first /sync on %s: %w", a.opts.Homeserver, err)
+	}
+	self := a.client.UserID
+	a.mu.Lock()
+	for roomID, room := range resp.Rooms.Join {
+		if n := room.Summary.JoinedMemberCount; n != nil {
+			a.dmRooms.put(string(roomID), chatTypeFor(*n))
+		}
+		for _, evt := range room.Timeline.Events {
+			if evt.Type != event.EventMessage {
+				continue
+			}
+			_ = evt.Content.ParseRaw(evt.Type)
+			root := threadRootOf(evt)
+			if root == "" {
+				continue
+			}
+			key := roomKey(roomID, root)
+			a.threadLast.put(key, string(evt.ID))
+			if evt.Sender == self {
+				a.botThreads.put(key, "")
+				a.ownEvents.put(roomKey(roomID, evt.ID), "")
+			}
+		}
+	}
+	a.mu.Unlock()
+	if err := a.client.Store.SaveNextBatch(ctx, self, resp.NextBatch); err != nil {
+		return fmt.Errorf("matrix: save sync token: %w", err)
+	}
+	if a.opts.AutoJoin {
+		for roomID, room := range resp.Rooms.Invite {
+			for _, evt := range room.State.Events {
+				if evt.Type == event.StateMember && evt.GetStateKey() == string(self) {
+					_ = evt.Content.ParseRaw(evt.Type)
+					if m := evt.Content.AsMember(); m.Membership == event.MembershipInvite {
+						a.join(ctx, roomID, evt.Sender)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// syncLoop runs mautrix's sync loop until ctx ends, restarting it with
+// backoff when it gives up (an invalid token, a failed filter, a panic in a
+// handler). With a password, an invalid token triggers a new login.
+func (a *Adapter) syncLoop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	backoff := minBackoff
+	for {
+		err := a.client.SyncWithContext(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil { // StopSync from elsewhere
+			return
+		}
+		a.setHealth(fmt.Errorf("matrix sync stopped: %w", err))
+		a.log.Warn("matrix sync loop stopped, restarting", zap.Error(err), zap.Duration("in", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+		if errors.Is(err, mautrix.MUnknownToken) && a.opts.AccessToken == "" {
+			if lerr := a.login(ctx); lerr != nil {
+				a.log.Warn("matrix re-login failed", zap.Error(lerr))
+			}
+		}
+	}
+}
+
+func (a *Adapter) setHealth(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		a.failures = 0
+	}
+	a.healthErr = err
+}
+
+// backoffSyncer is mautrix's DefaultSyncer with an exponential backoff on
+// failed /sync requests that is reported through Health.
+type backoffSyncer struct {
+	*mautrix.DefaultSyncer
+	a *Adapter
+}
+
+func (s *backoffSyncer) OnFailedSync(_ *mautrix.RespSync, err error) (time.Duration, error) {
+	if errors.Is(err, mautrix.MUnknownToken) {
+		return 0, err
+	}
+	a := s.a
+	a.mu.Lock()
+	a.failures++
+	wait := minBackoff << min(a.failures-1, 6)
+	wait = min(wait, maxBackoff)
+	a.healthErr = fmt.Errorf("matrix /sync failing: %w", err)
+	a.mu.Unlock()
+	a.log.Warn("matrix sync failed", zap.Error(err), zap.Duration("retryIn", wait))
+	return wait, nil
+}
+
+// join accepts an invite; failures are logged, not fatal.
+func (a *Adapter) join(ctx context.Context, roomID id.RoomID, inviter id.UserID) {
+	if _, err := a.client.JoinRoomByID(ctx, roomID); err != nil {
+		a.log.Warn("matrix auto-join failed", zap.String("roomId", string(roomID)),
+			zap.String("inviter", string(inviter)), zap.Error(err))
+		return
+	}
+	a.log.Info("matrix joined room on invite", zap.String("roomId", string(roomID)), zap.String("inviter", string(inviter)))
+}
+
+// Send posts msg into the origin's room, in its thread when ThreadID is set,
+// split at 16000 characters.
+func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Message) error {
+	a.mu.Lock()
+	running := a.running
+	a.mu.Unlock()
+	if !running {
+		return fmt.Errorf("matrix: send to %s: %w", to, ErrNotStarted)
+	}
+	if to.ChatID == "" || !strings.HasPrefix(to.ChatID, "!") {
+		return fmt.Errorf("matrix: send: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
+	}
+	if strings.TrimSpace(msg.Text) == "" {
+		return nil
+	}
+	roomID := id.RoomID(to.ChatID)
+	root := id.EventID(to.ThreadID)
+	for i, part := range channels.Split(msg.Text, channels.LimitMatrix) {
+		content := &event.MessageEventContent{
+			MsgType:  event.MsgText,
+			Body:     part,
+			Mentions: &event.Mentions{},
+		}
+		if root != "" {
+			content.RelatesTo = &event.RelatesTo{
+				Type:          event.RelThread,
+				EventID:       root,
+				IsFallingBack: true,
+				InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
+			}
+		}
+		resp, err := a.client.SendMessageEvent(ctx, roomID, event.EventMessage, content)
+		if err != nil {
+			return classifySendError(fmt.Sprintf("matrix: send part %d to %s", i+1, to), err)
+		}
+		a.noteOwnEvent(roomID, root, resp.EventID)
+	}
+	return nil
+}
+
+// threadTail is the latest event known in the thread, else its root.
+func (a *Adapter) threadTail(roomID id.RoomID, root id.EventID) id.EventID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if last, ok := a.threadLast.get(roomKey(roomID, root)); ok && last != "" {
+		return id.EventID(last)
+	}
+	return root
+}
+
+func (a *Adapter) noteOwnEvent(roomID id.RoomID, root, evtID id.EventID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ownEvents.put(roomKey(roomID, evtID), "")
+	if root != "" {
+		key := roomKey(roomID, root)
+		a.botThreads.put(key, "")
+		a.threadLast.put(key, string(evtID))
+	}
+}
+
+func roomKey(roomID id.RoomID, evtID id.EventID) string {
+	return string(roomID) + "|" + string(evtID)
+}
+
+func chatTypeFor(joined int) string {
+	if joined == 2 {
+		return channels.ChatDM
+	}
+	return channels.ChatGroup
+}

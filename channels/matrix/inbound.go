@@ -1,0 +1,264 @@
+package matrix
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// onSync runs before the events of each /sync response are dispatched. It
+// marks the loop healthy, learns room sizes from the summaries, and drops
+// the history a room shows when the bot has just joined it: only events after
+// the bot's own join in that batch are delivered.
+func (a *Adapter) onSync(_ context.Context, resp *mautrix.RespSync, _ string) bool {
+	a.setHealth(nil)
+	self := a.client.UserID
+	a.mu.Lock()
+	for roomID, room := range resp.Rooms.Join {
+		if n := room.Summary.JoinedMemberCount; n != nil {
+			a.dmRooms.put(string(roomID), chatTypeFor(*n))
+		}
+	}
+	a.mu.Unlock()
+	for _, room := range resp.Rooms.Join {
+		evts := room.Timeline.Events
+		for i := len(evts) - 1; i >= 0; i-- {
+			if isFreshJoin(evts[i], self) {
+				room.Timeline.Events = evts[i:]
+				break
+			}
+		}
+	}
+	return true
+}
+
+// isFreshJoin says whether evt is userID's own join (not a profile change of
+// an existing member).
+func isFreshJoin(evt *event.Event, userID id.UserID) bool {
+	if evt.Type != event.StateMember || evt.GetStateKey() != string(userID) {
+		return false
+	}
+	if m, _ := evt.Content.Raw["membership"].(string); m != string(event.MembershipJoin) {
+		return false
+	}
+	if prev := evt.Unsigned.PrevContent; prev != nil {
+		if m, _ := prev.Raw["membership"].(string); m == string(event.MembershipJoin) {
+			return false
+		}
+	}
+	return true
+}
+
+// onMember accepts invites for the bot (when AutoJoin) and forgets a room's
+// size whenever its membership changes.
+func (a *Adapter) onMember(ctx context.Context, evt *event.Event) {
+	self := a.client.UserID
+	if evt.Mautrix.EventSource&event.SourceInvite != 0 {
+		if a.opts.AutoJoin && evt.GetStateKey() == string(self) && evt.Content.AsMember().Membership == event.MembershipInvite {
+			a.join(ctx, evt.RoomID, evt.Sender)
+		}
+		return
+	}
+	if evt.Mautrix.EventSource&event.SourceJoin != 0 && evt.Mautrix.EventSource&event.SourceTimeline != 0 {
+		a.mu.Lock()
+		delete(a.dmRooms.vals, string(evt.RoomID))
+		a.mu.Unlock()
+	}
+}
+
+// onMessage turns a new m.text or m.notice into an Inbound, after the
+// mention and allowlist checks.
+func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
+	if evt.Mautrix.EventSource&event.SourceJoin == 0 || evt.Mautrix.EventSource&event.SourceTimeline == 0 {
+		return
+	}
+	content := evt.Content.AsMessage()
+	if content == nil {
+		return
+	}
+	root := content.RelatesTo.GetThreadParent()
+	if root != "" {
+		a.mu.Lock()
+		a.threadLast.put(roomKey(evt.RoomID, root), string(evt.ID))
+		a.mu.Unlock()
+	}
+	if evt.Sender == a.client.UserID {
+		return
+	}
+	if content.MsgType != event.MsgText && content.MsgType != event.MsgNotice {
+		return
+	}
+	if content.RelatesTo.GetReplaceID() != "" || content.NewContent != nil {
+		return // an edit of an earlier message
+	}
+
+	chatType := a.chatType(ctx, evt.RoomID)
+	mentioned, text := a.addressed(evt, content, root)
+	if chatType == channels.ChatDM {
+		mentioned = true
+	}
+	if !a.opts.Access.Admit(chatType, string(evt.RoomID), string(evt.Sender), mentioned) {
+		a.log.Debug("matrix message not admitted", zap.String("roomId", string(evt.RoomID)),
+			zap.String("sender", string(evt.Sender)), zap.String("chatType", chatType), zap.Bool("mentioned", mentioned))
+		return
+	}
+
+	threadID := ""
+	switch a.opts.ThreadReplies {
+	case ThreadsInbound:
+		threadID = string(root)
+	case ThreadsAlways:
+		threadID = string(root)
+		if threadID == "" {
+			threadID = string(evt.ID)
+		}
+	}
+	in := channels.Inbound{
+		Origin: channels.Origin{
+			Channel:   Name,
+			ChatID:    string(evt.RoomID),
+			ChatType:  chatType,
+			ThreadID:  threadID,
+			SenderID:  string(evt.Sender),
+			MessageID: string(evt.ID),
+		},
+		SenderName: senderName(evt.Sender),
+		Text:       text,
+		Mentioned:  mentioned,
+		At:         time.UnixMilli(evt.Timestamp),
+	}
+	a.mu.Lock()
+	sink := a.sink
+	a.mu.Unlock()
+	if sink != nil {
+		sink(ctx, in)
+	}
+}
+
+// chatType is "dm" for a room with exactly two joined members, else
+// "group". The answer is cached until the room's membership changes.
+func (a *Adapter) chatType(ctx context.Context, roomID id.RoomID) string {
+	a.mu.Lock()
+	t, ok := a.dmRooms.get(string(roomID))
+	a.mu.Unlock()
+	if ok {
+		return t
+	}
+	resp, err := a.client.JoinedMembers(ctx, roomID)
+	if err != nil {
+		a.log.Warn("matrix joined members lookup failed, treating room as a group",
+			zap.String("roomId", string(roomID)), zap.Error(err))
+		return channels.ChatGroup
+	}
+	t = chatTypeFor(len(resp.Joined))
+	a.mu.Lock()
+	a.dmRooms.put(string(roomID), t)
+	a.mu.Unlock()
+	return t
+}
+
+// addressed reports whether the message is addressed to the bot and returns
+// its text with the reply fallback and a leading mention removed.
+func (a *Adapter) addressed(evt *event.Event, content *event.MessageEventContent, root id.EventID) (bool, string) {
+	self := a.client.UserID
+	a.mu.Lock()
+	display := a.displayName
+	inBotThread := root != "" && a.botThreads.has(roomKey(evt.RoomID, root))
+	replyTo := content.RelatesTo.GetNonFallbackReplyTo()
+	replyToBot := replyTo != "" && a.ownEvents.has(roomKey(evt.RoomID, replyTo))
+	a.mu.Unlock()
+
+	body := content.Body
+	if content.RelatesTo.GetReplyTo() != "" && strings.HasPrefix(body, "> ") {
+		body = event.TrimReplyFallbackText(body)
+	}
+	names := botNames(self, display)
+	mentioned := inBotThread || replyToBot
+	if content.Mentions != nil && slices.Contains(content.Mentions.UserIDs, self) {
+		mentioned = true
+	}
+	if strings.Contains(content.FormattedBody, "matrix.to/#/"+string(self)) {
+		mentioned = true
+	}
+	if !mentioned {
+		for _, n := range names {
+			if containsWord(body, n) {
+				mentioned = true
+				break
+			}
+		}
+	}
+	return mentioned, stripLeadingMention(body, names)
+}
+
+// botNames are the ways a person may write the bot's name, longest first.
+func botNames(self id.UserID, display string) []string {
+	names := []string{string(self)}
+	if local := self.Localpart(); local != "" {
+		names = append(names, "@"+local, local)
+	}
+	if display = strings.TrimSpace(display); display != "" {
+		names = append(names, "@"+display, display)
+	}
+	slices.SortStableFunc(names, func(x, y string) int { return len(y) - len(x) })
+	return slices.Compact(names)
+}
+
+// containsWord reports whether name occurs in s, case-insensitively, not
+// inside a longer word.
+func containsWord(s, name string) bool {
+	re, err := regexp.Compile(`(?i)(^|[^\pL\pN_])` + regexp.QuoteMeta(name) + `($|[^\pL\pN_])`)
+	if err != nil {
+		return false
+	}
+	return re.MatchString(s)
+}
+
+// stripLeadingMention removes one of names (and a following ":" or ",")
+// from the start of text.
+func stripLeadingMention(text string, names []string) string {
+	trimmed := strings.TrimLeft(text, " \t")
+	lower := strings.ToLower(trimmed)
+	for _, n := range names {
+		if !strings.HasPrefix(lower, strings.ToLower(n)) {
+			continue
+		}
+		rest := trimmed[len(n):]
+		if rest != "" {
+			r := rest[0]
+			if r != ' ' && r != ':' && r != ',' && r != '\n' && r != '\t' {
+				continue // the name is the start of a longer word
+			}
+		}
+		rest = strings.TrimLeft(rest, " \t")
+		rest = strings.TrimPrefix(rest, ":")
+		rest = strings.TrimPrefix(rest, ",")
+		return strings.TrimSpace(rest)
+	}
+	return text
+}
+
+// senderName is a readable name for a sender: its localpart.
+func senderName(u id.UserID) string {
+	if l := u.Localpart(); l != "" {
+		return l
+	}
+	return string(u)
+}
+
+// threadRootOf is the m.thread root of a parsed message event, or "".
+func threadRootOf(evt *event.Event) id.EventID {
+	if msg, ok := evt.Content.Parsed.(*event.MessageEventContent); ok {
+		return msg.RelatesTo.GetThreadParent()
+	}
+	return ""
+}
