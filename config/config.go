@@ -35,6 +35,8 @@ type Config struct {
 	Tools    Tools     `json:"tools"`
 	Security Security  `json:"security"`
 	Channels Channels  `json:"channels"`
+
+	src *source // where the config came from and where each key path is; never secrets
 }
 
 // Gateway configures the daemon itself.

@@ -1,0 +1,427 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+var (
+	logLevels      = []string{"debug", "info", "warn", "error"}
+	logFormats     = []string{"json", "console"}
+	thinkingLevels = []string{"off", "low", "medium", "high"}
+	policyValues   = []string{"allow", "supervised", "deny"}
+	policyGroups   = []string{"sessions", "files", "exec", "web"}
+	slackModes     = []string{"socket", "http"}
+	replyToModes   = []string{"off", "first", "all"}
+	threadReplies  = []string{"off", "inbound", "always"}
+	groupPolicies  = []string{"allowlist", "open", "disabled"}
+	channelNames   = []string{"slack", "telegram", "matrix", "web"}
+	chatTypes      = []string{"dm", "group"}
+
+	agentIDRe       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+	matrixUserRe    = regexp.MustCompile(`^@[^:\s]+:\S+$`)
+	webhookSecretRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+)
+
+// validator collects problems with their positions.
+type validator struct {
+	c     *Config
+	probs []Problem
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	p := v.c.position(path)
+	v.probs = append(v.probs, Problem{Path: path, Line: p.Line, Col: p.Col, Msg: fmt.Sprintf(format, args...)})
+}
+
+func oneOf(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = strconv.Quote(s)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
+
+// enum checks an optional value against its allowed set.
+func (v *validator) enum(path, val string, allowed []string) {
+	if val != "" && !contains(allowed, val) {
+		v.add(path, "%q is not one of %s", val, oneOf(allowed))
+	}
+}
+
+func (v *validator) nonNegative(path string, n int) {
+	if n < 0 {
+		v.add(path, "must not be negative (got %d)", n)
+	}
+}
+
+func (v *validator) atLeast(path string, n, lo int) {
+	if n < lo {
+		v.add(path, "must be at least %d (got %d)", lo, n)
+	}
+}
+
+func (v *validator) httpURL(path, val string) {
+	if val == "" {
+		return
+	}
+	u, err := url.Parse(val)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.add(path, "%q is not an http(s) URL", val)
+	}
+}
+
+func (v *validator) urlPath(path, val string) {
+	if val != "" && !strings.HasPrefix(val, "/") {
+		v.add(path, "%q must start with /", val)
+	}
+}
+
+// Validate checks the loaded config and reports every problem at once, each
+// with its key path and line:column, as a *Problems (nil when all is well).
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+	v.gateway()
+	v.models()
+	v.agents()
+	v.bindings()
+	v.tools()
+	v.security()
+	v.channels()
+	file := c.File()
+	if file == "" {
+		file = "config"
+	}
+	return (&Problems{File: file, List: v.probs}).errOrNil()
+}
+
+func (v *validator) gateway() {
+	g := v.c.Gateway
+	v.enum("gateway.logLevel", g.LogLevel, logLevels)
+	v.enum("gateway.logFormat", g.LogFormat, logFormats)
+	v.nonNegative("gateway.shutdownGraceSeconds", g.ShutdownGraceSeconds)
+	if _, err := listenIsLoopback(g.HTTP.Listen); err != nil {
+		v.add("gateway.http.listen", "%v", err)
+	}
+}
+
+// listenIsLoopback parses a host:port listen address.
+func listenIsLoopback(addr string) (bool, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("%q is not a host:port address", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return false, fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback(), nil
+	}
+	return false, nil
+}
+
+func sortedKeys[T any](m map[string]T) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (v *validator) models() {
+	for _, id := range sortedKeys(v.c.Models.Providers) {
+		p := v.c.Models.Providers[id]
+		path := joinKey("models.providers", id)
+		if strings.Contains(id, "/") {
+			v.add(path, "provider id %q must not contain /", id)
+		}
+		switch {
+		case p.API == "":
+			v.add(path+".api", "missing: set it to %s", oneOf(knownAPIs))
+		case !contains(knownAPIs, p.API):
+			v.add(path+".api", "unknown api %q (want %s)", p.API, oneOf(knownAPIs))
+		}
+		if (p.API == "anthropic" || p.API == "openai") && p.APIKey == "" {
+			v.add(path+".apiKey", "missing: the %s api needs an apiKey (e.g. \"${%s_API_KEY}\")", p.API, strings.ToUpper(p.API))
+		}
+		if p.API == "openai-compatible" && p.BaseURL == "" {
+			v.add(path+".baseUrl", "missing: the openai-compatible api needs a baseUrl")
+		}
+		v.httpURL(path+".baseUrl", p.BaseURL)
+		if len(p.Models) == 0 {
+			v.add(path+".models", "no models: list at least one {id: \"…\"}")
+		}
+		seen := map[string]bool{}
+		for i, m := range p.Models {
+			mp := joinIndex(path+".models", i)
+			switch {
+			case m.ID == "":
+				v.add(mp+".id", "missing model id")
+			case seen[m.ID]:
+				v.add(mp+".id", "duplicate model id %q", m.ID)
+			}
+			seen[m.ID] = true
+			v.nonNegative(mp+".contextWindow", m.ContextWindow)
+			v.nonNegative(mp+".maxTokens", m.MaxTokens)
+			if m.Cost != nil {
+				for _, f := range []struct {
+					k string
+					x float64
+				}{{"input", m.Cost.Input}, {"output", m.Cost.Output}, {"cacheRead", m.Cost.CacheRead}, {"cacheWrite", m.Cost.CacheWrite}} {
+					if f.x < 0 {
+						v.add(mp+".cost."+f.k, "must not be negative (got %g)", f.x)
+					}
+				}
+			}
+		}
+	}
+}
+
+// modelRef checks a provider/model reference against the configured models.
+func (v *validator) modelRef(path, ref string) {
+	if ref == "" {
+		return
+	}
+	pid, mid, ok := ParseModelRef(ref)
+	if !ok {
+		v.add(path, "model %q must be \"provider/model\"", ref)
+		return
+	}
+	p, ok := v.c.Models.Providers[pid]
+	if !ok {
+		v.add(path, "model %q: unknown provider %q (configured: %s)", ref, pid, strings.Join(sortedKeys(v.c.Models.Providers), ", "))
+		return
+	}
+	ids := make([]string, 0, len(p.Models))
+	for _, m := range p.Models {
+		if m.ID == mid {
+			return
+		}
+		ids = append(ids, m.ID)
+	}
+	v.add(path, "model %q: provider %q has no model %q (configured: %s)", ref, pid, mid, strings.Join(ids, ", "))
+}
+
+func (v *validator) subagents(path string, s Subagents, isDefaults bool, agentIDs map[string]bool) {
+	if s.MaxConcurrent != nil {
+		if !isDefaults {
+			v.add(path+".maxConcurrent", "the subagent lane is shared: set agents.defaults.subagents.maxConcurrent instead")
+		} else {
+			v.atLeast(path+".maxConcurrent", *s.MaxConcurrent, 1)
+		}
+	}
+	if s.MaxDepth != nil {
+		v.atLeast(path+".maxDepth", *s.MaxDepth, 1)
+	}
+	for _, f := range []struct {
+		k string
+		n *int
+	}{
+		{"maxChildrenPerSession", s.MaxChildrenPerSession},
+		{"maxTotalSpawns", s.MaxTotalSpawns},
+		{"runTimeoutSeconds", s.RunTimeoutSeconds},
+		{"archiveAfterMinutes", s.ArchiveAfterMinutes},
+	} {
+		if f.n != nil {
+			v.nonNegative(path+"."+f.k, *f.n)
+		}
+	}
+	if s.MaxIterations != nil {
+		v.atLeast(path+".maxIterations", *s.MaxIterations, 1)
+	}
+	v.modelRef(path+".model", s.Model)
+	v.enum(path+".thinking", s.Thinking, thinkingLevels)
+	for i, a := range s.AllowAgents {
+		if a != "*" && !agentIDs[a] {
+			v.add(joinIndex(path+".allowAgents", i), "unknown agent %q (agents: %s)", a, strings.Join(sortedKeys(agentIDs), ", "))
+		}
+	}
+}
+
+func (v *validator) agents() {
+	d := v.c.Agents.Defaults
+	ids := map[string]bool{}
+	for _, a := range v.c.Agents.List {
+		if a.ID != "" {
+			ids[a.ID] = true
+		}
+	}
+	v.modelRef("agents.defaults.model", d.Model)
+	v.enum("agents.defaults.thinking", d.Thinking, thinkingLevels)
+	v.atLeast("agents.defaults.maxConcurrent", d.MaxConcurrent, 1)
+	v.atLeast("agents.defaults.maxIterations", d.MaxIterations, 1)
+	v.subagents("agents.defaults.subagents", d.Subagents, true, ids)
+
+	seen := map[string]int{}
+	defaults := 0
+	for i, a := range v.c.Agents.List {
+		path := joinIndex("agents.list", i)
+		switch {
+		case a.ID == "":
+			v.add(path+".id", "missing agent id")
+		case !agentIDRe.MatchString(a.ID):
+			v.add(path+".id", "agent id %q may hold only letters, digits, _ and - (and start with a letter or digit)", a.ID)
+		}
+		if j, dup := seen[a.ID]; dup && a.ID != "" {
+			v.add(path+".id", "duplicate agent id %q (also agents.list[%d])", a.ID, j)
+		} else {
+			seen[a.ID] = i
+		}
+		if a.Default {
+			defaults++
+			if defaults > 1 {
+				v.add(path+".default", "more than one agent has default: true")
+			}
+		}
+		if a.Model == "" && d.Model == "" {
+			v.add(path+".model", "no model: set agents.defaults.model or this agent's model")
+		}
+		v.modelRef(path+".model", a.Model)
+		v.enum(path+".thinking", a.Thinking, thinkingLevels)
+		v.nonNegative(path+".maxIterations", a.MaxIterations)
+		v.subagents(path+".subagents", a.Subagents, false, ids)
+	}
+}
+
+func (v *validator) bindings() {
+	ids := map[string]bool{}
+	for _, a := range v.c.Agents.List {
+		ids[a.ID] = true
+	}
+	for i, b := range v.c.Bindings {
+		path := joinIndex("bindings", i)
+		switch {
+		case b.AgentID == "":
+			v.add(path+".agentId", "missing agent id")
+		case !ids[b.AgentID]:
+			v.add(path+".agentId", "unknown agent %q (agents: %s)", b.AgentID, strings.Join(sortedKeys(ids), ", "))
+		}
+		v.enum(path+".match.channel", b.Match.Channel, channelNames)
+		v.enum(path+".match.chatType", b.Match.ChatType, chatTypes)
+	}
+}
+
+func (v *validator) tools() {
+	t := v.c.Tools
+	v.atLeast("tools.exec.timeoutSeconds", t.Exec.TimeoutSeconds, 1)
+	v.atLeast("tools.exec.maxOutputBytes", t.Exec.MaxOutputBytes, 1)
+	v.atLeast("tools.webFetch.timeoutSeconds", t.WebFetch.TimeoutSeconds, 1)
+	v.atLeast("tools.webFetch.maxBytes", t.WebFetch.MaxBytes, 1)
+	for _, l := range []struct {
+		k    string
+		list []string
+	}{{"allow", t.Subagents.Tools.Allow}, {"deny", t.Subagents.Tools.Deny}} {
+		for i, name := range l.list {
+			if strings.TrimSpace(name) == "" {
+				v.add(joinIndex("tools.subagents.tools."+l.k, i), "empty tool name")
+			}
+		}
+	}
+}
+
+func (v *validator) security() {
+	s := v.c.Security
+	v.atLeast("security.approvalTimeoutSeconds", s.ApprovalTimeoutSeconds, 1)
+	p := s.ToolPolicy
+	v.enum("security.toolPolicy.default", p.Default, policyValues)
+	for _, g := range sortedKeys(p.Groups) {
+		path := joinKey("security.toolPolicy.groups", g)
+		if !contains(policyGroups, g) {
+			v.add(path, "unknown tool group %q (groups: %s)", g, oneOf(policyGroups))
+		}
+		v.policyValue(path, p.Groups[g])
+	}
+	for _, t := range sortedKeys(p.Tools) {
+		v.policyValue(joinKey("security.toolPolicy.tools", t), p.Tools[t])
+	}
+}
+
+func (v *validator) policyValue(path, val string) {
+	if !contains(policyValues, val) {
+		v.add(path, "%q is not one of %s", val, oneOf(policyValues))
+	}
+}
+
+func (v *validator) access(path string, a Access) {
+	v.enum(path+".groupPolicy", a.GroupPolicy, groupPolicies)
+	for _, id := range sortedKeys(a.Groups) {
+		if strings.TrimSpace(id) == "" {
+			v.add(joinKey(path+".groups", id), "empty chat id")
+		}
+	}
+}
+
+func (v *validator) channels() {
+	ch := v.c.Channels
+
+	s := ch.Slack
+	v.enum("channels.slack.mode", s.Mode, slackModes)
+	v.enum("channels.slack.replyToMode", s.ReplyToMode, replyToModes)
+	v.httpURL("channels.slack.apiUrl", s.APIURL)
+	v.urlPath("channels.slack.webhookPath", s.WebhookPath)
+	v.access("channels.slack", s.Access)
+	if s.Enabled {
+		if s.BotToken == "" {
+			v.add("channels.slack.botToken", "missing: the enabled slack channel needs a botToken (xoxb-…)")
+		}
+		switch s.Mode {
+		case "socket":
+			if s.AppToken == "" {
+				v.add("channels.slack.appToken", "missing: slack socket mode needs an appToken (xapp-…)")
+			}
+		case "http":
+			if s.SigningSecret == "" {
+				v.add("channels.slack.signingSecret", "missing: slack http mode needs a signingSecret")
+			}
+		}
+	}
+
+	t := ch.Telegram
+	v.httpURL("channels.telegram.apiUrl", t.APIURL)
+	v.httpURL("channels.telegram.webhookUrl", t.WebhookURL)
+	v.urlPath("channels.telegram.webhookPath", t.WebhookPath)
+	if t.WebhookSecret != "" && !webhookSecretRe.MatchString(t.WebhookSecret.Value()) {
+		v.add("channels.telegram.webhookSecret", "must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
+	}
+	v.access("channels.telegram", t.Access)
+	if t.Enabled && t.BotToken == "" {
+		v.add("channels.telegram.botToken", "missing: the enabled telegram channel needs a botToken")
+	}
+
+	m := ch.Matrix
+	v.httpURL("channels.matrix.homeserver", m.Homeserver)
+	v.enum("channels.matrix.threadReplies", m.ThreadReplies, threadReplies)
+	if m.UserID != "" && !matrixUserRe.MatchString(m.UserID) {
+		v.add("channels.matrix.userId", "%q is not a Matrix user id like @herald:example.org", m.UserID)
+	}
+	v.access("channels.matrix", m.Access)
+	if m.Enabled {
+		if m.Homeserver == "" {
+			v.add("channels.matrix.homeserver", "missing: the enabled matrix channel needs a homeserver URL")
+		}
+		if m.UserID == "" {
+			v.add("channels.matrix.userId", "missing: the enabled matrix channel needs a userId")
+		}
+		if m.AccessToken == "" && m.Password == "" {
+			v.add("channels.matrix.accessToken", "missing: the enabled matrix channel needs an accessToken or a password")
+		}
+	}
+
+	if v.c.WebEnabled() && v.c.Channels.Web.Token == "" {
+		if loop, err := listenIsLoopback(v.c.Gateway.HTTP.Listen); err == nil && !loop {
+			v.add("channels.web.token", "missing: the web chat needs a token when gateway.http.listen (%s) is not a loopback address", v.c.Gateway.HTTP.Listen)
+		}
+	}
+}
