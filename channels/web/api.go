@@ -1,0 +1,237 @@
+package web
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// postRequest is the body of POST /api/messages.
+type postRequest struct {
+	Client string `json:"client"`
+	Text   string `json:"text"`
+}
+
+// postResponse is the 202 answer to POST /api/messages.
+type postResponse struct {
+	SessionKey string `json:"sessionKey"`
+	Seq        int64  `json:"seq"`
+}
+
+type listResponse struct {
+	Messages []Entry `json:"messages"`
+}
+
+type sessionResponse struct {
+	Client     string `json:"client"`
+	SessionKey string `json:"sessionKey"`
+}
+
+type errorResponse struct {
+	Error string `json:"error"`
+}
+
+var crossOrigin = http.NewCrossOriginProtection()
+
+// guard wraps h with the token check (api) and, for unsafe methods, the
+// cross-origin check, so a page on another site cannot post into a chat.
+func (a *Adapter) guard(api bool, h http.Handler) http.Handler {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.opts.Token == "" {
+			if !loopbackHost(r.Host) {
+				writeError(w, http.StatusForbidden, "this web chat has no token and answers only on localhost; use http://127.0.0.1:<port>/ or set channels.web.token")
+				return
+			}
+		} else if api && !a.tokenOK(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong token: send \"Authorization: Bearer <token>\" or add ?token=<token>")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	return crossOrigin.Handler(inner)
+}
+
+func (a *Adapter) tokenOK(r *http.Request) bool {
+	got := ""
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, ok := strings.Cut(h, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			got = strings.TrimSpace(rest)
+		}
+	}
+	if got == "" {
+		got = r.URL.Query().Get("token")
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) == 1
+}
+
+// loopbackHost reports whether a Host header names this machine's loopback:
+// localhost (and *.localhost), 127.0.0.0/8 or ::1.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (a *Adapter) handlePage(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("Content-Length", strconv.Itoa(len(pageHTML)))
+	_, _ = w.Write(pageHTML)
+}
+
+func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
+	sink, ok := a.runningSink()
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, "the web chat is not running; try again when the gateway has started")
+		return
+	}
+	var req postRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err := dec.Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "body must be a JSON object {\"client\": \"<id>\", \"text\": \"<message>\"}: "+err.Error())
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "body must be a single JSON object")
+		return
+	}
+	if !ValidClient(req.Client) {
+		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
+		return
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		writeError(w, http.StatusBadRequest, "text is empty")
+		return
+	}
+	if len(req.Text) > MaxTextBytes {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("text is %d bytes; the limit is %d bytes (32 KiB)", len(req.Text), MaxTextBytes))
+		return
+	}
+	now := time.Now().UTC()
+	e := &Entry{Role: RoleUser, Text: req.Text, At: now}
+	seq, err := a.append(r.Context(), req.Client, e)
+	if err != nil {
+		a.log.Error("web message not stored", zap.String("client", req.Client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+		return
+	}
+	sessionKey := a.opts.SessionKey(req.Client)
+	writeJSON(w, http.StatusAccepted, postResponse{SessionKey: sessionKey, Seq: seq})
+	// The answer is complete (it carries a Content-Length); hand the message
+	// to the gateway only now, on the adapter's context, so a client that
+	// hangs up does not cancel it.
+	_ = http.NewResponseController(w).Flush()
+	a.log.Debug("web message received", zap.String("client", req.Client), zap.Int64("seq", seq), zap.String("sessionKey", sessionKey))
+	sink(a.ctx, channels.Inbound{
+		Origin: channels.Origin{
+			Channel:   Name,
+			ChatID:    req.Client,
+			ChatType:  channels.ChatDM,
+			SenderID:  req.Client,
+			MessageID: strconv.FormatInt(seq, 10),
+		},
+		SenderName: req.Client,
+		Text:       req.Text,
+		Mentioned:  true,
+		At:         now,
+	})
+}
+
+func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	client := q.Get("client")
+	if !ValidClient(client) {
+		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
+		return
+	}
+	after, err := parseSeq(q.Get("after"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "after: "+err.Error())
+		return
+	}
+	limit := maxPageEntries
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPageEntries {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 to %d", maxPageEntries))
+			return
+		}
+		limit = n
+	}
+	entries, err := a.opts.Log.After(r.Context(), client, after, limit)
+	if err != nil {
+		a.log.Error("web history not read", zap.String("client", client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
+		return
+	}
+	if entries == nil {
+		entries = []Entry{}
+	}
+	writeJSON(w, http.StatusOK, listResponse{Messages: entries})
+}
+
+func (a *Adapter) handleSession(w http.ResponseWriter, r *http.Request) {
+	client := r.URL.Query().Get("client")
+	if !ValidClient(client) {
+		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionResponse{Client: client, SessionKey: a.opts.SessionKey(client)})
+}
+
+// parseSeq parses an after= value or a Last-Event-ID; empty is 0.
+func parseSeq(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a sequence number (a whole number ≥ 0)", s)
+	}
+	return n, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"response could not be encoded"}`)
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorResponse{Error: msg})
+}

@@ -1,0 +1,134 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// beginStream registers an event stream unless the adapter has stopped.
+func (a *Adapter) beginStream() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx.Err() != nil {
+		return false
+	}
+	a.streams.Add(1)
+	return true
+}
+
+// handleEvents serves GET /api/events: every entry after the resume point as
+// "id: <seq>\ndata: <json>\n\n", then each new entry as it is appended,
+// with comment heartbeats, until the client goes or the adapter stops.
+// Last-Event-ID (sent by EventSource on reconnect) wins over ?after=.
+func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	client := q.Get("client")
+	if !ValidClient(client) {
+		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
+		return
+	}
+	from, field := q.Get("after"), "after"
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		from, field = id, "Last-Event-ID"
+	}
+	last, err := parseSeq(from)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, field+": "+err.Error())
+		return
+	}
+	if !a.beginStream() {
+		writeError(w, http.StatusServiceUnavailable, "the web chat is shutting down")
+		return
+	}
+	defer a.streams.Done()
+
+	// Subscribe before the first read so nothing appended in between is missed.
+	wake, unsubscribe := a.hub.subscribe(client)
+	defer unsubscribe()
+
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's WriteTimeout
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write([]byte("retry: 2000\n: connected\n\n")); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		a.log.Warn("web event stream cannot flush", zap.Error(err))
+		return
+	}
+
+	log := a.log.With(zap.String("client", client))
+	var buf bytes.Buffer
+	// send writes every entry after last and advances it.
+	send := func() bool {
+		for {
+			entries, err := a.opts.Log.After(r.Context(), client, last, streamBatch)
+			if err != nil {
+				if r.Context().Err() == nil {
+					log.Error("web event stream cannot read the conversation", zap.Int64("after", last), zap.Error(err))
+				}
+				return false
+			}
+			if len(entries) == 0 {
+				return true
+			}
+			buf.Reset()
+			for _, e := range entries {
+				data, err := json.Marshal(e)
+				if err != nil {
+					log.Error("web entry not encoded", zap.Int64("seq", e.Seq), zap.Error(err))
+					return false
+				}
+				buf.WriteString("id: ")
+				buf.WriteString(strconv.FormatInt(e.Seq, 10))
+				buf.WriteString("\ndata: ")
+				buf.Write(data)
+				buf.WriteString("\n\n")
+				last = e.Seq
+			}
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return false
+			}
+			if err := rc.Flush(); err != nil {
+				return false
+			}
+			if len(entries) < streamBatch {
+				return true
+			}
+		}
+	}
+	if !send() {
+		return
+	}
+	heartbeat := time.NewTicker(a.opts.Heartbeat)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-a.ctx.Done():
+			return
+		case <-wake:
+			if !send() {
+				return
+			}
+		case <-heartbeat.C:
+			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package web
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Roles of conversation entries, as they appear in the API.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleAnnounce  = "announce"
+	RoleSystem    = "system"
+)
+
+// Entry is one message of a web client's conversation, exactly as the API
+// returns it (SPEC §9).
+type Entry struct {
+	Seq   int64     `json:"seq"`
+	Role  string    `json:"role"`
+	Text  string    `json:"text"`
+	RunID string    `json:"runId,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// Log persists each client's conversation. The gateway implements it over
+// the store; NewMemoryLog is the in-memory fallback.
+type Log interface {
+	// Append stores e for client and returns its seq, increasing per client.
+	// An entry whose RunID was already appended for that client returns the
+	// first seq and adds nothing.
+	Append(ctx context.Context, client string, e *Entry) (seq int64, err error)
+	// After returns up to limit entries of client with seq > after, oldest
+	// first. limit <= 0 means no limit.
+	After(ctx context.Context, client string, after int64, limit int) ([]Entry, error)
+}
+
+// MemoryLog is a Log kept in memory: for tests, and as a fallback when the
+// gateway has no store. It forgets everything when the process ends.
+type MemoryLog struct {
+	mu      sync.Mutex
+	clients map[string]*memClient
+}
+
+type memClient struct {
+	entries []Entry          // entries[i].Seq == i+1
+	runs    map[string]int64 // RunID → first seq
+}
+
+// NewMemoryLog returns an empty in-memory Log.
+func NewMemoryLog() *MemoryLog {
+	return &MemoryLog{clients: make(map[string]*memClient)}
+}
+
+var _ Log = (*MemoryLog)(nil)
+
+// Append implements Log.
+func (m *MemoryLog) Append(ctx context.Context, client string, e *Entry) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.clients[client]
+	if c == nil {
+		c = &memClient{runs: make(map[string]int64)}
+		m.clients[client] = c
+	}
+	if e.RunID != "" {
+		if seq, ok := c.runs[e.RunID]; ok {
+			return seq, nil
+		}
+	}
+	seq := int64(len(c.entries)) + 1
+	stored := *e
+	stored.Seq = seq
+	c.entries = append(c.entries, stored)
+	if e.RunID != "" {
+		c.runs[e.RunID] = seq
+	}
+	return seq, nil
+}
+
+// After implements Log.
+func (m *MemoryLog) After(ctx context.Context, client string, after int64, limit int) ([]Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.clients[client]
+	if c == nil || after >= int64(len(c.entries)) {
+		return nil, nil
+	}
+	if after < 0 {
+		after = 0
+	}
+	rest := c.entries[after:]
+	if limit > 0 && len(rest) > limit {
+		rest = rest[:limit]
+	}
+	return append([]Entry(nil), rest...), nil
+}

@@ -1,0 +1,238 @@
+package web
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// Name is the web chat's channel name.
+const Name channels.Name = "web"
+
+// Limits of the API.
+const (
+	MaxClientLen   = 64        // characters of a client id
+	MaxTextBytes   = 32 << 10  // bytes of one posted message
+	maxBodyBytes   = 256 << 10 // bytes of a POST body (JSON escapes inflate text)
+	maxPageEntries = 1000      // entries per GET /api/messages answer
+	streamBatch    = 500       // entries read from the Log per event-stream read
+)
+
+// DefaultHeartbeat is how often an idle event stream sends a comment line.
+const DefaultHeartbeat = 15 * time.Second
+
+//go:embed static/index.html
+var pageHTML []byte
+
+// Options configures the web chat.
+type Options struct {
+	// Token, when set, must come with every API request as
+	// "Authorization: Bearer <token>" or "?token=<token>". The gateway
+	// requires one when the listener is not loopback. Without a token the API
+	// answers only requests whose Host is a loopback name or address, so a
+	// web page elsewhere cannot reach it by DNS rebinding.
+	Token string
+	// SessionKey gives the requester session key of a client (the gateway's
+	// router). Nil means "agent:main:web:dm:<client>".
+	SessionKey func(client string) string
+	// Log persists the conversations. Required (NewMemoryLog for tests).
+	Log Log
+	// Logger; nil means zap.NewNop().
+	Logger *zap.Logger
+	// Heartbeat is the idle interval between event-stream comments; 0 means
+	// DefaultHeartbeat.
+	Heartbeat time.Duration
+}
+
+// Adapter is the web chat channel.
+type Adapter struct {
+	opts   Options
+	log    *zap.Logger
+	hub    *hub
+	ctx    context.Context // cancelled by Stop, and by the ctx given to Start
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	sink      channels.Sink
+	started   bool
+	stopWatch func() bool // stops the AfterFunc tying ctx to Start's ctx
+
+	streams sync.WaitGroup // open event streams; Stop waits for them
+}
+
+var (
+	_ channels.Channel     = (*Adapter)(nil)
+	_ channels.HTTPMounter = (*Adapter)(nil)
+	_ channels.Healther    = (*Adapter)(nil)
+)
+
+// New returns a web chat adapter. Its routes answer at once; posting needs
+// Start.
+func New(opts Options) (*Adapter, error) {
+	if opts.Log == nil {
+		return nil, ErrNoLog
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.SessionKey == nil {
+		opts.SessionKey = func(client string) string { return "agent:main:web:dm:" + client }
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Adapter{opts: opts, log: opts.Logger, hub: newHub(), ctx: ctx, cancel: cancel}, nil
+}
+
+// Name implements channels.Channel.
+func (a *Adapter) Name() channels.Name { return Name }
+
+// Start implements channels.Channel: from now on posted messages reach sink,
+// until ctx is cancelled or Stop is called.
+func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
+	if sink == nil {
+		return errors.New("web: start: sink is nil")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx.Err() != nil {
+		return fmt.Errorf("web: start: %w", ErrNotRunning)
+	}
+	if a.started {
+		return errors.New("web: start: already started")
+	}
+	a.sink = sink
+	a.started = true
+	a.stopWatch = context.AfterFunc(ctx, a.cancel)
+	a.log.Info("web chat started")
+	return nil
+}
+
+// Stop implements channels.Channel: it refuses new messages, ends every
+// event stream and waits for them (bounded by ctx).
+func (a *Adapter) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	a.cancel()
+	if a.stopWatch != nil {
+		a.stopWatch()
+	}
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		a.streams.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("web: stop: waiting for event streams: %w", ctx.Err())
+	}
+}
+
+// Health implements channels.Healther.
+func (a *Adapter) Health() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started || a.ctx.Err() != nil {
+		return ErrNotRunning
+	}
+	return nil
+}
+
+// runningSink returns the sink while the adapter runs.
+func (a *Adapter) runningSink() (channels.Sink, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started || a.ctx.Err() != nil {
+		return nil, false
+	}
+	return a.sink, true
+}
+
+// Send implements channels.Channel: it appends msg to the conversation of
+// the client named by to.ChatID and wakes that client's event streams. An
+// announce re-delivered with the same RunID is stored and shown once. The
+// web chat never splits a message.
+func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Message) error {
+	if to.Channel != "" && to.Channel != Name {
+		return fmt.Errorf("web: send to %s: not a web origin: %w", to, channels.ErrPermanent)
+	}
+	if !ValidClient(to.ChatID) {
+		return fmt.Errorf("web: send to %q: %w: %w", to.ChatID, ErrInvalidClient, channels.ErrPermanent)
+	}
+	var role string
+	switch msg.Kind {
+	case channels.KindReply, "":
+		role = RoleAssistant
+	case channels.KindAnnounce:
+		role = RoleAnnounce
+	case channels.KindSystem:
+		role = RoleSystem
+	default:
+		return fmt.Errorf("web: send to %s: unknown message kind %q: %w", to.ChatID, msg.Kind, channels.ErrPermanent)
+	}
+	e := &Entry{Role: role, Text: msg.Text, RunID: msg.RunID, At: time.Now().UTC()}
+	if _, err := a.append(ctx, to.ChatID, e); err != nil {
+		return fmt.Errorf("web: send %s to %s: %w", role, to.ChatID, err)
+	}
+	return nil
+}
+
+// append stores e and wakes the client's streams.
+func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, error) {
+	seq, err := a.opts.Log.Append(ctx, client, e)
+	if err != nil {
+		return 0, err
+	}
+	e.Seq = seq
+	a.hub.notify(client)
+	return seq, nil
+}
+
+// Routes implements channels.HTTPMounter.
+func (a *Adapter) Routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"GET /{$}":           a.guard(false, http.HandlerFunc(a.handlePage)),
+		"POST /api/messages": a.guard(true, http.HandlerFunc(a.handlePost)),
+		"GET /api/messages":  a.guard(true, http.HandlerFunc(a.handleList)),
+		"GET /api/events":    a.guard(true, http.HandlerFunc(a.handleEvents)),
+		"GET /api/session":   a.guard(true, http.HandlerFunc(a.handleSession)),
+	}
+}
+
+// Handler returns the routes on a fresh ServeMux, for tests and for serving
+// the web chat on its own.
+func (a *Adapter) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for pattern, h := range a.Routes() {
+		mux.Handle(pattern, h)
+	}
+	return mux
+}
+
+// ValidClient reports whether id is a valid client id: 1–64 characters of
+// [A-Za-z0-9_-].
+func ValidClient(id string) bool {
+	if len(id) == 0 || len(id) > MaxClientLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
