@@ -129,6 +129,9 @@ func New(opts Options) (*Adapter, error) {
 		if opts.WebhookSecret == "" {
 			return nil, errors.New("telegram: webhookSecret is required with webhookUrl (it authenticates Telegram's requests)")
 		}
+		if !validSecret.MatchString(opts.WebhookSecret) {
+			return nil, errors.New("telegram: webhookSecret must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's rule for secret_token)")
+		}
 	}
 	if opts.WebhookPath == "" {
 		opts.WebhookPath = DefaultWebhookPath
@@ -440,6 +443,8 @@ func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields) (channels.Inbo
 		At:         time.Unix(int64(m.Date), 0),
 	}, true
 }
+
+var validSecret = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
 
 var spaces = regexp.MustCompile(`[ \t]{2,}`)
 

@@ -221,10 +221,12 @@ func TestWebhook(t *testing.T) {
 	}
 }
 
-func TestWebhookNeedsSecret(t *testing.T) {
-	_, err := New(Options{BotToken: token, WebhookURL: "https://herald.example.org/telegram/webhook"})
-	if err == nil || !strings.Contains(err.Error(), "webhookSecret") {
-		t.Errorf("err = %v, want webhookSecret required", err)
+func TestWebhookNeedsValidSecret(t *testing.T) {
+	for _, secret := range []string{"", "has space", strings.Repeat("x", 257)} {
+		_, err := New(Options{BotToken: token, WebhookURL: "https://herald.example.org/telegram/webhook", WebhookSecret: secret})
+		if err == nil || !strings.Contains(err.Error(), "webhookSecret") {
+			t.Errorf("secret %q: err = %v, want a webhookSecret error", secret, err)
+		}
 	}
 }
 
