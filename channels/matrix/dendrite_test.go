@@ -1,0 +1,264 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/matrix/matrixtest"
+)
+
+// testHS is the Dendrite shared by this package's integration tests, started
+// in TestMain when available.
+var (
+	testHS      *matrixtest.Homeserver
+	testHSError string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if ok, why := matrixtest.Available(); !ok {
+		testHSError = why
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "herald-dendrite-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "matrix tests: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	hs, err := matrixtest.Launch(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "matrix tests: start Dendrite:", err)
+		return 1
+	}
+	defer hs.Close()
+	testHS = hs
+	return m.Run()
+}
+
+func requireHS(t *testing.T) *matrixtest.Homeserver {
+	t.Helper()
+	if testHS == nil {
+		t.Skip("Dendrite integration test skipped: " + testHSError)
+	}
+	return testHS
+}
+
+// inbox collects what an adapter delivers.
+type inbox chan channels.Inbound
+
+func (in inbox) sink(_ context.Context, msg channels.Inbound) { in <- msg }
+
+// next waits for the next delivered message.
+func (in inbox) next(t *testing.T) channels.Inbound {
+	t.Helper()
+	select {
+	case msg := <-in:
+		return msg
+	case <-time.After(matrixtest.WaitTimeout):
+		t.Fatalf("no inbound message delivered within %s", matrixtest.WaitTimeout)
+		return channels.Inbound{}
+	}
+}
+
+func startBot(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, threads string) (*Adapter, inbox) {
+	t.Helper()
+	a, err := New(Options{
+		Homeserver:    hs.URL,
+		UserID:        string(bot.UserID),
+		AccessToken:   bot.AccessToken,
+		AutoJoin:      true,
+		ThreadReplies: threads,
+		Access:        channels.Access{GroupPolicy: channels.GroupOpen},
+		Logger:        zaptest.NewLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(inbox, 32)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx, in.sink); err != nil {
+		cancel()
+		t.Fatalf("start adapter: %v", err)
+	}
+	t.Cleanup(func() {
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stopCancel()
+		if err := a.Stop(stopCtx); err != nil {
+			t.Errorf("stop adapter: %v", err)
+		}
+		cancel()
+	})
+	return a, in
+}
+
+func send(t *testing.T, a *Adapter, to channels.Origin, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: text}); err != nil {
+		t.Fatalf("send %q to %s: %v", text, to, err)
+	}
+}
+
+func relation(t *testing.T, evt *event.Event) *event.RelatesTo {
+	t.Helper()
+	msg, ok := evt.Content.Parsed.(*event.MessageEventContent)
+	if !ok || msg.RelatesTo == nil {
+		t.Fatalf("event %s has no m.relates_to: %s", evt.ID, evt.Content.VeryRaw)
+	}
+	return msg.RelatesTo
+}
+
+// TestDendriteThreads drives the adapter against a real homeserver the way a
+// person in a group room would: thread replies go to the thread that asked.
+func TestDendriteThreads(t *testing.T) {
+	hs := requireHS(t)
+	alice := hs.RegisterUser(t, "alice")
+	carol := hs.RegisterUser(t, "carol")
+	bot := hs.RegisterUser(t, "herald")
+
+	a, in := startBot(t, hs, bot, ThreadsInbound)
+	if got := a.UserID(); got != string(bot.UserID) {
+		t.Fatalf("adapter user id = %q, want %q", got, bot.UserID)
+	}
+
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID) // auto-join on invite
+	if _, err := carol.JoinRoomByID(context.Background(), room); err != nil {
+		t.Fatalf("carol joins: %v", err)
+	}
+	matrixtest.WaitJoined(t, alice, room, carol.UserID)
+
+	// A root without a mention is not for the bot; the reply in its thread
+	// that names the bot is, and carries the thread root.
+	root := matrixtest.Post(t, alice, room, "let's plan the release")
+	ask := matrixtest.PostInThread(t, alice, room, root, "herald: can you summarize the open issues?")
+	got := in.next(t)
+	want := channels.Origin{Channel: "matrix", ChatID: string(room), ChatType: channels.ChatGroup,
+		ThreadID: string(root), SenderID: string(alice.UserID), MessageID: string(ask)}
+	if got.Origin != want {
+		t.Fatalf("inbound origin = %+v\nwant %+v", got.Origin, want)
+	}
+	if got.Text != "can you summarize the open issues?" || !got.Mentioned {
+		t.Fatalf("inbound text %q mentioned %v; want the question without the leading mention, mentioned", got.Text, got.Mentioned)
+	}
+
+	send(t, a, got.Origin, "Three issues are open.")
+	replies := matrixtest.WaitThreadMessages(t, alice, room, root, bot.UserID, 1)
+	rel := relation(t, replies[0])
+	if rel.Type != event.RelThread || rel.EventID != root || !rel.IsFallingBack || rel.GetReplyTo() != ask {
+		t.Fatalf("reply relation = %+v (in_reply_to %q); want m.thread to %s, falling back to %s", rel, rel.GetReplyTo(), root, ask)
+	}
+	if body := replies[0].Content.AsMessage().Body; body != "Three issues are open." {
+		t.Fatalf("reply body = %q", body)
+	}
+	assertSyncSees(t, alice, room, replies[0].ID, root)
+
+	// In a thread the bot is in, carol need not mention it.
+	follow := matrixtest.PostInThread(t, carol, room, root, "and which one is the riskiest?")
+	got = in.next(t)
+	if got.Origin.ThreadID != string(root) || got.Origin.MessageID != string(follow) || !got.Mentioned || got.Origin.SenderID != string(carol.UserID) {
+		t.Fatalf("follow-up in the bot's thread: got %+v mentioned=%v", got.Origin, got.Mentioned)
+	}
+
+	// A second thread, addressed through m.mentions, gets its own thread id.
+	root2 := matrixtest.Post(t, carol, room, "separate topic: the CI budget")
+	matrixtest.PostInThread(t, carol, room, root2, "what do you think?", bot.UserID)
+	got = in.next(t)
+	if got.Origin.ThreadID != string(root2) {
+		t.Fatalf("second thread: ThreadID = %q, want %q", got.Origin.ThreadID, root2)
+	}
+	send(t, a, got.Origin, "Keep it under 90 minutes.")
+	second := matrixtest.WaitThreadMessages(t, carol, room, root2, bot.UserID, 1)
+	if r := relation(t, second[0]); r.EventID != root2 {
+		t.Fatalf("second thread reply rooted at %s, want %s", r.EventID, root2)
+	}
+	if n := len(matrixtest.WaitThreadMessages(t, alice, room, root, bot.UserID, 1)); n != 1 {
+		t.Fatalf("first thread has %d bot replies after the second thread's answer, want 1", n)
+	}
+
+	// A long answer is split and every part stays in the thread.
+	long := strings.Repeat(strings.Repeat("x", 99)+"\n", 200) // 20000 characters
+	send(t, a, got.Origin, long)
+	parts := matrixtest.WaitThreadMessages(t, carol, room, root2, bot.UserID, 3)
+	if len(parts) != 3 {
+		t.Fatalf("got %d bot messages in the second thread, want 1 + 2 parts", len(parts))
+	}
+	for _, p := range parts[1:] {
+		if n := len([]rune(p.Content.AsMessage().Body)); n > channels.LimitMatrix {
+			t.Fatalf("part of %d characters exceeds %d", n, channels.LimitMatrix)
+		}
+	}
+}
+
+// assertSyncSees checks that c's own /sync shows evt in room as part of the
+// thread rooted at root.
+func assertSyncSees(t *testing.T, c *mautrix.Client, room id.RoomID, evtID, root id.EventID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.FullSyncRequest(ctx, mautrix.ReqSync{Timeout: 0})
+	if err != nil {
+		t.Fatalf("%s /sync: %v", c.UserID, err)
+	}
+	joined := resp.Rooms.Join[room]
+	if joined == nil {
+		t.Fatalf("%s /sync has no joined room %s", c.UserID, room)
+	}
+	for _, evt := range joined.Timeline.Events {
+		if evt.ID != evtID {
+			continue
+		}
+		_ = evt.Content.ParseRaw(evt.Type)
+		if r := relation(t, evt); r.Type != event.RelThread || r.EventID != root {
+			t.Fatalf("/sync shows %s with relation %+v, want m.thread to %s", evtID, r, root)
+		}
+		return
+	}
+	t.Fatalf("%s /sync timeline of %s lacks the bot's event %s", c.UserID, room, evtID)
+}
+
+// TestDendriteThreadAlwaysAndDM: with threadReplies "always" a top-level
+// message gets its answer in a thread rooted at it; a two-person room is a DM
+// where no mention is needed; messages from before the start are not replayed.
+func TestDendriteThreadAlwaysAndDM(t *testing.T) {
+	hs := requireHS(t)
+	alice := hs.RegisterUser(t, "alice")
+	bot := hs.RegisterUser(t, "herald")
+
+	// The bot is invited while offline, and alice talks before it starts.
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
+	if _, err := bot.JoinRoomByID(context.Background(), room); err != nil {
+		t.Fatalf("bot joins: %v", err)
+	}
+	matrixtest.Post(t, alice, room, "are you there? (sent before the bot started)")
+
+	a, in := startBot(t, hs, bot, ThreadsAlways)
+	q := matrixtest.Post(t, alice, room, "what's the weather like")
+	got := in.next(t)
+	if got.Origin.MessageID != string(q) {
+		t.Fatalf("first delivered message is %s (%q), want the one sent after start %s", got.Origin.MessageID, got.Text, q)
+	}
+	if got.Origin.ChatType != channels.ChatDM || got.Origin.ThreadID != string(q) {
+		t.Fatalf("origin = %+v; want a dm with ThreadID = the message itself", got.Origin)
+	}
+	send(t, a, got.Origin, "Sunny.")
+	replies := matrixtest.WaitThreadMessages(t, alice, room, q, bot.UserID, 1)
+	if r := relation(t, replies[0]); r.EventID != q || r.GetReplyTo() != q {
+		t.Fatalf("reply relation = %+v; want m.thread rooted at and replying to %s", r, q)
+	}
+}
