@@ -1,0 +1,13 @@
+package tools
+
+import "errors"
+
+var (
+	// ErrBadArguments is wrapped by every error about a tool call's arguments.
+	ErrBadArguments = errors.New("bad arguments")
+	// ErrOutsideWorkspace is wrapped when a path leaves the agent workspace,
+	// lexically or through a symbolic link.
+	ErrOutsideWorkspace = errors.New("outside the workspace")
+	// ErrNoWorkspace is returned when the call context names no workspace.
+	ErrNoWorkspace = errors.New("no workspace configured")
+)

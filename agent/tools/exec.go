@@ -1,0 +1,253 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+)
+
+// ExecName is the exec tool's name.
+const ExecName = "exec"
+
+// Defaults of the exec tool.
+const (
+	DefaultExecTimeout   = 60 * time.Second
+	DefaultExecMaxOutput = 64 << 10
+)
+
+// drainWait bounds how long exec waits for output after the shell exited and
+// its process group was killed (a process that left the group may still hold
+// the pipe).
+const drainWait = 2 * time.Second
+
+// execEnvPassthrough are the variables of Herald's own environment a command
+// sees. Everything else (API keys, tokens) stays out of reach of the model.
+var execEnvPassthrough = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
+
+type execTool struct {
+	timeout time.Duration
+	max     int
+	env     []string
+	log     *zap.Logger
+}
+
+var execFields = []field{
+	{"command", "string", true, "shell command, run with sh -c in the workspace directory"},
+	{"timeoutSeconds", "integer", false, "stop the command after this many seconds (may only lower the configured limit)"},
+}
+
+// NewExec returns the exec tool.
+func NewExec(opts Options) agent.Tool {
+	o := opts.withDefaults()
+	return &execTool{timeout: o.ExecTimeout, max: o.ExecMaxOutput, env: o.ExecEnv, log: o.Logger.Named("exec")}
+}
+
+func (t *execTool) Group() string { return agent.GroupExec }
+
+func (t *execTool) Spec() agent.ToolSpec {
+	return agent.ToolSpec{
+		Name: ExecName,
+		Description: fmt.Sprintf("Run a shell command (sh -c) in your workspace directory and return its exit code "+
+			"and combined stdout and stderr. The command is killed, with everything it started, after %d seconds "+
+			"(timedOut is then true). Output beyond %d bytes is cut in the middle (truncated is then true). "+
+			"stdin is empty; the environment holds only PATH, HOME, locale and similar basics.",
+			int(t.timeout/time.Second), t.max),
+		Schema: schema(execFields...),
+	}
+}
+
+type execResult struct {
+	ExitCode  int    `json:"exitCode"`
+	Output    string `json:"output"`
+	TimedOut  bool   `json:"timedOut"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+func (t *execTool) Call(ctx context.Context, cc agent.CallContext, raw json.RawMessage) (string, error) {
+	a, err := decodeArgs(ExecName, raw, execFields...)
+	if err != nil {
+		return "", err
+	}
+	command, err := a.str("command")
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(command) == "" {
+		return "", fmt.Errorf("%s: %w: command is empty; give a shell command such as \"ls -la\"", ExecName, ErrBadArguments)
+	}
+	secs, err := a.integer("timeoutSeconds", 0)
+	if err != nil {
+		return "", err
+	}
+	timeout := t.timeout
+	if secs > 0 && time.Duration(secs)*time.Second < timeout {
+		timeout = time.Duration(secs) * time.Second
+	}
+	if cc.Workspace == "" {
+		return "", fmt.Errorf("%s: %w for agent %q", ExecName, ErrNoWorkspace, cc.AgentID)
+	}
+	if err := os.MkdirAll(cc.Workspace, 0o755); err != nil {
+		return "", fmt.Errorf("%s: create workspace %s: %w", ExecName, cc.Workspace, err)
+	}
+
+	res, err := t.run(ctx, cc.Workspace, command, timeout)
+	if err != nil {
+		return "", err
+	}
+	return result(ExecName, res)
+}
+
+func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Duration) (execResult, error) {
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	// The command writes into a pipe we own (an *os.File, so os/exec starts
+	// no copy goroutine): Wait returns when the shell exits, after which the
+	// whole process group is killed and the pipe drained.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return execResult{}, fmt.Errorf("%s: create output pipe: %w", ExecName, err)
+	}
+	cmd := exec.CommandContext(runCtx, "/bin/sh", "-c", command)
+	cmd.Dir = dir
+	cmd.Env = t.environ(dir)
+	cmd.Stdout, cmd.Stderr = pw, pw
+	setProcessGroup(cmd)
+	cmd.Cancel = func() error { return killProcessGroup(cmd) }
+
+	out := newCapBuffer(t.max)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := pr.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	start := time.Now()
+	startErr := cmd.Start()
+	pw.Close()
+	var waitErr error
+	if startErr == nil {
+		waitErr = cmd.Wait()
+		// Leftover background processes (cmd &) die with the group.
+		_ = killProcessGroup(cmd)
+	}
+	select {
+	case <-drained:
+	case <-time.After(drainWait):
+	}
+	pr.Close()
+	<-drained
+	if startErr != nil {
+		return execResult{}, fmt.Errorf("%s: start sh: %w", ExecName, startErr)
+	}
+
+	res := execResult{ExitCode: cmd.ProcessState.ExitCode()}
+	res.Output, res.Truncated = out.String()
+	parentDone := ctx.Err() != nil
+	res.TimedOut = errors.Is(runCtx.Err(), context.DeadlineExceeded) && !parentDone
+	t.log.Debug("exec finished",
+		zap.String("dir", dir),
+		zap.Int("commandBytes", len(command)),
+		zap.Int("exitCode", res.ExitCode),
+		zap.Bool("timedOut", res.TimedOut),
+		zap.Duration("took", time.Since(start)))
+	if parentDone {
+		return execResult{}, fmt.Errorf("%s: command stopped: %w", ExecName, ctx.Err())
+	}
+	if res.TimedOut {
+		res.Output += fmt.Sprintf("\n[killed after %s timeout]", timeout)
+	}
+	var ee *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &ee) && runCtx.Err() == nil {
+		return execResult{}, fmt.Errorf("%s: wait: %w", ExecName, waitErr)
+	}
+	return res, nil
+}
+
+func (t *execTool) environ(dir string) []string {
+	env := make([]string, 0, len(execEnvPassthrough)+len(t.env)+2)
+	for _, k := range execEnvPassthrough {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	if _, ok := os.LookupEnv("PATH"); !ok {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	env = append(env, "PWD="+dir, "TERM=dumb")
+	return append(env, t.env...)
+}
+
+// capBuffer keeps the first and last max/2 bytes written to it and counts
+// the rest.
+type capBuffer struct {
+	mu    sync.Mutex
+	max   int
+	head  []byte
+	tail  []byte // ring of up to max-max/2 bytes
+	pos   int    // next write position in tail once it is full
+	total int64
+}
+
+func newCapBuffer(max int) *capBuffer { return &capBuffer{max: max} }
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(p)
+	b.total += int64(n)
+	headMax := b.max / 2
+	if room := headMax - len(b.head); room > 0 {
+		k := min(room, len(p))
+		b.head = append(b.head, p[:k]...)
+		p = p[k:]
+	}
+	tailMax := b.max - headMax
+	if tailMax == 0 {
+		return n, nil
+	}
+	if len(p) >= tailMax {
+		b.tail = append(b.tail[:0], p[len(p)-tailMax:]...)
+		b.pos = 0
+		return n, nil
+	}
+	for _, c := range p {
+		if len(b.tail) < tailMax {
+			b.tail = append(b.tail, c)
+			continue
+		}
+		b.tail[b.pos] = c
+		b.pos = (b.pos + 1) % tailMax
+	}
+	return n, nil
+}
+
+// String returns the kept output and whether some was dropped.
+func (b *capBuffer) String() (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tail := append(append([]byte(nil), b.tail[b.pos:]...), b.tail[:b.pos]...)
+	kept := int64(len(b.head) + len(tail))
+	if kept == b.total {
+		return string(b.head) + string(tail), false
+	}
+	return fmt.Sprintf("%s\n[output truncated: %d of %d bytes omitted here]\n%s",
+		b.head, b.total-kept, b.total, tail), true
+}
