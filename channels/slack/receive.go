@@ -248,14 +248,19 @@ func mentions(text, botID string) bool {
 	return botID != "" && (strings.Contains(text, "<@"+botID+">") || strings.Contains(text, "<@"+botID+"|"))
 }
 
+var leadingMention = regexp.MustCompile(`^\s*<@([A-Z0-9]+)(?:\|[^>]*)?>[\s:,]*`)
+
 // stripMention removes a leading <@BOTID> (or <@BOTID|name>) and the
 // separator after it.
 func stripMention(text, botID string) string {
 	if botID == "" {
 		return strings.TrimSpace(text)
 	}
-	re := regexp.MustCompile(`^\s*<@` + regexp.QuoteMeta(botID) + `(?:\|[^>]*)?>[\s:,]*`)
-	return strings.TrimSpace(re.ReplaceAllString(text, ""))
+	loc := leadingMention.FindStringSubmatchIndex(text)
+	if loc == nil || text[loc[2]:loc[3]] != botID {
+		return strings.TrimSpace(text)
+	}
+	return strings.TrimSpace(text[loc[1]:])
 }
 
 // Routes returns the Events API and slash command handlers in http mode,

@@ -239,7 +239,10 @@ func (a *Adapter) Stop(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		a.setHealth(errors.New("slack: stopped"))
+		a.mu.Lock()
+		a.started, a.cancel, a.runCtx, a.sink = false, nil, nil, nil
+		a.health = errors.New("slack: stopped")
+		a.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("slack: stop: %w", ctx.Err())
