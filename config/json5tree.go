@@ -143,7 +143,7 @@ func (p *parser) skip() error {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
 			p.i++
 		case c == '/' && p.i+1 < len(p.src) && p.src[p.i+1] == '/':
-			for p.i < len(p.src) && p.src[p.i] != '\n' {
+			for p.i < len(p.src) && p.src[p.i] != '\n' && p.src[p.i] != '\r' {
 				p.i++
 			}
 		case c == '/' && p.i+1 < len(p.src) && p.src[p.i+1] == '*':
