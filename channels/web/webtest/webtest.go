@@ -129,7 +129,8 @@ func Chat(ctx context.Context, url, text string) error {
 		}
 	}
 	if err := chromedp.Do(ctx,
-		chromedp.SetValue(chromedp.CSS("#input"), ""),
+		chromedp.Focus(chromedp.CSS("#input")),
+		evalVoid(`document.querySelector("#input").value = ""`),
 		chromedp.SendKeys(chromedp.CSS("#input"), text),
 		chromedp.Click(chromedp.CSS("#send")),
 		// The page empties the input once the gateway accepted the message.
@@ -168,7 +169,7 @@ func WaitMessages(ctx context.Context, role string, n int) ([]string, error) {
 
 // Screenshot saves a PNG of the tab to path, for a person to look at.
 func Screenshot(ctx context.Context, path string) error {
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		return fmt.Errorf("screenshot: %w", err)
 	}
@@ -192,4 +193,12 @@ func roleName(role string) string {
 		return "any"
 	}
 	return role
+}
+
+// evalVoid runs a JavaScript expression whose value does not matter.
+func evalVoid(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[any](expr+"; null")(ctx, t)
+		return err
+	})
 }
