@@ -1,0 +1,243 @@
+// Package providers implements agent.Provider for each configured model API:
+// "anthropic" (the Anthropic Messages API through anthropic-sdk-go),
+// "openai" and "openai-compatible" (Chat Completions through openai-go, the
+// latter for Ollama, vLLM, llama.cpp server and OpenRouter), and "demo", an
+// offline scripted model for trying Herald without an API key.
+//
+// It owns the mapping between the neutral agent.Request/Response and each
+// wire format, thinking levels, usage mapping, and retries (429 and 5xx with
+// backoff honouring Retry-After). It must not run the model loop, call
+// tools, or know sessions: it answers one Request at a time.
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/config"
+)
+
+// API names accepted in models.providers.<id>.api.
+const (
+	APIAnthropic        = "anthropic"
+	APIOpenAI           = "openai"
+	APIOpenAICompatible = "openai-compatible"
+	APIDemo             = "demo"
+)
+
+// Defaults used when Options leaves a field zero.
+const (
+	DefaultMaxRetries    = 4
+	DefaultBackoffBase   = time.Second
+	DefaultMaxBackoff    = 30 * time.Second
+	DefaultMaxRetryAfter = 2 * time.Minute
+	// DefaultAnthropicMaxTokens is max_tokens when neither the request nor
+	// the model config sets one (the Messages API requires it).
+	DefaultAnthropicMaxTokens = 4096
+)
+
+// ErrUnknownAPI is returned by New for an api value it does not know.
+var ErrUnknownAPI = errors.New("unknown provider api")
+
+// Options tunes a provider. The zero value is usable.
+type Options struct {
+	Logger     *zap.Logger  // nil → zap.NewNop()
+	HTTPClient *http.Client // nil → a plain client; calls are bounded by ctx
+	// MaxRetries is how often a 429, 5xx or connection failure is retried:
+	// 0 → DefaultMaxRetries, negative → never.
+	MaxRetries int
+	// BackoffBase is the first backoff (doubled per retry, with jitter) when
+	// the server sends no Retry-After. 0 → DefaultBackoffBase.
+	BackoffBase time.Duration
+	// MaxBackoff caps the computed backoff. 0 → DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// MaxRetryAfter is the longest Retry-After honoured; a server asking
+	// for more ends the call with its error. 0 → DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	// Sleep waits d or until ctx ends (returning ctx.Err()). nil → a timer.
+	// Tests replace it to record delays without waiting. The demo model's
+	// "wait Ns" uses it too.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = DefaultMaxRetries
+	} else if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleepCtx
+	}
+	return o
+}
+
+// New returns the provider configured as models.providers.<id>.
+func New(id string, p config.Provider, opts Options) (agent.Provider, error) {
+	opts = opts.withDefaults()
+	log := opts.Logger.Named("provider").With(zap.String("provider", id), zap.String("api", p.API))
+	switch p.API {
+	case APIAnthropic:
+		return newAnthropic(id, p, opts, log)
+	case APIOpenAI, APIOpenAICompatible:
+		return newOpenAI(id, p, opts, log)
+	case APIDemo:
+		return NewDemo(DemoOptions{Sleep: opts.Sleep}), nil
+	}
+	return nil, fmt.Errorf("provider %q: %w %q (want anthropic, openai, openai-compatible or demo)", id, ErrUnknownAPI, p.API)
+}
+
+// modelConfig finds the configured model, if any.
+func modelConfig(p config.Provider, model string) config.Model {
+	for _, m := range p.Models {
+		if m.ID == model {
+			return m
+		}
+	}
+	return config.Model{}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// failure is one failed attempt, classified.
+type failure struct {
+	status     int    // HTTP status; 0 = no response (connection failure)
+	message    string // the provider's own error message
+	retryAfter string // the Retry-After header
+	retryMS    string // the retry-after-ms header
+}
+
+func (f failure) retryable() bool {
+	return f.status == 0 || f.status == http.StatusTooManyRequests || f.status >= 500
+}
+
+// retrier runs attempts of one call with backoff.
+type retrier struct {
+	provider string
+	opts     Options
+	log      *zap.Logger
+}
+
+// do runs attempt until it succeeds, fails for good, retries run out, or
+// ctx ends. classify turns an attempt's error into a failure.
+func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.Response, error), classify func(error) failure) (*agent.Response, error) {
+	for n := 0; ; n++ {
+		start := time.Now()
+		resp, err := attempt(ctx)
+		if err == nil {
+			r.log.Debug("model call done", zap.Int("attempt", n+1), zap.Duration("latency", time.Since(start)),
+				zap.Int64("inputTokens", resp.Usage.Input), zap.Int64("outputTokens", resp.Usage.Output))
+			return resp, nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("%s: model call: %w", r.provider, ctxErr)
+		}
+		f := classify(err)
+		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message}
+		if !f.retryable() {
+			r.log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
+			return nil, perr
+		}
+		if n >= r.opts.MaxRetries {
+			r.log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
+			return nil, perr
+		}
+		delay, ok := r.delay(n, f)
+		if !ok {
+			r.log.Warn("model call rate limited beyond the longest wait", zap.Int("status", f.status),
+				zap.String("retryAfter", f.retryAfter), zap.Duration("maxRetryAfter", r.opts.MaxRetryAfter))
+			perr.Message = fmt.Sprintf("%s (server asked to retry after %s, more than the %s Herald waits)", f.message, delay, r.opts.MaxRetryAfter)
+			return nil, perr
+		}
+		r.log.Info("retrying model call", zap.Int("attempt", n+1), zap.Int("status", f.status),
+			zap.String("message", f.message), zap.Duration("delay", delay))
+		if err := r.opts.Sleep(ctx, delay); err != nil {
+			return nil, fmt.Errorf("%s: waiting to retry model call: %w", r.provider, err)
+		}
+	}
+}
+
+// delay returns how long to wait before retry n+1; ok is false when the
+// server asked for more than MaxRetryAfter.
+func (r *retrier) delay(n int, f failure) (time.Duration, bool) {
+	if d, found := parseRetryAfter(f.retryMS, f.retryAfter, time.Now()); found {
+		return d, d <= r.opts.MaxRetryAfter
+	}
+	d := r.opts.BackoffBase << min(n, 20)
+	if d <= 0 || d > r.opts.MaxBackoff {
+		d = r.opts.MaxBackoff
+	}
+	// Jitter: somewhere in [d/2, d].
+	if half := int64(d / 2); half > 0 {
+		d = time.Duration(half + rand.Int64N(half+1))
+	}
+	return d, true
+}
+
+// parseRetryAfter reads retry-after-ms (milliseconds) or Retry-After
+// (seconds or an HTTP date).
+func parseRetryAfter(ms, header string, now time.Time) (time.Duration, bool) {
+	if v, err := strconv.ParseFloat(strings.TrimSpace(ms), 64); err == nil && v >= 0 {
+		return time.Duration(v * float64(time.Millisecond)), true
+	}
+	header = strings.TrimSpace(header)
+	if header == "" {
+		return 0, false
+	}
+	if v, err := strconv.ParseFloat(header, 64); err == nil && v >= 0 {
+		return time.Duration(v * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(header); err == nil {
+		return max(0, t.Sub(now)), true
+	}
+	return 0, false
+}
+
+// thinkingBudget is Anthropic's budget_tokens for a thinking level (0 = off).
+func thinkingBudget(level string) int64 {
+	switch level {
+	case agent.ThinkingLow:
+		return 1024
+	case agent.ThinkingMedium:
+		return 4096
+	case agent.ThinkingHigh:
+		return 16384
+	}
+	return 0
+}
