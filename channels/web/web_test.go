@@ -750,13 +750,22 @@ func TestConcurrentClientsIsolated(t *testing.T) {
 			if !strings.Contains(e.Text, client+" msg ") {
 				t.Fatalf("%s sees %q", client, e.Text)
 			}
-			wantRole := "user"
-			if i%2 == 1 {
-				wantRole = "assistant"
+		}
+		// Each message and its echo, in any interleaving (a reply may land
+		// after the client's next message).
+		var users, replies []string
+		for _, e := range got {
+			switch e.Role {
+			case "user":
+				users = append(users, e.Text)
+			case "assistant":
+				replies = append(replies, strings.TrimPrefix(e.Text, "echo: "))
 			}
-			if e.Role != wantRole {
-				t.Fatalf("%s: entry %d role %s, want %s", client, i, e.Role, wantRole)
-			}
+		}
+		slices.Sort(users)
+		slices.Sort(replies)
+		if len(users) != per || !slices.Equal(users, replies) {
+			t.Fatalf("%s: users %q, replies %q", client, users, replies)
 		}
 	}
 }
