@@ -489,3 +489,24 @@ func TestExpandHome(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsExampleIsValid keeps docs/configuration.md's example loadable.
+func TestDocsExampleIsValid(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "configuration.md"))
+	if err != nil {
+		t.Skip("docs not present:", err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## Example")
+	_, rest, ok2 := strings.Cut(rest, "```json5\n")
+	example, _, ok3 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("no json5 block under ## Example")
+	}
+	cfg, err := Parse("docs example", []byte(example), mapEnv(fullEnv))
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
