@@ -228,13 +228,15 @@ func (b *capBuffer) Write(p []byte) (int, error) {
 		b.pos = 0
 		return n, nil
 	}
-	for _, c := range p {
-		if len(b.tail) < tailMax {
-			b.tail = append(b.tail, c)
-			continue
-		}
-		b.tail[b.pos] = c
-		b.pos = (b.pos + 1) % tailMax
+	if room := tailMax - len(b.tail); room > 0 {
+		k := min(room, len(p))
+		b.tail = append(b.tail, p[:k]...)
+		p = p[k:]
+	}
+	for len(p) > 0 { // the ring is full: overwrite the oldest bytes
+		k := copy(b.tail[b.pos:], p)
+		p = p[k:]
+		b.pos = (b.pos + k) % tailMax
 	}
 	return n, nil
 }

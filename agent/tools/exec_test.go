@@ -185,6 +185,8 @@ func TestCapBuffer(t *testing.T) {
 		{[]string{"abcd", "efghij"}, "abcd\n[output truncated: 2 of 10 bytes omitted here]\nghij", true},
 		{[]string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}, "abcd\n[output truncated: 1 of 9 bytes omitted here]\nfghi", true},
 		{[]string{"abcdefghijklmnop"}, "abcd\n[output truncated: 8 of 16 bytes omitted here]\nmnop", true},
+		{[]string{"abcdef", "gh", "ijk"}, "abcd\n[output truncated: 3 of 11 bytes omitted here]\nhijk", true},
+		{[]string{"abcdefg", "hijkl", "m"}, "abcd\n[output truncated: 5 of 13 bytes omitted here]\njklm", true},
 	}
 	for _, tt := range tests {
 		b := newCapBuffer(8)

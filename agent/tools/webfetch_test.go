@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // newWebServer is a fake site: /page (HTML), /text, /big (1 MB of text),
@@ -118,5 +119,17 @@ func TestWebFetchUnreachable(t *testing.T) {
 	_, err := NewWebFetch(Options{}).Call(context.Background(), agentCC(), json.RawMessage(`{"url":"`+url+`/x"}`))
 	if err == nil || !strings.Contains(err.Error(), "fetch "+url+"/x") {
 		t.Fatalf("want a fetch error naming the URL, got %v", err)
+	}
+}
+
+func TestWebFetchTimeCap(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers
+	}))
+	t.Cleanup(srv.Close)
+	tool := NewWebFetch(Options{HTTPClient: srv.Client(), FetchTimeout: 50 * time.Millisecond})
+	_, err := tool.Call(context.Background(), agentCC(), json.RawMessage(`{"url":"`+srv.URL+`/slow"}`))
+	if err == nil || !strings.Contains(err.Error(), "no answer within 50ms") {
+		t.Fatalf("want a time-cap error, got %v", err)
 	}
 }
