@@ -91,16 +91,21 @@ func Default(env func(string) (string, bool)) *Config {
 	}
 	cfg := &Config{}
 	cfg.Models.Providers, cfg.Agents.Defaults.Model = autoProviders(env)
-	cfg.applyDefaults(env)
+	cfg.ApplyDefaults(env)
 	cfg.src = &source{file: "(built-in default config)"}
 	return cfg
 }
 
 var knownAPIs = []string{"anthropic", "openai", "openai-compatible", "demo"}
 
-// applyDefaults fills every unset value. Plain numbers that are 0 take their
-// default; pointer fields take it when nil.
-func (c *Config) applyDefaults(env func(string) (string, bool)) {
+// ApplyDefaults fills every unset value; Load and Default call it, and tests
+// that build a Config by hand may too. Plain numbers that are 0 take their
+// default; pointer fields take it when nil. env (nil = the process
+// environment) picks the model when no provider is configured.
+func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
+	if env == nil {
+		env = osLookupEnv
+	}
 	g := &c.Gateway
 	setStr(&g.HTTP.Listen, DefaultListen)
 	setStr(&g.LogLevel, DefaultLogLevel)

@@ -120,7 +120,7 @@ func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, 
 	if err := probs.errOrNil(); err != nil {
 		return nil, err
 	}
-	cfg.applyDefaults(env)
+	cfg.ApplyDefaults(env)
 	return cfg, nil
 }
 
