@@ -49,10 +49,3 @@ func (h *hub) notify(client string) {
 		}
 	}
 }
-
-// count returns the number of open streams of client.
-func (h *hub) count(client string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.subs[client])
-}
