@@ -67,6 +67,7 @@ cmd_start() {
 	local dir="${1:-}" port="${2:-}"
 	[[ -n "$dir" && -n "$port" ]] || die "usage: dendrite.sh start <dir> <port>"
 	have_binaries || die "binaries missing in $BIN_DIR: run 'scripts/dendrite.sh build' first"
+	command -v curl >/dev/null || die "curl is needed to wait for Dendrite to answer"
 	mkdir -p "$dir"
 	dir="$(cd "$dir" && pwd)"
 	if [[ -f "$dir/dendrite.pid" ]] && kill -0 "$(cat "$dir/dendrite.pid")" 2>/dev/null; then

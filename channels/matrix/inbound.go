@@ -70,7 +70,7 @@ func (a *Adapter) onMember(ctx context.Context, evt *event.Event) {
 	}
 	if evt.Mautrix.EventSource&event.SourceJoin != 0 && evt.Mautrix.EventSource&event.SourceTimeline != 0 {
 		a.mu.Lock()
-		delete(a.dmRooms.vals, string(evt.RoomID))
+		a.dmRooms.del(string(evt.RoomID))
 		a.mu.Unlock()
 	}
 }

@@ -37,4 +37,18 @@ func (r *recent) has(key string) bool {
 	return ok
 }
 
+// del forgets key.
+func (r *recent) del(key string) {
+	if _, ok := r.vals[key]; !ok {
+		return
+	}
+	delete(r.vals, key)
+	for i, k := range r.order {
+		if k == key {
+			r.order = append(r.order[:i], r.order[i+1:]...)
+			break
+		}
+	}
+}
+
 func (r *recent) len() int { return len(r.vals) }
