@@ -27,11 +27,11 @@ type anthropicMessage struct {
 }
 
 type anthropicRequest struct {
-	Model     string          `json:"model"`
-	MaxTokens *int64          `json:"max_tokens"`
-	System    json.RawMessage `json:"system"`
+	Model     string             `json:"model"`
+	MaxTokens *int64             `json:"max_tokens"`
+	System    json.RawMessage    `json:"system"`
 	Messages  []anthropicMessage `json:"messages"`
-	Tools []struct {
+	Tools     []struct {
 		Name string `json:"name"`
 	} `json:"tools"`
 	Thinking *struct {
