@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
@@ -64,12 +65,19 @@ func newAnthropic(id string, p config.Provider, opts Options, log *zap.Logger) (
 func (p *anthropicProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	params := p.params(req)
 	return p.retry.do(ctx, func(ctx context.Context) (*agent.Response, error) {
-		msg, err := p.client.Messages.New(ctx, params)
+		msg, err := p.client.Messages.New(ctx, params, option.WithRequestTimeout(requestTimeout(params.MaxTokens)))
 		if err != nil {
 			return nil, err
 		}
 		return p.response(msg), nil
 	}, classifyAnthropic)
+}
+
+// requestTimeout bounds one non-streaming attempt: 10 minutes, more for a
+// large max_tokens (an hour per 128k tokens). Setting it also keeps the SDK
+// from refusing large max_tokens without streaming.
+func requestTimeout(maxTokens int64) time.Duration {
+	return max(10*time.Minute, time.Duration(float64(time.Hour)*float64(maxTokens)/128000))
 }
 
 // params maps the neutral request to the wire format.
@@ -256,7 +264,7 @@ func (p *anthropicProvider) response(msg *anthropic.Message) *agent.Response {
 func classifyAnthropic(err error) failure {
 	var apiErr *anthropic.Error
 	if !errors.As(err, &apiErr) {
-		return failure{message: err.Error()}
+		return notAnswered(err)
 	}
 	f := failure{status: apiErr.StatusCode}
 	if apiErr.Response != nil {

@@ -219,7 +219,7 @@ func classifyOpenAI(err error) failure {
 	}
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
-		return failure{message: err.Error()}
+		return notAnswered(err)
 	}
 	f := failure{status: apiErr.StatusCode, message: apiErr.Message}
 	if apiErr.Response != nil {

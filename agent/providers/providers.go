@@ -14,10 +14,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -141,10 +145,21 @@ type failure struct {
 	message    string // the provider's own error message
 	retryAfter string // the Retry-After header
 	retryMS    string // the retry-after-ms header
+	transport  bool   // no response: the connection failed
 }
 
 func (f failure) retryable() bool {
-	return f.status == 0 || f.status == http.StatusTooManyRequests || f.status >= 500
+	return f.transport || f.status == http.StatusTooManyRequests || f.status >= 500
+}
+
+// notAnswered classifies an error that carries no HTTP response: a
+// connection failure is worth retrying, a client-side refusal is not.
+func notAnswered(err error) failure {
+	var ue *url.Error
+	var ne net.Error
+	transport := errors.As(err, &ue) || errors.As(err, &ne) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	return failure{message: err.Error(), transport: transport}
 }
 
 // retrier runs attempts of one call with backoff.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -225,9 +227,11 @@ func TestAnthropicThinkingLevels(t *testing.T) {
 		{"high", 0, 16384, 4096 + 16384},
 		{"off", 8000, 0, 8000},
 		{"high", 8000, 4000, 8000}, // capped by the model's maxTokens
+		{"high", 32000, 16384, 32000},
+		{"off", 64000, 0, 64000}, // large max_tokens without streaming still goes out
 	}
 	for _, tt := range tests {
-		t.Run(tt.level+"/"+string(rune('0'+tt.modelMax/1000)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/max%d", tt.level, tt.modelMax), func(t *testing.T) {
 			srv := b.fake(t, llmtest.Text("ok"))
 			p := newProvider(t, b, srv, Options{}, config.Model{ID: b.model, MaxTokens: tt.modelMax})
 			req := userReq(b.model, "think")
@@ -592,6 +596,33 @@ func TestConcurrentCalls(t *testing.T) {
 			}
 			if srv.Count() != 8 {
 				t.Errorf("server got %d calls, want 8", srv.Count())
+			}
+		})
+	}
+}
+
+// A connection that fails outright is retried like a 5xx.
+func TestConnectionFailureRetried(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			var s sleeps
+			p, err := New("down", config.Provider{API: b.api, BaseURL: b.base(addr), APIKey: "k"}, Options{Sleep: s.sleep, MaxRetries: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Complete(context.Background(), userReq(b.model, "hi"))
+			var pe *agent.ProviderError
+			if !errors.As(err, &pe) || pe.StatusCode != 0 || !strings.Contains(pe.Message, "refused") {
+				t.Fatalf("err = %v, want a ProviderError saying the connection was refused", err)
+			}
+			if n := len(s.all()); n != 2 {
+				t.Errorf("waited %d times, want 2 (MaxRetries)", n)
 			}
 		})
 	}
