@@ -20,12 +20,14 @@ const (
 type CallContext struct {
 	SessionKey string
 	SessionID  string
+	RootKey    string // the top-level requester session this call descends from
 	AgentID    string
 	RunID      string // empty for a top-level session turn
 	Depth      int    // 0 = top-level session, 1 = child, ...
 	Workspace  string // absolute path of the agent workspace
 	Origin     channels.Origin
-	Model      string // "provider/model" the caller runs on
+	Model      string   // "provider/model" the caller runs on
+	Tools      []string // names of the tools the caller has in this turn
 }
 
 // Tool is one function the model may call. Call returns the result content

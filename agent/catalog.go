@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/heraldhq/herald/config"
+)
+
+// Model is one usable model: a provider and a model id, with its pricing.
+type Model struct {
+	Ref        string // provider/model
+	ProviderID string
+	ID         string
+	API        string // anthropic|openai|openai-compatible|demo
+	Provider   Provider
+	MaxTokens  int
+	Cost       *config.Cost
+}
+
+// Catalog resolves "provider/model" references to models.
+type Catalog struct {
+	models map[string]*Model
+}
+
+// NewCatalog builds a catalog from the configured providers, constructing one
+// Provider per provider id with newProvider.
+func NewCatalog(cfg *config.Config, newProvider func(id string, p config.Provider) (Provider, error)) (*Catalog, error) {
+	c := &Catalog{models: make(map[string]*Model)}
+	for id, p := range cfg.Models.Providers {
+		prov, err := newProvider(id, p)
+		if err != nil {
+			return nil, fmt.Errorf("provider %s: %w", id, err)
+		}
+		for _, m := range p.Models {
+			ref := id + "/" + m.ID
+			c.models[ref] = &Model{Ref: ref, ProviderID: id, ID: m.ID, API: p.API, Provider: prov, MaxTokens: m.MaxTokens, Cost: m.Cost}
+		}
+	}
+	return c, nil
+}
+
+// Add registers a model (tests and the demo fallback use it).
+func (c *Catalog) Add(m *Model) {
+	if c.models == nil {
+		c.models = make(map[string]*Model)
+	}
+	c.models[m.Ref] = m
+}
+
+// Lookup returns the model for a "provider/model" reference.
+func (c *Catalog) Lookup(ref string) (*Model, bool) {
+	m, ok := c.models[strings.TrimSpace(ref)]
+	return m, ok
+}
+
+// EstimateCost returns the USD cost of u at the model's pricing, and false
+// when the model has no cost configured.
+func (m *Model) EstimateCost(u Usage) (float64, bool) {
+	if m == nil || m.Cost == nil {
+		return 0, false
+	}
+	c := m.Cost
+	usd := (float64(u.Input)*c.Input + float64(u.Output)*c.Output +
+		float64(u.CacheRead)*c.CacheRead + float64(u.CacheWrite)*c.CacheWrite) / 1e6
+	return math.Round(usd*1e8) / 1e8, true
+}

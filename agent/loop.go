@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/store"
+	"go.uber.org/zap"
+)
+
+// ErrMaxIterations ends a turn that used its model-call budget.
+var ErrMaxIterations = errors.New("maximum model iterations reached")
+
+// Steer is a message injected into a running session between tool calls.
+// Reply, if non-nil, receives the next assistant text after it (buffered, 1).
+type Steer struct {
+	Text  string
+	Reply chan string
+}
+
+// Session is one conversation: its history in memory and its transcript on
+// disk. A Session runs one turn at a time; callers serialise turns.
+type Session struct {
+	Key        string
+	ID         string
+	AgentID    string
+	Transcript *store.Transcript
+	History    []Message
+}
+
+// LoadSession opens (or creates) the transcript at path and loads its history.
+func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
+	var history []Message
+	_, entries, err := store.ReadTranscript(path)
+	if err == nil {
+		history = MessagesFromTranscript(entries)
+	}
+	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
+	if err != nil {
+		return nil, fmt.Errorf("open transcript of %s: %w", key, err)
+	}
+	return &Session{Key: key, ID: id, AgentID: agentID, Transcript: tr, History: history}, nil
+}
+
+// MessagesFromTranscript rebuilds conversation history from transcript lines.
+func MessagesFromTranscript(entries []store.TranscriptEntry) []Message {
+	msgs := make([]Message, 0, len(entries))
+	for _, e := range entries {
+		if e.Type != "message" {
+			continue
+		}
+		m := Message{Role: Role(e.Role), Text: e.Content}
+		if len(e.ToolCalls) > 0 {
+			_ = json.Unmarshal(e.ToolCalls, &m.ToolCalls)
+		}
+		if len(e.ToolResults) > 0 {
+			_ = json.Unmarshal(e.ToolResults, &m.ToolResults)
+		}
+		switch m.Role {
+		case RoleUser, RoleAssistant, RoleTool:
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
+
+// LastAssistantText returns the text of the last assistant message with text.
+func LastAssistantText(msgs []Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleAssistant && strings.TrimSpace(msgs[i].Text) != "" {
+			return msgs[i].Text
+		}
+	}
+	return ""
+}
+
+// Authorizer decides whether a tool call may run; a non-nil error is given
+// to the model as the tool's error result. It may block (supervised tools
+// wait for a person's approval).
+type Authorizer func(ctx context.Context, cc CallContext, call ToolCall, tool Tool) error
+
+// Turn configures one turn of a session.
+type Turn struct {
+	Model         *Model
+	System        string
+	Tools         *Registry
+	Thinking      string
+	MaxIterations int // model calls in this turn; 0 = 30
+	Call          CallContext
+	Authorize     Authorizer
+	Steer         <-chan Steer // optional
+	OnUsage       func(Usage)  // called after each model call
+	Logger        *zap.Logger
+	Clock         Clock
+}
+
+// Result is what a turn produced.
+type Result struct {
+	Text       string // the final assistant text
+	Usage      Usage  // summed over the turn's model calls
+	Iterations int
+}
+
+// Run adds input as a user message and loops model call → tools until the
+// model answers without tool calls. Every message is written to the
+// transcript before the next model call. On error, Result still holds the
+// usage spent so far.
+func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error) {
+	var res Result
+	if t.Clock == nil {
+		t.Clock = SystemClock{}
+	}
+	if t.Logger == nil {
+		t.Logger = zap.NewNop()
+	}
+	maxIter := t.MaxIterations
+	if maxIter <= 0 {
+		maxIter = 30
+	}
+	if t.Tools == nil {
+		t.Tools = NewRegistry()
+	}
+	if err := s.append(Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
+		return res, err
+	}
+	var pendingReplies []chan string
+	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if res.Iterations >= maxIter {
+			return res, fmt.Errorf("%w (%d)", ErrMaxIterations, maxIter)
+		}
+		res.Iterations++
+		resp, err := t.Model.Provider.Complete(ctx, Request{
+			Model: t.Model.ID, System: t.System, Messages: s.History, Tools: t.Tools.Specs(),
+			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
+		})
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return res, ctxErr
+			}
+			return res, err
+		}
+		res.Usage = res.Usage.Add(resp.Usage)
+		if t.OnUsage != nil {
+			t.OnUsage(resp.Usage)
+		}
+		msg := Message{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls}
+		if err := s.append(msg, &resp.Usage, t.Model.Ref, t.Clock); err != nil {
+			return res, err
+		}
+		if resp.Text != "" {
+			for _, r := range pendingReplies {
+				r <- resp.Text
+			}
+			pendingReplies = nil
+		}
+		if len(resp.ToolCalls) > 0 {
+			results := make([]ToolResult, len(resp.ToolCalls))
+			for i, call := range resp.ToolCalls {
+				results[i] = s.callTool(ctx, t, call)
+			}
+			if err := s.append(Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
+				return res, err
+			}
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+		}
+		// Steering messages arrive between tool calls; one that is pending
+		// when the model has finished starts another round.
+		steered := false
+		for more := true; more && t.Steer != nil; {
+			select {
+			case st := <-t.Steer:
+				if err := s.append(Message{Role: RoleUser, Text: st.Text}, nil, "", t.Clock); err != nil {
+					return res, err
+				}
+				if st.Reply != nil {
+					pendingReplies = append(pendingReplies, st.Reply)
+				}
+				steered = true
+			default:
+				more = false
+			}
+		}
+		if len(resp.ToolCalls) == 0 && !steered {
+			res.Text = resp.Text
+			return res, nil
+		}
+	}
+}
+
+func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResult {
+	r := ToolResult{CallID: call.ID, Name: call.Name}
+	tool, ok := t.Tools.Get(call.Name)
+	if !ok {
+		r.IsError = true
+		r.Content = errorJSON(fmt.Sprintf("unknown tool %q; available tools: %s", call.Name, strings.Join(t.Tools.Names(), ", ")))
+		return r
+	}
+	if t.Authorize != nil {
+		if err := t.Authorize(ctx, t.Call, call, tool); err != nil {
+			r.IsError = true
+			r.Content = errorJSON(err.Error())
+			return r
+		}
+	}
+	args := call.Args
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	out, err := tool.Call(ctx, t.Call, args)
+	if err != nil {
+		r.IsError = true
+		r.Content = errorJSON(err.Error())
+		t.Logger.Debug("tool error", zap.String("tool", call.Name), zap.Error(err))
+		return r
+	}
+	r.Content = out
+	return r
+}
+
+func errorJSON(msg string) string {
+	b, _ := json.Marshal(map[string]string{"status": "error", "error": msg})
+	return string(b)
+}
+
+// append records m in history and the transcript.
+func (s *Session) append(m Message, u *Usage, model string, clock Clock) error {
+	s.History = append(s.History, m)
+	if s.Transcript == nil {
+		return nil
+	}
+	e := store.TranscriptEntry{Type: "message", Role: string(m.Role), Content: m.Text, Model: model, Timestamp: clock.Now().UTC()}
+	if len(m.ToolCalls) > 0 {
+		e.ToolCalls, _ = json.Marshal(m.ToolCalls)
+	}
+	if len(m.ToolResults) > 0 {
+		e.ToolResults, _ = json.Marshal(m.ToolResults)
+	}
+	if u != nil {
+		e.Usage, _ = json.Marshal(u)
+	}
+	if err := s.Transcript.Append(e); err != nil {
+		return fmt.Errorf("write transcript of %s: %w", s.Key, err)
+	}
+	return nil
+}
+
+// Close closes the transcript.
+func (s *Session) Close() error {
+	if s.Transcript == nil {
+		return nil
+	}
+	return s.Transcript.Close()
+}

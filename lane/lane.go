@@ -1,0 +1,156 @@
+// Package lane is Herald's in-process work queue: a named FIFO with a
+// concurrency cap, where jobs sharing a key run one at a time (per-session
+// serial turns). The gateway's `main` lane and the `subagent` lane are lanes.
+//
+// It must not import any other Herald package.
+package lane
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ErrClosed is returned by Enqueue after Shutdown began.
+var ErrClosed = errors.New("lane is shut down")
+
+// SlowWait is how long a job may wait in the queue before the lane logs it.
+const SlowWait = 2 * time.Second
+
+// Job is one unit of work. Jobs with the same non-empty Key never run at the
+// same time and start in the order they were enqueued.
+type Job struct {
+	Key string
+	Run func(ctx context.Context)
+
+	enqueued time.Time
+}
+
+// Lane is a bounded-concurrency FIFO. The zero value is not usable; call New.
+type Lane struct {
+	name string
+	max  int
+	log  *zap.Logger
+
+	ctx    context.Context // passed to jobs; cancelled when Shutdown gives up waiting
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	queue   []Job // FIFO; guarded by mu
+	busy    map[string]bool
+	running int
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// New returns a lane running at most max jobs at once (max < 1 means 1).
+func New(name string, max int, log *zap.Logger) *Lane {
+	if max < 1 {
+		max = 1
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Lane{name: name, max: max, log: log.Named("lane").With(zap.String("lane", name)),
+		ctx: ctx, cancel: cancel, busy: make(map[string]bool)}
+}
+
+// Name returns the lane's name.
+func (l *Lane) Name() string { return l.name }
+
+// Enqueue adds j to the end of the queue and starts it when a slot and its
+// key are free.
+func (l *Lane) Enqueue(j Job) error {
+	j.enqueued = time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.queue = append(l.queue, j)
+	l.dispatchLocked()
+	return nil
+}
+
+// Stats returns how many jobs wait and how many run.
+func (l *Lane) Stats() (queued, running int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue), l.running
+}
+
+// dispatchLocked starts queued jobs while slots are free. l.mu must be held.
+func (l *Lane) dispatchLocked() {
+	for l.running < l.max {
+		i := l.nextLocked()
+		if i < 0 {
+			return
+		}
+		j := l.queue[i]
+		copy(l.queue[i:], l.queue[i+1:])
+		l.queue[len(l.queue)-1] = Job{}
+		l.queue = l.queue[:len(l.queue)-1]
+		if j.Key != "" {
+			l.busy[j.Key] = true
+		}
+		l.running++
+		l.wg.Add(1)
+		go l.run(j)
+	}
+}
+
+// nextLocked finds the first queued job whose key is free. l.mu must be held.
+func (l *Lane) nextLocked() int {
+	for i, j := range l.queue {
+		if j.Key == "" || !l.busy[j.Key] {
+			return i
+		}
+	}
+	return -1
+}
+
+func (l *Lane) run(j Job) {
+	defer l.wg.Done()
+	if waited := time.Since(j.enqueued); waited > SlowWait {
+		queued, _ := l.Stats()
+		l.log.Info("job waited in lane", zap.String("key", j.Key), zap.Duration("waited", waited), zap.Int("queued", queued))
+	}
+	defer func() {
+		l.mu.Lock()
+		l.running--
+		if j.Key != "" {
+			delete(l.busy, j.Key)
+		}
+		if !l.closed {
+			l.dispatchLocked()
+		}
+		l.mu.Unlock()
+	}()
+	j.Run(l.ctx)
+}
+
+// Shutdown stops intake, drops jobs that have not started, and waits for
+// running jobs until ctx ends; then it cancels their context and waits for
+// them to return. It returns the number of dropped jobs.
+func (l *Lane) Shutdown(ctx context.Context) int {
+	l.mu.Lock()
+	l.closed = true
+	dropped := len(l.queue)
+	l.queue = nil
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		l.log.Warn("lane shutdown grace ended; cancelling running jobs")
+		l.cancel()
+		<-done
+	}
+	l.cancel()
+	return dropped
+}

@@ -1,0 +1,111 @@
+package lane
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestLaneCapAndFIFO(t *testing.T) {
+	l := New("t", 2, nil)
+	var running, peak atomic.Int32
+	var mu sync.Mutex
+	var order []int
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		if err := l.Enqueue(Job{Run: func(ctx context.Context) {
+			defer wg.Done()
+			n := running.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			<-release
+			running.Add(-1)
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q, r := l.Stats(); q != 4 || r != 2 {
+		t.Fatalf("stats = %d queued, %d running; want 4, 2", q, r)
+	}
+	close(release)
+	wg.Wait()
+	if peak.Load() != 2 {
+		t.Errorf("peak concurrency %d, want 2", peak.Load())
+	}
+	if len(order) != 6 {
+		t.Errorf("%d jobs ran, want 6", len(order))
+	}
+}
+
+func TestLaneFIFO(t *testing.T) {
+	l := New("t", 1, nil)
+	var order []int
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		l.Enqueue(Job{Run: func(ctx context.Context) { defer wg.Done(); order = append(order, i) }})
+	}
+	wg.Wait()
+	for k, v := range order {
+		if v != k {
+			t.Fatalf("start order %v is not FIFO", order)
+		}
+	}
+}
+
+func TestLaneSerialPerKey(t *testing.T) {
+	l := New("t", 4, nil)
+	var inKey atomic.Int32
+	var overlap atomic.Bool
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		l.Enqueue(Job{Key: "session", Run: func(ctx context.Context) {
+			defer wg.Done()
+			if inKey.Add(1) > 1 {
+				overlap.Store(true)
+			}
+			time.Sleep(time.Millisecond)
+			inKey.Add(-1)
+		}})
+	}
+	wg.Wait()
+	if overlap.Load() {
+		t.Error("two jobs with the same key ran at once")
+	}
+}
+
+func TestLaneShutdownCancelsAfterGrace(t *testing.T) {
+	l := New("t", 1, nil)
+	started := make(chan struct{})
+	var cancelled atomic.Bool
+	l.Enqueue(Job{Run: func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		cancelled.Store(true)
+	}})
+	l.Enqueue(Job{Run: func(ctx context.Context) { t.Error("queued job ran after shutdown") }})
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if dropped := l.Shutdown(ctx); dropped != 1 {
+		t.Errorf("dropped %d, want 1", dropped)
+	}
+	if !cancelled.Load() {
+		t.Error("running job was not cancelled")
+	}
+	if err := l.Enqueue(Job{Run: func(context.Context) {}}); err != ErrClosed {
+		t.Errorf("Enqueue after shutdown = %v, want ErrClosed", err)
+	}
+}

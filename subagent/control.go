@@ -1,0 +1,410 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/store"
+)
+
+// ErrNoMatch is returned when a target names no visible run.
+var ErrNoMatch = errors.New("no subagent matches")
+
+// Runs returns the runs below sessionKey (children, grandchildren …), newest
+// first, with live status and token counts filled in.
+func (m *Manager) Runs(ctx context.Context, sessionKey string) ([]store.Run, error) {
+	sess, err := m.d.Store.GetSession(ctx, sessionKey)
+	var runs []store.Run
+	switch {
+	case err == nil && sess.Depth > 0:
+		runs, err = m.descendantsOf(ctx, sessionKey)
+	case err == nil || errors.Is(err, store.ErrNotFound):
+		runs, err = m.d.Store.ListRuns(ctx, store.RunFilter{RootKey: sessionKey})
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.overlay(runs)
+	return runs, nil
+}
+
+// descendantsOf walks the run tree below a child session.
+func (m *Manager) descendantsOf(ctx context.Context, key string) ([]store.Run, error) {
+	var out []store.Run
+	frontier := []string{key}
+	for len(frontier) > 0 {
+		next := frontier[0]
+		frontier = frontier[1:]
+		kids, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: next})
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range kids {
+			out = append(out, k)
+			frontier = append(frontier, k.ChildKey)
+		}
+	}
+	sortNewestFirst(out)
+	return out, nil
+}
+
+func sortNewestFirst(runs []store.Run) {
+	for i := 1; i < len(runs); i++ {
+		for j := i; j > 0 && runs[j].CreatedAt.After(runs[j-1].CreatedAt); j-- {
+			runs[j], runs[j-1] = runs[j-1], runs[j]
+		}
+	}
+}
+
+// overlay replaces stored fields of live runs with their in-memory state.
+func (m *Manager) overlay(runs []store.Run) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range runs {
+		lr, ok := m.live[runs[i].ID]
+		if !ok {
+			continue
+		}
+		runs[i].Status = lr.run.Status
+		runs[i].StartedAt = lr.run.StartedAt
+		runs[i].Note = lr.run.Note
+		runs[i].TokensIn, runs[i].TokensOut = lr.usage.Input, lr.usage.Output
+	}
+}
+
+// Run returns one run with its live state.
+func (m *Manager) Run(ctx context.Context, runID string) (*store.Run, error) {
+	r, err := m.d.Store.GetRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	runs := []store.Run{*r}
+	m.overlay(runs)
+	return &runs[0], nil
+}
+
+// Resolve finds the run a person or model means by target, among the runs
+// below sessionKey: a list number ("1", "#1"), "last", a runId prefix, a
+// full child session key, or a label.
+func (m *Manager) Resolve(ctx context.Context, sessionKey, target string) (*store.Run, error) {
+	runs, err := m.Runs(ctx, sessionKey)
+	if err != nil {
+		return nil, err
+	}
+	return pick(runs, target)
+}
+
+func pick(runs []store.Run, target string) (*store.Run, error) {
+	t := strings.TrimSpace(target)
+	if t == "" {
+		return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+	}
+	if strings.EqualFold(t, "last") {
+		if len(runs) == 0 {
+			return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+		}
+		return &runs[0], nil
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(t, "#")); err == nil {
+		if n >= 1 && n <= len(runs) {
+			return &runs[n-1], nil
+		}
+		return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+	}
+	for i := range runs {
+		if runs[i].ChildKey == t || runs[i].ID == t {
+			return &runs[i], nil
+		}
+	}
+	var found *store.Run
+	for i := range runs {
+		if strings.HasPrefix(runs[i].ID, strings.ToLower(t)) || (runs[i].Label != "" && strings.EqualFold(runs[i].Label, t)) {
+			if found != nil {
+				return nil, fmt.Errorf("%w %q: it matches more than one run", ErrNoMatch, target)
+			}
+			found = &runs[i]
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+	}
+	return found, nil
+}
+
+// Stop stops a run and every run below it. It returns how many live runs
+// were stopped. A stopped run posts no announce.
+func (m *Manager) Stop(ctx context.Context, runID string) int {
+	m.mu.Lock()
+	lr, ok := m.live[runID]
+	var key string
+	if ok {
+		key = lr.run.ChildKey
+	}
+	m.mu.Unlock()
+	if !ok {
+		r, err := m.d.Store.GetRun(ctx, runID)
+		if err != nil {
+			return 0
+		}
+		key = r.ChildKey
+	}
+	n := m.StopBelow(ctx, key)
+	if m.stopOne(runID) {
+		n++
+	}
+	return n
+}
+
+// StopBelow stops every live run below sessionKey, at every depth, and
+// returns how many it stopped.
+func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
+	m.mu.Lock()
+	byParent := make(map[string][]string)
+	for id, lr := range m.live {
+		byParent[lr.run.RequesterKey] = append(byParent[lr.run.RequesterKey], id)
+	}
+	childKey := make(map[string]string)
+	for id, lr := range m.live {
+		childKey[id] = lr.run.ChildKey
+	}
+	m.mu.Unlock()
+	var ids []string
+	frontier := []string{sessionKey}
+	for len(frontier) > 0 {
+		k := frontier[0]
+		frontier = frontier[1:]
+		for _, id := range byParent[k] {
+			ids = append(ids, id)
+			frontier = append(frontier, childKey[id])
+		}
+	}
+	// Live runs whose parent run already ended are still below the root.
+	m.mu.Lock()
+	for id, lr := range m.live {
+		if lr.run.RootKey == sessionKey && !contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if m.stopOne(id) {
+			n++
+		}
+	}
+	return n
+}
+
+func contains(ids []string, id string) bool {
+	for _, v := range ids {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+// stopOne marks a live run stopped and cancels it. A queued run ends here;
+// a running one ends in its goroutine as soon as its context is cancelled.
+func (m *Manager) stopOne(runID string) bool {
+	m.mu.Lock()
+	lr, ok := m.live[runID]
+	if !ok || lr.stopped {
+		m.mu.Unlock()
+		return false
+	}
+	lr.stopped = true
+	queued := lr.cancel == nil
+	if !queued {
+		lr.cancel()
+	}
+	run := lr.run
+	m.mu.Unlock()
+	if queued {
+		m.finish(lr, &run, store.OutcomeStopped, "", "stopped by request before it started", agent.Usage{})
+	}
+	m.runLog(&run).Info("sub-agent stop requested")
+	return true
+}
+
+// SendResult is sessions_send's result.
+type SendResult struct {
+	Status string `json:"status"` // ok | accepted | timeout | error | forbidden
+	Reply  string `json:"reply,omitempty"`
+	Error  string `json:"error,omitempty"`
+	RunID  string `json:"runId,omitempty"`
+}
+
+// Send steers a running child with message, or runs one more turn of a
+// finished one, and waits up to timeout for its reply (0: do not wait).
+func (m *Manager) Send(ctx context.Context, run *store.Run, message string, timeout time.Duration) SendResult {
+	if strings.TrimSpace(message) == "" {
+		return SendResult{Status: "error", Error: `"message" is required`}
+	}
+	reply := make(chan string, 1)
+	m.mu.Lock()
+	lr, live := m.live[run.ID]
+	if live && !lr.stopped {
+		select {
+		case lr.steer <- agent.Steer{Text: message, Reply: reply}:
+		default:
+			m.mu.Unlock()
+			return SendResult{Status: "error", Error: "too many steering messages are waiting; try again after the sub-agent replies", RunID: run.ID}
+		}
+		m.mu.Unlock()
+		m.runLog(run).Info("steering message queued")
+	} else {
+		m.mu.Unlock()
+		if live { // stopped but not yet ended
+			return SendResult{Status: "error", Error: "the sub-agent is being stopped", RunID: run.ID}
+		}
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			text, err := m.oneMoreTurn(m.bgCtx, run, message)
+			if err != nil {
+				text = "error: " + err.Error()
+			}
+			reply <- text
+		}()
+	}
+	if timeout <= 0 {
+		return SendResult{Status: "accepted", RunID: run.ID}
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-reply:
+		if strings.HasPrefix(r, "error: ") {
+			return SendResult{Status: "error", Error: strings.TrimPrefix(r, "error: "), RunID: run.ID}
+		}
+		return SendResult{Status: "ok", Reply: r, RunID: run.ID}
+	case <-t.C:
+		return SendResult{Status: "timeout", RunID: run.ID}
+	case <-ctx.Done():
+		return SendResult{Status: "timeout", Error: ctx.Err().Error(), RunID: run.ID}
+	}
+}
+
+// oneMoreTurn runs one more turn of a finished child session.
+func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message string) (string, error) {
+	model, ok := m.d.Catalog.Lookup(run.Model)
+	if !ok {
+		return "", fmt.Errorf("model %s is no longer configured", run.Model)
+	}
+	sess, err := agent.LoadSession(run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
+		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), m.d.Clock.Now())
+	if err != nil {
+		return "", err
+	}
+	defer sess.Close()
+	lr := &liveRun{run: *run}
+	turn := m.childTurn(lr, run, model)
+	turn.Steer = nil
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	res, err := sess.Run(ctx, turn, message)
+	if err != nil {
+		return "", err
+	}
+	m.runLog(run).Info("one more turn of a finished sub-agent", zap.Int64("tokens", res.Usage.Total()))
+	return res.Text, nil
+}
+
+// History returns the child transcript's messages.
+func (m *Manager) History(run *store.Run) ([]agent.Message, error) {
+	_, entries, err := store.ReadTranscript(m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
+	if err != nil {
+		return nil, err
+	}
+	return agent.MessagesFromTranscript(entries), nil
+}
+
+// TranscriptPath is where a run's transcript lives (before archiving).
+func (m *Manager) TranscriptPath(run *store.Run) string {
+	return m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID)
+}
+
+// Active counts live runs below sessionKey.
+func (m *Manager) Active(sessionKey string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, lr := range m.live {
+		if lr.run.RootKey == sessionKey || lr.run.RequesterKey == sessionKey {
+			n++
+		}
+	}
+	return n
+}
+
+// SetNote sets the live note of a run (e.g. "awaiting approval K3F9").
+func (m *Manager) SetNote(runID, note string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if lr, ok := m.live[runID]; ok {
+		lr.run.Note = note
+	}
+}
+
+func (m *Manager) wakeArchiver() {
+	select {
+	case m.archiveWake <- struct{}{}:
+	default:
+	}
+}
+
+// archiver archives runs whose archive deadline passed; deadlines live in
+// the store, so they survive restarts.
+func (m *Manager) archiver() {
+	defer m.bg.Done()
+	for {
+		wait := time.Hour
+		ctx := m.bgCtx
+		if err := m.archiveDue(ctx); err != nil && ctx.Err() == nil {
+			m.log.Error("archive failed", zap.Error(err))
+			wait = time.Minute
+		}
+		if next, ok, err := m.d.Store.NextArchiveAt(ctx); err == nil && ok {
+			if d := next.Sub(m.d.Clock.Now()); d < wait {
+				wait = max(d, 10*time.Millisecond)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-m.archiveWake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (m *Manager) archiveDue(ctx context.Context) error {
+	due, err := m.d.Store.DueArchives(ctx, m.d.Clock.Now())
+	if err != nil {
+		return err
+	}
+	for i := range due {
+		r := &due[i]
+		now := m.d.Clock.Now()
+		newPath, err := store.ArchiveTranscript(m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID), now)
+		if err != nil {
+			return fmt.Errorf("archive transcript of run %s: %w", r.ID, err)
+		}
+		if err := m.d.Store.MarkArchived(ctx, r.ID, now); err != nil {
+			return err
+		}
+		m.runLog(r).Info("sub-agent session archived", zap.String("transcript", newPath))
+	}
+	return nil
+}

@@ -1,0 +1,647 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/store"
+)
+
+// LaneName is the name of the sub-agent lane.
+const LaneName = "subagent"
+
+// Deps is what a Manager needs from the gateway.
+type Deps struct {
+	Config  *config.Config
+	Store   *store.DB
+	Catalog *agent.Catalog
+	// Tools returns the built-in (non-session) tools of an agent.
+	Tools func(agentID string) *agent.Registry
+	// Workspace returns an agent's absolute workspace dir.
+	Workspace func(agentID string) string
+	// Authorize gates tool calls (tool policy, approvals). Optional.
+	Authorize agent.Authorizer
+	// Notify wakes the outbox deliverer after an announce was written.
+	Notify func()
+	Logger *zap.Logger
+	Clock  agent.Clock
+	// AnnounceTimeout bounds the announce step; default 60 s.
+	AnnounceTimeout time.Duration
+}
+
+// Manager runs sub-agents. Run state lives in the store; the Manager keeps
+// only live (queued, running, announcing) runs in memory.
+type Manager struct {
+	d    Deps
+	log  *zap.Logger
+	lane *lane.Lane
+
+	mu   sync.Mutex
+	live map[string]*liveRun // by run id; guarded by mu
+
+	archiveWake chan struct{}
+	bg          sync.WaitGroup // archiver and one-more-turn goroutines
+	stopBG      context.CancelFunc
+	bgCtx       context.Context
+}
+
+// liveRun is a run that has not ended yet.
+type liveRun struct {
+	run     store.Run // Status, Note and tokens are updated under Manager.mu
+	cancel  context.CancelFunc
+	steer   chan agent.Steer
+	stopped bool
+	usage   agent.Usage
+	turnMu  sync.Mutex // serialises one-more-turn calls after the end
+}
+
+// New returns a Manager. Call Start before spawning.
+func New(d Deps) *Manager {
+	if d.Logger == nil {
+		d.Logger = zap.NewNop()
+	}
+	if d.Clock == nil {
+		d.Clock = agent.SystemClock{}
+	}
+	if d.AnnounceTimeout <= 0 {
+		d.AnnounceTimeout = 60 * time.Second
+	}
+	if d.Notify == nil {
+		d.Notify = func() {}
+	}
+	log := d.Logger.Named("subagent")
+	lim := d.Config.SubagentLimits(d.Config.DefaultAgentID())
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{
+		d: d, log: log,
+		lane:        lane.New(LaneName, lim.MaxConcurrent, d.Logger),
+		live:        make(map[string]*liveRun),
+		archiveWake: make(chan struct{}, 1),
+		bgCtx:       ctx, stopBG: cancel,
+	}
+}
+
+// Lane exposes the sub-agent lane (for metrics).
+func (m *Manager) Lane() *lane.Lane { return m.lane }
+
+// Start recovers after a restart — runs that were running or announcing are
+// announced with Status unknown, queued runs are queued again — and starts
+// the archiver.
+func (m *Manager) Start(ctx context.Context) error {
+	runs, err := m.d.Store.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusQueued, store.StatusRunning, store.StatusAnnouncing}})
+	if err != nil {
+		return fmt.Errorf("recover runs: %w", err)
+	}
+	slices.Reverse(runs) // oldest first, so queued runs keep their order
+	for i := range runs {
+		r := runs[i]
+		if r.Status == store.StatusQueued {
+			m.enqueue(&r)
+			continue
+		}
+		if err := m.finishUnknown(ctx, &r); err != nil {
+			return err
+		}
+	}
+	if len(runs) > 0 {
+		m.log.Info("recovered sub-agent runs", zap.Int("runs", len(runs)))
+		m.d.Notify()
+	}
+	m.bg.Add(1)
+	go m.archiver()
+	return nil
+}
+
+// finishUnknown ends a run the gateway lost track of (it died mid-run).
+func (m *Manager) finishUnknown(ctx context.Context, r *store.Run) error {
+	now := m.d.Clock.Now()
+	r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeUnknown, now
+	r.Note = "The gateway stopped while this run was in progress; its outcome is unknown."
+	path := m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID)
+	var usage agent.Usage
+	if _, entries, err := store.ReadTranscript(path); err == nil {
+		msgs := agent.MessagesFromTranscript(entries)
+		r.Result = agent.LastAssistantText(msgs)
+		usage = usageFromTranscript(entries)
+	}
+	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = usage.Input, usage.Output, usage.CacheRead, usage.CacheWrite
+	m.setCost(r, usage)
+	m.setArchive(r)
+	item := m.announceItem(r, r.Result, r.Note, store.OutcomeUnknown)
+	if err := m.d.Store.FinishRun(ctx, r, item); err != nil {
+		return fmt.Errorf("recover run %s: %w", r.ID, err)
+	}
+	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
+	return nil
+}
+
+// Shutdown stops the lane (runs not yet started stay queued in the store and
+// start after the next Start) and the archiver.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.lane.Shutdown(ctx)
+	m.stopBG()
+	m.bg.Wait()
+}
+
+// SpawnParams are sessions_spawn's arguments.
+type SpawnParams struct {
+	Task              string   `json:"task"`
+	Label             string   `json:"label,omitempty"`
+	AgentID           string   `json:"agentId,omitempty"`
+	Model             string   `json:"model,omitempty"`
+	Thinking          string   `json:"thinking,omitempty"`
+	RunTimeoutSeconds *int     `json:"runTimeoutSeconds,omitempty"`
+	Cleanup           string   `json:"cleanup,omitempty"`
+	AllowedTools      []string `json:"allowedTools,omitempty"`
+	AllowedToolsPRX   []string `json:"allowed_tools,omitempty"`
+	Action            string   `json:"action,omitempty"`
+	SessionKey        string   `json:"sessionKey,omitempty"`
+	Message           string   `json:"message,omitempty"`
+}
+
+// SpawnResult is sessions_spawn's result.
+type SpawnResult struct {
+	Status          string `json:"status"` // accepted | forbidden | error
+	RunID           string `json:"runId,omitempty"`
+	ChildSessionKey string `json:"childSessionKey,omitempty"`
+	ModelApplied    string `json:"modelApplied,omitempty"`
+	Warning         string `json:"warning,omitempty"`
+	Error           string `json:"error,omitempty"`
+}
+
+func forbidden(format string, a ...any) SpawnResult {
+	return SpawnResult{Status: "forbidden", Error: fmt.Sprintf(format, a...)}
+}
+
+func spawnError(format string, a ...any) SpawnResult {
+	return SpawnResult{Status: "error", Error: fmt.Sprintf(format, a...)}
+}
+
+// Spawn checks the limits, records a queued run and puts it on the lane. It
+// never waits for the run.
+func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams) SpawnResult {
+	task := strings.TrimSpace(p.Task)
+	if task == "" {
+		return spawnError(`"task" is required: describe what the sub-agent should do`)
+	}
+	cfg := m.d.Config
+	lim := cfg.SubagentLimits(cc.AgentID)
+	if cc.Depth+1 > lim.MaxDepth {
+		return forbidden("depth exceeded: this session is at depth %d and maxDepth is %d, so it cannot spawn sub-agents; do the work yourself", cc.Depth, lim.MaxDepth)
+	}
+	target := cc.AgentID
+	if p.AgentID != "" {
+		target = p.AgentID
+	}
+	if _, ok := cfg.Agent(target); !ok {
+		return spawnError("unknown agentId %q; known agents: %s", target, strings.Join(m.agentIDs(), ", "))
+	}
+	if !lim.AllowsAgent(target) {
+		return forbidden("agent %q is not allowed: agent %q may spawn only %s", target, cc.AgentID, strings.Join(lim.AllowAgents, ", "))
+	}
+	allowed := p.AllowedTools
+	if len(allowed) == 0 {
+		allowed = p.AllowedToolsPRX
+	}
+	for _, name := range allowed {
+		if !slices.Contains(cc.Tools, name) {
+			return spawnError("unknown tool %q in allowedTools: it must be one of your tools (%s)", name, strings.Join(cc.Tools, ", "))
+		}
+	}
+	cleanup := p.Cleanup
+	switch cleanup {
+	case "":
+		cleanup = "keep"
+	case "keep", "delete":
+	default:
+		return spawnError(`cleanup must be "keep" or "delete", not %q`, cleanup)
+	}
+	if !agent.ValidThinking(p.Thinking) {
+		return spawnError(`thinking must be one of off, low, medium, high, not %q`, p.Thinking)
+	}
+	targetLim := cfg.SubagentLimits(target)
+	model, warning := m.resolveModel(p.Model, targetLim.Model, cc.Model)
+	if model == nil {
+		return spawnError("no usable model for the sub-agent: %s", warning)
+	}
+	thinking := firstNonEmpty(p.Thinking, targetLim.Thinking, cfg.Agents.Defaults.Thinking)
+	timeout := lim.RunTimeoutSeconds
+	if p.RunTimeoutSeconds != nil && *p.RunTimeoutSeconds > 0 {
+		timeout = *p.RunTimeoutSeconds
+	}
+	rootKey := cc.RootKey
+	if rootKey == "" {
+		rootKey = cc.SessionKey
+	}
+
+	// The children and total-spawn limits are checked and the run recorded
+	// under one lock, so two parallel spawns cannot both take the last slot.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	children := 0
+	for _, lr := range m.live {
+		if lr.run.RequesterKey == cc.SessionKey {
+			children++
+		}
+	}
+	if children >= lim.MaxChildrenPerSession {
+		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", children, lim.MaxChildrenPerSession)
+	}
+	spawned, err := m.d.Store.CountSpawns(ctx, rootKey)
+	if err != nil {
+		return spawnError("could not check the spawn budget: %v", err)
+	}
+	if spawned >= lim.MaxTotalSpawns {
+		return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", spawned, lim.MaxTotalSpawns)
+	}
+	now := m.d.Clock.Now()
+	childID := uuid.NewString()
+	run := &store.Run{
+		ID:             uuid.NewString(),
+		ChildKey:       fmt.Sprintf("agent:%s:subagent:%s", target, uuid.NewString()),
+		ChildSessionID: childID,
+		RequesterKey:   cc.SessionKey,
+		RootKey:        rootKey,
+		Depth:          cc.Depth + 1,
+		AgentID:        target,
+		Task:           task,
+		Label:          strings.TrimSpace(p.Label),
+		Model:          model.Ref,
+		Thinking:       thinking,
+		Cleanup:        cleanup,
+		TimeoutSeconds: timeout,
+		MaxIterations:  targetLim.MaxIterations,
+		AllowedTools:   allowed,
+		Origin:         cc.Origin,
+		Status:         store.StatusQueued,
+		CreatedAt:      now,
+		CostUSD:        -1,
+	}
+	child := &store.Session{
+		Key: run.ChildKey, ID: childID, AgentID: target, Kind: store.KindSubagent,
+		ParentKey: cc.SessionKey, RootKey: rootKey, Depth: run.Depth, Label: run.Label,
+		Model: model.Ref, Origin: cc.Origin, TranscriptPath: m.d.Store.TranscriptPath(target, childID),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	if err := m.d.Store.CreateRun(ctx, run, child); err != nil {
+		return spawnError("could not record the run: %v", err)
+	}
+	m.enqueueLocked(run)
+	m.runLog(run).Info("sub-agent spawned", zap.String("model", model.Ref), zap.Int("depth", run.Depth))
+	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model.Ref, Warning: warning}
+}
+
+// resolveModel walks the model chain explicit > agent/defaults subagents
+// model > caller's model, skipping unknown models with a warning.
+func (m *Manager) resolveModel(chain ...string) (*agent.Model, string) {
+	var skipped []string
+	for _, ref := range chain {
+		if ref == "" {
+			continue
+		}
+		if mod, ok := m.d.Catalog.Lookup(ref); ok {
+			w := ""
+			if len(skipped) > 0 {
+				w = fmt.Sprintf("model %s is not configured; using %s instead", strings.Join(skipped, ", "), mod.Ref)
+			}
+			return mod, w
+		}
+		skipped = append(skipped, fmt.Sprintf("%q", ref))
+	}
+	return nil, fmt.Sprintf("none of the models %s is configured", strings.Join(skipped, ", "))
+}
+
+func (m *Manager) agentIDs() []string {
+	ids := make([]string, 0, len(m.d.Config.Agents.List))
+	for _, a := range m.d.Config.Agents.List {
+		ids = append(ids, a.ID)
+	}
+	return ids
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (m *Manager) enqueue(r *store.Run) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.enqueueLocked(r)
+}
+
+// enqueueLocked registers r as live and puts it on the lane. m.mu must be held.
+func (m *Manager) enqueueLocked(r *store.Run) {
+	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16)}
+	m.live[r.ID] = lr
+	id := r.ID
+	if err := m.lane.Enqueue(lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}); err != nil {
+		// The gateway is shutting down: the run stays queued in the store
+		// and starts after the restart.
+		delete(m.live, id)
+	}
+}
+
+func (m *Manager) runLog(r *store.Run) *zap.Logger {
+	return m.log.With(zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
+		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)))
+}
+
+// execute runs one sub-agent on the lane.
+func (m *Manager) execute(laneCtx context.Context, runID string) {
+	m.mu.Lock()
+	lr, ok := m.live[runID]
+	if !ok || lr.stopped {
+		m.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(laneCtx)
+	lr.cancel = cancel
+	lr.run.Status = store.StatusRunning
+	lr.run.StartedAt = m.d.Clock.Now()
+	run := lr.run
+	m.mu.Unlock()
+	defer cancel()
+	log := m.runLog(&run)
+
+	if err := m.d.Store.StartRun(ctx, run.ID, run.StartedAt); err != nil {
+		log.Error("could not mark run running", zap.Error(err))
+	}
+	model, ok := m.d.Catalog.Lookup(run.Model)
+	if !ok {
+		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("model %s is no longer configured", run.Model), agent.Usage{})
+		return
+	}
+	sess, err := agent.LoadSession(run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
+		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), run.StartedAt)
+	if err != nil {
+		m.finish(lr, &run, store.OutcomeError, "", err.Error(), agent.Usage{})
+		return
+	}
+	defer sess.Close()
+
+	turn := m.childTurn(lr, &run, model)
+	runCtx := ctx
+	if run.TimeoutSeconds > 0 {
+		var c context.CancelFunc
+		runCtx, c = context.WithTimeout(ctx, time.Duration(run.TimeoutSeconds)*time.Second)
+		defer c()
+	}
+	res, runErr := sess.Run(runCtx, turn, run.Task)
+
+	m.mu.Lock()
+	stopped := lr.stopped
+	m.mu.Unlock()
+	outcome, note := store.OutcomeSuccess, ""
+	switch {
+	case stopped:
+		m.finish(lr, &run, store.OutcomeStopped, agent.LastAssistantText(sess.History), "stopped by request", m.usageOf(lr))
+		return
+	case laneCtx.Err() != nil:
+		// The gateway is shutting down mid-run: leave the run "running" in
+		// the store; the next Start announces it as unknown.
+		log.Warn("run interrupted by shutdown")
+		m.mu.Lock()
+		delete(m.live, run.ID)
+		m.mu.Unlock()
+		return
+	case errors.Is(runErr, context.DeadlineExceeded):
+		outcome, note = store.OutcomeTimeout, fmt.Sprintf("Run timed out after %ds.", run.TimeoutSeconds)
+	case runErr != nil:
+		outcome, note = store.OutcomeError, runErr.Error()
+	}
+	result := res.Text
+	if result == "" {
+		result = agent.LastAssistantText(sess.History)
+	}
+
+	// The announce step runs in the child session with a fresh deadline.
+	m.setStatus(lr, store.StatusAnnouncing)
+	if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
+		log.Error("could not mark run announcing", zap.Error(err))
+	}
+	annCtx, annCancel := context.WithTimeout(ctx, m.d.AnnounceTimeout)
+	annRes, annErr := sess.Run(annCtx, agent.Turn{
+		Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
+		Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
+	}, announcePrompt)
+	annCancel()
+	m.mu.Lock()
+	stopped = lr.stopped
+	m.mu.Unlock()
+	if stopped {
+		m.finish(lr, &run, store.OutcomeStopped, result, "stopped by request", m.usageOf(lr))
+		return
+	}
+	switch {
+	case annErr != nil:
+		if note != "" {
+			note += "\n"
+		}
+		note += fmt.Sprintf("The announce step failed (%v); the result is the sub-agent's last reply.", annErr)
+	case strings.TrimSpace(annRes.Text) == AnnounceSkip:
+		m.finishSkip(lr, &run, outcome, result, note)
+		return
+	default:
+		r, n := ParseAnnounce(annRes.Text)
+		if r != "" {
+			result = r
+		}
+		if n != "" && n != "(none)" {
+			if note != "" {
+				note = n + "\n" + note
+			} else {
+				note = n
+			}
+		}
+	}
+	m.finish(lr, &run, outcome, result, note, m.usageOf(lr))
+}
+
+// childTurn builds the turn configuration of a child session.
+func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) agent.Turn {
+	reg := m.childTools(run)
+	cc := agent.CallContext{
+		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
+		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
+		Workspace: m.d.Workspace(run.AgentID), Origin: run.Origin, Model: run.Model, Tools: reg.Names(),
+	}
+	return agent.Turn{
+		Model: model, System: m.childSystem(run), Tools: reg, Thinking: run.Thinking,
+		MaxIterations: run.MaxIterations, Call: cc, Authorize: m.d.Authorize, Steer: lr.steer,
+		OnUsage: func(u agent.Usage) {
+			m.mu.Lock()
+			lr.usage = lr.usage.Add(u)
+			m.mu.Unlock()
+		},
+		Logger: m.runLog(run), Clock: m.d.Clock,
+	}
+}
+
+// childSystem is the child's system prompt: the agent's own prompt, the
+// sub-agent context block, and only AGENTS.md and TOOLS.md.
+func (m *Manager) childSystem(run *store.Run) string {
+	var b strings.Builder
+	if a, ok := m.d.Config.Agent(run.AgentID); ok && a.SystemPrompt != "" {
+		b.WriteString(a.SystemPrompt + "\n\n")
+	}
+	fmt.Fprintf(&b, "# Sub-agent context\nYou are a sub-agent working in the background for another session. Do the task below and finish with a clear answer; it is announced back to the requester.\n- Task: %s\n", run.Task)
+	if run.Label != "" {
+		fmt.Fprintf(&b, "- Label: %s\n", run.Label)
+	}
+	fmt.Fprintf(&b, "- Requester session: %s\n- Your session: %s\n", run.RequesterKey, run.ChildKey)
+	if boot, err := tools.LoadBootstrap(m.d.Workspace(run.AgentID), true); err == nil && boot != "" {
+		b.WriteString("\n" + boot)
+	}
+	return b.String()
+}
+
+// childTools is the tool set of a child: the agent's tools and the session
+// tools, less the session tools at the deepest level, filtered by the
+// agent's allowedTools, tools.subagents.tools and the spawn's allowedTools.
+func (m *Manager) childTools(run *store.Run) *agent.Registry {
+	cfg := m.d.Config
+	reg := m.d.Tools(run.AgentID)
+	for _, t := range m.SessionTools(run.Depth) {
+		reg.Add(t)
+	}
+	deepest := run.Depth >= cfg.SubagentLimits(run.AgentID).MaxDepth
+	var agentAllowed []string
+	if a, ok := cfg.Agent(run.AgentID); ok {
+		agentAllowed = a.AllowedTools
+	}
+	filter := cfg.Tools.Subagents.Tools
+	return reg.Filter(func(name string, _ agent.Tool) bool {
+		if deepest && tools.IsSessionTool(name) {
+			return false
+		}
+		if len(agentAllowed) > 0 && !slices.Contains(agentAllowed, name) {
+			return false
+		}
+		if len(run.AllowedTools) > 0 && !slices.Contains(run.AllowedTools, name) {
+			return false
+		}
+		return tools.SubagentToolAllowed(name, filter.Allow, filter.Deny)
+	})
+}
+
+func (m *Manager) setStatus(lr *liveRun, status string) {
+	m.mu.Lock()
+	lr.run.Status = status
+	m.mu.Unlock()
+}
+
+func (m *Manager) usageOf(lr *liveRun) agent.Usage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return lr.usage
+}
+
+func (m *Manager) setCost(r *store.Run, u agent.Usage) {
+	r.CostUSD = -1
+	if mod, ok := m.d.Catalog.Lookup(r.Model); ok {
+		if c, ok := mod.EstimateCost(u); ok {
+			r.CostUSD = c
+		}
+	}
+}
+
+func (m *Manager) setArchive(r *store.Run) {
+	r.ArchiveAt = time.Time{}
+	if r.Cleanup == "delete" {
+		r.ArchiveAt = r.EndedAt
+		return
+	}
+	if mins := m.d.Config.SubagentLimits(r.AgentID).ArchiveAfterMinutes; mins > 0 {
+		r.ArchiveAt = r.EndedAt.Add(time.Duration(mins) * time.Minute)
+	}
+}
+
+// announceItem renders the announce of r as an outbox row.
+func (m *Manager) announceItem(r *store.Run, result, notes, status string) *store.OutboxItem {
+	start := r.StartedAt
+	if start.IsZero() {
+		start = r.CreatedAt
+	}
+	a := Announce{
+		Status: status, Label: r.Label, Task: r.Task, Result: result, Notes: notes,
+		Runtime: r.EndedAt.Sub(start), TokensIn: r.TokensIn, TokensOut: r.TokensOut,
+		CostUSD: r.CostUSD, HasCost: r.CostUSD >= 0,
+		SessionKey: r.ChildKey, SessionID: r.ChildSessionID,
+		Transcript: m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID),
+	}
+	return &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt}
+}
+
+// finish ends a run: run row and (unless stopped) its announce in one
+// transaction, then forgets the live run.
+func (m *Manager) finish(lr *liveRun, run *store.Run, outcome, result, note string, u agent.Usage) {
+	m.end(lr, run, outcome, result, note, u, outcome != store.OutcomeStopped)
+}
+
+// finishSkip ends a run whose child replied ANNOUNCE_SKIP.
+func (m *Manager) finishSkip(lr *liveRun, run *store.Run, outcome, result, note string) {
+	m.end(lr, run, outcome, result, note, m.usageOf(lr), false)
+}
+
+func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string, u agent.Usage, announce bool) {
+	r := *run
+	r.Status, r.Outcome, r.EndedAt, r.Note, r.Result = store.StatusDone, outcome, m.d.Clock.Now(), note, result
+	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = u.Input, u.Output, u.CacheRead, u.CacheWrite
+	m.setCost(&r, u)
+	m.setArchive(&r)
+	var item *store.OutboxItem
+	if announce {
+		item = m.announceItem(&r, result, note, outcome)
+	}
+	// A shutdown must not lose the end of a run: write with a fresh context.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	log := m.runLog(&r)
+	if err := m.d.Store.FinishRun(ctx, &r, item); err != nil {
+		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
+	} else {
+		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
+			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil))
+	}
+	m.mu.Lock()
+	delete(m.live, r.ID)
+	m.mu.Unlock()
+	if item != nil {
+		m.d.Notify()
+	}
+	m.wakeArchiver()
+}
+
+// usageFromTranscript sums the usage recorded on transcript lines.
+func usageFromTranscript(entries []store.TranscriptEntry) agent.Usage {
+	var total agent.Usage
+	for _, e := range entries {
+		if len(e.Usage) == 0 {
+			continue
+		}
+		var u agent.Usage
+		if json.Unmarshal(e.Usage, &u) == nil {
+			total = total.Add(u)
+		}
+	}
+	return total
+}

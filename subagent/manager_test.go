@@ -1,0 +1,443 @@
+package subagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+)
+
+// harness wires a Manager to a real store and a fake Anthropic server.
+type harness struct {
+	t   *testing.T
+	m   *Manager
+	db  *store.DB
+	llm *llmtest.Server
+	cfg *config.Config
+}
+
+const baseConfig = `{
+  models: { providers: {
+    anthropic: { api: "anthropic", baseUrl: "%s", apiKey: "test-key",
+      models: [{ id: "claude-test", cost: { input: 3, output: 15 } }, { id: "claude-small" }] } } },
+  agents: {
+    defaults: { model: "anthropic/claude-test", subagents: { %s } },
+    list: [ { id: "main", subagents: { allowAgents: ["main", "researcher"] } }, { id: "researcher" }, { id: "other" } ],
+  },
+  %s
+}`
+
+func newHarness(t *testing.T, limits, extra string, h llmtest.Handler) *harness {
+	t.Helper()
+	llm := llmtest.NewAnthropic(t, h)
+	src := fmt.Sprintf(baseConfig, llm.URL, limits, extra)
+	cfg, err := config.Parse("test.json5", []byte(src), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cat, err := agent.NewCatalog(cfg, func(id string, p config.Provider) (agent.Provider, error) {
+		return providers.New(id, p, providers.Options{BackoffBase: time.Millisecond})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	os.MkdirAll(ws, 0o755)
+	m := New(Deps{
+		Config: cfg, Store: db, Catalog: cat,
+		Tools:     func(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) },
+		Workspace: func(string) string { return ws },
+	})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return &harness{t: t, m: m, db: db, llm: llm, cfg: cfg}
+}
+
+// caller is a top-level requester session in a Slack thread.
+func caller(thread string) agent.CallContext {
+	key := "agent:main:slack:group:C1:thread:" + thread
+	return agent.CallContext{SessionKey: key, RootKey: key, AgentID: "main", Depth: 0,
+		Origin: channels.Origin{Channel: "slack", ChatID: "C1", ChatType: "group", ThreadID: thread},
+		Model:  "anthropic/claude-test", Tools: []string{"read_file", "write_file", "list_files", "exec", "web_fetch", "sessions_spawn"}}
+}
+
+// waitAnnounces waits until n announces are in the outbox.
+func (h *harness) waitAnnounces(n int) []store.OutboxItem {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		items, err := h.db.DueOutbox(context.Background(), time.Now().Add(time.Hour), 1000)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if len(items) >= n || time.Now().After(deadline) {
+			if len(items) != n {
+				h.t.Fatalf("outbox has %d items, want %d", len(items), n)
+			}
+			return items
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitDone waits until the run has ended.
+func (h *harness) waitDone(runID string) *store.Run {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := h.db.GetRun(context.Background(), runID)
+		if err == nil && r.Status == store.StatusDone {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.t.Fatalf("run %s did not end", runID)
+	return nil
+}
+
+// standard answers like a well-behaved model: sub-agents answer their task,
+// the announce step answers in the Result/Notes form.
+func standard(c llmtest.Call) llmtest.Reply {
+	last := c.LastUser()
+	switch {
+	case strings.HasPrefix(last, "Announce step"):
+		return llmtest.Reply{Text: "Result:\nfindings for " + taskOf(c) + "\n\nNotes:\n(none)", Usage: agent.Usage{Input: 100, Output: 20}}
+	case strings.Contains(c.System, "Sub-agent context"):
+		return llmtest.Reply{Text: "worked on " + last, Usage: agent.Usage{Input: 1000, Output: 200}}
+	}
+	return llmtest.Reply{Text: "hello"}
+}
+
+func taskOf(c llmtest.Call) string {
+	for _, line := range strings.Split(c.System, "\n") {
+		if t, ok := strings.CutPrefix(line, "- Task: "); ok {
+			return t
+		}
+	}
+	return "?"
+}
+
+func TestSpawnAnnouncesToEachOrigin(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	ctx := context.Background()
+	threads := []string{"111.1", "222.2", "333.3"}
+	for _, th := range threads {
+		res := h.m.Spawn(ctx, caller(th), SpawnParams{Task: "task in " + th})
+		if res.Status != "accepted" || !strings.HasPrefix(res.ChildSessionKey, "agent:main:subagent:") || res.ModelApplied != "anthropic/claude-test" {
+			t.Fatalf("spawn = %+v", res)
+		}
+	}
+	items := h.waitAnnounces(3)
+	for _, it := range items {
+		var thread string
+		for _, th := range threads {
+			if strings.Contains(it.Text, "findings for task in "+th) {
+				thread = th
+			}
+		}
+		if thread == "" || it.Origin.ThreadID != thread || it.Origin.ChatID != "C1" || it.Kind != channels.KindAnnounce {
+			t.Errorf("announce routed to %+v:\n%s", it.Origin, it.Text)
+		}
+		if !strings.HasPrefix(it.Text, "Status: success\nTask: task in ") {
+			t.Errorf("announce header wrong:\n%s", it.Text)
+		}
+		// 1000+100 in, 200+20 out: the announce step counts too.
+		// Cost: (1100*3 + 220*15)/1e6 = 0.0066.
+		if !strings.Contains(it.Text, "Stats: runtime ") || !strings.Contains(it.Text, "tokens 1.3k (in 1.1k / out 220) • est $0.0066 • sessionKey agent:main:subagent:") {
+			t.Errorf("stats line wrong:\n%s", it.Text)
+		}
+	}
+}
+
+func TestAnnounceSkipPostsNothing(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.HasPrefix(c.LastUser(), "Announce step") {
+			return llmtest.Reply{Text: "ANNOUNCE_SKIP"}
+		}
+		return llmtest.Reply{Text: "quiet work"}
+	})
+	res := h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "quiet"})
+	r := h.waitDone(res.RunID)
+	if r.Outcome != store.OutcomeSuccess {
+		t.Errorf("outcome %q", r.Outcome)
+	}
+	items, _ := h.db.DueOutbox(context.Background(), time.Now().Add(time.Hour), 10)
+	if len(items) != 0 {
+		t.Errorf("ANNOUNCE_SKIP posted %d messages", len(items))
+	}
+}
+
+func TestAnnounceFallbackAndErrors(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		switch {
+		case strings.HasPrefix(c.LastUser(), "Announce step"):
+			return llmtest.Reply{Status: 400, Message: "announce broke"}
+		case strings.Contains(c.LastUser(), "fail"):
+			return llmtest.Reply{Status: 400, Message: "prompt is too long"}
+		}
+		return llmtest.Reply{Text: "my last words"}
+	})
+	ok := h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "works", Label: "worker"})
+	bad := h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "will fail"})
+	items := h.waitAnnounces(2)
+	byRun := map[string]string{}
+	for _, it := range items {
+		byRun[it.RunID] = it.Text
+	}
+	if s := byRun[ok.RunID]; !strings.HasPrefix(s, "Status: success\nTask: worker\n\nResult:\nmy last words\n\nNotes:\nThe announce step failed") {
+		t.Errorf("fallback announce:\n%s", s)
+	}
+	if s := byRun[bad.RunID]; !strings.HasPrefix(s, "Status: error\n") || !strings.Contains(s, "prompt is too long") {
+		t.Errorf("error announce:\n%s", s)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	block := make(chan struct{})
+	h := newHarness(t, "maxChildrenPerSession: 2, maxTotalSpawns: 3", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && !strings.HasPrefix(c.LastUser(), "Announce") {
+			<-block
+		}
+		return standard(c)
+	})
+	defer close(block)
+	ctx := context.Background()
+	cc := caller("1")
+	for i := 0; i < 2; i++ {
+		if r := h.m.Spawn(ctx, cc, SpawnParams{Task: "t"}); r.Status != "accepted" {
+			t.Fatalf("spawn %d: %+v", i, r)
+		}
+	}
+	if r := h.m.Spawn(ctx, cc, SpawnParams{Task: "t"}); r.Status != "forbidden" || !strings.Contains(r.Error, "maxChildrenPerSession 2") {
+		t.Errorf("third child: %+v", r)
+	}
+	// Another thread has its own children limit, and the spawn budget is per root.
+	if r := h.m.Spawn(ctx, caller("2"), SpawnParams{Task: "t"}); r.Status != "accepted" {
+		t.Errorf("other session: %+v", r)
+	}
+	cases := []struct {
+		name string
+		cc   agent.CallContext
+		p    SpawnParams
+		want string
+	}{
+		{"agent not allowed", caller("3"), SpawnParams{Task: "t", AgentID: "other"}, `agent "other" is not allowed`},
+		{"unknown agent", caller("3"), SpawnParams{Task: "t", AgentID: "ghost"}, `unknown agentId "ghost"`},
+		{"depth", func() agent.CallContext { c := caller("3"); c.Depth = 1; return c }(), SpawnParams{Task: "t"}, "maxDepth is 1"},
+		{"unknown tool", caller("3"), SpawnParams{Task: "t", AllowedTools: []string{"rm_rf"}}, `unknown tool "rm_rf"`},
+		{"no task", caller("3"), SpawnParams{}, `"task" is required`},
+		{"bad cleanup", caller("3"), SpawnParams{Task: "t", Cleanup: "shred"}, "cleanup must be"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := h.m.Spawn(ctx, c.cc, c.p)
+			if r.Status == "accepted" || !strings.Contains(r.Error, c.want) {
+				t.Errorf("got %+v, want an error containing %q", r, c.want)
+			}
+		})
+	}
+	total := caller("9")
+	total.RootKey = cc.RootKey // a session below the same root
+	if r := h.m.Spawn(ctx, total, SpawnParams{Task: "t"}); r.Status != "accepted" {
+		t.Fatalf("third spawn under root: %+v", r)
+	}
+	if r := h.m.Spawn(ctx, total, SpawnParams{Task: "t"}); r.Status != "forbidden" || !strings.Contains(r.Error, "maxTotalSpawns 3") {
+		t.Errorf("fourth spawn under root: %+v", r)
+	}
+}
+
+func TestModelChainWarning(t *testing.T) {
+	h := newHarness(t, `model: "anthropic/claude-small"`, "", standard)
+	ctx := context.Background()
+	r := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "t", Model: "openai/gpt-nope"})
+	if r.Status != "accepted" || r.ModelApplied != "anthropic/claude-small" || !strings.Contains(r.Warning, `"openai/gpt-nope" is not configured`) {
+		t.Errorf("spawn = %+v", r)
+	}
+	r = h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "t"})
+	if r.ModelApplied != "anthropic/claude-small" || r.Warning != "" {
+		t.Errorf("defaults.subagents.model not applied: %+v", r)
+	}
+	h.waitAnnounces(2)
+	for _, c := range h.llm.Requests() {
+		if strings.Contains(c.System, "Sub-agent context") && c.Model != "claude-small" {
+			t.Errorf("child called model %q", c.Model)
+		}
+	}
+}
+
+func TestDepthRemovesSessionToolsAndFilters(t *testing.T) {
+	var spawned atomic.Bool
+	h := newHarness(t, "maxDepth: 2", `tools: { subagents: { tools: { deny: ["exec"] } } },`, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && strings.Contains(c.System, "- Task: outer") && len(c.Messages) == 1 {
+			if spawned.CompareAndSwap(false, true) {
+				return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: []byte(`{"task":"inner"}`)}}}
+			}
+		}
+		return standard(c)
+	})
+	h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "outer"})
+	h.waitAnnounces(2)
+	seen := map[string][]string{}
+	for _, c := range h.llm.Requests() {
+		if len(c.Messages) == 1 {
+			seen[taskOf(c)] = c.Tools
+		}
+	}
+	has := func(list []string, name string) bool {
+		for _, n := range list {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(seen["outer"], "sessions_spawn") || has(seen["outer"], "exec") || !has(seen["outer"], "read_file") {
+		t.Errorf("depth-1 child tools = %v; want sessions_spawn and read_file, no exec", seen["outer"])
+	}
+	for _, name := range []string{"sessions_spawn", "sessions_send", "sessions_list", "sessions_history", "exec"} {
+		if has(seen["inner"], name) {
+			t.Errorf("deepest child was given %s: %v", name, seen["inner"])
+		}
+	}
+	if !has(seen["inner"], "read_file") {
+		t.Errorf("deepest child lost its workspace tools: %v", seen["inner"])
+	}
+}
+
+func TestLaneCapAndOrder(t *testing.T) {
+	var mu sync.Mutex
+	var running, peak int
+	var order []string
+	release := make(chan struct{})
+	h := newHarness(t, "maxConcurrent: 2, maxChildrenPerSession: 10", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && len(c.Messages) == 1 {
+			mu.Lock()
+			running++
+			peak = max(peak, running)
+			order = append(order, taskOf(c))
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}
+		return standard(c)
+	})
+	for i := 0; i < 6; i++ {
+		h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: fmt.Sprintf("job %d", i)})
+	}
+	runs, _ := h.m.Runs(context.Background(), caller("1").SessionKey)
+	queued := 0
+	for _, r := range runs {
+		if r.Status == store.StatusQueued {
+			queued++
+		}
+	}
+	if queued < 4 {
+		t.Errorf("%d runs visible as queued, want at least 4 with a lane of 2", queued)
+	}
+	close(release)
+	h.waitAnnounces(6)
+	if peak > 2 {
+		t.Errorf("peak concurrency %d with maxConcurrent 2", peak)
+	}
+	// The first two start together; the rest start in spawn order.
+	for i := 2; i < len(order); i++ {
+		if order[i] != fmt.Sprintf("job %d", i) {
+			t.Errorf("start order %v", order)
+			break
+		}
+	}
+}
+
+func TestTimeoutAndStop(t *testing.T) {
+	h := newHarness(t, "maxChildrenPerSession: 10", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && len(c.Messages) == 1 {
+			return llmtest.Reply{Text: "late", Delay: time.Minute}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	one := 1
+	tr := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "slow", RunTimeoutSeconds: &one})
+	sr := h.m.Spawn(ctx, caller("2"), SpawnParams{Task: "slow too"})
+	if r := h.waitDone(tr.RunID); r.Outcome != store.OutcomeTimeout {
+		t.Errorf("timeout run outcome %q", r.Outcome)
+	}
+	items := h.waitAnnounces(1)
+	if !strings.HasPrefix(items[0].Text, "Status: timeout\n") || !strings.Contains(items[0].Text, "Run timed out after 1s.") {
+		t.Errorf("timeout announce:\n%s", items[0].Text)
+	}
+	if n := h.m.StopBelow(ctx, caller("2").SessionKey); n != 1 {
+		t.Errorf("StopBelow stopped %d, want 1", n)
+	}
+	if r := h.waitDone(sr.RunID); r.Outcome != store.OutcomeStopped {
+		t.Errorf("stopped run outcome %q", r.Outcome)
+	}
+	h.waitAnnounces(1) // the stopped run posts nothing
+}
+
+func TestRecoveryAfterCrash(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	ctx := context.Background()
+	now := time.Now()
+	mk := func(id, status string) {
+		r := &store.Run{ID: id, ChildKey: "agent:main:subagent:" + id, ChildSessionID: "s-" + id, RequesterKey: "agent:main:web:dm:c1",
+			RootKey: "agent:main:web:dm:c1", Depth: 1, AgentID: "main", Task: "crashy " + id, Model: "anthropic/claude-test",
+			Cleanup: "keep", Origin: channels.Origin{Channel: "web", ChatID: "c1", ChatType: "dm"}, Status: store.StatusQueued, CreatedAt: now, CostUSD: -1}
+		if err := h.db.CreateRun(ctx, r, &store.Session{Key: r.ChildKey, ID: r.ChildSessionID, AgentID: "main", Kind: store.KindSubagent,
+			ParentKey: r.RequesterKey, RootKey: r.RootKey, Depth: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if status == store.StatusRunning {
+			h.db.StartRun(ctx, id, now)
+		}
+	}
+	mk("00000000-run1", store.StatusRunning)
+	mk("00000000-run2", store.StatusQueued)
+	// A second manager on the same store plays the restarted gateway.
+	m2 := New(h.m.d)
+	if err := m2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Shutdown(ctx)
+	items := h.waitAnnounces(2)
+	got := map[string]string{}
+	for _, it := range items {
+		got[it.RunID] = it.Text
+	}
+	if !strings.HasPrefix(got["00000000-run1"], "Status: unknown\n") {
+		t.Errorf("running run after restart:\n%s", got["00000000-run1"])
+	}
+	if !strings.HasPrefix(got["00000000-run2"], "Status: success\n") {
+		t.Errorf("queued run after restart:\n%s", got["00000000-run2"])
+	}
+}
