@@ -1,0 +1,431 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
+)
+
+// Request is one command message.
+type Request struct {
+	SessionKey string          // the current requester session
+	Origin     channels.Origin // where the command came from
+	SenderID   string
+	Text       string // the raw message text
+}
+
+// Env is what the commands act on. Every field may be nil: a command that
+// needs a missing one says it is not available instead of failing.
+type Env struct {
+	Subagents *subagent.Manager
+	Store     *store.DB
+	Config    *config.Config
+	AgentID   string                       // the session's agent
+	AbortTurn func(sessionKey string) bool // cancels the session's running turn; reports whether one was running
+	// Approve resolves a pending approval of THIS session only; errors wrap
+	// store.ErrNotFound or store.ErrResolved.
+	Approve func(ctx context.Context, sessionKey, code string, approve bool, by string) (*store.Approval, error)
+	Now     func() time.Time
+}
+
+// sendTimeout bounds /subagents send (SPEC §8: 30 s); tests shorten it.
+var sendTimeout = 30 * time.Second
+
+// Replies that are fixed text.
+const (
+	replyNone        = "🧭 Subagents: none for this session."
+	replyUnavailable = "⚠️ Sub-agents are not available in this gateway."
+	replyNoSession   = "⚠️ This message has no conversation to act on."
+)
+
+// Handle runs the command in req.Text and returns the reply to post in the
+// same thread. handled is false when the text is not a command of this
+// package (it belongs to the agent).
+func Handle(ctx context.Context, env Env, req Request) (reply string, handled bool) {
+	c, err := Parse(req.Text)
+	if errors.Is(err, ErrNotCommand) {
+		return "", false
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		return ue.Usage, true
+	}
+	h := handler{env: env, req: req}
+	if h.env.Now == nil {
+		h.env.Now = time.Now
+	}
+	if strings.TrimSpace(req.SessionKey) == "" && c.Name != NameHelp {
+		return replyNoSession, true
+	}
+	switch c.Name {
+	case NameSubagents:
+		return h.subagents(ctx, c), true
+	case NameStop:
+		return h.stop(ctx), true
+	case NameApprove, NameDeny:
+		return h.approve(ctx, c), true
+	case NameStatus:
+		return h.status(ctx), true
+	default:
+		return helpText, true
+	}
+}
+
+const helpText = `❓ Commands
+/subagents list — the sub-agents of this conversation, newest first
+/subagents stop <id|#|all> — stop one sub-agent (and those it spawned), or all
+/subagents log <id|#> [limit] [tools] — a sub-agent's recent messages
+/subagents info <id|#> — details of one sub-agent run
+/subagents send <id|#> <message> — steer a running sub-agent or ask a finished one
+/stop — abort the current turn and every sub-agent below it
+/approve <code> — let a supervised tool call run
+/deny <code> — refuse a supervised tool call
+/status — model, tokens and sub-agents of this conversation
+/help — this list`
+
+type handler struct {
+	env Env
+	req Request
+}
+
+func (h handler) subagents(ctx context.Context, c Command) string {
+	m := h.env.Subagents
+	if m == nil {
+		return replyUnavailable
+	}
+	if c.Action == ActionList {
+		return h.list(ctx)
+	}
+	if c.Action == ActionStop && c.Target == TargetAll {
+		n := m.StopBelow(ctx, h.req.SessionKey)
+		return fmt.Sprintf("⚙️ Stopped %d %s.", n, plural(n, "subagent", "subagents"))
+	}
+	r, reply := h.resolve(ctx, c.Target)
+	if r == nil {
+		return reply
+	}
+	switch c.Action {
+	case ActionStop:
+		// A run that ended may still have live runs below it: stop those too.
+		if n := m.Stop(ctx, r.ID); n == 0 && r.Status == store.StatusDone {
+			return fmt.Sprintf("ℹ️ %s has already ended (%s).", title(r), subagent.DisplayStatus(r))
+		}
+		return fmt.Sprintf("⚙️ Stop requested for %s.", title(r))
+	case ActionLog:
+		return h.log(r, c.Limit, c.Tools)
+	case ActionInfo:
+		return h.info(r)
+	default:
+		return h.send(ctx, r, c.Message)
+	}
+}
+
+// resolve finds target among the current session's runs, or returns the
+// reply saying why not.
+func (h handler) resolve(ctx context.Context, target string) (*store.Run, string) {
+	r, err := h.env.Subagents.Resolve(ctx, h.req.SessionKey, target)
+	switch {
+	case err == nil:
+		return r, ""
+	case errors.Is(err, subagent.ErrNoMatch) && strings.Contains(err.Error(), "more than one"):
+		return nil, fmt.Sprintf("⚠️ %q matches more than one subagent; use its number from /subagents list.", shortID(target))
+	case errors.Is(err, subagent.ErrNoMatch):
+		return nil, fmt.Sprintf("⚠️ No subagent matches %q.", shortID(target))
+	default:
+		return nil, "⚠️ Could not read this conversation's sub-agents; try again in a moment."
+	}
+}
+
+func (h handler) list(ctx context.Context) string {
+	runs, err := h.env.Subagents.Runs(ctx, h.req.SessionKey)
+	if err != nil {
+		return "⚠️ Could not read this conversation's sub-agents; try again in a moment."
+	}
+	if len(runs) == 0 {
+		return replyNone
+	}
+	active, done := count(runs)
+	now := h.env.Now()
+	var b strings.Builder
+	fmt.Fprintf(&b, "🧭 Subagents (current session)\nActive: %d · Done: %d", active, done)
+	for i := range runs {
+		r := &runs[i]
+		fmt.Fprintf(&b, "\n%d) %s · %s · %s · run %s · %s", i+1, listStatus(r), title(r), age(r, now), shortRun(r.ID), r.ChildKey)
+	}
+	return b.String()
+}
+
+func count(runs []store.Run) (active, done int) {
+	for i := range runs {
+		if runs[i].Status == store.StatusDone {
+			done++
+		} else {
+			active++
+		}
+	}
+	return active, done
+}
+
+// listStatus is the status people see, with the note of a live run (e.g.
+// "running (awaiting approval K3F9)").
+func listStatus(r *store.Run) string {
+	s := subagent.DisplayStatus(r)
+	if s == "" {
+		s = "unknown"
+	}
+	if r.Status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
+		s += " (" + oneLine(r.Note, 60) + ")"
+	}
+	return s
+}
+
+// age is, for a live run, how long ago it started (or was queued) — "2m
+// ago" — and for an ended run how long it ran — "14s".
+func age(r *store.Run, now time.Time) string {
+	if r.Status == store.StatusDone {
+		return subagent.FormatRuntime(subagent.Runtime(r, now))
+	}
+	since := r.StartedAt
+	if since.IsZero() {
+		since = r.CreatedAt
+	}
+	return ago(now.Sub(since))
+}
+
+// ago renders an elapsed time coarsely: "12s ago", "2m ago", "3h ago", "2d ago".
+func ago(d time.Duration) string {
+	s := int64(max(d, 0) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds ago", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm ago", s/60)
+	case s < 86400:
+		return fmt.Sprintf("%dh ago", s/3600)
+	default:
+		return fmt.Sprintf("%dd ago", s/86400)
+	}
+}
+
+// title is the label, else the task, on one line and at most 72 characters.
+func title(r *store.Run) string {
+	return oneLine(subagent.TaskTitle(r.Label, r.Task), 72)
+}
+
+func oneLine(s string, n int) string {
+	return subagent.Truncate(strings.Join(strings.Fields(s), " "), n)
+}
+
+func shortRun(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// shortID keeps an id typed by a person short enough to quote back.
+func shortID(s string) string { return subagent.Truncate(s, 64) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func (h handler) log(r *store.Run, limit int, tools bool) string {
+	var b strings.Builder
+	b.WriteString("📜 Subagent log: " + title(r))
+	msgs, err := h.env.Subagents.History(r)
+	switch {
+	case err != nil && !r.ArchivedAt.IsZero():
+		b.WriteString("\n(the transcript was archived)")
+		return b.String()
+	case errors.Is(err, os.ErrNotExist):
+		b.WriteString("\n(no messages yet)")
+		return b.String()
+	case err != nil:
+		return fmt.Sprintf("⚠️ Could not read the log of %s; the transcript is at %s.", title(r), h.env.Subagents.TranscriptPath(r))
+	}
+	lines := subagent.HistoryLines(msgs, tools)
+	if len(lines) > limit {
+		lines = lines[len(lines)-limit:]
+	}
+	if len(lines) == 0 {
+		b.WriteString("\n(no messages yet)")
+	}
+	for _, l := range lines {
+		b.WriteString("\n")
+		switch l.Role {
+		case "user":
+			b.WriteString("User: " + clip(l.Text))
+		case "assistant":
+			b.WriteString("Assistant: " + clip(l.Text))
+		case "tool_call":
+			b.WriteString("Tool call: " + l.ToolName + " " + clip(l.Text))
+		case "tool_result":
+			b.WriteString("Tool result: " + l.ToolName + ": " + clip(l.Text))
+		default:
+			b.WriteString(l.Role + ": " + clip(l.Text))
+		}
+	}
+	return b.String()
+}
+
+// clip bounds one log entry so a long tool output does not flood the chat.
+func clip(s string) string { return subagent.Truncate(strings.TrimSpace(s), 1000) }
+
+func (h handler) info(r *store.Run) string {
+	now := h.env.Now()
+	status := r.Status
+	if status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
+		status += " (" + oneLine(r.Note, 60) + ")"
+	}
+	runtime := "-"
+	if !r.StartedAt.IsZero() {
+		runtime = subagent.FormatRuntime(subagent.Runtime(r, now))
+	}
+	archive := stamp(r.ArchiveAt)
+	if !r.ArchivedAt.IsZero() {
+		archive = "archived " + stamp(r.ArchivedAt)
+	}
+	outcome := dash(r.Outcome)
+	if r.Status == store.StatusDone && strings.TrimSpace(r.Note) != "" {
+		outcome += " (" + oneLine(r.Note, 200) + ")"
+	}
+	lines := []string{
+		"ℹ️ Subagent info",
+		"Status: " + dash(status),
+		"Label: " + dash(oneLine(r.Label, 200)),
+		"Task: " + dash(oneLine(r.Task, 1000)),
+		"Run: " + r.ID,
+		"Session: " + r.ChildKey,
+		"SessionId: " + dash(r.ChildSessionID),
+		"Transcript: " + dash(h.env.Subagents.TranscriptPath(r)),
+		"Model: " + dash(r.Model),
+		"Runtime: " + runtime,
+		"Created: " + stamp(r.CreatedAt),
+		"Started: " + stamp(r.StartedAt),
+		"Ended: " + stamp(r.EndedAt),
+		"Cleanup: " + dash(r.Cleanup),
+		"Archive: " + archive,
+		"Outcome: " + outcome,
+		"Tokens: " + tokens(r.TokensIn, r.TokensOut),
+	}
+	return strings.Join(lines, "\n")
+}
+
+func dash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func tokens(in, out int64) string {
+	return fmt.Sprintf("%s (in %s / out %s)", subagent.FormatTokens(in+out), subagent.FormatTokens(in), subagent.FormatTokens(out))
+}
+
+func (h handler) send(ctx context.Context, r *store.Run, message string) string {
+	res := h.env.Subagents.Send(ctx, r, message, sendTimeout)
+	switch res.Status {
+	case "ok":
+		reply := strings.TrimSpace(res.Reply)
+		if reply == "" {
+			reply = "(no reply text)"
+		}
+		return "💬 " + title(r) + "\n" + reply
+	case "timeout", "accepted":
+		return fmt.Sprintf("⏳ Subagent still running (run %s).", shortRun(r.ID))
+	default:
+		return fmt.Sprintf("⚠️ Could not send to %s: %s", title(r), oneLine(dash(res.Error), 300))
+	}
+}
+
+func (h handler) stop(ctx context.Context) string {
+	if h.env.AbortTurn != nil {
+		h.env.AbortTurn(h.req.SessionKey)
+	}
+	n := 0
+	if h.env.Subagents != nil {
+		n = h.env.Subagents.StopBelow(ctx, h.req.SessionKey)
+	}
+	return fmt.Sprintf("⚙️ Agent was aborted. Stopped %d %s.", n, plural(n, "sub-agent", "sub-agents"))
+}
+
+func (h handler) approve(ctx context.Context, c Command) string {
+	approve := c.Name == NameApprove
+	unknown := fmt.Sprintf("⚠️ No pending approval %q.", shortID(c.Code))
+	if h.env.Approve == nil {
+		return unknown
+	}
+	a, err := h.env.Approve(ctx, h.req.SessionKey, c.Code, approve, h.req.SenderID)
+	if errors.Is(err, store.ErrNotFound) && strings.ToUpper(c.Code) != c.Code {
+		// Codes are shown in upper case; accept them typed in lower case.
+		a, err = h.env.Approve(ctx, h.req.SessionKey, strings.ToUpper(c.Code), approve, h.req.SenderID)
+	}
+	// Another conversation's approval must look exactly like an unknown code.
+	if a != nil && a.SessionKey != "" && a.SessionKey != h.req.SessionKey {
+		return unknown
+	}
+	switch {
+	case err == nil && a != nil:
+		if approve {
+			return fmt.Sprintf("✅ Approved %s: %s will run.", a.Code, dash(a.Tool))
+		}
+		return fmt.Sprintf("⛔ Denied %s: %s will not run.", a.Code, dash(a.Tool))
+	case errors.Is(err, store.ErrResolved) && a != nil:
+		if a.Status == store.ApprovalExpired {
+			return fmt.Sprintf("⚠️ Approval %s expired: %s did not run.", a.Code, dash(a.Tool))
+		}
+		return fmt.Sprintf("⚠️ Approval %s was already %s.", a.Code, a.Status)
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrResolved), err == nil:
+		return unknown
+	default:
+		return fmt.Sprintf("⚠️ Could not resolve approval %q; try again in a moment.", shortID(c.Code))
+	}
+}
+
+func (h handler) status(ctx context.Context) string {
+	model := "-"
+	if h.env.Config != nil {
+		model = dash(h.env.Config.AgentModel(h.env.AgentID))
+	}
+	var in, out int64
+	if h.env.Store != nil {
+		if s, err := h.env.Store.GetSession(ctx, h.req.SessionKey); err == nil {
+			in, out = s.TokensIn, s.TokensOut
+		}
+	}
+	lines := []string{
+		"📊 Status",
+		"Agent: " + dash(h.env.AgentID),
+		"Model: " + model,
+		"Session: " + h.req.SessionKey,
+		"Tokens: " + tokens(in, out),
+	}
+	if h.env.Subagents == nil {
+		lines = append(lines, "🤖 Subagents: not available")
+	} else if runs, err := h.env.Subagents.Runs(ctx, h.req.SessionKey); err != nil {
+		lines = append(lines, "🤖 Subagents: could not be read")
+	} else {
+		active, done := count(runs)
+		lines = append(lines, fmt.Sprintf("🤖 Subagents: %d active · %d done", active, done))
+	}
+	return strings.Join(lines, "\n")
+}
