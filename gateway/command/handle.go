@@ -280,8 +280,9 @@ func (h handler) log(r *store.Run, limit int, tools bool) string {
 	return b.String()
 }
 
-// clip bounds one log entry so a long tool output does not flood the chat.
-func clip(s string) string { return subagent.Truncate(strings.TrimSpace(s), 1000) }
+// clip puts one log entry on one line and bounds it, so a long tool output
+// does not flood the chat.
+func clip(s string) string { return oneLine(s, 500) }
 
 func (h handler) info(r *store.Run) string {
 	now := h.env.Now()
