@@ -23,6 +23,12 @@ var (
 	ErrReadOnly = errors.New("state dir is not writable")
 	// ErrResolved: the approval was already resolved or expired.
 	ErrResolved = errors.New("already resolved")
+	// ErrExists: a row with the same key (run id, session key, approval code) is already stored.
+	ErrExists = errors.New("already exists")
+	// ErrNotQueued: StartRun on a run that is not queued.
+	ErrNotQueued = errors.New("run is not queued")
+	// ErrSchemaTooNew: the database was migrated by a newer Herald than this binary.
+	ErrSchemaTooNew = errors.New("state database schema is newer than this herald")
 )
 
 // Session kinds.

@@ -1,0 +1,510 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// DBFile is the database's file name inside the state dir.
+const DBFile = "herald.db"
+
+// busyTimeout is how long a statement waits for another connection's lock.
+const busyTimeout = 5 * time.Second
+
+// readerConns bounds the read pool; reads never block the writer in WAL mode.
+const readerConns = 4
+
+// DB is Herald's state database: one writer connection (all writes are
+// serialised there, so transactions never fight for the lock) and a small
+// pool of read-only connections.
+type DB struct {
+	dir  string
+	path string
+
+	w  *sql.DB // exactly one connection; every write goes here
+	r  *sql.DB // query_only connections for reads
+	ws *stmtCache
+	rs *stmtCache
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open creates stateDir (0700) if needed, opens <stateDir>/herald.db (WAL,
+// synchronous=NORMAL, busy timeout, foreign keys), checks it and applies the
+// schema migrations this binary knows.
+//
+// A file that is not a SQLite database or fails PRAGMA quick_check gives an
+// error wrapping ErrCorrupt; a state dir or database that cannot be written
+// gives an error wrapping ErrReadOnly; a database written by a newer Herald
+// gives an error wrapping ErrSchemaTooNew.
+func Open(ctx context.Context, stateDir string) (*DB, error) {
+	if stateDir == "" {
+		return nil, errors.New("open state database: state dir is empty")
+	}
+	dir, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("open state database: state dir %q: %w", stateDir, err)
+	}
+	path := filepath.Join(dir, DBFile)
+	if err := checkWritable(dir, path); err != nil {
+		return nil, err
+	}
+	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+
+	d := &DB{dir: dir, path: path}
+	d.w, err = sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	d.w.SetMaxOpenConns(1)
+	d.w.SetMaxIdleConns(1)
+	d.w.SetConnMaxLifetime(0)
+	d.w.SetConnMaxIdleTime(0)
+	d.ws = newStmtCache(d.w)
+
+	if err := d.check(ctx); err != nil {
+		d.w.Close()
+		return nil, err
+	}
+	if err := migrate(ctx, d.w, path, migrations); err != nil {
+		d.w.Close()
+		return nil, err
+	}
+
+	d.r, err = sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		d.w.Close()
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	d.r.SetMaxOpenConns(readerConns)
+	d.r.SetMaxIdleConns(readerConns)
+	d.r.SetConnMaxIdleTime(0)
+	d.r.SetConnMaxLifetime(0)
+	d.rs = newStmtCache(d.r)
+	if err := d.r.PingContext(ctx); err != nil {
+		d.w.Close()
+		d.r.Close()
+		return nil, d.wrap("open", err)
+	}
+	return d, nil
+}
+
+// dsn builds the modernc.org/sqlite data source name for path.
+func dsn(path string, readOnly bool) string {
+	q := []string{
+		fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeout.Milliseconds()),
+		"_pragma=foreign_keys(1)",
+		"_pragma=journal_mode(WAL)",
+		"_pragma=synchronous(NORMAL)",
+		"_txlock=immediate",
+	}
+	if readOnly {
+		q = append(q, "_pragma=query_only(1)")
+	}
+	return "file:" + path + "?" + strings.Join(q, "&")
+}
+
+// checkWritable makes sure the state dir exists and that both it and an
+// existing database (with its WAL side files) can be written, so a
+// read-only deployment fails at start and not on the first run.
+func checkWritable(dir, path string) error {
+	readOnly := func(p string, err error) error {
+		return fmt.Errorf("open state database: %s: %w: %w", p, ErrReadOnly, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return readOnly(dir, err)
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return readOnly(dir, err)
+	} else if !fi.IsDir() {
+		return readOnly(dir, errors.New("not a directory"))
+	}
+	probe, err := os.CreateTemp(dir, ".herald-write-check-*")
+	if err != nil {
+		return readOnly(dir, err)
+	}
+	name := probe.Name()
+	_, werr := probe.Write([]byte{0})
+	cerr := probe.Close()
+	os.Remove(name)
+	if werr != nil {
+		return readOnly(dir, werr)
+	}
+	if cerr != nil {
+		return readOnly(dir, cerr)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return readOnly(p, err)
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// sqliteMagic starts every SQLite 3 database file.
+var sqliteMagic = []byte("SQLite format 3\x00")
+
+// checkHeader rejects an existing, non-empty file that is not SQLite before
+// the driver gets a chance to turn it into something else.
+func checkHeader(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open state database %s: %w", path, err)
+	}
+	defer f.Close()
+	buf := make([]byte, len(sqliteMagic))
+	n, err := io.ReadFull(f, buf)
+	if n == 0 && (err == io.EOF) {
+		return nil // empty file: SQLite treats it as a new database
+	}
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("open state database %s: %w", path, err)
+	}
+	if !bytes.Equal(buf[:n], sqliteMagic) {
+		return corrupt(path, errors.New("not a SQLite database"))
+	}
+	return nil
+}
+
+func corrupt(path string, detail error) error {
+	return fmt.Errorf("state database %s: %w (%v); stop herald and move the file away (for example mv %s %s.corrupt) to start with an empty state",
+		path, ErrCorrupt, detail, path, path)
+}
+
+// check opens the writer connection and runs PRAGMA quick_check.
+func (d *DB) check(ctx context.Context) error {
+	rows, err := d.w.QueryContext(ctx, "PRAGMA quick_check")
+	if err != nil {
+		return d.wrap("open", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return d.wrap("open", err)
+		}
+		if s != "ok" {
+			problems = append(problems, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return d.wrap("open", err)
+	}
+	if len(problems) > 0 {
+		if len(problems) > 3 {
+			problems = append(problems[:3], "...")
+		}
+		return corrupt(d.path, fmt.Errorf("quick_check: %s", strings.Join(problems, "; ")))
+	}
+	return nil
+}
+
+// SQLite primary result codes this package tells apart.
+const (
+	sqlitePerm       = 3
+	sqliteReadOnly   = 8
+	sqliteCorrupt    = 11
+	sqliteCantOpen   = 14
+	sqliteConstraint = 19
+	sqliteNotADB     = 26
+
+	sqliteConstraintPrimaryKey = sqliteConstraint | 6<<8
+	sqliteConstraintUnique     = sqliteConstraint | 8<<8
+)
+
+// wrap adds the operation and the database path to err, and maps SQLite
+// result codes to this package's sentinels.
+func (d *DB) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		code := se.Code()
+		switch code & 0xff {
+		case sqliteCorrupt, sqliteNotADB:
+			return corrupt(d.path, err)
+		case sqliteReadOnly, sqlitePerm, sqliteCantOpen:
+			return fmt.Errorf("%s: state database %s: %w: %w", op, d.path, ErrReadOnly, err)
+		}
+		if code == sqliteConstraintPrimaryKey || code == sqliteConstraintUnique {
+			return fmt.Errorf("%s: %w: %w", op, ErrExists, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Close closes both connection pools, checkpointing the WAL first.
+func (d *DB) Close() error {
+	d.closeOnce.Do(func() {
+		if d.w != nil {
+			// Best effort: fold the WAL back so operators see one file.
+			_, _ = d.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+		}
+		var errs []error
+		if d.rs != nil {
+			d.rs.close()
+		}
+		if d.ws != nil {
+			d.ws.close()
+		}
+		if d.r != nil {
+			errs = append(errs, d.r.Close())
+		}
+		if d.w != nil {
+			errs = append(errs, d.w.Close())
+		}
+		if err := errors.Join(errs...); err != nil {
+			d.closeErr = fmt.Errorf("close state database %s: %w", d.path, err)
+		}
+	})
+	return d.closeErr
+}
+
+// StateDir returns the absolute state dir.
+func (d *DB) StateDir() string { return d.dir }
+
+// Path returns the absolute path of herald.db.
+func (d *DB) Path() string { return d.path }
+
+// TranscriptPath returns <stateDir>/transcripts/<agentId>/<sessionId>.jsonl.
+// Path separators and ".." in the ids are replaced so the result stays
+// inside the state dir.
+func (d *DB) TranscriptPath(agentID, sessionID string) string {
+	return filepath.Join(d.dir, "transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
+}
+
+func safeName(s string) string {
+	s = strings.NewReplacer("/", "_", "\\", "_", "\x00", "_").Replace(s)
+	if s == "" || s == "." || s == ".." {
+		return "_" + s
+	}
+	return s
+}
+
+// stmtCache keeps one prepared statement per query text.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func newStmtCache(db *sql.DB) *stmtCache {
+	return &stmtCache{db: db, m: make(map[string]*sql.Stmt)}
+}
+
+func (c *stmtCache) get(ctx context.Context, q string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[q]; ok {
+		return s, nil
+	}
+	s, err := c.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	c.m[q] = s
+	return s, nil
+}
+
+// peek returns the cached statement for q without preparing one.
+func (c *stmtCache) peek(q string) (*sql.Stmt, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.m[q]
+	return s, ok
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for q, s := range c.m {
+		s.Close()
+		delete(c.m, q)
+	}
+}
+
+// conn is what the query helpers run on: the read pool, the writer outside a
+// transaction, or a write transaction.
+type conn struct {
+	ctx   context.Context
+	cache *stmtCache
+	tx    *sql.Tx   // nil outside a transaction
+	miss  *[]string // in a transaction: queries to prepare once it ends
+}
+
+func (c conn) stmt(q string) (*sql.Stmt, error) {
+	if c.tx != nil {
+		// The writer pool has one connection and the transaction holds it:
+		// preparing on the pool here would wait forever. Use the cached
+		// statement if there is one; else prepare on the transaction and
+		// have tx cache it after the transaction ends.
+		if s, ok := c.cache.peek(q); ok {
+			return c.tx.StmtContext(c.ctx, s), nil
+		}
+		*c.miss = append(*c.miss, q)
+		return c.tx.PrepareContext(c.ctx, q)
+	}
+	return c.cache.get(c.ctx, q)
+}
+
+func (c conn) exec(q string, args ...any) (sql.Result, error) {
+	s, err := c.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(c.ctx, args...)
+}
+
+// execN runs q and returns the number of rows it changed.
+func (c conn) execN(q string, args ...any) (int64, error) {
+	res, err := c.exec(q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c conn) query(q string, args ...any) (*sql.Rows, error) {
+	s, err := c.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(c.ctx, args...)
+}
+
+// queryRow runs q and scans its first row with scan; no row → ErrNotFound.
+func (c conn) queryRow(scan func(*sql.Rows) error, q string, args ...any) error {
+	rows, err := c.query(q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return ErrNotFound
+	}
+	if err := scan(rows); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+func (d *DB) reader(ctx context.Context) conn { return conn{ctx: ctx, cache: d.rs} }
+func (d *DB) writer(ctx context.Context) conn { return conn{ctx: ctx, cache: d.ws} }
+
+// tx runs fn in one write transaction (BEGIN IMMEDIATE), committing when fn
+// returns nil (or an errCommitThen) and rolling back otherwise.
+func (d *DB) tx(ctx context.Context, fn func(c conn) error) error {
+	var miss []string
+	defer func() {
+		// The connection is free again: cache what the transaction missed.
+		for _, q := range miss {
+			_, _ = d.ws.get(ctx, q)
+		}
+	}()
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(conn{ctx: ctx, cache: d.ws, tx: tx, miss: &miss}); err != nil {
+		var ct errCommitThen
+		if errors.As(err, &ct) {
+			if cerr := tx.Commit(); cerr != nil {
+				return cerr
+			}
+			return err
+		}
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// Time columns hold UTC unix milliseconds; NULL is the zero time.
+
+func msOrNull(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func msOrNow(t time.Time) int64 {
+	if t.IsZero() {
+		return time.Now().UnixMilli()
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(n.Int64).UTC()
+}
+
+// truncMS is the time as the database gives it back.
+func truncMS(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli()).UTC()
+}
+
+func nowMS() time.Time { return truncMS(time.Now()) }
+
+func originJSON(o channels.Origin) (string, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "", fmt.Errorf("encode origin: %w", err)
+	}
+	return string(b), nil
+}
+
+func parseOrigin(s string, o *channels.Origin) error {
+	if s == "" {
+		*o = channels.Origin{}
+		return nil
+	}
+	if err := json.Unmarshal([]byte(s), o); err != nil {
+		return fmt.Errorf("decode origin %q: %w", s, err)
+	}
+	return nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

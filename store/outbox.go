@@ -1,0 +1,197 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
+	delivered_at, failed_at, last_error`
+
+func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
+	var runID sql.NullString
+	var origin, kind string
+	var created, next, delivered, failed sql.NullInt64
+	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
+		&delivered, &failed, &o.LastError); err != nil {
+		return err
+	}
+	o.RunID, o.Kind = runID.String, channels.Kind(kind)
+	o.CreatedAt, o.NextAttemptAt = fromMS(created), fromMS(next)
+	o.DeliveredAt, o.FailedAt = fromMS(delivered), fromMS(failed)
+	return parseOrigin(origin, &o.Origin)
+}
+
+// outboxRow is a new outbox item with its defaults applied, ready to insert.
+type outboxRow struct {
+	runID     any
+	origin    string
+	kind      string
+	text      string
+	createdAt time.Time
+	nextAt    time.Time
+}
+
+// newOutboxRow applies the defaults: CreatedAt now, NextAttemptAt CreatedAt.
+func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
+	origin, err := originJSON(o.Origin)
+	if err != nil {
+		return nil, err
+	}
+	r := &outboxRow{runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
+		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt)}
+	if r.createdAt.IsZero() {
+		r.createdAt = nowMS()
+	}
+	if r.nextAt.IsZero() {
+		r.nextAt = r.createdAt
+	}
+	return r, nil
+}
+
+// insert adds the row unless an item with the same RunID exists, and
+// returns the id of the row that holds the RunID.
+func (r *outboxRow) insert(c conn) (int64, error) {
+	res, err := c.exec(`INSERT INTO outbox (run_id, origin, kind, text, created_at, next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli())
+	if err != nil {
+		return 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, err
+	} else if n == 1 {
+		return res.LastInsertId()
+	}
+	var id int64
+	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) },
+		`SELECT id FROM outbox WHERE run_id = ?`, r.runID)
+	return id, err
+}
+
+// apply writes the defaults back into the caller's item.
+func (r *outboxRow) apply(o *OutboxItem) {
+	o.CreatedAt, o.NextAttemptAt = r.createdAt, r.nextAt
+}
+
+// EnqueueOutbox adds an item to the outbox (CreatedAt defaults to now,
+// NextAttemptAt to CreatedAt) and returns its id; o.ID is set too. When
+// o.RunID is set and an item with that RunID is already stored, nothing is
+// added and the existing item's id is returned.
+func (d *DB) EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) {
+	row, err := newOutboxRow(o)
+	if err != nil {
+		return 0, fmt.Errorf("enqueue outbox: %w", err)
+	}
+	id, err := row.insert(d.writer(ctx))
+	if err != nil {
+		return 0, d.wrap("enqueue outbox", err)
+	}
+	o.ID = id
+	row.apply(o)
+	return id, nil
+}
+
+// DueOutbox returns up to limit pending items (neither delivered nor
+// failed) whose NextAttemptAt ≤ now, oldest first. limit ≤ 0 = no limit.
+func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxItem, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
+		WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= ?
+		ORDER BY id LIMIT ?`, msOrNow(now), limit)
+	if err != nil {
+		return nil, d.wrap("due outbox", err)
+	}
+	defer rows.Close()
+	var out []OutboxItem
+	for rows.Next() {
+		var o OutboxItem
+		if err := scanOutbox(rows, &o); err != nil {
+			return nil, d.wrap("due outbox", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap("due outbox", err)
+	}
+	return out, nil
+}
+
+// GetOutbox returns one outbox item; ErrNotFound.
+func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
+	var o OutboxItem
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanOutbox(rows, &o) },
+		`SELECT `+outboxCols+` FROM outbox WHERE id = ?`, id)
+	if err != nil {
+		return nil, d.wrap(fmt.Sprintf("get outbox %d", id), err)
+	}
+	return &o, nil
+}
+
+// NextOutboxAt returns the earliest NextAttemptAt of the pending items; ok
+// is false when nothing is pending.
+func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullInt64
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
+		`SELECT MIN(next_attempt_at) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL`)
+	if err != nil {
+		return time.Time{}, false, d.wrap("next outbox", err)
+	}
+	return fromMS(at), at.Valid, nil
+}
+
+// MarkDelivered records that a channel accepted the item. Marking an item
+// delivered twice keeps the first time. ErrNotFound.
+func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, ?) WHERE id = ?`,
+		msOrNow(at), id)
+	return d.outboxResult(fmt.Sprintf("mark outbox %d delivered", id), n, err)
+}
+
+// MarkRetry counts a failed attempt and schedules the next one at next;
+// ErrNotFound.
+func (d *DB) MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error {
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?,
+		last_error = ? WHERE id = ?`, msOrNow(next), errText, id)
+	return d.outboxResult(fmt.Sprintf("mark outbox %d retry", id), n, err)
+}
+
+// MarkFailed gives up on the item: it counts the attempt, records the error
+// and leaves the pending set; ErrNotFound.
+func (d *DB) MarkFailed(ctx context.Context, id int64, at time.Time, errText string) error {
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1,
+		failed_at = COALESCE(failed_at, ?), last_error = ? WHERE id = ?`, msOrNow(at), errText, id)
+	return d.outboxResult(fmt.Sprintf("mark outbox %d failed", id), n, err)
+}
+
+func (d *DB) outboxResult(op string, n int64, err error) error {
+	if err != nil {
+		return d.wrap(op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return nil
+}
+
+// OutboxStats counts pending, delivered and failed items. Pending and
+// failed are counted on their partial indexes; delivered is the rest.
+func (d *DB) OutboxStats(ctx context.Context) (pending, delivered, failed int, err error) {
+	var total int
+	err = d.reader(ctx).queryRow(func(rows *sql.Rows) error {
+		return rows.Scan(&pending, &failed, &total)
+	}, `SELECT
+		(SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL),
+		(SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NOT NULL),
+		(SELECT COUNT(*) FROM outbox)`)
+	if err != nil {
+		return 0, 0, 0, d.wrap("outbox stats", err)
+	}
+	return pending, total - pending - failed, failed, nil
+}

@@ -1,0 +1,403 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
+	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
+	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
+	cost_usd, archive_at, archived_at`
+
+func scanRun(rows *sql.Rows, r *Run) error {
+	var tools sql.NullString
+	var origin string
+	var created, started, ended, archiveAt, archivedAt sql.NullInt64
+	if err := rows.Scan(&r.ID, &r.ChildKey, &r.ChildSessionID, &r.RequesterKey, &r.RootKey, &r.Depth,
+		&r.AgentID, &r.Task, &r.Label, &r.Model, &r.Thinking, &r.Cleanup, &r.TimeoutSeconds,
+		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
+		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
+		&archiveAt, &archivedAt); err != nil {
+		return err
+	}
+	r.CreatedAt, r.StartedAt, r.EndedAt = fromMS(created), fromMS(started), fromMS(ended)
+	r.ArchiveAt, r.ArchivedAt = fromMS(archiveAt), fromMS(archivedAt)
+	r.AllowedTools = nil
+	if tools.Valid {
+		if err := json.Unmarshal([]byte(tools.String), &r.AllowedTools); err != nil {
+			return fmt.Errorf("run %s: decode allowed tools: %w", r.ID, err)
+		}
+	}
+	return parseOrigin(origin, &r.Origin)
+}
+
+func scanRuns(rows *sql.Rows) ([]Run, error) {
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var r Run
+		if err := scanRun(rows, &r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// toolsJSON keeps nil (no restriction) apart from an empty list (no tools).
+func toolsJSON(tools []string) (any, error) {
+	if tools == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		return nil, fmt.Errorf("encode allowed tools: %w", err)
+	}
+	return string(b), nil
+}
+
+// CreateRun stores the run and its child session in one transaction; if
+// either insert fails neither row is stored. child may be nil when the child
+// session is already stored.
+//
+// Defaults: ID a new uuid, ChildKey/ChildSessionID from child, RootKey the
+// RequesterKey, Status queued, CreatedAt now. The child session's empty
+// fields are taken from the run (kind subagent, parent = requester, root,
+// depth, agent, label, model, origin). A run ID or child key already stored
+// gives an error wrapping ErrExists.
+func (d *DB) CreateRun(ctx context.Context, r *Run, child *Session) error {
+	if r.ID == "" {
+		r.ID = uuid.NewString()
+	}
+	if r.RootKey == "" {
+		r.RootKey = r.RequesterKey
+	}
+	if r.Status == "" {
+		r.Status = StatusQueued
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = nowMS()
+	}
+	r.CreatedAt, r.StartedAt, r.EndedAt = truncMS(r.CreatedAt), truncMS(r.StartedAt), truncMS(r.EndedAt)
+	r.ArchiveAt, r.ArchivedAt = truncMS(r.ArchiveAt), truncMS(r.ArchivedAt)
+	var sessArgs []any
+	if child != nil {
+		fillChild(r, child)
+		if err := d.normalizeSession(child); err != nil {
+			return fmt.Errorf("create run %s: child %w", r.ID, err)
+		}
+		if r.ChildKey == "" {
+			r.ChildKey = child.Key
+		}
+		if r.ChildSessionID == "" {
+			r.ChildSessionID = child.ID
+		}
+		var err error
+		if sessArgs, err = sessionArgs(child); err != nil {
+			return fmt.Errorf("create run %s: %w", r.ID, err)
+		}
+	}
+	if r.ChildKey == "" {
+		return fmt.Errorf("create run %s: child session key is empty", r.ID)
+	}
+	tools, err := toolsJSON(r.AllowedTools)
+	if err != nil {
+		return fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	origin, err := originJSON(r.Origin)
+	if err != nil {
+		return fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	err = d.tx(ctx, func(c conn) error {
+		if child != nil {
+			if _, err := c.exec(insertSession, sessArgs...); err != nil {
+				return fmt.Errorf("child session %s: %w", child.Key, err)
+			}
+		}
+		_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
+			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
+			r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
+			r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
+			msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
+			msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt))
+		return err
+	})
+	if err != nil {
+		return d.wrap("create run "+r.ID, err)
+	}
+	return nil
+}
+
+func fillChild(r *Run, s *Session) {
+	if s.Kind == "" {
+		s.Kind = KindSubagent
+	}
+	if s.Key == "" {
+		s.Key = r.ChildKey
+	}
+	if s.ID == "" {
+		s.ID = r.ChildSessionID
+	}
+	if s.AgentID == "" {
+		s.AgentID = r.AgentID
+	}
+	if s.ParentKey == "" {
+		s.ParentKey = r.RequesterKey
+	}
+	if s.RootKey == "" {
+		s.RootKey = r.RootKey
+	}
+	if s.Depth == 0 {
+		s.Depth = r.Depth
+	}
+	if s.Label == "" {
+		s.Label = r.Label
+	}
+	if s.Model == "" {
+		s.Model = r.Model
+	}
+	if s.Origin == (channels.Origin{}) {
+		s.Origin = r.Origin
+	}
+	if s.CreatedAt.IsZero() {
+		s.CreatedAt = r.CreatedAt
+	}
+}
+
+// StartRun moves a queued run to running and sets StartedAt. ErrNotFound;
+// a run that is not queued gives an error wrapping ErrNotQueued.
+func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = ?, started_at = ? WHERE id = ? AND status = ?`,
+		StatusRunning, msOrNow(at), runID, StatusQueued)
+	if err != nil {
+		return d.wrap("start run "+runID, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	r, err := d.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("start run %s: %w", runID, err)
+	}
+	return fmt.Errorf("start run %s: status is %s: %w", runID, r.Status, ErrNotQueued)
+}
+
+// SetRunStatus sets the run's status (and nothing else); ErrNotFound.
+func (d *DB) SetRunStatus(ctx context.Context, runID, status string) error {
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = ? WHERE id = ?`, status, runID)
+	if err != nil {
+		return d.wrap("set run status "+runID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("set run status %s: %w", runID, ErrNotFound)
+	}
+	return nil
+}
+
+// SetRunNote sets the run's status and note, e.g. running with
+// "awaiting approval <code>"; ErrNotFound.
+func (d *DB) SetRunNote(ctx context.Context, runID, status, note string) error {
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = ?, note = ? WHERE id = ?`, status, note, runID)
+	if err != nil {
+		return d.wrap("set run note "+runID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("set run note %s: %w", runID, ErrNotFound)
+	}
+	return nil
+}
+
+// FinishRun stores the run's end (Status, default done; Outcome, Note,
+// Result, StartedAt if set, EndedAt, default now; token counts, cost and
+// ArchiveAt) and, when announce is non-nil, the announce's outbox row, in
+// one transaction: either both are stored or neither. announce.RunID
+// defaults to r.ID; an outbox row for that RunID already stored is kept and
+// no second row is added (announce.ID is set to it). ErrNotFound.
+func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error {
+	if r.Status == "" {
+		r.Status = StatusDone
+	}
+	if r.EndedAt.IsZero() {
+		r.EndedAt = nowMS()
+	}
+	r.StartedAt, r.EndedAt, r.ArchiveAt = truncMS(r.StartedAt), truncMS(r.EndedAt), truncMS(r.ArchiveAt)
+	var item *outboxRow
+	if announce != nil {
+		if announce.RunID == "" {
+			announce.RunID = r.ID
+		}
+		var err error
+		if item, err = newOutboxRow(announce); err != nil {
+			return fmt.Errorf("finish run %s: %w", r.ID, err)
+		}
+	}
+	err := d.tx(ctx, func(c conn) error {
+		n, err := c.execN(`UPDATE runs SET status = ?, outcome = ?, note = ?, result = ?,
+			started_at = COALESCE(?, started_at), ended_at = ?, tokens_in = ?, tokens_out = ?,
+			cache_read = ?, cache_write = ?, cost_usd = ?, archive_at = ? WHERE id = ?`,
+			r.Status, r.Outcome, r.Note, r.Result, msOrNull(r.StartedAt), r.EndedAt.UnixMilli(),
+			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.ID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		if testHookFinishRun != nil {
+			if err := testHookFinishRun(); err != nil {
+				return err
+			}
+		}
+		if item == nil {
+			return nil
+		}
+		id, err := item.insert(c)
+		if err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		announce.ID = id
+		return nil
+	})
+	if err != nil {
+		if announce != nil {
+			announce.ID = 0
+		}
+		return d.wrap("finish run "+r.ID, err)
+	}
+	if announce != nil {
+		item.apply(announce)
+	}
+	return nil
+}
+
+// testHookFinishRun, when set by a test, runs inside FinishRun's transaction
+// between the run update and the outbox insert.
+var testHookFinishRun func() error
+
+// GetRun returns the run; ErrNotFound.
+func (d *DB) GetRun(ctx context.Context, runID string) (*Run, error) {
+	return d.getRun(ctx, "get run "+runID, `SELECT `+runCols+` FROM runs WHERE id = ?`, runID)
+}
+
+// GetRunByChildKey returns the run whose child session is key; ErrNotFound.
+func (d *DB) GetRunByChildKey(ctx context.Context, key string) (*Run, error) {
+	return d.getRun(ctx, "get run of "+key, `SELECT `+runCols+` FROM runs WHERE child_key = ?`, key)
+}
+
+func (d *DB) getRun(ctx context.Context, op, q string, arg any) (*Run, error) {
+	var r Run
+	if err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanRun(rows, &r) }, q, arg); err != nil {
+		return nil, d.wrap(op, err)
+	}
+	return &r, nil
+}
+
+// ListRuns returns the runs matching f, newest first.
+func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+	var where []string
+	var args []any
+	if f.RequesterKey != "" {
+		where = append(where, "requester_key = ?")
+		args = append(args, f.RequesterKey)
+	}
+	if f.RootKey != "" {
+		where = append(where, "root_key = ?")
+		args = append(args, f.RootKey)
+	}
+	if len(f.Statuses) > 0 {
+		where = append(where, "status IN (?"+strings.Repeat(", ?", len(f.Statuses)-1)+")")
+		for _, s := range f.Statuses {
+			args = append(args, s)
+		}
+	}
+	q := `SELECT ` + runCols + ` FROM runs`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, rowid DESC"
+	if f.Limit > 0 {
+		q += " LIMIT ?"
+		args = append(args, f.Limit)
+	}
+	rows, err := d.reader(ctx).query(q, args...)
+	if err != nil {
+		return nil, d.wrap("list runs", err)
+	}
+	runs, err := scanRuns(rows)
+	if err != nil {
+		return nil, d.wrap("list runs", err)
+	}
+	return runs, nil
+}
+
+// CountSpawns counts every run ever created under the top-level session
+// rootKey, finished or not.
+func (d *DB) CountSpawns(ctx context.Context, rootKey string) (int, error) {
+	var n int
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
+		`SELECT COUNT(*) FROM runs WHERE root_key = ?`, rootKey)
+	if err != nil {
+		return 0, d.wrap("count spawns "+rootKey, err)
+	}
+	return n, nil
+}
+
+// DueArchives returns the runs whose ArchiveAt is set and ≤ now and that are
+// not archived yet, earliest deadline first.
+func (d *DB) DueArchives(ctx context.Context, now time.Time) ([]Run, error) {
+	rows, err := d.reader(ctx).query(`SELECT `+runCols+` FROM runs
+		WHERE archive_at IS NOT NULL AND archived_at IS NULL AND archive_at <= ?
+		ORDER BY archive_at, rowid`, msOrNow(now))
+	if err != nil {
+		return nil, d.wrap("due archives", err)
+	}
+	runs, err := scanRuns(rows)
+	if err != nil {
+		return nil, d.wrap("due archives", err)
+	}
+	return runs, nil
+}
+
+// NextArchiveAt returns the earliest pending archive deadline; ok is false
+// when there is none.
+func (d *DB) NextArchiveAt(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullInt64
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
+		`SELECT MIN(archive_at) FROM runs WHERE archive_at IS NOT NULL AND archived_at IS NULL`)
+	if err != nil {
+		return time.Time{}, false, d.wrap("next archive", err)
+	}
+	return fromMS(at), at.Valid, nil
+}
+
+// MarkArchived sets the run's ArchivedAt and marks its child session
+// deleted, in one transaction; ErrNotFound.
+func (d *DB) MarkArchived(ctx context.Context, runID string, at time.Time) error {
+	ms := msOrNow(at)
+	err := d.tx(ctx, func(c conn) error {
+		n, err := c.execN(`UPDATE runs SET archived_at = COALESCE(archived_at, ?) WHERE id = ?`, ms, runID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		_, err = c.exec(`UPDATE sessions SET deleted_at = COALESCE(deleted_at, ?)
+			WHERE key = (SELECT child_key FROM runs WHERE id = ?)`, ms, runID)
+		return err
+	})
+	if err != nil {
+		return d.wrap("mark archived "+runID, err)
+	}
+	return nil
+}

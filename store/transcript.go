@@ -1,0 +1,246 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// TranscriptVersion is the version written in new transcript headers.
+const TranscriptVersion = 1
+
+// Transcript is an open JSONL transcript: a header line, then one line per
+// message. Every Append is one write(2) of one whole line straight to the
+// file, so a line is on disk (in the page cache) when Append returns and a
+// killed process loses nothing it appended. Safe for concurrent use.
+type Transcript struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File // nil once closed
+}
+
+// OpenTranscript opens the transcript at path for appending, creating its
+// folders (0700) and the file (0600) as needed. A new or empty file gets the
+// header line (Type "session" and Version 1 unless set; CreatedAt now unless
+// set). A torn last line left by a crash is cut off first, so new lines
+// never run into it.
+func OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open transcript %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open transcript %s: %w", path, err)
+	}
+	size, err := cutTornLine(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open transcript %s: %w", path, err)
+	}
+	t := &Transcript{path: path, f: f}
+	if size == 0 {
+		if h.Type == "" {
+			h.Type = "session"
+		}
+		if h.Version == 0 {
+			h.Version = TranscriptVersion
+		}
+		if h.CreatedAt.IsZero() {
+			h.CreatedAt = time.Now().UTC()
+		}
+		if err := t.writeLine(h); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// cutTornLine truncates f after its last newline when it does not end with
+// one, and returns the resulting size.
+func cutTornLine(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	if size == 0 {
+		return 0, nil
+	}
+	buf := make([]byte, 64<<10)
+	end := size
+	for end > 0 {
+		n := int64(len(buf))
+		if n > end {
+			n = end
+		}
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		if end == size && buf[n-1] == '\n' {
+			return size, nil
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			end = end - n + int64(i) + 1
+			break
+		}
+		end -= n
+	}
+	if err := f.Truncate(end); err != nil {
+		return 0, err
+	}
+	return end, nil
+}
+
+// Path returns the transcript's file path.
+func (t *Transcript) Path() string { return t.path }
+
+// Append writes e as one JSON line (Type defaults to "message", Timestamp
+// to now).
+func (t *Transcript) Append(e TranscriptEntry) error {
+	if e.Type == "" {
+		e.Type = "message"
+	}
+	if e.Timestamp.IsZero() {
+		e.Timestamp = time.Now().UTC()
+	}
+	return t.writeLine(e)
+}
+
+func (t *Transcript) writeLine(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("transcript %s: encode line: %w", t.path, err)
+	}
+	b = append(b, '\n')
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.f == nil {
+		return fmt.Errorf("transcript %s: %w", t.path, os.ErrClosed)
+	}
+	if _, err := t.f.Write(b); err != nil {
+		return fmt.Errorf("transcript %s: append: %w", t.path, err)
+	}
+	return nil
+}
+
+// Sync flushes the file to stable storage (for shutdown; Append does not
+// need it to survive a process crash).
+func (t *Transcript) Sync() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.f == nil {
+		return nil
+	}
+	if err := t.f.Sync(); err != nil {
+		return fmt.Errorf("transcript %s: sync: %w", t.path, err)
+	}
+	return nil
+}
+
+// Close closes the file; closing twice is not an error.
+func (t *Transcript) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.f == nil {
+		return nil
+	}
+	err := t.f.Close()
+	t.f = nil
+	if err != nil {
+		return fmt.Errorf("transcript %s: close: %w", t.path, err)
+	}
+	return nil
+}
+
+// ReadTranscript reads a whole transcript. A last line without its newline
+// (torn by a crash) is ignored; any other line that is not valid JSON is an
+// error naming the file and line. A missing file gives an error wrapping
+// ErrNotFound; a file without a complete header one wrapping ErrCorrupt.
+func ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
+	var h TranscriptHeader
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return h, nil, fmt.Errorf("read transcript %s: %w: %w", path, ErrNotFound, err)
+	}
+	if err != nil {
+		return h, nil, fmt.Errorf("read transcript %s: %w", path, err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	var entries []TranscriptEntry
+	for lineNo := 1; ; lineNo++ {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			break // a torn (unterminated) last line, or nothing, is left out
+		}
+		if err != nil {
+			return h, nil, fmt.Errorf("read transcript %s: %w", path, err)
+		}
+		if lineNo == 1 {
+			if err := json.Unmarshal(line, &h); err != nil {
+				return h, nil, fmt.Errorf("read transcript %s: line 1: header: %w: %w", path, ErrCorrupt, err)
+			}
+			continue
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var e TranscriptEntry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return h, nil, fmt.Errorf("read transcript %s: line %d: %w: %w", path, lineNo, ErrCorrupt, err)
+		}
+		entries = append(entries, e)
+	}
+	if h.Type == "" {
+		return h, nil, fmt.Errorf("read transcript %s: no header line: %w", path, ErrCorrupt)
+	}
+	return h, entries, nil
+}
+
+// archiveStamp is the filesystem-safe UTC timestamp in archived names.
+const archiveStamp = "2006-01-02T15-04-05Z"
+
+// ArchiveTranscript renames the transcript to <path>.deleted.<timestamp>
+// (UTC, like 2026-11-21T20-41-26Z) in the same folder and returns the new
+// path. A missing file is not an error: newPath is "" then. An existing
+// archive of the same name is never overwritten: ".1", ".2", ... is added.
+func ArchiveTranscript(path string, at time.Time) (newPath string, err error) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("archive transcript %s: %w", path, err)
+	}
+	base := path + ".deleted." + at.UTC().Format(archiveStamp)
+	for i := 0; i < 1000; i++ {
+		newPath = base
+		if i > 0 {
+			newPath = base + "." + strconv.Itoa(i)
+		}
+		if _, err := os.Lstat(newPath); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("archive transcript %s: %w", path, err)
+		}
+		if err := os.Rename(path, newPath); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return "", nil // archived by someone else meanwhile
+			}
+			return "", fmt.Errorf("archive transcript %s: %w", path, err)
+		}
+		return newPath, nil
+	}
+	return "", fmt.Errorf("archive transcript %s: too many archives named %s.*", path, base)
+}

@@ -1,0 +1,77 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// AppendWeb adds m to the web chat client's conversation and returns its
+// seq: 1 for a client's first message, then increasing by one. m.Seq and a
+// zero m.At (now) are set on return. When m.RunID is set and the client
+// already has a message with that RunID, nothing is added and that
+// message's seq is returned (an announce redelivered after a restart shows
+// once).
+func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64, error) {
+	if client == "" {
+		return 0, errors.New("append web message: client is empty")
+	}
+	if m.At.IsZero() {
+		m.At = nowMS()
+	}
+	m.At = truncMS(m.At)
+	var seq int64
+	err := d.tx(ctx, func(c conn) error {
+		if m.RunID != "" {
+			err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
+				`SELECT seq FROM web_messages WHERE client = ? AND run_id = ?`, client, m.RunID)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
+			`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = ?`, client); err != nil {
+			return err
+		}
+		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, at) VALUES (?, ?, ?, ?, ?, ?)`,
+			client, seq, m.Role, m.Text, nullString(m.RunID), m.At.UnixMilli())
+		return err
+	})
+	if err != nil {
+		return 0, d.wrap("append web message for "+client, err)
+	}
+	m.Seq = seq
+	return seq, nil
+}
+
+// WebAfter returns the client's messages with seq > after, in seq order, at
+// most limit of them (limit ≤ 0 = all).
+func (d *DB) WebAfter(ctx context.Context, client string, after int64, limit int) ([]WebMessage, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := d.reader(ctx).query(`SELECT seq, role, text, run_id, at FROM web_messages
+		WHERE client = ? AND seq > ? ORDER BY seq LIMIT ?`, client, after, limit)
+	if err != nil {
+		return nil, d.wrap("web messages for "+client, err)
+	}
+	defer rows.Close()
+	var out []WebMessage
+	for rows.Next() {
+		var m WebMessage
+		var runID sql.NullString
+		var at sql.NullInt64
+		if err := rows.Scan(&m.Seq, &m.Role, &m.Text, &runID, &at); err != nil {
+			return nil, d.wrap("web messages for "+client, err)
+		}
+		m.RunID, m.At = runID.String, fromMS(at)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap("web messages for "+client, err)
+	}
+	return out, nil
+}
