@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,6 +54,8 @@ type Manager struct {
 	mu   sync.Mutex
 	live map[string]*liveRun // by run id; guarded by mu
 
+	spawned atomic.Int64 // runs spawned since start
+
 	archiveWake chan struct{}
 	bg          sync.WaitGroup // archiver and one-more-turn goroutines
 	stopBG      context.CancelFunc
@@ -94,6 +97,9 @@ func New(d Deps) *Manager {
 		bgCtx:       ctx, stopBG: cancel,
 	}
 }
+
+// Spawned counts runs spawned since this Manager started.
+func (m *Manager) Spawned() int64 { return m.spawned.Load() }
 
 // Lane exposes the sub-agent lane (for metrics).
 func (m *Manager) Lane() *lane.Lane { return m.lane }
@@ -301,6 +307,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		return spawnError("could not record the run: %v", err)
 	}
 	m.enqueueLocked(run)
+	m.spawned.Add(1)
 	m.runLog(run).Info("sub-agent spawned", zap.String("model", model.Ref), zap.Int("depth", run.Depth))
 	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model.Ref, Warning: warning}
 }
@@ -530,8 +537,13 @@ func (m *Manager) childTools(run *store.Run) *agent.Registry {
 	}
 	filter := cfg.Tools.Subagents.Tools
 	return reg.Filter(func(name string, _ agent.Tool) bool {
-		if deepest && tools.IsSessionTool(name) {
-			return false
+		if tools.IsSessionTool(name) {
+			// Below the deepest level a child may nest (maxDepth > 1):
+			// it keeps the session tools unless they are denied.
+			return !deepest && !slices.Contains(filter.Deny, name) &&
+				(len(filter.Allow) == 0 || slices.Contains(filter.Allow, name)) &&
+				(len(agentAllowed) == 0 || slices.Contains(agentAllowed, name)) &&
+				(len(run.AllowedTools) == 0 || slices.Contains(run.AllowedTools, name))
 		}
 		if len(agentAllowed) > 0 && !slices.Contains(agentAllowed, name) {
 			return false

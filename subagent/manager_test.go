@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/providers"
@@ -69,6 +72,7 @@ func newHarness(t *testing.T, limits, extra string, h llmtest.Handler) *harness 
 		Config: cfg, Store: db, Catalog: cat,
 		Tools:     func(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) },
 		Workspace: func(string) string { return ws },
+		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -100,6 +104,10 @@ func (h *harness) waitAnnounces(n int) []store.OutboxItem {
 		}
 		if len(items) >= n || time.Now().After(deadline) {
 			if len(items) != n {
+				runs, _ := h.db.ListRuns(context.Background(), store.RunFilter{})
+				for _, r := range runs {
+					h.t.Logf("run %s %s/%s note=%q", r.Task, r.Status, r.Outcome, r.Note)
+				}
 				h.t.Fatalf("outbox has %d items, want %d", len(items), n)
 			}
 			return items
@@ -128,7 +136,7 @@ func (h *harness) waitDone(runID string) *store.Run {
 func standard(c llmtest.Call) llmtest.Reply {
 	last := c.LastUser()
 	switch {
-	case strings.HasPrefix(last, "Announce step"):
+	case strings.Contains(last, "Announce step"):
 		return llmtest.Reply{Text: "Result:\nfindings for " + taskOf(c) + "\n\nNotes:\n(none)", Usage: agent.Usage{Input: 100, Output: 20}}
 	case strings.Contains(c.System, "Sub-agent context"):
 		return llmtest.Reply{Text: "worked on " + last, Usage: agent.Usage{Input: 1000, Output: 200}}
@@ -179,7 +187,7 @@ func TestSpawnAnnouncesToEachOrigin(t *testing.T) {
 
 func TestAnnounceSkipPostsNothing(t *testing.T) {
 	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
-		if strings.HasPrefix(c.LastUser(), "Announce step") {
+		if strings.Contains(c.LastUser(), "Announce step") {
 			return llmtest.Reply{Text: "ANNOUNCE_SKIP"}
 		}
 		return llmtest.Reply{Text: "quiet work"}
@@ -198,7 +206,7 @@ func TestAnnounceSkipPostsNothing(t *testing.T) {
 func TestAnnounceFallbackAndErrors(t *testing.T) {
 	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
 		switch {
-		case strings.HasPrefix(c.LastUser(), "Announce step"):
+		case strings.Contains(c.LastUser(), "Announce step"):
 			return llmtest.Reply{Status: 400, Message: "announce broke"}
 		case strings.Contains(c.LastUser(), "fail"):
 			return llmtest.Reply{Status: 400, Message: "prompt is too long"}
@@ -369,10 +377,12 @@ func TestLaneCapAndOrder(t *testing.T) {
 	if peak > 2 {
 		t.Errorf("peak concurrency %d with maxConcurrent 2", peak)
 	}
-	// The first two start together; the rest start in spawn order.
-	for i := 2; i < len(order); i++ {
-		if order[i] != fmt.Sprintf("job %d", i) {
-			t.Errorf("start order %v", order)
+	// Two run at a time, so a job may start one place early or late, never more.
+	for pos, task := range order {
+		var i int
+		fmt.Sscanf(task, "job %d", &i)
+		if i < pos-1 || i > pos+1 {
+			t.Errorf("start order %v is not FIFO", order)
 			break
 		}
 	}
@@ -380,7 +390,7 @@ func TestLaneCapAndOrder(t *testing.T) {
 
 func TestTimeoutAndStop(t *testing.T) {
 	h := newHarness(t, "maxChildrenPerSession: 10", "", func(c llmtest.Call) llmtest.Reply {
-		if strings.Contains(c.System, "Sub-agent context") && len(c.Messages) == 1 {
+		if strings.Contains(c.System, "Sub-agent context") && !strings.Contains(c.LastUser(), "Announce step") {
 			return llmtest.Reply{Text: "late", Delay: time.Minute}
 		}
 		return standard(c)
