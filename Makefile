@@ -1,0 +1,23 @@
+# Herald — the two commands a newcomer needs are `make run` and `make test`.
+GO ?= go
+STATE_DIR ?= $(HOME)/.herald
+
+.PHONY: help run build test test-go fuzz bench load
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+run: ## run the gateway on the built-in default (web chat on 127.0.0.1:8790, demo model unless an API key is set)
+	$(GO) run ./cmd/herald gateway --log-format console
+
+build: ## build bin/herald
+	$(GO) build -trimpath -ldflags="-s -w" -o bin/herald ./cmd/herald
+
+test: ## install what the tests need (Chromium, Dendrite), then run every test and a short fuzz
+	bash scripts/test.sh
+
+test-go: ## only the Go tests, with what is already installed
+	$(GO) test ./...
+
+bench: ## benchmarks (store, lanes, sub-agent runs)
+	$(GO) test -run='^$$' -bench=. -benchmem ./store ./subagent ./lane

@@ -1,0 +1,264 @@
+// Command herald is the Herald chat gateway: `herald gateway` runs the
+// daemon; `herald config validate`, `herald runs list|info` and
+// `herald sessions list` read the same config and state for operators.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/gateway"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
+)
+
+const usage = `Usage: herald <command> [flags]
+
+Commands:
+  gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
+  config validate         check the config file and print every problem
+  runs list               list sub-agent runs (newest first)
+  runs info <runId>       show one run
+  sessions list           list sessions
+
+Flags (every command):
+  --config FILE           config file (else $HERALD_CONFIG, else ~/.herald/herald.json5;
+                          when that default file is missing, the built-in default is used)
+  --state-dir DIR         state dir (else $HERALD_STATE_DIR, else ~/.herald)
+  --log-format json|console
+  --log-level debug|info|warn|error
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type flags struct {
+	config, stateDir, logFormat, logLevel string
+	limit                                 int
+}
+
+func parse(name string, args []string, stderr io.Writer) (*flags, []string, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.StringVar(&f.config, "config", "", "config file")
+	fs.StringVar(&f.stateDir, "state-dir", "", "state dir")
+	fs.StringVar(&f.logFormat, "log-format", "", "json or console")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
+	fs.IntVar(&f.limit, "limit", 50, "rows to list")
+	// Accept flags before and after positional words.
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return f, rest, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd := args[0]
+	f, rest, err := parse(cmd, args[1:], stderr)
+	if err != nil {
+		return 2
+	}
+	switch {
+	case cmd == "gateway" && len(rest) == 0:
+		return runGateway(f, stderr)
+	case cmd == "config" && len(rest) == 1 && rest[0] == "validate":
+		return validate(f, stdout, stderr)
+	case cmd == "runs" && len(rest) == 1 && rest[0] == "list":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listRuns(ctx, db, f.limit, stdout) })
+	case cmd == "runs" && len(rest) == 2 && rest[0] == "info":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return runInfo(ctx, db, rest[1], stdout) })
+	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f.limit, stdout) })
+	}
+	fmt.Fprintf(stderr, "herald: unknown command %q\n\n%s", strings.Join(args, " "), usage)
+	return 2
+}
+
+// loadConfig resolves, loads and validates the config; problems go to stderr.
+func loadConfig(f *flags, stderr io.Writer) (*config.Config, string, bool) {
+	cfg, path, err := config.Open(f.config, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: config %s:\n%v\n", path, err)
+		return nil, path, false
+	}
+	return cfg, path, true
+}
+
+func validate(f *flags, stdout, stderr io.Writer) int {
+	_, path, ok := loadConfig(f, stderr)
+	if !ok {
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
+	return 0
+}
+
+func newLogger(f *flags, cfg *config.Config) (*zap.Logger, error) {
+	format := firstNonEmpty(f.logFormat, cfg.Gateway.LogFormat, "json")
+	levelName := firstNonEmpty(f.logLevel, cfg.Gateway.LogLevel, "info")
+	level, err := zapcore.ParseLevel(levelName)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", levelName)
+	}
+	var zc zap.Config
+	switch format {
+	case "json":
+		zc = zap.NewProductionConfig()
+		zc.EncoderConfig.TimeKey = "ts"
+		zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	case "console":
+		zc = zap.NewDevelopmentConfig()
+		zc.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+	default:
+		return nil, fmt.Errorf("--log-format %q: want json or console", format)
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.Sampling = nil
+	zc.DisableStacktrace = true
+	return zc.Build()
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func runGateway(f *flags, stderr io.Writer) int {
+	cfg, path, ok := loadConfig(f, stderr)
+	if !ok {
+		return 1
+	}
+	log, err := newLogger(f, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 2
+	}
+	defer log.Sync()
+	stateDir := config.ResolveStateDir(f.stateDir, nil)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("starting", zap.String("config", path), zap.String("stateDir", stateDir))
+	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "herald: web chat on http://%s/ (model %s)\n", g.Addr(), cfg.AgentModel(cfg.DefaultAgentID()))
+	if err := g.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) error) int {
+	ctx := context.Background()
+	db, err := store.Open(ctx, config.ResolveStateDir(f.stateDir, nil))
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 1
+	}
+	defer db.Close()
+	if err := fn(ctx, db); err != nil {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func listRuns(ctx context.Context, db *store.DB, limit int, w io.Writer) error {
+	runs, err := db.ListRuns(ctx, store.RunFilter{Limit: limit})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tAGENT\tCREATED\tRUNTIME\tTOKENS\tTASK\tREQUESTER")
+	for i := range runs {
+		r := &runs[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID[:min(8, len(r.ID))], subagent.DisplayStatus(r), r.AgentID,
+			r.CreatedAt.Local().Format(time.DateTime), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
+			subagent.FormatTokens(r.TokensIn+r.TokensOut), subagent.TaskTitle(r.Label, r.Task), r.RequesterKey)
+	}
+	return tw.Flush()
+}
+
+func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
+	runs, err := db.ListRuns(ctx, store.RunFilter{})
+	if err != nil {
+		return err
+	}
+	var found *store.Run
+	for i := range runs {
+		if strings.HasPrefix(runs[i].ID, id) || runs[i].ChildKey == id {
+			if found != nil {
+				return fmt.Errorf("run %q is ambiguous: give more characters", id)
+			}
+			found = &runs[i]
+		}
+	}
+	if found == nil {
+		return fmt.Errorf("no run matches %q", id)
+	}
+	r := found
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Local().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "Run:        %s\nStatus:     %s\nOutcome:    %s\nAgent:      %s\nModel:      %s\nLabel:      %s\nTask:       %s\nSession:    %s\nSessionId:  %s\nRequester:  %s\nOrigin:     %s\nTranscript: %s\nCreated:    %s\nStarted:    %s\nEnded:      %s\nRuntime:    %s\nTokens:     in %d / out %d\nCleanup:    %s\nArchive:    %s\nNote:       %s\n",
+		r.ID, r.Status, firstNonEmpty(r.Outcome, "-"), r.AgentID, r.Model, firstNonEmpty(r.Label, "-"), r.Task, r.ChildKey,
+		r.ChildSessionID, r.RequesterKey, r.Origin.String(), db.TranscriptPath(r.AgentID, r.ChildSessionID),
+		ts(r.CreatedAt), ts(r.StartedAt), ts(r.EndedAt), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
+		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), firstNonEmpty(r.Note, "-"))
+	return nil
+}
+
+func listSessions(ctx context.Context, db *store.DB, limit int, w io.Writer) error {
+	sessions, err := db.ListSessions(ctx, store.SessionFilter{Limit: limit})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tKIND\tAGENT\tUPDATED\tTOKENS\tTRANSCRIPT")
+	for _, s := range sessions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Key, s.Kind, s.AgentID, s.UpdatedAt.Local().Format(time.DateTime),
+			subagent.FormatTokens(s.TokensIn+s.TokensOut), s.TranscriptPath)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// approvals applies the tool policy: allow runs, deny refuses, supervised
+// posts an approval request into the requester's thread and waits for
+// /approve or /deny (or the timeout, which denies). Requests are stored, so
+// a code is never reused and the decision is on record.
+type approvals struct {
+	g       *Gateway
+	policy  tools.Policy
+	timeout time.Duration
+	log     *zap.Logger
+
+	mu      sync.Mutex
+	waiting map[string]chan bool // code → decision
+}
+
+func newApprovals(g *Gateway) *approvals {
+	return &approvals{g: g, policy: tools.Policy(g.cfg.Security.ToolPolicy),
+		timeout: time.Duration(g.cfg.Security.ApprovalTimeoutSeconds) * time.Second,
+		log:     g.log.Named("approvals"), waiting: make(map[string]chan bool)}
+}
+
+// authorize is the agent.Authorizer of every session.
+func (a *approvals) authorize(ctx context.Context, cc agent.CallContext, call agent.ToolCall, tool agent.Tool) error {
+	switch a.policy.Decide(call.Name, tool.Group()) {
+	case tools.Allow:
+		return nil
+	case tools.Supervised:
+		return a.ask(ctx, cc, call)
+	default:
+		return fmt.Errorf("tool %s is denied by the tool policy (security.toolPolicy); do without it or ask the person to change the policy", call.Name)
+	}
+}
+
+const codeAlphabet = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+
+func newCode() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	for i := range b {
+		b[i] = codeAlphabet[int(b[i])%len(codeAlphabet)]
+	}
+	return string(b)
+}
+
+func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.ToolCall) error {
+	now := a.g.clock.Now()
+	session := cc.RootKey
+	if session == "" {
+		session = cc.SessionKey
+	}
+	ap := &store.Approval{Code: newCode(), SessionKey: session, RunID: cc.RunID, Tool: call.Name, Args: string(call.Args),
+		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(a.timeout)}
+	if err := a.g.db.CreateApproval(ctx, ap); err != nil {
+		return fmt.Errorf("tool %s needs approval, but the request could not be recorded: %v", call.Name, err)
+	}
+	decision := make(chan bool, 1)
+	a.mu.Lock()
+	a.waiting[ap.Code] = decision
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.waiting, ap.Code)
+		a.mu.Unlock()
+	}()
+	who := "The agent"
+	if cc.RunID != "" {
+		who = fmt.Sprintf("Sub-agent run %s", cc.RunID[:min(8, len(cc.RunID))])
+		a.g.subs.SetNote(cc.RunID, "awaiting approval "+ap.Code)
+		defer a.g.subs.SetNote(cc.RunID, "")
+	}
+	args := strings.TrimSpace(string(call.Args))
+	if len([]rune(args)) > 300 {
+		args = string([]rune(args)[:299]) + "…"
+	}
+	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s %s\nReply /approve %s or /deny %s (expires in %s).",
+		who, call.Name, args, ap.Code, ap.Code, a.timeout), "")
+	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", session), zap.String("runId", cc.RunID))
+
+	t := time.NewTimer(a.timeout)
+	defer t.Stop()
+	select {
+	case ok := <-decision:
+		if ok {
+			return nil
+		}
+		return fmt.Errorf("a person denied running %s (approval %s); do not retry it, find another way or explain", call.Name, ap.Code)
+	case <-t.C:
+		a.g.db.ResolveApproval(context.WithoutCancel(ctx), ap.Code, store.ApprovalExpired, "timeout", a.g.clock.Now())
+		return fmt.Errorf("no one approved %s within %s (approval %s), so it did not run", call.Name, a.timeout, ap.Code)
+	case <-ctx.Done():
+		a.g.db.ResolveApproval(context.WithoutCancel(ctx), ap.Code, store.ApprovalExpired, "cancelled", a.g.clock.Now())
+		return ctx.Err()
+	}
+}
+
+// resolve answers /approve and /deny for the approvals of one session.
+func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approve bool, by string) (*store.Approval, error) {
+	code = strings.ToUpper(strings.TrimSpace(code))
+	ap, err := a.g.db.GetApproval(ctx, code)
+	if err != nil {
+		return nil, err
+	}
+	if ap.SessionKey != sessionKey {
+		return nil, store.ErrNotFound // another conversation's code looks unknown
+	}
+	status := store.ApprovalDenied
+	if approve {
+		status = store.ApprovalApproved
+	}
+	ap, err = a.g.db.ResolveApproval(ctx, code, status, by, a.g.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	ch, ok := a.waiting[code]
+	a.mu.Unlock()
+	if ok {
+		ch <- approve
+	} else {
+		return ap, errors.Join(store.ErrResolved, errors.New("the tool call that asked is no longer waiting"))
+	}
+	return ap, nil
+}
+
+// expireStale marks approvals left pending by a previous process expired:
+// the calls that asked died with it.
+func (a *approvals) expireStale(ctx context.Context) error {
+	pending, err := a.g.db.PendingApprovals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ap := range pending {
+		a.g.db.ResolveApproval(ctx, ap.Code, store.ApprovalExpired, "restart", a.g.clock.Now())
+	}
+	return nil
+}

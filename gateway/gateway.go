@@ -1,0 +1,322 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/matrix"
+	"github.com/heraldhq/herald/channels/slack"
+	"github.com/heraldhq/herald/channels/telegram"
+	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	Config   *config.Config // validated
+	StateDir string
+	Logger   *zap.Logger
+	// Providers tunes the model providers (tests shorten backoffs).
+	Providers providers.Options
+	// Listener, if set, is used instead of listening on gateway.http.listen.
+	Listener net.Listener
+	// Channels are extra channels (tests add a recording fake).
+	Channels []channels.Channel
+	// Clock drives archive deadlines and timestamps; nil = wall clock.
+	Clock agent.Clock
+}
+
+// Gateway is one running Herald daemon.
+type Gateway struct {
+	cfg      *config.Config
+	stateDir string
+	log      *zap.Logger
+	clock    agent.Clock
+
+	db       *store.DB
+	catalog  *agent.Catalog
+	subs     *subagent.Manager
+	mainLane *lane.Lane
+	channels map[channels.Name]channels.Channel
+	web      *web.Adapter
+	tools    tools.Options
+	metrics  *metrics
+	outbox   *deliverer
+	approv   *approvals
+
+	listener net.Listener
+	server   *http.Server
+
+	mu       sync.Mutex
+	sessions map[string]*sessionState // requester sessions with a loaded history
+	bg       sync.WaitGroup           // command goroutines, channel starters
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	draining bool
+}
+
+// New opens the state and builds every component; nothing runs until Run.
+// Errors say what failed: a corrupt or unwritable state dir, a provider that
+// cannot be built, a channel with bad options, an address in use.
+func New(ctx context.Context, o Options) (*Gateway, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Clock == nil {
+		o.Clock = agent.SystemClock{}
+	}
+	cfg := o.Config
+	g := &Gateway{cfg: cfg, stateDir: o.StateDir, log: o.Logger, clock: o.Clock,
+		channels: make(map[channels.Name]channels.Channel), sessions: make(map[string]*sessionState)}
+	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
+	g.metrics = newMetrics()
+
+	db, err := store.Open(ctx, o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	g.db = db
+	fail := func(err error) (*Gateway, error) {
+		db.Close()
+		return nil, err
+	}
+	provOpts := o.Providers
+	provOpts.Logger = o.Logger
+	g.catalog, err = agent.NewCatalog(cfg, func(id string, p config.Provider) (agent.Provider, error) {
+		prov, err := providers.New(id, p, provOpts)
+		if err != nil {
+			return nil, err
+		}
+		return g.metrics.timed(id, prov), nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	for _, a := range cfg.Agents.List {
+		if err := os.MkdirAll(g.workspace(a.ID), 0o755); err != nil {
+			return fail(fmt.Errorf("workspace of agent %s: %w", a.ID, err))
+		}
+	}
+	g.tools = tools.OptionsFromConfig(cfg.Tools)
+	g.tools.Logger = o.Logger
+	g.mainLane = lane.New("main", cfg.Agents.Defaults.MaxConcurrent, o.Logger)
+	g.outbox = newDeliverer(g)
+	g.approv = newApprovals(g)
+	g.subs = subagent.New(subagent.Deps{
+		Config: cfg, Store: db, Catalog: g.catalog,
+		Tools: g.baseTools, Workspace: g.workspace,
+		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
+		Logger: o.Logger, Clock: o.Clock,
+	})
+	if err := g.buildChannels(o.Channels); err != nil {
+		return fail(err)
+	}
+	g.metrics.register(g)
+
+	if o.Listener != nil {
+		g.listener = o.Listener
+	} else {
+		ln, err := net.Listen("tcp", cfg.Gateway.HTTP.Listen)
+		if err != nil {
+			return fail(fmt.Errorf("listen on gateway.http.listen %s: %w", cfg.Gateway.HTTP.Listen, err))
+		}
+		g.listener = ln
+	}
+	g.server = &http.Server{Handler: g.routes(), ReadHeaderTimeout: 10 * time.Second}
+	return g, nil
+}
+
+// Addr is the HTTP listener's address.
+func (g *Gateway) Addr() string { return g.listener.Addr().String() }
+
+// Store gives read access to the state (operator commands, tests).
+func (g *Gateway) Store() *store.DB { return g.db }
+
+func (g *Gateway) workspace(agentID string) string {
+	return g.cfg.AgentWorkspace(agentID, g.stateDir)
+}
+
+// baseTools are an agent's built-in tools, limited to its allowedTools.
+func (g *Gateway) baseTools(agentID string) *agent.Registry {
+	reg := agent.NewRegistry(tools.New(g.tools)...)
+	if a, ok := g.cfg.Agent(agentID); ok && len(a.AllowedTools) > 0 {
+		allowed := a.AllowedTools
+		reg = reg.Filter(func(name string, _ agent.Tool) bool {
+			for _, n := range allowed {
+				if n == name {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	return reg
+}
+
+func (g *Gateway) buildChannels(extra []channels.Channel) error {
+	c := g.cfg.Channels
+	log := g.log.Named("channel")
+	if c.Slack.Enabled {
+		a, err := slack.New(slack.Options{BotToken: c.Slack.BotToken.Value(), AppToken: c.Slack.AppToken.Value(),
+			SigningSecret: c.Slack.SigningSecret.Value(), Mode: c.Slack.Mode, APIURL: c.Slack.APIURL,
+			WebhookPath: c.Slack.WebhookPath, ReplyToMode: c.Slack.ReplyToMode, Access: accessOf(c.Slack.Access),
+			Logger: log.With(zap.String("channel", "slack"))})
+		if err != nil {
+			return fmt.Errorf("channels.slack: %w", err)
+		}
+		g.channels[a.Name()] = a
+	}
+	if c.Telegram.Enabled {
+		a, err := telegram.New(telegram.Options{BotToken: c.Telegram.BotToken.Value(), APIURL: c.Telegram.APIURL,
+			WebhookURL: c.Telegram.WebhookURL, WebhookSecret: c.Telegram.WebhookSecret.Value(),
+			WebhookPath: c.Telegram.WebhookPath, Access: accessOf(c.Telegram.Access),
+			Logger: log.With(zap.String("channel", "telegram"))})
+		if err != nil {
+			return fmt.Errorf("channels.telegram: %w", err)
+		}
+		g.channels[a.Name()] = a
+	}
+	if c.Matrix.Enabled {
+		autoJoin := c.Matrix.AutoJoin == nil || *c.Matrix.AutoJoin
+		a, err := matrix.New(matrix.Options{Homeserver: c.Matrix.Homeserver, UserID: c.Matrix.UserID,
+			AccessToken: c.Matrix.AccessToken.Value(), Password: c.Matrix.Password.Value(), DeviceID: c.Matrix.DeviceID,
+			AutoJoin: autoJoin, ThreadReplies: c.Matrix.ThreadReplies, Access: accessOf(c.Matrix.Access),
+			Logger: log.With(zap.String("channel", "matrix"))})
+		if err != nil {
+			return fmt.Errorf("channels.matrix: %w", err)
+		}
+		g.channels[a.Name()] = a
+	}
+	if g.cfg.WebEnabled() {
+		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{g.db},
+			SessionKey: func(client string) string {
+				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
+				return SessionKey(route(g.cfg, o), o)
+			},
+			Logger: log.With(zap.String("channel", "web"))})
+		if err != nil {
+			return fmt.Errorf("channels.web: %w", err)
+		}
+		g.web = a
+		g.channels[a.Name()] = a
+	}
+	for _, ch := range extra {
+		g.channels[ch.Name()] = ch
+	}
+	return nil
+}
+
+// Run starts the channels, the lanes, the outbox and the HTTP listener, and
+// serves until ctx ends; then it shuts down in order within the configured
+// grace period. A clean shutdown returns nil.
+func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.approv.expireStale(ctx); err != nil {
+		g.log.Warn("could not expire stale approvals", zap.Error(err))
+	}
+	if err := g.subs.Start(ctx); err != nil {
+		return err
+	}
+	g.bg.Add(1)
+	go func() { defer g.bg.Done(); g.outbox.run(g.bgCtx) }()
+	for _, ch := range g.channels {
+		g.bg.Add(1)
+		go func() { defer g.bg.Done(); g.startChannel(g.bgCtx, ch) }()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.server.Serve(g.listener) }()
+	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channels)),
+		zap.String("stateDir", g.stateDir), zap.String("model", g.cfg.AgentModel(g.cfg.DefaultAgentID())))
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		err = fmt.Errorf("http listener: %w", err)
+	}
+	grace := time.Duration(g.cfg.Gateway.ShutdownGraceSeconds) * time.Second
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	g.shutdown(sctx)
+	return err
+}
+
+// startChannel starts ch, retrying with backoff while it fails, so one
+// channel that cannot connect does not keep the others down.
+func (g *Gateway) startChannel(ctx context.Context, ch channels.Channel) {
+	log := g.log.With(zap.String("channel", string(ch.Name())))
+	backoff := time.Second
+	for {
+		err := ch.Start(ctx, g.inbound)
+		if err == nil {
+			log.Info("channel started")
+			return
+		}
+		g.metrics.channelUp.WithLabelValues(string(ch.Name())).Set(0)
+		log.Error("channel failed to start; retrying", zap.Error(err), zap.Duration("retryIn", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Minute)
+	}
+}
+
+// shutdown: stop intake, drain lanes, stop channels, flush the outbox once,
+// close the store.
+func (g *Gateway) shutdown(ctx context.Context) {
+	g.log.Info("gateway shutting down")
+	g.mu.Lock()
+	g.draining = true
+	g.mu.Unlock()
+	hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = g.server.Shutdown(hctx)
+	hcancel()
+	g.mainLane.Shutdown(ctx)
+	g.subs.Shutdown(ctx)
+	g.outbox.flush(ctx)
+	g.bgCancel()
+	var wg sync.WaitGroup
+	for _, ch := range g.channels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := ch.Stop(cctx); err != nil {
+				g.log.Warn("channel stop", zap.String("channel", string(ch.Name())), zap.Error(err))
+			}
+		}()
+	}
+	wg.Wait()
+	g.bg.Wait()
+	g.mu.Lock()
+	for _, s := range g.sessions {
+		if s.sess != nil {
+			s.sess.Close()
+		}
+	}
+	g.mu.Unlock()
+	if err := g.db.Close(); err != nil {
+		g.log.Error("close store", zap.Error(err))
+	}
+	g.log.Info("gateway stopped")
+}

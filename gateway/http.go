@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+func (g *Gateway) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", g.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	for _, ch := range g.channels {
+		if m, ok := ch.(channels.HTTPMounter); ok {
+			for pattern, h := range m.Routes() {
+				mux.Handle(pattern, h)
+			}
+		}
+	}
+	return mux
+}
+
+// readyz reports the store and every channel's health.
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	ready := true
+	if _, _, _, err := g.db.OutboxStats(ctx); err != nil {
+		checks["store"] = err.Error()
+		ready = false
+	} else {
+		checks["store"] = "ok"
+	}
+	names := make([]string, 0, len(g.channels))
+	for n := range g.channels {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		status := "ok"
+		if h, ok := g.channels[channels.Name(n)].(channels.Healther); ok {
+			if err := h.Health(); err != nil {
+				status = err.Error()
+				ready = false
+			}
+		}
+		up := 1.0
+		if status != "ok" {
+			up = 0
+		}
+		g.metrics.channelUp.WithLabelValues(n).Set(up)
+		checks["channel:"+n] = status
+	}
+	code := http.StatusOK
+	if !ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"ready": ready, "checks": checks})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/lane"
+)
+
+// metrics are the gateway's Prometheus series (SPEC §13).
+type metrics struct {
+	reg       *prometheus.Registry
+	delivered *prometheus.CounterVec
+	retried   *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	tokensIn  prometheus.Counter
+	tokensOut prometheus.Counter
+	latency   *prometheus.HistogramVec
+	channelUp *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_delivered_total",
+			Help: "Messages accepted by a channel, by kind (assistant, announce, system)."}, []string{"kind"}),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_retried_total",
+			Help: "Delivery attempts put off for a retry (errors, rate limits), by kind."}, []string{"kind"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_failed_total",
+			Help: "Messages a channel rejected for good, by kind."}, []string{"kind"}),
+		tokensIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_tokens_input_total", Help: "Input tokens of top-level turns."}),
+		tokensOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_tokens_output_total", Help: "Output tokens of top-level turns."}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_provider_latency_seconds",
+			Help: "Model call latency by provider, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"provider", "result"}),
+		channelUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_channel_up", Help: "1 when the channel reports healthy."}, []string{"channel"}),
+	}
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp,
+		prometheus.NewGoCollector())
+	return m
+}
+
+// register adds the series read from live components.
+func (m *metrics) register(g *Gateway) {
+	laneGauge := func(l *lane.Lane, name string, queued bool) prometheus.GaugeFunc {
+		help := "Jobs running on the lane."
+		metric := "herald_lane_running"
+		if queued {
+			help, metric = "Jobs waiting on the lane.", "herald_lane_queued"
+		}
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metric, Help: help, ConstLabels: prometheus.Labels{"lane": name}},
+			func() float64 {
+				q, r := l.Stats()
+				if queued {
+					return float64(q)
+				}
+				return float64(r)
+			})
+	}
+	m.reg.MustRegister(
+		laneGauge(g.mainLane, "main", true), laneGauge(g.mainLane, "main", false),
+		laneGauge(g.subs.Lane(), "subagent", true), laneGauge(g.subs.Lane(), "subagent", false),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_subagent_spawns_total", Help: "Sub-agent runs spawned since start."},
+			func() float64 { return float64(g.subs.Spawned()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_outbox_pending", Help: "Messages waiting for delivery."},
+			func() float64 {
+				p, _, _, _ := g.db.OutboxStats(context.Background())
+				return float64(p)
+			}),
+	)
+}
+
+func (m *metrics) tokens(u agent.Usage) {
+	m.tokensIn.Add(float64(u.Input))
+	m.tokensOut.Add(float64(u.Output))
+}
+
+// timed wraps a provider to record its latency.
+func (m *metrics) timed(id string, p agent.Provider) agent.Provider {
+	return timedProvider{p: p, h: m.latency, id: id}
+}
+
+type timedProvider struct {
+	p  agent.Provider
+	h  *prometheus.HistogramVec
+	id string
+}
+
+func (t timedProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
+	start := time.Now()
+	resp, err := t.p.Complete(ctx, req)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	t.h.WithLabelValues(t.id, result).Observe(time.Since(start).Seconds())
+	return resp, err
+}

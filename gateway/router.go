@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/gateway/command"
+	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/store"
+)
+
+// sessionState is a requester session the gateway has loaded.
+type sessionState struct {
+	key     string
+	agentID string
+	row     *store.Session
+	sess    *agent.Session // guarded by the main lane (one turn per key at a time)
+	cancel  context.CancelFunc
+}
+
+// inbound is the Sink every channel pushes to. It never blocks on a model:
+// commands run on their own goroutine, turns go on the main lane.
+func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) {
+	agentID := route(g.cfg, in.Origin)
+	key := SessionKey(agentID, in.Origin)
+	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)))
+	g.mu.Lock()
+	draining := g.draining
+	g.mu.Unlock()
+	if draining {
+		log.Warn("message refused: gateway is shutting down")
+		return
+	}
+	if command.IsCommand(in.Text) {
+		g.bg.Add(1)
+		go func() {
+			defer g.bg.Done()
+			g.runCommand(g.bgCtx, agentID, key, in)
+		}()
+		return
+	}
+	log.Debug("message received", zap.Int("chars", len(in.Text)))
+	if err := g.mainLane.Enqueue(lane.Job{Key: key, Run: func(ctx context.Context) { g.turn(ctx, agentID, key, in) }}); err != nil {
+		log.Warn("message refused", zap.Error(err))
+	}
+}
+
+func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
+	env := command.Env{
+		Subagents: g.subs, Store: g.db, Config: g.cfg, AgentID: agentID,
+		AbortTurn: g.abortTurn, Approve: g.approv.resolve, Now: g.clock.Now,
+	}
+	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
+	if handled && reply != "" {
+		g.post(ctx, in.Origin, channels.KindSystem, reply, "")
+	}
+}
+
+// abortTurn cancels the running turn of a session.
+func (g *Gateway) abortTurn(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.sessions[key]
+	if !ok || s.cancel == nil {
+		return false
+	}
+	s.cancel()
+	return true
+}
+
+// post puts a message for a person into the outbox.
+func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Kind, text, runID string) {
+	item := &store.OutboxItem{RunID: runID, Origin: to, Kind: kind, Text: text, CreatedAt: g.clock.Now()}
+	if _, err := g.db.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
+		g.log.Error("could not queue a message", zap.String("channel", string(to.Channel)), zap.Error(err))
+		return
+	}
+	g.outbox.wakeUp()
+}
+
+// session loads (or creates) the requester session of key.
+func (g *Gateway) session(ctx context.Context, agentID, key string, origin channels.Origin) (*sessionState, error) {
+	g.mu.Lock()
+	s, ok := g.sessions[key]
+	g.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	now := g.clock.Now()
+	id := uuid.NewString()
+	row := &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindMain, Origin: origin,
+		Model: g.cfg.AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
+	if _, err := g.db.EnsureSession(ctx, row); err != nil {
+		return nil, err
+	}
+	sess, err := agent.LoadSession(row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	s = &sessionState{key: key, agentID: agentID, row: row, sess: sess}
+	g.mu.Lock()
+	g.sessions[key] = s
+	g.mu.Unlock()
+	return s, nil
+}
+
+// turn runs one top-level turn on the main lane and posts the reply.
+func (g *Gateway) turn(laneCtx context.Context, agentID, key string, in channels.Inbound) {
+	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)))
+	s, err := g.session(laneCtx, agentID, key, in.Origin)
+	if err != nil {
+		log.Error("could not open session", zap.Error(err))
+		g.post(laneCtx, in.Origin, channels.KindSystem, "⚠️ Could not open this conversation's session; the operator's log has details.", "")
+		return
+	}
+	model, ok := g.catalog.Lookup(g.cfg.AgentModel(agentID))
+	if !ok {
+		g.post(laneCtx, in.Origin, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, g.cfg.AgentModel(agentID)), "")
+		return
+	}
+	ctx, cancel := context.WithCancel(laneCtx)
+	defer cancel()
+	g.mu.Lock()
+	s.cancel = cancel
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		s.cancel = nil
+		g.mu.Unlock()
+	}()
+
+	reg := g.baseTools(agentID)
+	for _, t := range g.subs.SessionTools(0) {
+		reg.Add(t)
+	}
+	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
+		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Tools: reg.Names()}
+	start := time.Now()
+	res, err := s.sess.Run(ctx, agent.Turn{
+		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
+		Thinking: g.cfg.AgentThinking(agentID), MaxIterations: g.cfg.AgentMaxIterations(agentID),
+		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
+		OnUsage: func(u agent.Usage) { g.metrics.tokens(u) },
+	}, in.Text)
+	if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
+		log.Warn("could not record usage", zap.Error(err))
+	}
+	switch {
+	case err == nil:
+		if strings.TrimSpace(res.Text) != "" {
+			g.post(ctx, in.Origin, channels.KindReply, res.Text, "")
+		}
+		log.Info("turn done", zap.Int("iterations", res.Iterations), zap.Int64("tokens", res.Usage.Total()), zap.Duration("took", time.Since(start)))
+	case ctx.Err() != nil && laneCtx.Err() == nil:
+		log.Info("turn aborted")
+	default:
+		log.Warn("turn failed", zap.Error(err))
+		g.post(context.WithoutCancel(ctx), in.Origin, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), "")
+	}
+}
+
+// systemPrompt is a top-level session's system prompt: the agent's own
+// prompt, what Herald is, and the workspace's bootstrap files.
+func (g *Gateway) systemPrompt(agentID string, o channels.Origin) string {
+	var b strings.Builder
+	if a, ok := g.cfg.Agent(agentID); ok && a.SystemPrompt != "" {
+		b.WriteString(a.SystemPrompt + "\n\n")
+	} else {
+		b.WriteString("You are a helpful assistant reached through the Herald chat gateway.\n\n")
+	}
+	fmt.Fprintf(&b, "You are talking in a %s %s chat. For long or parallel work, start background sub-agents with sessions_spawn; their results are announced in this conversation automatically, so do not wait or poll for them.\n", o.Channel, o.ChatType)
+	if boot, _ := tools.LoadBootstrap(g.workspace(agentID), false); boot != "" {
+		b.WriteString("\n" + boot)
+	}
+	return b.String()
+}

@@ -1,0 +1,37 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/store"
+)
+
+// webLog keeps the web chat's conversations in the store.
+type webLog struct{ db *store.DB }
+
+var _ web.Log = webLog{}
+
+func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
+	m := store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At}
+	seq, err := l.db.AppendWeb(ctx, client, &m)
+	if err == nil {
+		e.Seq = seq
+		if e.At.IsZero() {
+			e.At = m.At
+		}
+	}
+	return seq, err
+}
+
+func (l webLog) After(ctx context.Context, client string, after int64, limit int) ([]web.Entry, error) {
+	msgs, err := l.db.WebAfter(ctx, client, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]web.Entry, len(msgs))
+	for i, m := range msgs {
+		out[i] = web.Entry{Seq: m.Seq, Role: m.Role, Text: m.Text, RunID: m.RunID, At: m.At}
+	}
+	return out, nil
+}
