@@ -151,6 +151,12 @@ func checkWritable(dir, path string) error {
 	if cerr != nil {
 		return readOnly(dir, cerr)
 	}
+	// A new database is created private: it holds conversations.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return readOnly(path, err)
+	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -321,14 +327,20 @@ func newStmtCache(db *sql.DB) *stmtCache {
 }
 
 func (c *stmtCache) get(ctx context.Context, q string) (*sql.Stmt, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s, ok := c.m[q]; ok {
+	if s, ok := c.peek(q); ok {
 		return s, nil
 	}
+	// Prepare without holding mu: on the writer pool this waits for the one
+	// connection, which a transaction may hold while it peeks at the cache.
 	s, err := c.db.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.m[q]; ok {
+		s.Close()
+		return old, nil
 	}
 	c.m[q] = s
 	return s, nil
