@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestStartupErrors: each bad start gives one clear message and a non-zero
+// exit, never a panic.
+func TestStartupErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.json5", `{ gateway: { http: { listen: "127.0.0.1:0" } } }`)
+	badKey := write("bad.json5", "{\n  gateway: { htp: {} },\n}")
+	missingEnv := write("env.json5", `{ models: { providers: { anthropic: { api: "anthropic", apiKey: "${HERALD_TEST_NO_SUCH_VAR}", models: [{ id: "m" }] } } } }`)
+	corruptState := filepath.Join(dir, "corrupt")
+	os.MkdirAll(corruptState, 0o700)
+	os.WriteFile(filepath.Join(corruptState, "herald.db"), []byte("this is not a database, just some text that is long enough to look like a file header"), 0o600)
+	notADir := write("plainfile", "x")
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"unknown key", []string{"gateway", "--config", badKey, "--state-dir", filepath.Join(dir, "s1")}, 1,
+			[]string{"bad.json5:2:", "gateway.htp", "unknown"}},
+		{"missing env var", []string{"gateway", "--config", missingEnv, "--state-dir", filepath.Join(dir, "s2")}, 1,
+			[]string{"HERALD_TEST_NO_SUCH_VAR"}},
+		{"missing config file", []string{"gateway", "--config", filepath.Join(dir, "nope.json5")}, 1,
+			[]string{"nope.json5", "not found"}},
+		{"corrupt database", []string{"gateway", "--config", good, "--state-dir", corruptState}, 1,
+			[]string{"herald.db", "corrupt"}},
+		{"state dir not writable", []string{"gateway", "--config", good, "--state-dir", filepath.Join(notADir, "state")}, 1,
+			[]string{"plainfile"}},
+		{"validate bad", []string{"config", "validate", "--config", badKey}, 1, []string{"gateway.htp"}},
+		{"validate good", []string{"config", "validate", "--config", good}, 0, nil},
+		{"unknown command", []string{"frobnicate"}, 2, []string{"unknown command", "Usage: herald"}},
+		{"bad log format", []string{"gateway", "--config", good, "--state-dir", filepath.Join(dir, "s3"), "--log-format", "xml"}, 2,
+			[]string{"--log-format"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("HOME", dir)
+			var out, errb bytes.Buffer
+			code := run(c.args, &out, &errb)
+			if code != c.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, c.code, errb.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(strings.ToLower(errb.String()), strings.ToLower(w)) {
+					t.Errorf("stderr lacks %q:\n%s", w, errb.String())
+				}
+			}
+			if strings.Contains(errb.String(), "panic") || strings.Contains(errb.String(), "goroutine ") {
+				t.Errorf("stderr shows a panic:\n%s", errb.String())
+			}
+		})
+	}
+}
