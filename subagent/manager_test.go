@@ -377,13 +377,29 @@ func TestLaneCapAndOrder(t *testing.T) {
 	if peak > 2 {
 		t.Errorf("peak concurrency %d with maxConcurrent 2", peak)
 	}
-	// Two run at a time, so a job may start one place early or late, never more.
-	for pos, task := range order {
-		var i int
-		fmt.Sscanf(task, "job %d", &i)
-		if i < pos-1 || i > pos+1 {
-			t.Errorf("start order %v is not FIFO", order)
-			break
+	if len(order) != 6 {
+		t.Errorf("%d runs started, want 6", len(order))
+	}
+}
+
+func TestLaneStartsRunsInSpawnOrder(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	h := newHarness(t, "maxConcurrent: 1, maxChildrenPerSession: 10", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && !strings.Contains(c.LastUser(), "Announce step") {
+			mu.Lock()
+			order = append(order, taskOf(c))
+			mu.Unlock()
+		}
+		return standard(c)
+	})
+	for i := 0; i < 5; i++ {
+		h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: fmt.Sprintf("job %d", i)})
+	}
+	h.waitAnnounces(5)
+	for i, task := range order {
+		if task != fmt.Sprintf("job %d", i) {
+			t.Fatalf("start order %v is not the spawn order", order)
 		}
 	}
 }
