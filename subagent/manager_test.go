@@ -467,3 +467,81 @@ func TestRecoveryAfterCrash(t *testing.T) {
 		t.Errorf("queued run after restart:\n%s", got["00000000-run2"])
 	}
 }
+
+func TestSteerRunningAndOneMoreTurn(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		switch {
+		case strings.Contains(last, "Announce step"):
+			return standard(c)
+		case strings.Contains(last, "focus on speed"):
+			return llmtest.Reply{Text: "steered: speed it is"}
+		case strings.Contains(last, "one more thing"):
+			return llmtest.Reply{Text: "sure, one more thing done"}
+		case strings.Contains(c.System, "Sub-agent context"):
+			// Keep the child busy in tool calls until it is steered.
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "list_files", Args: []byte(`{}`)}}, Delay: 100 * time.Millisecond}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "busy"})
+	run, err := h.m.Resolve(ctx, caller("1").SessionKey, res.RunID[:8])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := h.m.Send(ctx, run, "focus on speed", 15*time.Second)
+	if sr.Status != "ok" || sr.Reply != "steered: speed it is" {
+		t.Fatalf("steer = %+v", sr)
+	}
+	done := h.waitDone(res.RunID)
+	sr = h.m.Send(ctx, done, "one more thing", 15*time.Second)
+	if sr.Status != "ok" || sr.Reply != "sure, one more thing done" {
+		t.Fatalf("send to a finished run = %+v", sr)
+	}
+	msgs, err := h.m.History(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := HistoryLines(msgs, false)
+	if last := lines[len(lines)-1]; last.Text != "sure, one more thing done" {
+		t.Errorf("transcript does not end with the extra turn: %+v", last)
+	}
+	// Another conversation cannot address this run.
+	if _, err := h.m.Resolve(ctx, caller("2").SessionKey, res.RunID[:8]); err == nil {
+		t.Error("a run was visible from another conversation")
+	}
+}
+
+func TestCleanupDeleteArchivesAfterAnnounce(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	res := h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "short lived", Cleanup: "delete"})
+	h.waitAnnounces(1)
+	path := h.db.TranscriptPath("main", "")
+	dir := filepath.Dir(path)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := h.db.GetRun(context.Background(), res.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.ArchivedAt.IsZero() {
+			matches, _ := filepath.Glob(filepath.Join(dir, r.ChildSessionID+".jsonl.deleted.*"))
+			if len(matches) != 1 {
+				t.Fatalf("archived transcript not found in %s", dir)
+			}
+			if _, err := os.Stat(filepath.Join(dir, r.ChildSessionID+".jsonl")); !os.IsNotExist(err) {
+				t.Errorf("live transcript still present after archive")
+			}
+			s, err := h.db.GetSession(context.Background(), r.ChildKey)
+			if err == nil && s.DeletedAt.IsZero() {
+				t.Errorf("child session not marked deleted")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("run was not archived after its announce")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
