@@ -1,0 +1,234 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/channels/matrix/matrixtest"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/gateway"
+	"github.com/heraldhq/herald/store"
+)
+
+// matrixGatewayConfig is a gateway with only the Matrix channel, in open
+// group mode (a mention is required in groups), thread replies on inbound
+// threads, and one Anthropic provider served by the fake LLM.
+const matrixGatewayConfig = `{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: {
+    matrix: { enabled: true, homeserver: %q, userId: %q, accessToken: %q,
+      autoJoin: true, threadReplies: "inbound", groupPolicy: "open" },
+    web: { enabled: false },
+  },
+}`
+
+// startMatrixGateway runs a whole gateway whose Matrix channel logs in as
+// bot on hs, until the test ends.
+func startMatrixGateway(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, llm *llmtest.Server) *gateway.Gateway {
+	t.Helper()
+	src := fmt.Sprintf(matrixGatewayConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken)
+	cfg, err := config.Parse("e2e-matrix.json5", []byte(src), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(context.Background(), gateway.Options{
+		Config: cfg, StateDir: t.TempDir(), Listener: ln,
+		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Providers: providers.Options{BackoffBase: time.Millisecond},
+	})
+	if err != nil {
+		ln.Close()
+		t.Fatalf("gateway.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gateway.Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not stop within 30s")
+		}
+	})
+	return g
+}
+
+// spawningModel is the fake LLM: asked to "research", the main agent spawns
+// sub-agents alpha and beta and then says so; any other message gets a plain
+// answer echoing it. Sub-agents answer their task and the announce step in
+// the Result/Notes form.
+func spawningModel(c llmtest.Call) llmtest.Reply {
+	last := c.LastUser()
+	if strings.Contains(c.System, "Sub-agent context") {
+		if strings.Contains(last, "Announce step") {
+			task := "?"
+			if i := strings.Index(c.System, "- Task: "); i >= 0 {
+				task, _, _ = strings.Cut(c.System[i+len("- Task: "):], "\n")
+			}
+			return llmtest.Reply{Text: "Result:\nfindings for " + task + "\n\nNotes:\n(none)"}
+		}
+		return llmtest.Reply{Text: "worked on " + last}
+	}
+	if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+		return llmtest.Reply{Text: "Started alpha and beta; their results will follow in this thread."}
+	}
+	if strings.Contains(last, "research") && slices.Contains(c.Tools, "sessions_spawn") {
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{
+			{Name: "sessions_spawn", Args: []byte(`{"task":"A: look at the first half","label":"alpha"}`)},
+			{Name: "sessions_spawn", Args: []byte(`{"task":"B: look at the second half","label":"beta"}`)},
+		}}
+	}
+	return llmtest.Reply{Text: "plain answer to: " + last}
+}
+
+func body(evt *event.Event) string {
+	if msg, ok := evt.Content.Parsed.(*event.MessageEventContent); ok {
+		return msg.Body
+	}
+	return ""
+}
+
+// TestE2EMatrixThreads drives the whole gateway through a real Dendrite the
+// way people in a group room would: a mention in a thread gets the agent's
+// reply and both sub-agent announces in that thread and nowhere else, and a
+// second thread in the same room is a separate conversation.
+func TestE2EMatrixThreads(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := hs.RegisterUser(t, "alice")
+	carol := hs.RegisterUser(t, "carol") // a third member makes the room a group
+	bot := hs.RegisterUser(t, "herald")
+	llm := llmtest.NewAnthropic(t, spawningModel)
+	g := startMatrixGateway(t, hs, bot, llm)
+
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
+	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
+		t.Fatalf("carol joins %s: %v", room, err)
+	}
+	matrixtest.WaitJoined(t, alice, room, carol.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID) // the gateway auto-joins on invite
+
+	// Thread 1: a root nobody addresses to the bot, then a mention in its thread.
+	root1 := matrixtest.Post(t, alice, room, "planning thread")
+	matrixtest.PostInThread(t, alice, room, root1, "herald: please research both halves", bot.UserID)
+
+	got := matrixtest.WaitThreadMessages(t, alice, room, root1, bot.UserID, 3)
+	var reply, alpha, beta int
+	for _, evt := range got {
+		b := body(evt)
+		switch {
+		case strings.Contains(b, "Started alpha and beta"):
+			reply++
+		case strings.HasPrefix(b, "Status: success\nTask: alpha\n"):
+			alpha++
+			if !strings.Contains(b, "findings for A: look at the first half") {
+				t.Errorf("alpha announce lacks its result:\n%s", b)
+			}
+		case strings.HasPrefix(b, "Status: success\nTask: beta\n"):
+			beta++
+			if !strings.Contains(b, "findings for B: look at the second half") {
+				t.Errorf("beta announce lacks its result:\n%s", b)
+			}
+		default:
+			t.Errorf("unexpected bot message in thread 1: %q", b)
+		}
+	}
+	if reply != 1 || alpha != 1 || beta != 1 {
+		t.Fatalf("thread 1 got reply×%d, alpha announce×%d, beta announce×%d; want one each", reply, alpha, beta)
+	}
+
+	// Thread 2 in the same room: its own session, its own answer.
+	root2 := matrixtest.Post(t, alice, room, "another topic")
+	matrixtest.PostInThread(t, alice, room, root2, "herald: what is the weather", bot.UserID)
+	got2 := matrixtest.WaitThreadMessages(t, alice, room, root2, bot.UserID, 1)
+	if b := body(got2[0]); b != "plain answer to: what is the weather" {
+		t.Errorf("thread 2 reply = %q, want the answer to its own question", b)
+	}
+	for _, c := range llm.Requests() {
+		if strings.Contains(c.LastUser(), "what is the weather") && len(c.Messages) != 1 {
+			t.Errorf("thread 2's model call carries %d messages, want only its own question (no history from thread 1)", len(c.Messages))
+		}
+	}
+
+	// Nothing from the bot outside the two threads, nothing twice.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	all, err := matrixtest.RoomMessages(ctx, alice, room)
+	if err != nil {
+		t.Fatalf("read room %s: %v", room, err)
+	}
+	perRoot := map[id.EventID]int{}
+	for _, evt := range all {
+		if evt.Sender != bot.UserID {
+			continue
+		}
+		root := matrixtest.ThreadRoot(evt)
+		perRoot[root]++
+		if strings.HasPrefix(body(evt), "Status:") && root != root1 {
+			t.Errorf("announce outside thread 1 (thread %q): %q", root, body(evt))
+		}
+	}
+	if perRoot[root1] != 3 || perRoot[root2] != 1 || len(perRoot) != 2 {
+		t.Errorf("bot messages per thread = %v; want 3 in %s, 1 in %s, none elsewhere", perRoot, root1, root2)
+	}
+
+	// The store: two requester sessions, one per thread; both runs belong to thread 1.
+	key1 := fmt.Sprintf("agent:main:matrix:group:%s:thread:%s", room, root1)
+	key2 := fmt.Sprintf("agent:main:matrix:group:%s:thread:%s", room, root2)
+	sessions, err := g.Store().ListSessions(ctx, store.SessionFilter{Kind: store.KindMain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, s := range sessions {
+		keys = append(keys, s.Key)
+	}
+	slices.Sort(keys)
+	want := []string{key1, key2}
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("requester sessions = %q, want %q", keys, want)
+	}
+	runs, err := g.Store().ListRuns(ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	for _, r := range runs {
+		labels = append(labels, r.Label)
+		if r.RequesterKey != key1 || r.Origin.ThreadID != string(root1) || r.Status != store.StatusDone || r.Outcome != store.OutcomeSuccess {
+			t.Errorf("run %s (%s): requester %q thread %q %s/%s; want %q, thread %s, done/success",
+				r.ID, r.Label, r.RequesterKey, r.Origin.ThreadID, r.Status, r.Outcome, key1, root1)
+		}
+	}
+	slices.Sort(labels)
+	if !slices.Equal(labels, []string{"alpha", "beta"}) {
+		t.Errorf("run labels = %q, want alpha and beta", labels)
+	}
+}
