@@ -108,7 +108,7 @@ func spawningModel(c llmtest.Call) llmtest.Reply {
 	return llmtest.Reply{Text: "plain answer to: " + last}
 }
 
-func body(evt *event.Event) string {
+func matrixBody(evt *event.Event) string {
 	if msg, ok := evt.Content.Parsed.(*event.MessageEventContent); ok {
 		return msg.Body
 	}
@@ -141,7 +141,7 @@ func TestE2EMatrixThreads(t *testing.T) {
 	got := matrixtest.WaitThreadMessages(t, alice, room, root1, bot.UserID, 3)
 	var reply, alpha, beta int
 	for _, evt := range got {
-		b := body(evt)
+		b := matrixBody(evt)
 		switch {
 		case strings.Contains(b, "Started alpha and beta"):
 			reply++
@@ -167,7 +167,7 @@ func TestE2EMatrixThreads(t *testing.T) {
 	root2 := matrixtest.Post(t, alice, room, "another topic")
 	matrixtest.PostInThread(t, alice, room, root2, "herald: what is the weather", bot.UserID)
 	got2 := matrixtest.WaitThreadMessages(t, alice, room, root2, bot.UserID, 1)
-	if b := body(got2[0]); b != "plain answer to: what is the weather" {
+	if b := matrixBody(got2[0]); b != "plain answer to: what is the weather" {
 		t.Errorf("thread 2 reply = %q, want the answer to its own question", b)
 	}
 	for _, c := range llm.Requests() {
@@ -190,8 +190,8 @@ func TestE2EMatrixThreads(t *testing.T) {
 		}
 		root := matrixtest.ThreadRoot(evt)
 		perRoot[root]++
-		if strings.HasPrefix(body(evt), "Status:") && root != root1 {
-			t.Errorf("announce outside thread 1 (thread %q): %q", root, body(evt))
+		if strings.HasPrefix(matrixBody(evt), "Status:") && root != root1 {
+			t.Errorf("announce outside thread 1 (thread %q): %q", root, matrixBody(evt))
 		}
 	}
 	if perRoot[root1] != 3 || perRoot[root2] != 1 || len(perRoot) != 2 {
