@@ -124,6 +124,9 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	sctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	err := ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID})
 	cancel()
+	// A send can take long (a channel waiting out a short rate limit itself,
+	// a slow network): retry delays count from when it returned.
+	now = d.g.clock.Now()
 	var ra *channels.RetryAfterError
 	switch {
 	case err == nil:

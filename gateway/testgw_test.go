@@ -1,0 +1,410 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/gateway"
+	"github.com/heraldhq/herald/store"
+)
+
+// e2eWait bounds every wait of the end-to-end tests.
+const e2eWait = 20 * time.Second
+
+// testGW is a whole gateway running in the test process.
+type testGW struct {
+	G        *gateway.Gateway
+	LLM      *llmtest.Server // the fake Anthropic API; nil without a handler
+	URL      string          // http://127.0.0.1:<port>, the gateway's HTTP listener
+	StateDir string
+}
+
+// newTestGateway starts a gateway configured by cfgJSON5 and runs it until
+// the test ends. With a handler h, a fake Anthropic API answers with h and
+// every "{{llm}}" in cfgJSON5 becomes its URL. The gateway listens on a free
+// loopback port, logs warnings and errors to the test log, and retries model
+// calls almost at once. It returns when /readyz reports every channel up;
+// at cleanup it stops the gateway, waits for Run to return, and checks that
+// no goroutine running gateway or chat-library code is left behind.
+func newTestGateway(t *testing.T, cfgJSON5 string, h llmtest.Handler) *testGW {
+	t.Helper()
+	// Registered first, so it runs last: after the gateway stopped and the
+	// fake LLM closed.
+	before := gatewayGoroutines()
+	t.Cleanup(func() { checkGoroutines(t, before) })
+
+	tg := &testGW{StateDir: t.TempDir()}
+	if h != nil {
+		tg.LLM = llmtest.NewAnthropic(t, h)
+		cfgJSON5 = strings.ReplaceAll(cfgJSON5, "{{llm}}", tg.LLM.URL)
+	}
+	cfg, err := config.Parse(t.Name()+".json5", []byte(cfgJSON5), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("parse test config: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("validate test config: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	g, err := gateway.New(context.Background(), gateway.Options{
+		Config: cfg, StateDir: tg.StateDir, Listener: ln,
+		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Providers: providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+	})
+	if err != nil {
+		ln.Close()
+		t.Fatalf("gateway.New: %v", err)
+	}
+	tg.G, tg.URL = g, "http://"+g.Addr()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gateway.Run returned %v after shutdown, want nil", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway.Run did not return within 30s of its context ending")
+		}
+	})
+	tg.waitReady(t)
+	return tg
+}
+
+// waitReady waits until /readyz answers 200: the store and every channel up.
+func (tg *testGW) waitReady(t *testing.T) {
+	t.Helper()
+	var last string
+	ok := waitFor(e2eWait, func() bool {
+		resp, err := http.Get(tg.URL + "/readyz")
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = resp.Status + " " + string(b)
+		return resp.StatusCode == http.StatusOK
+	})
+	if !ok {
+		t.Fatalf("gateway not ready within %s; last /readyz: %s", e2eWait, last)
+	}
+}
+
+// outbox returns the outbox counters (pending, delivered, failed).
+func (tg *testGW) outbox(t *testing.T) (pending, delivered, failed int) {
+	t.Helper()
+	p, d, f, err := tg.G.Store().OutboxStats(context.Background())
+	if err != nil {
+		t.Fatalf("outbox stats: %v", err)
+	}
+	return p, d, f
+}
+
+// waitDelivered waits until the outbox holds exactly n delivered messages,
+// none pending and none failed: everything the gateway meant to say was
+// said, and nothing more.
+func (tg *testGW) waitDelivered(t *testing.T, n int) {
+	t.Helper()
+	var p, d, f int
+	if !waitFor(e2eWait, func() bool {
+		p, d, f = tg.outbox(t)
+		return p == 0 && d == n && f == 0
+	}) {
+		t.Fatalf("outbox: %d pending, %d delivered, %d failed; want 0, %d, 0", p, d, f, n)
+	}
+}
+
+// sessionKeys returns the keys of the top-level (requester) sessions.
+func (tg *testGW) sessionKeys(t *testing.T) []string {
+	t.Helper()
+	list, err := tg.G.Store().ListSessions(context.Background(), store.SessionFilter{Kind: store.KindMain})
+	if err != nil {
+		t.Fatalf("list sessions: %v", err)
+	}
+	var keys []string
+	for _, s := range list {
+		keys = append(keys, s.Key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// runsOf returns the sub-agent runs spawned by the requester session key.
+func (tg *testGW) runsOf(t *testing.T, key string) []store.Run {
+	t.Helper()
+	runs, err := tg.G.Store().ListRuns(context.Background(), store.RunFilter{RequesterKey: key})
+	if err != nil {
+		t.Fatalf("list runs of %s: %v", key, err)
+	}
+	return runs
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gate holds the fake sub-agents' work until the test opens it, so a test
+// can act while runs are in flight. It opens by itself at cleanup (and after
+// e2eWait) so no fake LLM request is left hanging.
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{ch: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+func (g *gate) wait() {
+	select {
+	case <-g.ch:
+	case <-time.After(e2eWait):
+	}
+}
+
+// researchModel is the fake LLM of the Slack and Telegram tests. Asked to
+// "research", the main agent spawns sub-agents alpha and beta and then says
+// so; anything else gets "plain answer to: <text>". A sub-agent waits for
+// the gate of its label (nil = no wait), then answers; its announce step
+// answers in the Result/Notes form.
+func researchModel(gates map[string]*gate) llmtest.Handler {
+	return func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		if strings.Contains(c.System, "Sub-agent context") {
+			task := "?"
+			if i := strings.Index(c.System, "- Task: "); i >= 0 {
+				task, _, _ = strings.Cut(c.System[i+len("- Task: "):], "\n")
+			}
+			if strings.Contains(last, "Announce step") {
+				return llmtest.Reply{Text: "Result:\nfindings for " + task + "\n\nNotes:\n(none)"}
+			}
+			for label, g := range gates {
+				if strings.HasPrefix(task, label+":") {
+					g.wait()
+				}
+			}
+			return llmtest.Reply{Text: "worked on " + task}
+		}
+		if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+			return llmtest.Reply{Text: "Started alpha and beta; their results will follow here."}
+		}
+		if strings.Contains(last, "research") && slices.Contains(c.Tools, "sessions_spawn") {
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{
+				{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"alpha: read the first half","label":"alpha"}`)},
+				{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"beta: read the second half","label":"beta"}`)},
+			}}
+		}
+		return llmtest.Reply{Text: "plain answer to: " + last}
+	}
+}
+
+// checkAnnounce checks one announce text: success, the label as its task,
+// the sub-agent's findings, and the stats line last.
+func checkAnnounce(t *testing.T, text, label string) {
+	t.Helper()
+	if !strings.HasPrefix(text, "Status: success\nTask: "+label+"\n\nResult:\nfindings for "+label+":") {
+		t.Errorf("announce of %s does not start with its status, task and result:\n%s", label, text)
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "Stats: runtime ") || !strings.Contains(last, " • sessionKey agent:main:subagent:") {
+		t.Errorf("announce of %s: last line %q is not the stats line", label, last)
+	}
+}
+
+// gatewayGoroutines returns the stacks of the goroutines running Herald
+// code (but not test fakes or tests) or the chat libraries' clients, by
+// goroutine id.
+func gatewayGoroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(g, " [")
+		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "_test.go") {
+			continue
+		}
+		ours := false
+		for _, frame := range strings.Split(g, "\n") {
+			switch {
+			case strings.Contains(frame, "/slackfake.") || strings.Contains(frame, "/tgfake.") ||
+				strings.Contains(frame, "/llmtest.") || strings.Contains(frame, "/webtest.") ||
+				strings.Contains(frame, "/matrixtest.") || strings.Contains(frame, "/slacktest."):
+				ours = false
+			case strings.HasPrefix(frame, "github.com/heraldhq/herald/"),
+				strings.HasPrefix(frame, "github.com/slack-go/slack"),
+				strings.HasPrefix(frame, "github.com/go-telegram-bot-api/"),
+				strings.HasPrefix(frame, "maunium.net/go/mautrix"):
+				ours = true
+			default:
+				continue
+			}
+			if !ours {
+				break
+			}
+		}
+		if ours {
+			out[id] = g
+		}
+	}
+	return out
+}
+
+// checkGoroutines fails the test when goroutines running gateway code that
+// were not there before it started are still there a few seconds after
+// it stopped.
+func checkGoroutines(t *testing.T, before map[string]string) {
+	if t.Failed() {
+		return // a failed test may leave work behind on purpose; do not pile on
+	}
+	var left []string
+	waitFor(5*time.Second, func() bool {
+		left = left[:0]
+		for id, stack := range gatewayGoroutines() {
+			if _, ok := before[id]; !ok {
+				left = append(left, stack)
+			}
+		}
+		return len(left) == 0
+	})
+	if len(left) > 0 {
+		t.Errorf("%d goroutines of the gateway still run 5s after it stopped:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// webPost posts text as client to the web chat API and returns the stored
+// message's seq; the web channel may still be starting, so a 503 is retried.
+func webPost(t *testing.T, base, client, text string) int64 {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"client": client, "text": text})
+	var status string
+	var out struct {
+		SessionKey string `json:"sessionKey"`
+		Seq        int64  `json:"seq"`
+	}
+	ok := waitFor(e2eWait, func() bool {
+		resp, err := http.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
+		if err != nil {
+			status = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		status = resp.Status + " " + string(b)
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return false
+		}
+		if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &out) != nil {
+			t.Fatalf("POST /api/messages %q as %s: %s, want 202 {sessionKey, seq}", text, client, status)
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("POST /api/messages %q as %s: %s", text, client, status)
+	}
+	if want := "agent:main:web:dm:" + client; out.SessionKey != want {
+		t.Errorf("POST /api/messages as %s: sessionKey %q, want %q", client, out.SessionKey, want)
+	}
+	return out.Seq
+}
+
+// webEntry is one message of GET /api/messages.
+type webEntry struct {
+	Seq   int64  `json:"seq"`
+	Role  string `json:"role"`
+	Text  string `json:"text"`
+	RunID string `json:"runId"`
+}
+
+// webMessages lists the client's conversation after seq.
+func webMessages(t *testing.T, base, client string, after int64) []webEntry {
+	t.Helper()
+	resp, err := http.Get(base + "/api/messages?client=" + client + "&after=" + strconv.FormatInt(after, 10))
+	if err != nil {
+		t.Fatalf("GET /api/messages: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Messages []webEntry `json:"messages"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET /api/messages as %s: %s %s", client, resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("GET /api/messages as %s: %v", client, err)
+	}
+	return out.Messages
+}
+
+// metric reads one sample of the gateway's /metrics, e.g.
+// `herald_outbox_retried_total{kind="announce"}`; a sample not exported
+// yet reads 0.
+func (tg *testGW) metric(t *testing.T, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get(tg.URL + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s %v", resp.Status, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: bad value %q", sample, v)
+			}
+			return f
+		}
+	}
+	return 0
+}
