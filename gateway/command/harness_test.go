@@ -27,7 +27,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // harness wires the commands to a real store, a real sub-agent Manager and
 // a fake Anthropic server.
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	m   *subagent.Manager
 	db  *store.DB
 	cfg *config.Config
@@ -52,7 +52,7 @@ const (
 	sessC = "agent:main:telegram:dm:42"
 )
 
-func newHarness(t *testing.T, limits string, h llmtest.Handler) *harness {
+func newHarness(t testing.TB, limits string, h llmtest.Handler) *harness {
 	t.Helper()
 	llm := llmtest.NewAnthropic(t, h)
 	cfg, err := config.Parse("test.json5", []byte(fmt.Sprintf(testConfig, llm.URL, limits)), func(string) (string, bool) { return "", false })
@@ -78,8 +78,9 @@ func newHarness(t *testing.T, limits string, h llmtest.Handler) *harness {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	m := subagent.New(subagent.Deps{
-		Config: cfg, Store: db, Catalog: cat,
+		Config: cfg, Store: db, Catalog: cat, Clock: fixedClock(now),
 		Tools:     func(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) },
 		Workspace: func(string) string { return ws },
 	})
@@ -91,8 +92,14 @@ func newHarness(t *testing.T, limits string, h llmtest.Handler) *harness {
 		defer cancel()
 		m.Shutdown(ctx)
 	})
-	return &harness{t: t, m: m, db: db, cfg: cfg, llm: llm, now: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+	return &harness{t: t, m: m, db: db, cfg: cfg, llm: llm, now: now}
 }
+
+// fixedClock keeps the Manager on the fixtures' time, so its archiver does
+// not archive fixture runs whose deadline passed in wall-clock time.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
 
 // env is the command environment of a conversation, with a fixed clock and
 // an Approve that, like the gateway's, resolves only that session's codes.
@@ -240,7 +247,7 @@ func (h *harness) waitOutcome(ids []string, outcome string, bound time.Duration)
 	}
 }
 
-func golden(t *testing.T, name, got string) {
+func golden(t testing.TB, name, got string) {
 	t.Helper()
 	path := filepath.Join("testdata", name+".golden")
 	if *update {
