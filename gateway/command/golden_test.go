@@ -38,7 +38,7 @@ func (h *harness) fixtures() {
 		CreatedAt: now.Add(-5 * time.Minute), StartedAt: now.Add(-290 * time.Second)})
 	done := h.fixture(store.Run{ID: runDone, ChildKey: key("5"), ChildSessionID: sid("5"), Label: "docs check",
 		Task: "check the docs for broken links", Status: store.StatusDone, Outcome: store.OutcomeSuccess,
-		Result: "2 broken links", CreatedAt: now.Add(-20 * time.Minute), StartedAt: now.Add(-20 * time.Minute),
+		Result: "2 broken links", Note: "two pages timed out", CreatedAt: now.Add(-20 * time.Minute), StartedAt: now.Add(-20 * time.Minute),
 		EndedAt: now.Add(-20*time.Minute + 14*time.Second), ArchiveAt: now.Add(40*time.Minute + 14*time.Second),
 		TokensIn: 11000, TokensOut: 2200})
 	h.fixture(store.Run{ID: runStopped, ChildKey: key("4"), ChildSessionID: sid("4"), RequesterKey: key("5"),

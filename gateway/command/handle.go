@@ -299,7 +299,8 @@ func (h handler) info(r *store.Run) string {
 		archive = "archived " + stamp(r.ArchivedAt)
 	}
 	outcome := dash(r.Outcome)
-	if r.Status == store.StatusDone && strings.TrimSpace(r.Note) != "" {
+	// Why a run failed or stopped; a success's note is the announce's Notes.
+	if r.Status == store.StatusDone && r.Outcome != store.OutcomeSuccess && strings.TrimSpace(r.Note) != "" {
 		outcome += " (" + oneLine(r.Note, 200) + ")"
 	}
 	lines := []string{
