@@ -37,7 +37,7 @@ func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Sess
 	var history []Message
 	_, entries, err := store.ReadTranscript(path)
 	if err == nil {
-		history = MessagesFromTranscript(entries)
+		history = closeOpenToolCalls(MessagesFromTranscript(entries))
 	}
 	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
 	if err != nil {
