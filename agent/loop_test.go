@@ -1,0 +1,133 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+)
+
+// echoTool answers its "text" argument.
+type echoTool struct{}
+
+func (echoTool) Spec() agent.ToolSpec {
+	return agent.ToolSpec{Name: "echo", Description: "echo text", Schema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)}
+}
+func (echoTool) Group() string { return "" }
+func (echoTool) Call(ctx context.Context, cc agent.CallContext, args json.RawMessage) (string, error) {
+	var a struct{ Text string }
+	if err := json.Unmarshal(args, &a); err != nil {
+		return "", err
+	}
+	return `{"echo":"` + a.Text + `"}`, nil
+}
+
+func newModel(t *testing.T, h llmtest.Handler) (*agent.Model, *llmtest.Server) {
+	t.Helper()
+	srv := llmtest.NewAnthropic(t, h)
+	p, err := providers.New("anthropic", config.Provider{API: "anthropic", BaseURL: srv.URL, APIKey: "k", Models: []config.Model{{ID: "m"}}}, providers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agent.Model{Ref: "anthropic/m", ProviderID: "anthropic", ID: "m", Provider: p}, srv
+}
+
+func TestTurnWritesTranscriptBeforeNextCall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	var linesAtSecondCall int
+	model, _ := newModel(t, func(c llmtest.Call) llmtest.Reply {
+		if len(c.Messages) == 1 {
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "echo", Args: json.RawMessage(`{"text":"hi"}`)}, {Name: "nope", Args: json.RawMessage(`{}`)}}}
+		}
+		_, entries, _ := store.ReadTranscript(path)
+		linesAtSecondCall = len(entries)
+		return llmtest.Reply{Text: "done", Usage: agent.Usage{Input: 7, Output: 3}}
+	})
+	s, err := agent.LoadSession("k", "id", "main", "", path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(echoTool{})}, "go")
+	if err != nil || res.Text != "done" || res.Iterations != 2 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	// user, assistant (tool calls), tool results: on disk before the second call.
+	if linesAtSecondCall != 3 {
+		t.Errorf("transcript had %d lines at the second model call, want 3", linesAtSecondCall)
+	}
+	results := s.History[2].ToolResults
+	if len(results) != 2 || results[0].Content != `{"echo":"hi"}` || !results[1].IsError || !strings.Contains(results[1].Content, `unknown tool \"nope\"`) {
+		t.Errorf("tool results = %+v", results)
+	}
+	if res.Usage.Input < 7 || res.Usage.Output < 3 {
+		t.Errorf("usage not summed: %+v", res.Usage)
+	}
+}
+
+func TestTurnStopsAtMaxIterations(t *testing.T) {
+	model, srv := newModel(t, func(c llmtest.Call) llmtest.Reply {
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "echo", Args: json.RawMessage(`{"text":"again"}`)}}}
+	})
+	s := &agent.Session{Key: "k"}
+	_, err := s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(echoTool{}), MaxIterations: 3}, "loop forever")
+	if !errors.Is(err, agent.ErrMaxIterations) {
+		t.Fatalf("err = %v, want ErrMaxIterations", err)
+	}
+	if n := srv.Count(); n != 3 {
+		t.Errorf("%d model calls, want 3", n)
+	}
+}
+
+func TestAuthorizerRefusalIsAToolError(t *testing.T) {
+	model, _ := newModel(t, llmtest.Script(
+		llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "echo", Args: json.RawMessage(`{"text":"x"}`)}}},
+		llmtest.Reply{Text: "ok, I will not"},
+	))
+	s := &agent.Session{Key: "k"}
+	deny := func(ctx context.Context, cc agent.CallContext, call agent.ToolCall, tool agent.Tool) error {
+		return errors.New("tool echo is denied by the tool policy")
+	}
+	res, err := s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(echoTool{}), Authorize: deny}, "try")
+	if err != nil || res.Text != "ok, I will not" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if r := s.History[2].ToolResults[0]; !r.IsError || !strings.Contains(r.Content, "denied by the tool policy") {
+		t.Errorf("refusal result = %+v", r)
+	}
+}
+
+func TestLoadSessionClosesInterruptedToolCalls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: "k", SessionID: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := json.Marshal([]agent.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{}`)}})
+	tr.Append(store.TranscriptEntry{Type: "message", Role: "user", Content: "hi"})
+	tr.Append(store.TranscriptEntry{Type: "message", Role: "assistant", ToolCalls: calls})
+	tr.Close() // the gateway died before the tool result was written
+	model, srv := newModel(t, llmtest.Text("recovered"))
+	s, err := agent.LoadSession("k", "id", "main", "", path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(echoTool{})}, "are you there?")
+	if err != nil || res.Text != "recovered" {
+		t.Fatalf("Run after an interrupted tool call = %+v, %v", res, err)
+	}
+	last, _ := srv.Last()
+	if len(last.Messages) < 3 || last.Messages[2].Role != agent.RoleTool || !strings.Contains(last.Messages[2].ToolResults[0].Content, "gateway stopped") {
+		t.Errorf("the interrupted call was not closed with an error result: %+v", last.Messages)
+	}
+}
