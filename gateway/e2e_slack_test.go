@@ -157,6 +157,11 @@ func TestE2ESlackAnnouncesSurviveFaults(t *testing.T) {
 	if n := slackAnnounces(t, tg, posts, slackK1, slackT1); n != 2 {
 		t.Errorf("%d announce posts, want 2", n)
 	}
+	// alpha ended first; beta's announce must not overtake it while alpha
+	// waits out the rate limit in the same thread.
+	if !strings.Contains(posts[1].Text, "Task: alpha") || !strings.Contains(posts[2].Text, "Task: beta") {
+		t.Errorf("announces out of order in the thread: %q then %q", firstLine2(posts[1].Text), firstLine2(posts[2].Text))
+	}
 	if failed := sf.PostCalls() - len(posts); failed != 4 {
 		t.Errorf("%d chat.postMessage calls failed, want the 4 injected failures", failed)
 	}
@@ -168,4 +173,9 @@ func TestE2ESlackAnnouncesSurviveFaults(t *testing.T) {
 	if n := tg.metric(t, `herald_outbox_delivered_total{kind="announce"}`); n != 2 {
 		t.Errorf("announces delivered = %v, want 2", n)
 	}
+}
+
+func firstLine2(s string) string {
+	lines := strings.SplitN(s, "\n", 3)
+	return strings.Join(lines[:min(2, len(lines))], " / ")
 }

@@ -29,10 +29,17 @@ type deliverer struct {
 	log  *zap.Logger
 	wake chan struct{}
 	mu   sync.Mutex // one delivery pass at a time
+
+	// blocked holds, per channel, the destinations (chat + thread) that must
+	// wait until a time: a message to them was rate-limited or failed, and
+	// later messages to the same place must not overtake it. Each channel's
+	// map is used only by that channel's delivery goroutine, during a pass.
+	blocked map[channels.Name]map[string]time.Time
 }
 
 func newDeliverer(g *Gateway) *deliverer {
-	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1)}
+	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1),
+		blocked: make(map[channels.Name]map[string]time.Time)}
 }
 
 // wakeUp asks for a delivery pass now.
@@ -89,11 +96,15 @@ func (d *deliverer) pass(ctx context.Context) bool {
 	}
 	var wg sync.WaitGroup
 	for name, list := range byChannel {
+		blocked, ok := d.blocked[name]
+		if !ok {
+			blocked = make(map[string]time.Time)
+			d.blocked[name] = blocked
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ch := d.g.channels[name]
-			blocked := map[string]time.Time{} // destinations rate-limited in this pass
 			for i := range list {
 				d.deliver(ctx, ch, &list[i], blocked)
 			}
@@ -113,8 +124,13 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	// the rest wait with it.
 	dest := it.Origin.String()
 	if until, ok := blocked[dest]; ok {
-		d.retry(ctx, it, until, "waiting behind an earlier message to the same chat")
-		return
+		if now.Before(until) {
+			if err := d.g.db.PostponeOutbox(context.WithoutCancel(ctx), it.ID, until); err != nil {
+				log.Error("postpone", zap.Error(err))
+			}
+			return
+		}
+		delete(blocked, dest)
 	}
 	if ch == nil {
 		d.retry(ctx, it, now.Add(time.Minute), fmt.Sprintf("channel %q is not enabled", it.Origin.Channel))
@@ -130,12 +146,14 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	var ra *channels.RetryAfterError
 	switch {
 	case err == nil:
+		delete(blocked, dest)
 		if err := d.g.db.MarkDelivered(context.WithoutCancel(ctx), it.ID, d.g.clock.Now()); err != nil {
 			log.Error("mark delivered", zap.Error(err))
 		}
 		d.g.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case errors.Is(err, channels.ErrPermanent):
+		delete(blocked, dest)
 		if err := d.g.db.MarkFailed(context.WithoutCancel(ctx), it.ID, now, err.Error()); err != nil {
 			log.Error("mark failed", zap.Error(err))
 		}
