@@ -545,3 +545,42 @@ func TestCleanupDeleteArchivesAfterAnnounce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestDelegateAndAgentsList(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.LastUser(), "summarise") {
+			for _, name := range c.Tools {
+				if name == "delegate" || name == "sessions_spawn" {
+					return llmtest.Reply{Text: "delegate child was given " + name}
+				}
+			}
+			return llmtest.Reply{Text: "summary done", Usage: agent.Usage{Input: 40, Output: 2}}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Delegate(ctx, caller("1"), "researcher", "summarise the notes")
+	if res.Status != "ok" || res.Result != "summary done" || res.Tokens.Total != 42 {
+		t.Errorf("delegate = %+v", res)
+	}
+	if res := h.m.Delegate(ctx, caller("1"), "ghost", "x"); res.Status != "error" || !strings.Contains(res.Error, `unknown agent "ghost"`) {
+		t.Errorf("delegate to an unknown agent = %+v", res)
+	}
+	var list agent.Tool
+	for _, tl := range h.m.SessionTools(0) {
+		if tl.Spec().Name == "agents_list" {
+			list = tl
+		}
+	}
+	if list == nil {
+		t.Fatal("agents_list not registered with three agents configured")
+	}
+	out, err := list.Call(ctx, caller("1"), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// main may spawn main and researcher, not other; requester first.
+	if !strings.HasPrefix(out, `{"agents":[{"id":"main"`) || !strings.Contains(out, `"id":"researcher"`) || strings.Contains(out, `"id":"other"`) || !strings.Contains(out, `"allowAny":false`) {
+		t.Errorf("agents_list = %s", out)
+	}
+}
