@@ -326,18 +326,23 @@ func newStmtCache(db *sql.DB) *stmtCache {
 	return &stmtCache{db: db, m: make(map[string]*sql.Stmt)}
 }
 
+// get returns the statement for q, preparing it on the pool if needed. The
+// lock is not held while preparing: that waits for a connection, and the
+// writer's only connection may belong to a transaction that needs peek.
 func (c *stmtCache) get(ctx context.Context, q string) (*sql.Stmt, error) {
 	if s, ok := c.peek(q); ok {
 		return s, nil
 	}
-	// Prepare without holding mu: on the writer pool this waits for the one
-	// connection, which a transaction may hold while it peeks at the cache.
 	s, err := c.db.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.m == nil { // closed meanwhile
+		s.Close()
+		return nil, sql.ErrConnDone
+	}
 	if old, ok := c.m[q]; ok {
 		s.Close()
 		return old, nil
@@ -357,10 +362,10 @@ func (c *stmtCache) peek(q string) (*sql.Stmt, bool) {
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for q, s := range c.m {
+	for _, s := range c.m {
 		s.Close()
-		delete(c.m, q)
 	}
+	c.m = nil
 }
 
 // conn is what the query helpers run on: the read pool, the writer outside a

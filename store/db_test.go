@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 func TestOpenCreatesPrivateDirAndWAL(t *testing.T) {
@@ -24,6 +27,9 @@ func TestOpenCreatesPrivateDirAndWAL(t *testing.T) {
 	}
 	if perm := fi.Mode().Perm(); perm != 0o700 {
 		t.Errorf("state dir mode = %o, want 700", perm)
+	}
+	if fi, err := os.Stat(db.Path()); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("database file: %v, %v; want mode 600", fi.Mode(), err)
 	}
 	if db.StateDir() != dir || db.Path() != filepath.Join(dir, "herald.db") {
 		t.Errorf("StateDir, Path = %q, %q", db.StateDir(), db.Path())
@@ -259,6 +265,31 @@ func TestOpenCorrupt(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"intact schema, scribbled table pages", func(t *testing.T, path string) {
+			db, err := Open(ctx, filepath.Dir(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 200; i++ {
+				r, child := newRun(fmt.Sprintf("run-%03d", i))
+				r.Task = strings.Repeat("long task text ", 40)
+				if err := db.CreateRun(ctx, r, child); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db.Close()
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Page 1 (schema) stays; the second half of the file is scribbled.
+			for i := len(b) / 2; i < len(b); i++ {
+				b[i] = byte(i*13 + 5)
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -357,5 +388,62 @@ func TestOpenEmptyDirAndEmptyFile(t *testing.T) {
 	}
 	if _, err := Open(ctx, ""); err == nil {
 		t.Error("Open with an empty state dir succeeded")
+	}
+}
+
+// TestConcurrentFirstUse runs every kind of write from many goroutines on a
+// fresh database, so statements are first prepared while transactions hold
+// the writer connection. A deadlock shows as context deadline errors.
+func TestConcurrentFirstUse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := newTestDB(t)
+	var wg sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				r, child := newRun(id)
+				steps := []func() error{
+					func() error { return db.CreateRun(ctx, r, child) },
+					func() error { return db.StartRun(ctx, id, t0) },
+					func() error {
+						finishedRun(r)
+						return db.FinishRun(ctx, r, &OutboxItem{Text: id})
+					},
+					func() error { return db.AddSessionUsage(ctx, r.ChildKey, 1, 1) },
+					func() error { return db.CreateApproval(ctx, newApproval(id)) },
+					func() error {
+						_, err := db.ResolveApproval(ctx, id, ApprovalApproved, "U", t0)
+						return err
+					},
+					func() error {
+						_, err := db.AppendWeb(ctx, "c", &WebMessage{Role: "user", Text: id, RunID: id})
+						return err
+					},
+					func() error { return db.MarkArchived(ctx, id, t0) },
+					func() error {
+						_, err := db.ListRuns(ctx, RunFilter{RootKey: r.RootKey, Limit: 5})
+						return err
+					},
+				}
+				for n, step := range steps {
+					if err := step(); err != nil {
+						t.Errorf("%s step %d: %v", id, n, err)
+						return
+					}
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if n, err := db.CountSpawns(ctx, "agent:main:slack:group:C42"); err != nil || n != 120 {
+		t.Errorf("CountSpawns = %d, %v; want 120", n, err)
+	}
+	msgs, err := db.WebAfter(ctx, "c", 0, 0)
+	if err != nil || len(msgs) != 120 || msgs[119].Seq != 120 {
+		t.Errorf("web messages = %d, %v; want seq 1..120", len(msgs), err)
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"time"
 	"testing"
+	"time"
 )
 
 func TestEnsureSession(t *testing.T) {

@@ -1,0 +1,241 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func testHeader() TranscriptHeader {
+	return TranscriptHeader{SessionKey: "agent:main:subagent:r1", SessionID: "sess-r1", AgentID: "main",
+		ParentKey: "agent:main:slack:group:C42", CreatedAt: time.Date(2026, 11, 21, 20, 0, 0, 0, time.UTC)}
+}
+
+func TestTranscriptRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transcripts", "main", "sess-r1.jsonl")
+	tr, err := OpenTranscript(path, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := []TranscriptEntry{
+		{Role: "user", Content: "summarise", Timestamp: t0.UTC()},
+		{Role: "assistant", ToolCalls: json.RawMessage(`[{"id":"c1","name":"read","input":{"path":"a"}}]`),
+			Usage: json.RawMessage(`{"input":10,"output":2}`), Model: "anthropic/claude-haiku", Timestamp: t0.UTC()},
+		{Role: "tool", ToolResults: json.RawMessage(`[{"id":"c1","content":"text\nwith newline"}]`), Timestamp: t0.UTC()},
+	}
+	for _, e := range entries {
+		if err := tr.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each Append is on disk before Close: read while still open.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(raw), "\n"); n != 4 {
+		t.Errorf("file has %d lines, want header + 3", n)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := tr.Append(entries[0]); err == nil {
+		t.Error("Append after Close succeeded")
+	}
+
+	// Reopening appends without a second header.
+	tr, err = OpenTranscript(path, TranscriptHeader{SessionKey: "ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Append(TranscriptEntry{Role: "assistant", Content: "Here is the summary."}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+
+	h, got, err := ReadTranscript(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantH := testHeader()
+	wantH.Type, wantH.Version = "session", 1
+	if !reflect.DeepEqual(h, wantH) {
+		t.Errorf("header = %+v, want %+v", h, wantH)
+	}
+	if len(got) != 4 {
+		t.Fatalf("entries = %d, want 4", len(got))
+	}
+	for i, e := range entries {
+		e.Type = "message"
+		if !reflect.DeepEqual(got[i], e) {
+			t.Errorf("entry %d =\n%+v\nwant\n%+v", i, got[i], e)
+		}
+	}
+	if got[3].Type != "message" || got[3].Timestamp.IsZero() || got[3].Content != "Here is the summary." {
+		t.Errorf("defaults not applied: %+v", got[3])
+	}
+}
+
+func TestTranscriptConcurrentAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	tr, err := OpenTranscript(path, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var wg sync.WaitGroup
+	const writers, each = 8, 50
+	big := strings.Repeat("x", 8<<10) // lines larger than a pipe buffer
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if err := tr.Append(TranscriptEntry{Role: "user", Content: fmt.Sprintf("%d-%d %s", w, i, big)}); err != nil {
+					t.Error(err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	_, got, err := ReadTranscript(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != writers*each {
+		t.Errorf("entries = %d, want %d", len(got), writers*each)
+	}
+}
+
+func TestReadTranscriptTornAndBroken(t *testing.T) {
+	header := `{"type":"session","version":1,"sessionKey":"k","sessionId":"s","agentId":"main","createdAt":"2026-11-21T20:00:00Z"}` + "\n"
+	line := `{"type":"message","role":"user","content":"hi","timestamp":"2026-11-21T20:00:01Z"}` + "\n"
+	tests := []struct {
+		name        string
+		content     string
+		wantEntries int
+		wantErr     error
+	}{
+		{"clean", header + line + line, 2, nil},
+		{"torn last line", header + line + `{"type":"message","role":"assis`, 1, nil},
+		{"torn header only", `{"type":"sess`, 0, ErrCorrupt},
+		{"empty file", "", 0, ErrCorrupt},
+		{"broken middle line", header + "not json\n" + line, 0, ErrCorrupt},
+		{"blank lines skipped", header + "\n" + line, 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.jsonl")
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, entries, err := ReadTranscript(path)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ReadTranscript = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), path) {
+				t.Errorf("error %q does not name the file", err)
+			}
+			if len(entries) != tt.wantEntries {
+				t.Errorf("entries = %d, want %d", len(entries), tt.wantEntries)
+			}
+		})
+	}
+	if _, _, err := ReadTranscript(filepath.Join(t.TempDir(), "missing.jsonl")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing file = %v, want ErrNotFound", err)
+	}
+}
+
+func TestOpenTranscriptCutsTornLine(t *testing.T) {
+	header := `{"type":"session","version":1,"sessionKey":"k","sessionId":"s","agentId":"main","createdAt":"2026-11-21T20:00:00Z"}` + "\n"
+	line := `{"type":"message","role":"user","content":"hi","timestamp":"2026-11-21T20:00:01Z"}` + "\n"
+	tests := []struct {
+		name        string
+		content     string
+		wantEntries int // after one more Append
+		wantKey     string
+	}{
+		{"torn message", header + line + strings.Repeat("y", 100<<10), 2, "k"},
+		{"torn header", `{"type":"sess`, 1, "new"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.jsonl")
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tr, err := OpenTranscript(path, TranscriptHeader{SessionKey: "new"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Append(TranscriptEntry{Role: "assistant", Content: "after crash"}); err != nil {
+				t.Fatal(err)
+			}
+			tr.Close()
+			h, entries, err := ReadTranscript(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.SessionKey != tt.wantKey || len(entries) != tt.wantEntries ||
+				entries[len(entries)-1].Content != "after crash" {
+				t.Errorf("header key %q, entries %+v", h.SessionKey, entries)
+			}
+		})
+	}
+}
+
+func TestArchiveTranscript(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sess-r1.jsonl")
+	at := time.Date(2026, 11, 21, 21, 41, 26, 900_000_000, time.FixedZone("CET", 3600))
+	want := path + ".deleted.2026-11-21T20-41-26Z"
+
+	steps := []struct {
+		name    string
+		create  bool
+		want    string
+		content string
+	}{
+		{"renames with a UTC, filesystem-safe stamp", true, want, "one"},
+		{"never overwrites an earlier archive", true, want + ".1", "two"},
+		{"missing file is not an error", false, "", ""},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.create {
+				if err := os.WriteFile(path, []byte(s.content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := ArchiveTranscript(path, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != s.want {
+				t.Errorf("new path = %q, want %q", got, s.want)
+			}
+			if s.want == "" {
+				return
+			}
+			if b, err := os.ReadFile(got); err != nil || string(b) != s.content {
+				t.Errorf("archived content = %q, %v; want %q", b, err, s.content)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("original still there: %v", err)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(want); string(b) != "one" {
+		t.Errorf("first archive overwritten: %q", b)
+	}
+}
