@@ -147,3 +147,32 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 		}
 	}
 }
+
+func TestPostponeOutbox(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t)
+	it := &OutboxItem{Origin: slackOrigin, Kind: channels.KindReply, Text: "waits", CreatedAt: t0}
+	if _, err := db.EnqueueOutbox(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(time.Minute)
+	if err := db.PostponeOutbox(ctx, it.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := db.GetOutbox(ctx, it.ID)
+	if got.Attempts != 0 || !got.NextAttemptAt.Equal(ms(later)) {
+		t.Errorf("after postpone: attempts %d next %v; want 0, %v", got.Attempts, got.NextAttemptAt, ms(later))
+	}
+	if due, _ := db.DueOutbox(ctx, t0.Add(time.Second), 0); len(due) != 0 {
+		t.Errorf("postponed item due early: %+v", due)
+	}
+	if err := db.MarkDelivered(ctx, it.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PostponeOutbox(ctx, it.ID, later.Add(time.Hour)); !errors.Is(err, ErrNotFound) {
+		t.Errorf("postpone delivered = %v, want ErrNotFound", err)
+	}
+	if err := db.PostponeOutbox(ctx, 99, later); !errors.Is(err, ErrNotFound) {
+		t.Errorf("postpone unknown = %v, want ErrNotFound", err)
+	}
+}
