@@ -265,6 +265,24 @@ func TestOpenCorrupt(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"quick_check finds a NULL in a NOT NULL column", func(t *testing.T, path string) {
+			db, err := Open(ctx, filepath.Dir(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			for _, q := range []string{
+				"CREATE TABLE t (a TEXT)",
+				"INSERT INTO t VALUES (NULL)",
+				"PRAGMA writable_schema = ON",
+				"UPDATE sqlite_schema SET sql = 'CREATE TABLE t (a TEXT NOT NULL)' WHERE name = 't'",
+				"PRAGMA writable_schema = OFF",
+			} {
+				if _, err := db.w.Exec(q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+		}},
 		{"intact schema, scribbled table pages", func(t *testing.T, path string) {
 			db, err := Open(ctx, filepath.Dir(path))
 			if err != nil {
