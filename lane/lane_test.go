@@ -38,6 +38,9 @@ func TestLaneCapAndFIFO(t *testing.T) {
 	if q, r := l.Stats(); q != 4 || r != 2 {
 		t.Fatalf("stats = %d queued, %d running; want 4, 2", q, r)
 	}
+	for deadline := time.Now().Add(10 * time.Second); running.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	wg.Wait()
 	if peak.Load() != 2 {
