@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -155,15 +156,7 @@ func (g *Gateway) workspace(agentID string) string {
 func (g *Gateway) baseTools(agentID string) *agent.Registry {
 	reg := agent.NewRegistry(tools.New(g.tools)...)
 	if a, ok := g.cfg.Agent(agentID); ok && len(a.AllowedTools) > 0 {
-		allowed := a.AllowedTools
-		reg = reg.Filter(func(name string, _ agent.Tool) bool {
-			for _, n := range allowed {
-				if n == name {
-					return true
-				}
-			}
-			return false
-		})
+		reg = reg.Filter(func(name string, _ agent.Tool) bool { return slices.Contains(a.AllowedTools, name) })
 	}
 	return reg
 }

@@ -91,9 +91,14 @@ func (l *Lane) dispatchLocked() {
 			return
 		}
 		j := l.queue[i]
-		copy(l.queue[i:], l.queue[i+1:])
-		l.queue[len(l.queue)-1] = Job{}
-		l.queue = l.queue[:len(l.queue)-1]
+		if i == 0 { // the common case: take the head without moving the rest
+			l.queue[0] = Job{}
+			l.queue = l.queue[1:]
+		} else {
+			copy(l.queue[i:], l.queue[i+1:])
+			l.queue[len(l.queue)-1] = Job{}
+			l.queue = l.queue[:len(l.queue)-1]
+		}
 		if j.Key != "" {
 			l.busy[j.Key] = true
 		}

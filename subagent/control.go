@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,11 +57,7 @@ func (m *Manager) descendantsOf(ctx context.Context, key string) ([]store.Run, e
 }
 
 func sortNewestFirst(runs []store.Run) {
-	for i := 1; i < len(runs); i++ {
-		for j := i; j > 0 && runs[j].CreatedAt.After(runs[j-1].CreatedAt); j-- {
-			runs[j], runs[j-1] = runs[j-1], runs[j]
-		}
-	}
+	slices.SortStableFunc(runs, func(a, b store.Run) int { return b.CreatedAt.Compare(a.CreatedAt) })
 }
 
 // overlay replaces stored fields of live runs with their in-memory state.
@@ -188,7 +185,7 @@ func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
 	// Live runs whose parent run already ended are still below the root.
 	m.mu.Lock()
 	for id, lr := range m.live {
-		if lr.run.RootKey == sessionKey && !contains(ids, id) {
+		if lr.run.RootKey == sessionKey && !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}
 	}
@@ -200,15 +197,6 @@ func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
 		}
 	}
 	return n
-}
-
-func contains(ids []string, id string) bool {
-	for _, v := range ids {
-		if v == id {
-			return true
-		}
-	}
-	return false
 }
 
 // stopOne marks a live run stopped and cancels it. A queued run ends here;

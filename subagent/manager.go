@@ -51,8 +51,9 @@ type Manager struct {
 	log  *zap.Logger
 	lane *lane.Lane
 
-	mu   sync.Mutex
-	live map[string]*liveRun // by run id; guarded by mu
+	mu       sync.Mutex
+	live     map[string]*liveRun // by run id; guarded by mu
+	children map[string]int      // live runs per requester session key; guarded by mu
 
 	spawned atomic.Int64 // runs spawned since start
 
@@ -93,6 +94,7 @@ func New(d Deps) *Manager {
 		d: d, log: log,
 		lane:        lane.New(LaneName, lim.MaxConcurrent, d.Logger),
 		live:        make(map[string]*liveRun),
+		children:    make(map[string]int),
 		archiveWake: make(chan struct{}, 1),
 		bgCtx:       ctx, stopBG: cancel,
 	}
@@ -258,13 +260,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	// under one lock, so two parallel spawns cannot both take the last slot.
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	children := 0
-	for _, lr := range m.live {
-		if lr.run.RequesterKey == cc.SessionKey {
-			children++
-		}
-	}
-	if children >= lim.MaxChildrenPerSession {
+	if children := m.children[cc.SessionKey]; children >= lim.MaxChildrenPerSession {
 		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", children, lim.MaxChildrenPerSession)
 	}
 	spawned, err := m.d.Store.CountSpawns(ctx, rootKey)
@@ -359,11 +355,24 @@ func (m *Manager) enqueue(r *store.Run) {
 func (m *Manager) enqueueLocked(r *store.Run) {
 	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16)}
 	m.live[r.ID] = lr
+	m.children[r.RequesterKey]++
 	id := r.ID
 	if err := m.lane.Enqueue(lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}); err != nil {
 		// The gateway is shutting down: the run stays queued in the store
 		// and starts after the restart.
-		delete(m.live, id)
+		m.forgetLocked(id)
+	}
+}
+
+// forgetLocked drops a run that is no longer live. m.mu must be held.
+func (m *Manager) forgetLocked(id string) {
+	lr, ok := m.live[id]
+	if !ok {
+		return
+	}
+	delete(m.live, id)
+	if m.children[lr.run.RequesterKey]--; m.children[lr.run.RequesterKey] <= 0 {
+		delete(m.children, lr.run.RequesterKey)
 	}
 }
 
@@ -427,7 +436,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		// the store; the next Start announces it as unknown.
 		log.Warn("run interrupted by shutdown")
 		m.mu.Lock()
-		delete(m.live, run.ID)
+		m.forgetLocked(run.ID)
 		m.mu.Unlock()
 		return
 	case errors.Is(runErr, context.DeadlineExceeded):
@@ -635,7 +644,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil))
 	}
 	m.mu.Lock()
-	delete(m.live, r.ID)
+	m.forgetLocked(r.ID)
 	m.mu.Unlock()
 	if item != nil {
 		m.d.Notify()

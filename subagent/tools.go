@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -476,7 +477,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	}
 	defer sess.Close()
 	reg := m.d.Tools(agentID).Filter(func(name string, _ agent.Tool) bool {
-		return len(a.AllowedTools) == 0 || contains(a.AllowedTools, name)
+		return len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)
 	})
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: firstNonEmpty(cc.RootKey, cc.SessionKey), AgentID: agentID,
