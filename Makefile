@@ -2,7 +2,7 @@
 GO ?= go
 STATE_DIR ?= $(HOME)/.herald
 
-.PHONY: help run build test test-go fuzz bench load
+.PHONY: help run build test test-go fuzz bench load chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,3 +21,9 @@ test-go: ## only the Go tests, with what is already installed
 
 bench: ## benchmarks (store, lanes, sub-agent runs)
 	$(GO) test -run='^$$' -bench=. -benchmem ./store ./subagent ./lane
+
+S ?= 100
+M ?= 100
+LATENCY ?= 5s
+load: ## load a real gateway through the web API: S conversations × M sub-agents, fake model with LATENCY per call (docs/performance.md)
+	$(GO) run ./cmd/herald-load -s $(S) -m $(M) -latency $(LATENCY) $(LOADFLAGS)

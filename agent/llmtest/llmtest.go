@@ -120,9 +120,10 @@ type Server struct {
 	handler Handler
 	srv     *httptest.Server
 
-	mu    sync.Mutex
-	calls []Call
-	seq   int
+	mu       sync.Mutex
+	calls    []Call
+	seq      int
+	noRecord bool // set by NewHandler(…, false): keep no calls (long load runs)
 }
 
 // NewAnthropic starts a fake Anthropic Messages API (POST /v1/messages).
@@ -202,15 +203,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		c, problem = decodeOpenAI(body)
 	}
 	c.API, c.Path, c.Header, c.Body = s.api, r.URL.Path, r.Header.Clone(), body
-	s.mu.Lock()
-	s.calls = append(s.calls, c)
-	s.mu.Unlock()
+	if !s.noRecord {
+		s.mu.Lock()
+		s.calls = append(s.calls, c)
+		s.mu.Unlock()
+	}
 	if problem != "" {
 		s.writeError(w, http.StatusBadRequest, "", problem)
 		return
 	}
-	if c.Stream {
-		s.writeError(w, http.StatusBadRequest, "", "llmtest: streaming is not supported by this fake")
+	if c.Stream && s.api == APIAnthropic {
+		s.writeError(w, http.StatusBadRequest, "", "llmtest: streaming is not supported by the Anthropic fake")
 		return
 	}
 
@@ -248,9 +251,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		rep.Usage = agent.Usage{Input: int64(len(body)/4 + 1), Output: int64(len(rep.Text)/4 + 1)}
 	}
 	var out any
-	if s.api == APIAnthropic {
+	switch {
+	case s.api == APIAnthropic:
 		out = encodeAnthropic(c, rep, id)
-	} else {
+	case c.Stream:
+		writeOpenAIStream(w, c, rep, id)
+		return
+	default:
 		out = encodeOpenAI(c, rep, id)
 	}
 	w.Header().Set("Content-Type", "application/json")

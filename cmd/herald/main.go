@@ -40,6 +40,7 @@ Flags (every command):
   --state-dir DIR         state dir (else $HERALD_STATE_DIR, else ~/.herald)
   --log-format json|console
   --log-level debug|info|warn|error
+  --pprof ADDR            gateway: serve net/http/pprof on a loopback address (profiling)
 `
 
 func main() {
@@ -49,6 +50,7 @@ func main() {
 type flags struct {
 	config, stateDir, logFormat, logLevel string
 	limit                                 int
+	pprof                                 string // gateway only: loopback address for net/http/pprof
 }
 
 func parse(name string, args []string, stderr io.Writer) (*flags, []string, error) {
@@ -61,6 +63,7 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.StringVar(&f.logFormat, "log-format", "", "json or console")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
 	fs.IntVar(&f.limit, "limit", 50, "rows to list")
+	fs.StringVar(&f.pprof, "pprof", "", "gateway: serve net/http/pprof on this loopback address")
 	// Accept flags before and after positional words.
 	var rest []string
 	for {
@@ -173,6 +176,14 @@ func runGateway(f *flags, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("starting", zap.String("config", path), zap.String("stateDir", stateDir))
+	if f.pprof != "" {
+		stopPprof, err := startPprof(f.pprof, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "herald: %v\n", err)
+			return 2
+		}
+		defer stopPprof()
+	}
 	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)

@@ -1,0 +1,41 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+)
+
+// Config is what the dev tools vary in the gateway's config; the rest is
+// the embedded default.
+type Config struct {
+	Listen, ModelURL string
+	// MainConcurrent is the main lane's size (agents.defaults.maxConcurrent).
+	MainConcurrent int
+	// Subagents is the sub-agent lane's size, and Children the limit of
+	// children per session (the total per root is the same).
+	Subagents, Children int
+	GraceSeconds        int
+	Extra               string // more top-level JSON5 members, verbatim
+}
+
+// Write writes the config as JSON5 to path.
+func (c Config) Write(path string) error {
+	src := fmt.Sprintf(`// Written by herald's dev tools (devtools/harness).
+{
+  gateway: { http: { listen: %q }, shutdownGraceSeconds: %d },
+  models: { providers: {
+    fake: { api: "openai", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] },
+  } },
+  agents: {
+    defaults: {
+      model: "fake/m",
+      maxConcurrent: %d,
+      subagents: { maxConcurrent: %d, maxChildrenPerSession: %d, maxTotalSpawns: %d },
+    },
+  },
+  channels: { web: { enabled: true } },
+  %s
+}
+`, c.Listen, max(c.GraceSeconds, 1), c.ModelURL, max(c.MainConcurrent, 1), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Extra)
+	return os.WriteFile(path, []byte(src), 0o600)
+}

@@ -1,0 +1,160 @@
+package harness
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+)
+
+// The scripted fake model speaks the OpenAI Chat Completions wire format
+// (streamed or not) and answers by what the user said:
+//
+//	SAY <tag>          → "ack <tag>"
+//	SPAWN <n> <tag>    → n sessions_spawn calls labelled <tag>.1 … <tag>.n,
+//	                     then "spawned <tag>"
+//
+// A sub-agent answers "<label> result" and its announce step
+// "Result:\n<label> done\n\nNotes:\n(none)". Every answer waits Latency.
+var (
+	sayRe      = regexp.MustCompile(`^SAY (\S+)$`)
+	spawnRe    = regexp.MustCompile(`^SPAWN (\d+) (\S+)$`)
+	labelRe    = regexp.MustCompile(`(?m)^- Label: (\S+)$`)
+	announceRe = regexp.MustCompile(`(?m)^Task: (\S+)$`)
+)
+
+// ModelOptions shapes the fake model.
+type ModelOptions struct {
+	Latency time.Duration // every answer waits this long
+	// FailEvery makes every n-th call answer HTTP 500 (0: never), so the
+	// gateway's retries are part of the run.
+	FailEvery int
+}
+
+// Model is a running scripted fake model.
+type Model struct {
+	URL string // the OpenAI base URL (…/v1)
+
+	opts       ModelOptions
+	srv        *http.Server
+	done       chan struct{}
+	calls      atomic.Int64
+	failed     atomic.Int64
+	firstSpawn atomic.Int64 // unix nanos of the first spawn answer
+
+	mu      sync.Mutex
+	spawned map[string]int // tag → spawn calls answered (more than one answer = a repeated turn)
+}
+
+// StartModel serves the fake model on a loopback port.
+func StartModel(opts ModelOptions) (*Model, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{URL: "http://" + ln.Addr().String() + "/v1", opts: opts, done: make(chan struct{}), spawned: map[string]int{}}
+	m.srv = &http.Server{Handler: llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(m.done)
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Printf("fake model: %v\n", err)
+		}
+	}()
+	return m, nil
+}
+
+// Close stops the server, cutting calls that still wait.
+func (m *Model) Close() {
+	_ = m.srv.Close()
+	<-m.done
+}
+
+// Calls is how many calls the model received; Failed how many it answered 500.
+func (m *Model) Calls() int64  { return m.calls.Load() }
+func (m *Model) Failed() int64 { return m.failed.Load() }
+
+// FirstSpawn is when the model first answered with spawn calls (zero if never).
+func (m *Model) FirstSpawn() time.Time {
+	n := m.firstSpawn.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// SpawnAnswers returns how many times the model answered SPAWN for tag with
+// spawn calls: 1 normally, more when a turn was run again after a crash.
+func (m *Model) SpawnAnswers(tag string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.spawned[tag]
+}
+
+func (m *Model) answer(c llmtest.Call) llmtest.Reply {
+	n := m.calls.Add(1)
+	r := m.reply(c)
+	if m.opts.FailEvery > 0 && n%int64(m.opts.FailEvery) == 0 {
+		m.failed.Add(1)
+		r = llmtest.Reply{Status: http.StatusInternalServerError, Message: "fake model: injected failure"}
+	}
+	r.Delay = m.opts.Latency
+	return r
+}
+
+func (m *Model) reply(c llmtest.Call) llmtest.Reply {
+	var last agent.Message
+	if len(c.Messages) > 0 {
+		last = c.Messages[len(c.Messages)-1]
+	}
+	if strings.Contains(c.System, "Sub-agent context") {
+		label := "?"
+		if mm := labelRe.FindStringSubmatch(c.System); mm != nil {
+			label = mm[1]
+		}
+		if last.Role == agent.RoleUser && strings.Contains(last.Text, "Announce step") {
+			return llmtest.Reply{Text: fmt.Sprintf("Result:\n%s done\n\nNotes:\n(none)", label)}
+		}
+		return llmtest.Reply{Text: label + " result"}
+	}
+	user := strings.TrimSpace(c.LastUser())
+	if mm := spawnRe.FindStringSubmatch(user); mm != nil {
+		if last.Role == agent.RoleTool {
+			return llmtest.Reply{Text: "spawned " + mm[2]}
+		}
+		n, _ := strconv.Atoi(mm[1])
+		calls := make([]agent.ToolCall, n)
+		for i := range calls {
+			label := fmt.Sprintf("%s.%d", mm[2], i+1)
+			args, _ := json.Marshal(map[string]string{"task": "work item " + label, "label": label})
+			calls[i] = agent.ToolCall{Name: "sessions_spawn", Args: args}
+		}
+		m.firstSpawn.CompareAndSwap(0, time.Now().Add(m.opts.Latency).UnixNano())
+		m.mu.Lock()
+		m.spawned[mm[2]]++
+		m.mu.Unlock()
+		return llmtest.Reply{Text: "Spawning " + mm[2] + ".", ToolCalls: calls}
+	}
+	if mm := sayRe.FindStringSubmatch(user); mm != nil {
+		return llmtest.Reply{Text: "ack " + mm[1]}
+	}
+	return llmtest.Reply{Text: "ack"}
+}
+
+// AnnouncedLabel returns the label of a sub-agent announce ("" if the text
+// is not one).
+func AnnouncedLabel(text string) string {
+	if mm := announceRe.FindStringSubmatch(text); mm != nil {
+		return mm[1]
+	}
+	return ""
+}

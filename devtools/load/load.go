@@ -1,0 +1,308 @@
+// Package load measures a real gateway process end to end: S web
+// conversations each ask for M sub-agents through the web API, a scripted
+// fake model (OpenAI wire format, a fixed latency per call) answers every
+// call, and the announces are timestamped as they arrive on /api/events.
+// It samples the gateway's RSS, CPU and open files from /proc, optionally
+// takes pprof profiles, stops everything it started and returns one
+// summary. `make load` and cmd/herald-load run it; docs/performance.md
+// holds the figures.
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/devtools/harness"
+)
+
+// Options of one load run.
+type Options struct {
+	Conversations int           // S
+	SubAgents     int           // M per conversation
+	Latency       time.Duration // per model call
+	Timeout       time.Duration // the whole run, start to last announce
+	Bin           string        // a built herald binary; built when empty
+	Dir           string        // working dir (config, state, log); a temp dir when empty
+	ProfileDir    string        // when set, CPU, heap and goroutine profiles are written here
+	Log           io.Writer     // progress lines; nil for none
+}
+
+// Result is what one run measured.
+type Result struct {
+	Options
+	Runs, Announced   int
+	StartToReady      time.Duration // process start → /readyz 200
+	IdleRSS           int64         // after ready, before any message
+	PeakRSS           int64         // highest sample during the run
+	PeakFDs           int           // highest open file count
+	SpawnToAll        time.Duration // the model's first spawn answer → the last announce
+	PostToAll         time.Duration // the first POST → the last announce
+	FirstAnnounce     time.Duration // the first POST → the first announce
+	CPU               time.Duration // gateway CPU from the first POST to the last announce
+	ModelCalls        int64
+	ModelFloor        time.Duration // what the model alone needs from the first spawn: a work turn and an announce step
+	GatewayOverheadMs float64       // CPU per sub-agent run
+}
+
+// String is the one summary line.
+func (r Result) String() string {
+	return fmt.Sprintf("load: S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s model-floor=%s "+
+		"ready=%s idleRSS=%.1fMiB peakRSS=%.1fMiB peakFDs=%d cpu=%s cpu/run=%.3fms modelCalls=%d",
+		r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
+		r.PostToAll.Round(time.Millisecond), r.FirstAnnounce.Round(time.Millisecond), r.ModelFloor,
+		r.StartToReady.Round(100*time.Microsecond), mib(r.IdleRSS), mib(r.PeakRSS), r.PeakFDs,
+		r.CPU.Round(time.Millisecond), r.GatewayOverheadMs, r.ModelCalls)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// Run performs one load run. An error means the run could not be measured
+// (the gateway failed, or not every announce arrived before the timeout);
+// the Result holds what was measured until then.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o.Conversations, o.SubAgents = max(o.Conversations, 1), max(o.SubAgents, 0)
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	res := Result{Options: o, Runs: o.Conversations * o.SubAgents}
+	logf := func(format string, a ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, format+"\n", a...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+
+	dir := o.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "herald-load-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	bin := o.Bin
+	if bin == "" {
+		logf("building herald …")
+		b, err := harness.BuildHerald(ctx, dir)
+		if err != nil {
+			return res, err
+		}
+		bin = b
+	}
+	model, err := harness.StartModel(harness.ModelOptions{Latency: o.Latency})
+	if err != nil {
+		return res, err
+	}
+	defer model.Close()
+
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		return res, err
+	}
+	cfgPath := filepath.Join(dir, "herald.json5")
+	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations,
+		Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5}
+	if err := cfg.Write(cfgPath); err != nil {
+		return res, err
+	}
+	var extra []string
+	pprofAddr := ""
+	if o.ProfileDir != "" {
+		if pprofAddr, err = harness.FreeAddr(); err != nil {
+			return res, err
+		}
+		extra = append(extra, "--pprof", pprofAddr)
+	}
+	start := time.Now()
+	gw, err := harness.StartGateway(bin, cfgPath, filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log"), "http://"+addr, extra...)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if err := gw.Term(15 * time.Second); err != nil {
+			logf("stopping the gateway: %v", err)
+		}
+	}()
+	if err := gw.WaitReady(ctx); err != nil {
+		return res, err
+	}
+	res.StartToReady = time.Since(start)
+	pid := gw.Pid()
+	if p, err := harness.ReadProc(pid); err == nil {
+		res.IdleRSS, res.PeakRSS, res.PeakFDs = p.RSS, p.RSS, p.FDs
+	}
+
+	// One event stream per conversation, open before anything is posted.
+	web := harness.NewWeb(gw.Base, o.Conversations*2)
+	var (
+		mu                   sync.Mutex
+		announced            int
+		firstAnn, lastAnn    time.Time
+		allDone              = make(chan struct{})
+		streams              sync.WaitGroup
+		streamCtx, endStream = context.WithCancel(ctx)
+	)
+	defer func() { endStream(); streams.Wait() }()
+	for i := range o.Conversations {
+		ready := make(chan struct{})
+		streams.Go(func() {
+			err := web.Events(streamCtx, client(i), ready, func(m harness.Message, at time.Time) {
+				if m.Role != "announce" {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				announced++
+				if firstAnn.IsZero() {
+					firstAnn = at
+				}
+				lastAnn = at
+				if announced == res.Runs {
+					close(allDone)
+				}
+			})
+			if err != nil && streamCtx.Err() == nil {
+				logf("event stream %s: %v", client(i), err)
+			}
+		})
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return res, fmt.Errorf("opening event streams: %w", ctx.Err())
+		}
+	}
+
+	// Sample the process while the load runs.
+	sampleCtx, endSample := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if p, err := harness.ReadProc(pid); err == nil {
+				mu.Lock()
+				res.PeakRSS, res.PeakFDs = max(res.PeakRSS, p.RSS), max(res.PeakFDs, p.FDs)
+				mu.Unlock()
+			}
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	defer func() { endSample(); sampler.Wait() }()
+
+	cpu0, _ := harness.ReadProc(pid)
+	var profiles sync.WaitGroup
+	if o.ProfileDir != "" {
+		profiles.Go(func() { takeProfiles(ctx, o, pprofAddr, model, logf) })
+	}
+	defer profiles.Wait()
+	logf("posting %d conversations × %d sub-agents (model latency %s) …", o.Conversations, o.SubAgents, o.Latency)
+	posted := time.Now()
+	var posts sync.WaitGroup
+	errs := make(chan error, o.Conversations)
+	for i := range o.Conversations {
+		posts.Go(func() {
+			text := fmt.Sprintf("SPAWN %d t%d", o.SubAgents, i)
+			if o.SubAgents == 0 {
+				text = fmt.Sprintf("SAY t%d", i)
+			}
+			if _, err := web.Post(ctx, client(i), text); err != nil {
+				errs <- err
+			}
+		})
+	}
+	posts.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	if res.Runs == 0 {
+		close(allDone)
+	}
+	var runErr error
+	select {
+	case <-allDone:
+	case <-gw.Exited():
+		runErr = fmt.Errorf("the gateway exited during the load; log:\n%s", gw.Tail(20))
+	case <-ctx.Done():
+		runErr = fmt.Errorf("not every announce arrived within %s", o.Timeout)
+	}
+	cpu1, _ := harness.ReadProc(pid)
+	mu.Lock()
+	res.Announced = announced
+	if !lastAnn.IsZero() {
+		res.PostToAll = lastAnn.Sub(posted)
+		res.FirstAnnounce = firstAnn.Sub(posted)
+		if fs := model.FirstSpawn(); !fs.IsZero() {
+			res.SpawnToAll = lastAnn.Sub(fs)
+		}
+	}
+	mu.Unlock()
+	res.CPU = cpu1.CPU - cpu0.CPU
+	if res.Runs > 0 {
+		res.GatewayOverheadMs = float64(res.CPU.Microseconds()) / 1000 / float64(res.Runs)
+	}
+	res.ModelCalls = model.Calls()
+	res.ModelFloor = 2 * o.Latency
+	return res, runErr
+}
+
+func client(i int) string { return fmt.Sprintf("load-%d", i) }
+
+// takeProfiles writes a CPU profile of the whole load and heap and
+// goroutine profiles while the runs are in flight (half a latency into
+// the announce steps).
+func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Model, logf func(string, ...any)) {
+	if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+		logf("profiles: %v", err)
+		return
+	}
+	get := func(path, file string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			logf("profile %s: %v", path, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(o.ProfileDir, file))
+		if err != nil {
+			logf("profile %s: %v", path, err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil && !errors.Is(err, context.Canceled) {
+			logf("profile %s: %v", path, err)
+		}
+	}
+	var wg sync.WaitGroup
+	secs := max(1, int((4*o.Latency+2*time.Second)/time.Second))
+	wg.Go(func() { get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu.pprof") })
+	// In flight: the first spawn answer plus 1.5 latencies.
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for model.FirstSpawn().IsZero() || time.Now().Before(model.FirstSpawn().Add(o.Latency*3/2)) {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-t.C:
+		}
+	}
+	get("/debug/pprof/heap", "heap.pprof")
+	get("/debug/pprof/goroutine", "goroutine.pprof")
+	wg.Wait()
+	logf("profiles in %s (go tool pprof -top %s/cpu.pprof)", o.ProfileDir, o.ProfileDir)
+}
