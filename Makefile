@@ -27,3 +27,8 @@ M ?= 100
 LATENCY ?= 5s
 load: ## load a real gateway through the web API: S conversations × M sub-agents, fake model with LATENCY per call (docs/performance.md)
 	$(GO) run ./cmd/herald-load -s $(S) -m $(M) -latency $(LATENCY) $(LOADFLAGS)
+
+K ?= 20
+CHAOS_LATENCY ?= 1s
+chaos: ## kill a real gateway K times under load (web + Telegram, fake model with CHAOS_LATENCY) and check nothing acknowledged is lost, repeated or reordered (docs/reliability.md)
+	HERALD_CHAOS=1 $(GO) test -count=1 -timeout 90m -run TestChaos -v ./devtools/chaos -args -kills=$(K) -latency=$(CHAOS_LATENCY) | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|chaos_test.go'
