@@ -78,7 +78,7 @@ func (o Options) withDefaults() Options {
 		o.Logger = zap.NewNop()
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
+		o.HTTPClient = &http.Client{Transport: sharedTransport}
 	}
 	if o.MaxRetries == 0 {
 		o.MaxRetries = DefaultMaxRetries
