@@ -170,6 +170,9 @@ type Exec struct {
 type WebFetch struct {
 	TimeoutSeconds int `json:"timeoutSeconds"` // default 20
 	MaxBytes       int `json:"maxBytes"`       // default 1 MiB
+	// AllowPrivate lists hosts or CIDRs agents may reach although they are
+	// loopback, private or link-local (refused by default).
+	AllowPrivate []string `json:"allowPrivate"`
 }
 
 // Security holds the tool policy and approvals.

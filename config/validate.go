@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/heraldhq/herald/netguard"
 )
 
 var (
@@ -319,6 +321,11 @@ func (v *validator) tools() {
 	v.atLeast("tools.exec.maxOutputBytes", t.Exec.MaxOutputBytes, 1)
 	v.atLeast("tools.webFetch.timeoutSeconds", t.WebFetch.TimeoutSeconds, 1)
 	v.atLeast("tools.webFetch.maxBytes", t.WebFetch.MaxBytes, 1)
+	for i, e := range t.WebFetch.AllowPrivate {
+		if netguard.CheckEntry(e) != nil {
+			v.add(joinIndex("tools.webFetch.allowPrivate", i), "%q is not a CIDR (10.1.2.0/24), IP address or host name (intranet.example)", e)
+		}
+	}
 	for _, l := range []struct {
 		k    string
 		list []string

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/netguard"
 )
 
 // Options configures the built-in tools; zero fields take the defaults.
@@ -17,7 +18,13 @@ type Options struct {
 	ExecEnv        []string      // extra KEY=value for exec, added to a minimal environment
 	FetchTimeout   time.Duration // default 20s
 	FetchMaxBytes  int           // default 1 MiB; a call may only lower it
-	HTTPClient     *http.Client  // default: a plain client (redirects followed)
+	// HTTPClient is web_fetch's client. Default: one that refuses loopback,
+	// private and link-local addresses at dial time (package netguard),
+	// except what Egress allows, and follows at most 5 redirects.
+	HTTPClient *http.Client
+	// Egress is the address policy of the default HTTPClient; nil refuses
+	// every internal range (tools.webFetch.allowPrivate adds exceptions).
+	Egress         *netguard.Policy
 	ReadMaxBytes   int           // read_file cap, default 256 KiB
 	ListMaxEntries int           // list_files cap, default 1000
 	Logger         *zap.Logger   // nil = no logging
@@ -25,12 +32,28 @@ type Options struct {
 
 // OptionsFromConfig maps the tools section of the config to Options.
 func OptionsFromConfig(c config.Tools) Options {
-	return Options{
+	o := Options{
 		ExecTimeout:   time.Duration(c.Exec.TimeoutSeconds) * time.Second,
 		ExecMaxOutput: c.Exec.MaxOutputBytes,
 		FetchTimeout:  time.Duration(c.WebFetch.TimeoutSeconds) * time.Second,
 		FetchMaxBytes: c.WebFetch.MaxBytes,
 	}
+	// One guarded client for every registry built from these options, so
+	// connections are pooled across calls.
+	o.Egress = EgressPolicy(c.WebFetch)
+	o.HTTPClient = o.Egress.Client(0)
+	return o
+}
+
+// EgressPolicy builds the address policy of agent tools from
+// tools.webFetch.allowPrivate. Config validation has checked the entries;
+// should one still be malformed, the strict default is used.
+func EgressPolicy(c config.WebFetch) *netguard.Policy {
+	p, err := netguard.NewPolicy(c.AllowPrivate)
+	if err != nil {
+		p, _ = netguard.NewPolicy(nil)
+	}
+	return p
 }
 
 func (o Options) withDefaults() Options {
@@ -47,7 +70,7 @@ func (o Options) withDefaults() Options {
 		o.FetchMaxBytes = DefaultFetchMaxBytes
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
+		o.HTTPClient = o.Egress.Client(0) // each call is bounded by its context
 	}
 	if o.ReadMaxBytes <= 0 {
 		o.ReadMaxBytes = DefaultReadMaxBytes

@@ -16,7 +16,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/netguard"
 )
+
+// ErrRefused marks a web_fetch the egress policy refused.
+var ErrRefused = errors.New("address not allowed")
 
 // WebFetchName is the web_fetch tool's name.
 const WebFetchName = "web_fetch"
@@ -105,6 +109,11 @@ func (t *webFetch) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	req.Header.Set("Accept", "text/html, text/plain, application/json, text/*;q=0.9, */*;q=0.5")
 	resp, err := t.client.Do(req)
 	if err != nil {
+		if r, ok := netguard.AsRefused(err); ok {
+			return "", fmt.Errorf("%s: %w: refused to fetch %s: %v. Agents may not reach loopback, private, link-local "+
+				"or other internal addresses (also not through redirects); an operator can allow specific hosts or "+
+				"networks with tools.webFetch.allowPrivate. Fetch a public URL instead.", WebFetchName, ErrRefused, u.Redacted(), r)
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return "", fmt.Errorf("%s: fetch %s: no answer within %s", WebFetchName, u, t.timeout)
 		}

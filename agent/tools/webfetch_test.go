@@ -52,7 +52,7 @@ func newWebServer(t *testing.T) *httptest.Server {
 
 func TestWebFetch(t *testing.T) {
 	srv := newWebServer(t)
-	tool := NewWebFetch(Options{HTTPClient: srv.Client(), FetchMaxBytes: 1000})
+	tool := NewWebFetch(Options{Egress: allowLoopback(t), FetchMaxBytes: 1000})
 	tests := []struct {
 		name      string
 		args      map[string]any
@@ -88,8 +88,7 @@ func TestWebFetch(t *testing.T) {
 }
 
 func TestWebFetchRefusals(t *testing.T) {
-	srv := newWebServer(t)
-	tool := NewWebFetch(Options{HTTPClient: srv.Client()})
+	tool := NewWebFetch(Options{Egress: allowLoopback(t)})
 	tests := []struct {
 		name string
 		raw  string
@@ -116,7 +115,7 @@ func TestWebFetchUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	_, err := NewWebFetch(Options{}).Call(context.Background(), agentCC(), json.RawMessage(`{"url":"`+url+`/x"}`))
+	_, err := NewWebFetch(Options{Egress: allowLoopback(t)}).Call(context.Background(), agentCC(), json.RawMessage(`{"url":"`+url+`/x"}`))
 	if err == nil || !strings.Contains(err.Error(), "fetch "+url+"/x") {
 		t.Fatalf("want a fetch error naming the URL, got %v", err)
 	}
@@ -127,7 +126,7 @@ func TestWebFetchTimeCap(t *testing.T) {
 		<-r.Context().Done() // never answers
 	}))
 	t.Cleanup(srv.Close)
-	tool := NewWebFetch(Options{HTTPClient: srv.Client(), FetchTimeout: 50 * time.Millisecond})
+	tool := NewWebFetch(Options{Egress: allowLoopback(t), FetchTimeout: 50 * time.Millisecond})
 	_, err := tool.Call(context.Background(), agentCC(), json.RawMessage(`{"url":"`+srv.URL+`/slow"}`))
 	if err == nil || !strings.Contains(err.Error(), "no answer within 50ms") {
 		t.Fatalf("want a time-cap error, got %v", err)
