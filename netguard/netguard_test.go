@@ -13,21 +13,21 @@ import (
 func TestCheckRefusesInternalRanges(t *testing.T) {
 	strict, _ := NewPolicy(nil)
 	refused := map[string]string{
-		"127.0.0.1":       "loopback",
-		"127.0.0.2":       "loopback",
-		"::1":             "loopback",
+		"127.0.0.1":        "loopback",
+		"127.0.0.2":        "loopback",
+		"::1":              "loopback",
 		"::ffff:127.0.0.1": "loopback", // IPv4-mapped IPv6
-		"10.1.2.3":        "private (RFC 1918)",
-		"172.31.255.1":    "private (RFC 1918)",
-		"192.168.1.1":     "private (RFC 1918)",
-		"fd12:3456::1":    "private (RFC 4193)",
-		"169.254.169.254": "link-local",
-		"fe80::1":         "link-local",
-		"100.64.0.1":      "carrier-grade NAT",
-		"0.0.0.0":         "unspecified",
-		"::":              "unspecified",
-		"224.0.0.1":       "multicast",
-		"255.255.255.255": "broadcast",
+		"10.1.2.3":         "private (RFC 1918)",
+		"172.31.255.1":     "private (RFC 1918)",
+		"192.168.1.1":      "private (RFC 1918)",
+		"fd12:3456::1":     "private (RFC 4193)",
+		"169.254.169.254":  "link-local",
+		"fe80::1":          "link-local",
+		"100.64.0.1":       "carrier-grade NAT",
+		"0.0.0.0":          "unspecified",
+		"::":               "unspecified",
+		"224.0.0.1":        "multicast",
+		"255.255.255.255":  "broadcast",
 	}
 	for a, kind := range refused {
 		err := strict.Check("", netip.MustParseAddr(a))

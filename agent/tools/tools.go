@@ -13,11 +13,11 @@ import (
 
 // Options configures the built-in tools; zero fields take the defaults.
 type Options struct {
-	ExecTimeout    time.Duration // default 60s; a call may only lower it
-	ExecMaxOutput  int           // bytes of combined output kept, default 64 KiB
-	ExecEnv        []string      // extra KEY=value for exec, added to a minimal environment
-	FetchTimeout   time.Duration // default 20s
-	FetchMaxBytes  int           // default 1 MiB; a call may only lower it
+	ExecTimeout   time.Duration // default 60s; a call may only lower it
+	ExecMaxOutput int           // bytes of combined output kept, default 64 KiB
+	ExecEnv       []string      // extra KEY=value for exec, added to a minimal environment
+	FetchTimeout  time.Duration // default 20s
+	FetchMaxBytes int           // default 1 MiB; a call may only lower it
 	// HTTPClient is web_fetch's client. Default: one that refuses loopback,
 	// private and link-local addresses at dial time (package netguard),
 	// except what Egress allows, and follows at most 5 redirects.
@@ -25,9 +25,9 @@ type Options struct {
 	// Egress is the address policy of the default HTTPClient; nil refuses
 	// every internal range (tools.webFetch.allowPrivate adds exceptions).
 	Egress         *netguard.Policy
-	ReadMaxBytes   int           // read_file cap, default 256 KiB
-	ListMaxEntries int           // list_files cap, default 1000
-	Logger         *zap.Logger   // nil = no logging
+	ReadMaxBytes   int         // read_file cap, default 256 KiB
+	ListMaxEntries int         // list_files cap, default 1000
+	Logger         *zap.Logger // nil = no logging
 }
 
 // OptionsFromConfig maps the tools section of the config to Options.
