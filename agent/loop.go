@@ -32,12 +32,23 @@ type Session struct {
 	History    []Message
 }
 
-// LoadSession opens (or creates) the transcript at path and loads its history.
+// ErrHistory is returned by LoadSession when a transcript exists but
+// cannot be read: the session must not go on as if it had no history.
+var ErrHistory = errors.New("conversation history cannot be read")
+
+// LoadSession opens (or creates) the transcript at path and loads its
+// history. A missing or still empty transcript is a new session; a torn
+// last line is left out (and cut when the file is opened for writing);
+// any other read error is ErrHistory — never a silent fresh start.
 func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
 	var history []Message
 	_, entries, err := store.ReadTranscript(path)
-	if err == nil {
+	switch {
+	case err == nil:
 		history = closeOpenToolCalls(MessagesFromTranscript(entries))
+	case errors.Is(err, store.ErrNotFound):
+	default:
+		return nil, fmt.Errorf("session %s: %w: %w", key, ErrHistory, err)
 	}
 	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
 	if err != nil {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -118,7 +119,11 @@ func (g *Gateway) turn(laneCtx context.Context, agentID, key string, in channels
 	s, err := g.session(laneCtx, agentID, key, in.Origin)
 	if err != nil {
 		log.Error("could not open session", zap.Error(err))
-		g.post(laneCtx, in.Origin, channels.KindSystem, "⚠️ Could not open this conversation's session; the operator's log has details.", "")
+		msg := "⚠️ Could not open this conversation's session; the operator's log has details."
+		if errors.Is(err, agent.ErrHistory) {
+			msg = "⚠️ This conversation's history could not be read, so I did not answer rather than start over without it. The operator's log names the transcript file and line."
+		}
+		g.post(laneCtx, in.Origin, channels.KindSystem, msg, "")
 		return
 	}
 	model, ok := g.catalog.Lookup(g.cfg.AgentModel(agentID))

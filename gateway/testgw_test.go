@@ -46,12 +46,18 @@ type testGW struct {
 // no goroutine running gateway or chat-library code is left behind.
 func newTestGateway(t *testing.T, cfgJSON5 string, h llmtest.Handler) *testGW {
 	t.Helper()
+	return newTestGatewayIn(t, t.TempDir(), cfgJSON5, h)
+}
+
+// newTestGatewayIn is newTestGateway on a state dir the test prepared.
+func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler) *testGW {
+	t.Helper()
 	// Registered first, so it runs last: after the gateway stopped and the
 	// fake LLM closed.
 	before := gatewayGoroutines()
 	t.Cleanup(func() { checkGoroutines(t, before) })
 
-	tg := &testGW{StateDir: t.TempDir()}
+	tg := &testGW{StateDir: stateDir}
 	if h != nil {
 		tg.LLM = llmtest.NewAnthropic(t, h)
 		cfgJSON5 = strings.ReplaceAll(cfgJSON5, "{{llm}}", tg.LLM.URL)

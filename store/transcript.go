@@ -202,7 +202,9 @@ func ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
 		entries = append(entries, e)
 	}
 	if h.Type == "" {
-		return h, nil, fmt.Errorf("read transcript %s: no header line: %w", path, ErrCorrupt)
+		// Not one complete line: the file was created and the process died
+		// before its header was written. Nothing was ever recorded in it.
+		return h, nil, fmt.Errorf("read transcript %s: no complete line yet: %w", path, ErrNotFound)
 	}
 	return h, entries, nil
 }
