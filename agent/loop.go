@@ -107,6 +107,10 @@ type Turn struct {
 	OnUsage       func(Usage)  // called after each model call
 	Logger        *zap.Logger
 	Clock         Clock
+	// Resume continues a turn cut short (a crash, a drain) from the
+	// history: the input is already there and is not added again; tool
+	// calls whose results are in the history are not made again.
+	Resume bool
 }
 
 // Result is what a turn produced.
@@ -135,8 +139,10 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 	if t.Tools == nil {
 		t.Tools = NewRegistry()
 	}
-	if err := s.append(Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
-		return res, err
+	if !t.Resume {
+		if err := s.append(Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
+			return res, err
+		}
 	}
 	var pendingReplies []chan string
 	for {

@@ -78,8 +78,29 @@ type Message struct {
 }
 
 // Sink receives inbound messages. The gateway owns it; a channel calls it
-// from its receive loop and never calls an agent itself.
-type Sink func(ctx context.Context, in Inbound)
+// from its receive loop and never calls an agent itself. When it returns
+// nil the message is stored (SPEC §12 durable intake) and the channel may
+// acknowledge it to the platform; an error wrapping ErrBusy (see *BusyError)
+// or ErrDraining means it was not taken, and the person has been told.
+type Sink func(ctx context.Context, in Inbound) error
+
+// ErrBusy: the gateway has more work queued than its cap; try again later.
+var ErrBusy = errors.New("the gateway is busy")
+
+// ErrDraining: the gateway is shutting down and takes no new messages.
+var ErrDraining = errors.New("the gateway is shutting down")
+
+// BusyError is ErrBusy with how long to wait before trying again.
+type BusyError struct {
+	RetryAfter time.Duration
+	Reason     string
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v (%s); try again in %s", ErrBusy, e.Reason, e.RetryAfter)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
 
 // Channel is one chat platform.
 type Channel interface {

@@ -93,6 +93,7 @@ type AgentDefaults struct {
 	Thinking      string    `json:"thinking"`      // off|low|medium|high
 	Workspace     string    `json:"workspace"`     // default <stateDir>/workspace/<agentId>
 	MaxConcurrent int       `json:"maxConcurrent"` // the main lane; default 4
+	MaxQueued     int       `json:"maxQueued"`     // turns waiting for the main lane; past it "busy"; default 512
 	MaxIterations int       `json:"maxIterations"` // model turns per top-level turn; default 30
 	Subagents     Subagents `json:"subagents"`
 }

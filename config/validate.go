@@ -263,6 +263,7 @@ func (v *validator) agents() {
 	v.modelRef("agents.defaults.model", d.Model)
 	v.enum("agents.defaults.thinking", d.Thinking, thinkingLevels)
 	v.atLeast("agents.defaults.maxConcurrent", d.MaxConcurrent, 1)
+	v.nonNegative("agents.defaults.maxQueued", d.MaxQueued)
 	v.atLeast("agents.defaults.maxIterations", d.MaxIterations, 1)
 	v.subagents("agents.defaults.subagents", d.Subagents, true, ids)
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,12 +64,14 @@ type Gateway struct {
 	listener net.Listener
 	server   *http.Server
 
-	mu       sync.Mutex
-	sessions map[string]*sessionState // requester sessions with a loaded history
-	bg       sync.WaitGroup           // command goroutines, channel starters
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-	draining bool
+	mu        sync.Mutex
+	sessions  map[string]*sessionState // requester sessions with a loaded history
+	bg        sync.WaitGroup           // command goroutines, channel starters
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	draining  bool
+	commands  int // chat commands running (≤ MaxCommands)
+	maxQueued int // main lane queue cap
 }
 
 // New opens the state and builds every component; nothing runs until Run.
@@ -116,6 +119,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.tools = tools.OptionsFromConfig(cfg.Tools)
 	g.tools.Logger = o.Logger
 	g.mainLane = lane.New("main", cfg.Agents.Defaults.MaxConcurrent, o.Logger)
+	g.maxQueued = cmp.Or(cfg.Agents.Defaults.MaxQueued, DefaultMaxQueued)
 	g.outbox = newDeliverer(g)
 	g.approv = newApprovals(g)
 	g.subs = subagent.New(subagent.Deps{
@@ -224,6 +228,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.subs.Start(ctx); err != nil {
 		return err
 	}
+	if err := g.resumeOwed(ctx); err != nil {
+		return err
+	}
 	g.bg.Add(1)
 	go func() { defer g.bg.Done(); g.outbox.run(g.bgCtx) }()
 	for _, ch := range g.channels {
@@ -283,7 +290,9 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = g.server.Shutdown(hctx)
 	hcancel()
-	g.mainLane.Shutdown(ctx)
+	if dropped := g.mainLane.Shutdown(ctx); dropped > 0 {
+		g.log.Info("queued turns stay owed for the next start", zap.Int("turns", dropped))
+	}
 	g.subs.Shutdown(ctx)
 	g.outbox.flush(ctx)
 	g.bgCancel()

@@ -20,6 +20,8 @@ type metrics struct {
 	tokensOut prometheus.Counter
 	latency   *prometheus.HistogramVec
 	channelUp *prometheus.GaugeVec
+	refused   *prometheus.CounterVec
+	redeliver prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -36,8 +38,18 @@ func newMetrics() *metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_provider_latency_seconds",
 			Help: "Model call latency by provider, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"provider", "result"}),
 		channelUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_channel_up", Help: "1 when the channel reports healthy."}, []string{"channel"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_intake_refused_total",
+			Help: "Inbound messages refused, by channel and reason (busy, commands_busy, rate_limited, draining)."}, []string{"channel", "reason"}),
+		redeliver: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_intake_redelivered_total",
+			Help: "Platform re-deliveries of a message already stored (not run again)."}),
 	}
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp,
+	for _, ch := range []string{"web", "slack", "telegram", "matrix"} {
+		for _, r := range []string{"busy", "commands_busy", "draining"} {
+			m.refused.WithLabelValues(ch, r)
+		}
+	}
+	m.refused.WithLabelValues("web", "rate_limited")
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver,
 		prometheus.NewGoCollector())
 	return m
 }

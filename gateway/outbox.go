@@ -24,22 +24,24 @@ const (
 	sendTimeout      = 60 * time.Second
 )
 
+// maxSends caps the sends in flight at once (one per destination).
+const maxSends = 256
+
 type deliverer struct {
 	g    *Gateway
 	log  *zap.Logger
 	wake chan struct{}
-	mu   sync.Mutex // one delivery pass at a time
 
-	// blocked holds, per channel, the destinations (chat + thread) that must
-	// wait until a time: a message to them was rate-limited or failed, and
-	// later messages to the same place must not overtake it. Each channel's
-	// map is used only by that channel's delivery goroutine, during a pass.
-	blocked map[channels.Name]map[string]time.Time
+	// mu makes reading what is due and claiming its destination one step,
+	// so a destination has at most one send in flight and a message is
+	// never sent by two passes.
+	mu       sync.Mutex
+	inflight map[string]bool // destinations with a send in flight
+	sends    sync.WaitGroup
 }
 
 func newDeliverer(g *Gateway) *deliverer {
-	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1),
-		blocked: make(map[channels.Name]map[string]time.Time)}
+	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1), inflight: make(map[string]bool)}
 }
 
 // wakeUp asks for a delivery pass now.
@@ -51,6 +53,7 @@ func (d *deliverer) wakeUp() {
 }
 
 func (d *deliverer) run(ctx context.Context) {
+	defer d.sends.Wait()
 	for {
 		full := d.pass(ctx)
 		if ctx.Err() != nil {
@@ -75,11 +78,24 @@ func (d *deliverer) run(ctx context.Context) {
 	}
 }
 
-// flush makes one last delivery pass during shutdown.
-func (d *deliverer) flush(ctx context.Context) { d.pass(ctx) }
+// flush makes one last delivery pass during shutdown and waits for the
+// sends in flight until ctx ends (each send has its own deadline too).
+func (d *deliverer) flush(ctx context.Context) {
+	d.pass(ctx)
+	done := make(chan struct{})
+	go func() { d.sends.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		d.log.Warn("shutdown grace ended with sends in flight; they stay queued for the next start")
+	}
+}
 
-// pass delivers what is due: channels in parallel, each channel's messages
-// in order. It reports whether there may be more due right away.
+// pass starts a send for every due message: the store returns only the
+// oldest pending message of each destination, so a destination's messages
+// go out in order, and each send runs on its own so a slow, failing or
+// rate-limited chat never holds up another. It reports whether more may be
+// due right away.
 func (d *deliverer) pass(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -90,48 +106,36 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		}
 		return false
 	}
-	byChannel := make(map[channels.Name][]store.OutboxItem)
-	for _, it := range items {
-		byChannel[it.Origin.Channel] = append(byChannel[it.Origin.Channel], it)
-	}
-	var wg sync.WaitGroup
-	for name, list := range byChannel {
-		blocked, ok := d.blocked[name]
-		if !ok {
-			blocked = make(map[string]time.Time)
-			d.blocked[name] = blocked
+	for i := range items {
+		it := items[i]
+		dest := store.Destination(it.Origin)
+		if d.inflight[dest] {
+			continue
 		}
-		wg.Add(1)
+		if len(d.inflight) >= maxSends {
+			d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", len(d.inflight)))
+			break
+		}
+		d.inflight[dest] = true
+		d.sends.Add(1)
 		go func() {
-			defer wg.Done()
-			ch := d.g.channels[name]
-			for i := range list {
-				d.deliver(ctx, ch, &list[i], blocked)
-			}
+			defer d.sends.Done()
+			d.deliver(ctx, d.g.channels[it.Origin.Channel], &it)
+			d.mu.Lock()
+			delete(d.inflight, dest)
+			d.mu.Unlock()
+			d.wakeUp() // the next message to this destination may be due
 		}()
 	}
-	wg.Wait()
 	return len(items) == outboxBatch
 }
 
-func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem, blocked map[string]time.Time) {
+func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) {
 	log := d.log.With(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)))
 	if it.RunID != "" {
 		log = log.With(zap.String("runId", it.RunID))
 	}
 	now := d.g.clock.Now()
-	// Keep one destination's messages in order: once one is rate-limited,
-	// the rest wait with it.
-	dest := it.Origin.String()
-	if until, ok := blocked[dest]; ok {
-		if now.Before(until) {
-			if err := d.g.db.PostponeOutbox(context.WithoutCancel(ctx), it.ID, until); err != nil {
-				log.Error("postpone", zap.Error(err))
-			}
-			return
-		}
-		delete(blocked, dest)
-	}
 	if ch == nil {
 		d.retry(ctx, it, now.Add(time.Minute), fmt.Sprintf("channel %q is not enabled", it.Origin.Channel))
 		log.Warn("no such channel for a queued message; will retry")
@@ -146,27 +150,22 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	var ra *channels.RetryAfterError
 	switch {
 	case err == nil:
-		delete(blocked, dest)
 		if err := d.g.db.MarkDelivered(context.WithoutCancel(ctx), it.ID, d.g.clock.Now()); err != nil {
 			log.Error("mark delivered", zap.Error(err))
 		}
 		d.g.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case errors.Is(err, channels.ErrPermanent):
-		delete(blocked, dest)
 		if err := d.g.db.MarkFailed(context.WithoutCancel(ctx), it.ID, now, err.Error()); err != nil {
 			log.Error("mark failed", zap.Error(err))
 		}
 		d.g.metrics.failed.WithLabelValues(string(it.Kind)).Inc()
 		log.Error("message rejected by the channel; giving up", zap.Error(err))
 	case errors.As(err, &ra):
-		until := now.Add(ra.After)
-		blocked[dest] = until
-		d.retry(ctx, it, until, err.Error())
+		d.retry(ctx, it, now.Add(ra.After), err.Error())
 		log.Warn("rate limited; will retry", zap.Duration("after", ra.After))
 	default:
 		backoff := min(time.Second<<min(it.Attempts, 12), outboxMaxBackoff)
-		blocked[dest] = now.Add(backoff)
 		d.retry(ctx, it, now.Add(backoff), err.Error())
 		log.Warn("send failed; will retry", zap.Error(err), zap.Duration("after", backoff), zap.Int("attempt", it.Attempts+1))
 	}

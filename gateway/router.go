@@ -14,7 +14,6 @@ import (
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/gateway/command"
-	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -25,33 +24,6 @@ type sessionState struct {
 	row     *store.Session
 	sess    *agent.Session // guarded by the main lane (one turn per key at a time)
 	cancel  context.CancelFunc
-}
-
-// inbound is the Sink every channel pushes to. It never blocks on a model:
-// commands run on their own goroutine, turns go on the main lane.
-func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) {
-	agentID := route(g.cfg, in.Origin)
-	key := SessionKey(agentID, in.Origin)
-	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)))
-	g.mu.Lock()
-	draining := g.draining
-	g.mu.Unlock()
-	if draining {
-		log.Warn("message refused: gateway is shutting down")
-		return
-	}
-	if command.IsCommand(in.Text) {
-		g.bg.Add(1)
-		go func() {
-			defer g.bg.Done()
-			g.runCommand(g.bgCtx, agentID, key, in)
-		}()
-		return
-	}
-	log.Debug("message received", zap.Int("chars", len(in.Text)))
-	if err := g.mainLane.Enqueue(lane.Job{Key: key, Run: func(ctx context.Context) { g.turn(ctx, agentID, key, in) }}); err != nil {
-		log.Warn("message refused", zap.Error(err))
-	}
 }
 
 func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
@@ -113,23 +85,43 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	return s, nil
 }
 
-// turn runs one top-level turn on the main lane and posts the reply.
-func (g *Gateway) turn(laneCtx context.Context, agentID, key string, in channels.Inbound) {
+// turn runs the owed turn of one stored message on the main lane. Its
+// reply is committed to the outbox in the same transaction that marks the
+// message done; a turn cut by shutdown stays owed and continues after the
+// next start without repeating what its history already holds.
+func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
+	agentID, key, in := it.AgentID, it.SessionKey, channels.Inbound{Origin: it.Origin, SenderName: it.SenderName, Text: it.Text, Mentioned: it.Mentioned, At: it.CreatedAt}
 	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)))
 	s, err := g.session(laneCtx, agentID, key, in.Origin)
 	if err != nil {
+		if laneCtx.Err() != nil {
+			return // shutting down: stays owed
+		}
 		log.Error("could not open session", zap.Error(err))
 		msg := "⚠️ Could not open this conversation's session; the operator's log has details."
 		if errors.Is(err, agent.ErrHistory) {
 			msg = "⚠️ This conversation's history could not be read, so I did not answer rather than start over without it. The operator's log names the transcript file and line."
 		}
-		g.post(laneCtx, in.Origin, channels.KindSystem, msg, "")
+		g.complete(laneCtx, it, channels.KindSystem, msg, log)
 		return
 	}
 	model, ok := g.catalog.Lookup(g.cfg.AgentModel(agentID))
 	if !ok {
-		g.post(laneCtx, in.Origin, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, g.cfg.AgentModel(agentID)), "")
+		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, g.cfg.AgentModel(agentID)), log)
 		return
+	}
+	resume, written := resumeMode(it, s.sess.History)
+	if written != "" {
+		log.Info("owed turn had its reply written before a restart; delivering it", zap.Int64("intakeId", it.ID))
+		g.complete(laneCtx, it, channels.KindReply, written, log)
+		return
+	}
+	if it.StartedAt.IsZero() {
+		if err := g.db.StartIntake(context.WithoutCancel(laneCtx), it.ID, g.clock.Now()); err != nil {
+			log.Warn("could not record the turn's start", zap.Error(err))
+		}
+	} else if resume {
+		log.Info("continuing a turn cut short", zap.Int64("intakeId", it.ID))
 	}
 	ctx, cancel := context.WithCancel(laneCtx)
 	defer cancel()
@@ -153,22 +145,25 @@ func (g *Gateway) turn(laneCtx context.Context, agentID, key string, in channels
 		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
 		Thinking: g.cfg.AgentThinking(agentID), MaxIterations: g.cfg.AgentMaxIterations(agentID),
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
-		OnUsage: func(u agent.Usage) { g.metrics.tokens(u) },
+		OnUsage: func(u agent.Usage) { g.metrics.tokens(u) }, Resume: resume,
 	}, in.Text)
 	if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
 		log.Warn("could not record usage", zap.Error(err))
 	}
 	switch {
 	case err == nil:
-		if strings.TrimSpace(res.Text) != "" {
-			g.post(ctx, in.Origin, channels.KindReply, res.Text, "")
-		}
+		g.complete(ctx, it, channels.KindReply, res.Text, log)
 		log.Info("turn done", zap.Int("iterations", res.Iterations), zap.Int64("tokens", res.Usage.Total()), zap.Duration("took", time.Since(start)))
-	case ctx.Err() != nil && laneCtx.Err() == nil:
+	case laneCtx.Err() != nil:
+		// Cut by shutdown: the turn stays owed and continues after the next
+		// start; the person is not told "context canceled".
+		log.Info("turn cut by shutdown; it stays owed", zap.Int64("intakeId", it.ID))
+	case ctx.Err() != nil:
+		g.complete(ctx, it, channels.KindReply, "", log)
 		log.Info("turn aborted")
 	default:
 		log.Warn("turn failed", zap.Error(err))
-		g.post(context.WithoutCancel(ctx), in.Origin, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), "")
+		g.complete(ctx, it, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), log)
 	}
 }
 

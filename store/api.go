@@ -31,7 +31,8 @@ package store
 //
 // Outbox:
 //	EnqueueOutbox(ctx, *OutboxItem) (id int64, err)    duplicate RunID → returns the existing id, no new row
-//	DueOutbox(ctx, now, limit) ([]OutboxItem, error)   pending and NextAttemptAt ≤ now, oldest first
+//	DueOutbox(ctx, now, limit) ([]OutboxItem, error)   the oldest pending item per destination with NextAttemptAt ≤ now
+//	PendingOutbox(ctx, limit) ([]OutboxItem, error)     every pending item, oldest first
 //	NextOutboxAt(ctx) (time.Time, bool, error)
 //	MarkDelivered(ctx, id, at) error
 //	MarkRetry(ctx, id, next, errText) error           attempts++

@@ -207,21 +207,21 @@ func corrupt(path string, detail error) error {
 func (d *DB) check(ctx context.Context) error {
 	rows, err := d.w.QueryContext(ctx, "PRAGMA quick_check")
 	if err != nil {
-		return d.wrap("open", err)
+		return d.checkFailed(err)
 	}
 	defer rows.Close()
 	var problems []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			return d.wrap("open", err)
+			return d.checkFailed(err)
 		}
 		if s != "ok" {
 			problems = append(problems, s)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return d.wrap("open", err)
+		return d.checkFailed(err)
 	}
 	if len(problems) > 0 {
 		if len(problems) > 3 {
@@ -230,6 +230,19 @@ func (d *DB) check(ctx context.Context) error {
 		return corrupt(d.path, fmt.Errorf("quick_check: %s", strings.Join(problems, "; ")))
 	}
 	return nil
+}
+
+// checkFailed maps an error of PRAGMA quick_check itself: on a healthy
+// file it does not fail, so any SQLite error that is not about
+// permissions (scribbled pages can surface as "string or blob too big")
+// means the file is damaged.
+func (d *DB) checkFailed(err error) error {
+	wrapped := d.wrap("open", err)
+	var se *sqlite.Error
+	if errors.Is(wrapped, ErrCorrupt) || errors.Is(wrapped, ErrReadOnly) || !errors.As(err, &se) {
+		return wrapped
+	}
+	return corrupt(d.path, err)
 }
 
 // SQLite primary result codes this package tells apart.

@@ -28,6 +28,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 
 // outboxRow is a new outbox item with its defaults applied, ready to insert.
 type outboxRow struct {
+	dest      string
 	runID     any
 	origin    string
 	kind      string
@@ -42,7 +43,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &outboxRow{runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
+	r := &outboxRow{dest: Destination(o.Origin), runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
 		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt)}
 	if r.createdAt.IsZero() {
 		r.createdAt = nowMS()
@@ -56,9 +57,9 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
-	res, err := c.exec(`INSERT INTO outbox (run_id, origin, kind, text, created_at, next_attempt_at)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli())
+	res, err := c.exec(`INSERT INTO outbox (dest, run_id, origin, kind, text, created_at, next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		r.dest, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli())
 	if err != nil {
 		return 0, err
 	}
@@ -96,14 +97,56 @@ func (d *DB) EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) {
 	return id, nil
 }
 
+// PendingOutbox returns up to limit items neither delivered nor failed,
+// due or not, oldest first (for operators and tests). limit ≤ 0 = no limit.
+func (d *DB) PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
+		WHERE delivered_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT ?`, limit)
+	if err != nil {
+		return nil, d.wrap("pending outbox", err)
+	}
+	defer rows.Close()
+	var out []OutboxItem
+	for rows.Next() {
+		var o OutboxItem
+		if err := scanOutbox(rows, &o); err != nil {
+			return nil, d.wrap("pending outbox", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap("pending outbox", err)
+	}
+	return out, nil
+}
+
+// Destination names where an item goes: channel, account, chat and
+// thread. Items to one destination are delivered in the order they were
+// queued.
+func Destination(o channels.Origin) string {
+	return string(o.Channel) + "|" + o.Account + "|" + o.ChatID + "|" + o.ThreadID
+}
+
+// pendingHead selects pending items that are the oldest pending item of
+// their destination.
+const pendingHead = `delivered_at IS NULL AND failed_at IS NULL AND NOT EXISTS (
+	SELECT 1 FROM outbox e WHERE e.dest = outbox.dest AND e.id < outbox.id
+		AND e.delivered_at IS NULL AND e.failed_at IS NULL)`
+
 // DueOutbox returns up to limit pending items (neither delivered nor
-// failed) whose NextAttemptAt ≤ now, oldest first. limit ≤ 0 = no limit.
+// failed) whose NextAttemptAt ≤ now and that are the oldest pending item
+// of their destination, oldest first: a later message to a chat waits
+// until the earlier one is delivered or failed for good, across restarts.
+// limit ≤ 0 = no limit.
 func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxItem, error) {
 	if limit <= 0 {
 		limit = -1
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
-		WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= ?
+		WHERE `+pendingHead+` AND next_attempt_at <= ?
 		ORDER BY id LIMIT ?`, msOrNow(now), limit)
 	if err != nil {
 		return nil, d.wrap("due outbox", err)
@@ -139,7 +182,7 @@ func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
 func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
-		`SELECT MIN(next_attempt_at) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL`)
+		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+pendingHead)
 	if err != nil {
 		return time.Time{}, false, d.wrap("next outbox", err)
 	}

@@ -74,6 +74,13 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 		}
 		ids = append(ids, it.ID)
 	}
+	// Another thread of the same chat is another destination.
+	elsewhere := slackOrigin
+	elsewhere.ThreadID = "1700000000.000999"
+	other := &OutboxItem{Origin: elsewhere, Kind: channels.KindReply, Text: "elsewhere", CreatedAt: t0.Add(time.Second)}
+	if _, err := db.EnqueueOutbox(ctx, other); err != nil {
+		t.Fatal(err)
+	}
 	texts := func(now time.Time, limit int) []string {
 		items, err := db.DueOutbox(ctx, now, limit)
 		if err != nil {
@@ -88,27 +95,35 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 	if got := texts(t0.Add(-time.Second), 0); got != nil {
 		t.Errorf("due before creation = %v", got)
 	}
-	if got := texts(t0.Add(time.Second), 0); !reflect.DeepEqual(got, []string{"first", "second"}) {
-		t.Errorf("due = %v", got)
+	// Only the oldest pending message of each destination is due.
+	if got := texts(t0.Add(time.Hour), 0); !reflect.DeepEqual(got, []string{"first", "elsewhere"}) {
+		t.Errorf("due = %v, want [first elsewhere]", got)
 	}
-	if got := texts(t0.Add(time.Hour), 2); !reflect.DeepEqual(got, []string{"first", "second"}) {
-		t.Errorf("due with limit 2 = %v", got)
+	if got := texts(t0.Add(time.Hour), 1); !reflect.DeepEqual(got, []string{"first"}) {
+		t.Errorf("due with limit 1 = %v", got)
 	}
 
-	// first: retried, then delivered. second: given up. third: pending.
+	// first waits out a rate limit: second and third wait behind it (also
+	// after a restart: the order is in the store), elsewhere does not.
 	next := t0.Add(30 * time.Second)
 	if err := db.MarkRetry(ctx, ids[0], next, "429 rate limited"); err != nil {
 		t.Fatal(err)
 	}
-	if got := texts(t0.Add(10*time.Second), 0); !reflect.DeepEqual(got, []string{"second", "third"}) {
-		t.Errorf("due while first waits = %v", got)
+	if got := texts(t0.Add(10*time.Second), 0); !reflect.DeepEqual(got, []string{"elsewhere"}) {
+		t.Errorf("due while first waits = %v, want [elsewhere]", got)
+	}
+	if at, ok, err := db.NextOutboxAt(ctx); err != nil || !ok || !at.Equal(ms(t0.Add(time.Second))) {
+		t.Errorf("NextOutboxAt while first waits = %v, %v, %v; want elsewhere's time", at, ok, err)
 	}
 	it, _ := db.GetOutbox(ctx, ids[0])
 	if it.Attempts != 1 || it.LastError != "429 rate limited" || !it.NextAttemptAt.Equal(ms(next)) {
 		t.Errorf("after retry: %+v", it)
 	}
-	if err := db.MarkFailed(ctx, ids[1], t0.Add(time.Minute), "channel_not_found"); err != nil {
+	if err := db.MarkDelivered(ctx, other.ID, t0.Add(2*time.Second)); err != nil {
 		t.Fatal(err)
+	}
+	if at, ok, _ := db.NextOutboxAt(ctx); !ok || !at.Equal(ms(next)) {
+		t.Errorf("NextOutboxAt = %v, want first's retry %v (not second's earlier time)", at, ms(next))
 	}
 	delivered := t0.Add(31 * time.Second)
 	if err := db.MarkDelivered(ctx, ids[0], delivered); err != nil {
@@ -120,6 +135,12 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 	it, _ = db.GetOutbox(ctx, ids[0])
 	if !it.DeliveredAt.Equal(ms(delivered)) {
 		t.Errorf("DeliveredAt = %v, want the first %v", it.DeliveredAt, ms(delivered))
+	}
+	if got := texts(t0.Add(time.Hour), 0); !reflect.DeepEqual(got, []string{"second"}) {
+		t.Errorf("due after first = %v, want [second]", got)
+	}
+	if err := db.MarkFailed(ctx, ids[1], t0.Add(time.Minute), "channel_not_found"); err != nil {
+		t.Fatal(err)
 	}
 	it, _ = db.GetOutbox(ctx, ids[1])
 	if it.Attempts != 1 || it.LastError != "channel_not_found" || it.FailedAt.IsZero() {
@@ -133,8 +154,8 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 		t.Errorf("NextOutboxAt = %v, %v, %v", nextAt, ok, err)
 	}
 	p, d, f, err := db.OutboxStats(ctx)
-	if err != nil || p != 1 || d != 1 || f != 1 {
-		t.Errorf("OutboxStats = %d/%d/%d %v, want 1/1/1", p, d, f, err)
+	if err != nil || p != 1 || d != 2 || f != 1 {
+		t.Errorf("OutboxStats = %d/%d/%d %v, want 1/2/1", p, d, f, err)
 	}
 
 	for name, fn := range map[string]func() error{
@@ -148,31 +169,3 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 	}
 }
 
-func TestPostponeOutbox(t *testing.T) {
-	ctx := context.Background()
-	db := newTestDB(t)
-	it := &OutboxItem{Origin: slackOrigin, Kind: channels.KindReply, Text: "waits", CreatedAt: t0}
-	if _, err := db.EnqueueOutbox(ctx, it); err != nil {
-		t.Fatal(err)
-	}
-	later := t0.Add(time.Minute)
-	if err := db.PostponeOutbox(ctx, it.ID, later); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := db.GetOutbox(ctx, it.ID)
-	if got.Attempts != 0 || !got.NextAttemptAt.Equal(ms(later)) {
-		t.Errorf("after postpone: attempts %d next %v; want 0, %v", got.Attempts, got.NextAttemptAt, ms(later))
-	}
-	if due, _ := db.DueOutbox(ctx, t0.Add(time.Second), 0); len(due) != 0 {
-		t.Errorf("postponed item due early: %+v", due)
-	}
-	if err := db.MarkDelivered(ctx, it.ID, later); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.PostponeOutbox(ctx, it.ID, later.Add(time.Hour)); !errors.Is(err, ErrNotFound) {
-		t.Errorf("postpone delivered = %v, want ErrNotFound", err)
-	}
-	if err := db.PostponeOutbox(ctx, 99, later); !errors.Is(err, ErrNotFound) {
-		t.Errorf("postpone unknown = %v, want ErrNotFound", err)
-	}
-}

@@ -130,7 +130,7 @@ func TestStartRejectsBadToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.Start(context.Background(), func(context.Context, channels.Inbound) {})
+	err = a.Start(context.Background(), func(context.Context, channels.Inbound) error { return nil })
 	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "whoami") {
 		t.Fatalf("start with a bad token: %v; want ErrAuth naming whoami", err)
 	}
@@ -334,7 +334,7 @@ func TestStopLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Start(context.Background(), func(context.Context, channels.Inbound) {}); err != nil {
+	if err := a.Start(context.Background(), func(context.Context, channels.Inbound) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if a.Health() != nil {

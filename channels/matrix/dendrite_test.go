@@ -60,7 +60,7 @@ func requireHS(t *testing.T) *matrixtest.Homeserver {
 // inbox collects what an adapter delivers.
 type inbox chan channels.Inbound
 
-func (in inbox) sink(_ context.Context, msg channels.Inbound) { in <- msg }
+func (in inbox) sink(_ context.Context, msg channels.Inbound) error { in <- msg; return nil }
 
 // next waits for the next delivered message.
 func (in inbox) next(t *testing.T) channels.Inbound {

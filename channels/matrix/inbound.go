@@ -140,7 +140,9 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 	sink := a.sink
 	a.mu.Unlock()
 	if sink != nil {
-		sink(ctx, in)
+		if err := sink(ctx, in); err != nil {
+			a.log.Warn("matrix message not taken", zap.String("origin", in.Origin.String()), zap.Error(err))
+		}
 	}
 }
 

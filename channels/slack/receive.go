@@ -190,12 +190,14 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) {
 	if chatType == channels.ChatGroup && origin.ThreadID != "" && mentioned {
 		a.threads.add(m.channel + "/" + origin.ThreadID)
 	}
-	sink(ctx, channels.Inbound{
+	if err := sink(ctx, channels.Inbound{
 		Origin:    origin,
 		Text:      stripMention(m.text, botID),
 		Mentioned: mentioned,
 		At:        a.tsTime(m.ts),
-	})
+	}); err != nil {
+		a.log.Warn("slack message not taken", zap.String("origin", origin.String()), zap.Error(err))
+	}
 }
 
 // handleSlash turns a slash command into an Inbound "/<command> <text>".
@@ -222,13 +224,15 @@ func (a *Adapter) handleSlash(ctx context.Context, cmd slack.SlashCommand) {
 	if !strings.HasPrefix(command, "/") {
 		command = "/" + command
 	}
-	sink(ctx, channels.Inbound{
+	if err := sink(ctx, channels.Inbound{
 		Origin:     origin,
 		SenderName: cmd.UserName,
 		Text:       strings.TrimSpace(command + " " + strings.TrimSpace(cmd.Text)),
 		Mentioned:  true,
 		At:         a.now(),
-	})
+	}); err != nil {
+		a.log.Warn("slack slash command not taken", zap.String("origin", origin.String()), zap.Error(err))
+	}
 }
 
 func (a *Adapter) tsTime(ts string) time.Time {

@@ -27,7 +27,7 @@ var openAccess = channels.Access{GroupPolicy: channels.GroupOpen}
 // inbox is a Sink that records what the adapter delivers.
 type inbox chan channels.Inbound
 
-func (in inbox) sink(_ context.Context, m channels.Inbound) { in <- m }
+func (in inbox) sink(_ context.Context, m channels.Inbound) error { in <- m; return nil }
 
 func (in inbox) next(t *testing.T) channels.Inbound {
 	t.Helper()
@@ -459,7 +459,7 @@ func TestStartAndHealth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = a.Start(t.Context(), func(context.Context, channels.Inbound) {})
+		err = a.Start(t.Context(), func(context.Context, channels.Inbound) error { return nil })
 		if err == nil || !strings.Contains(err.Error(), "invalid_auth") {
 			t.Fatalf("start = %v, want an invalid_auth error", err)
 		}

@@ -368,7 +368,9 @@ func (a *Adapter) handle(ctx context.Context, raw []byte) int {
 	sink := a.sink
 	a.mu.Unlock()
 	a.log.Debug("telegram message", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Bool("mentioned", in.Mentioned))
-	sink(ctx, in)
+	if err := sink(ctx, in); err != nil {
+		a.log.Warn("telegram message not taken", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Error(err))
+	}
 	return u.UpdateID
 }
 

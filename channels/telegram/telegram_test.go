@@ -20,7 +20,7 @@ const token = "123456:TEST-token"
 // recorder is a Sink that hands inbound messages to the test.
 type recorder chan channels.Inbound
 
-func (r recorder) sink(_ context.Context, in channels.Inbound) { r <- in }
+func (r recorder) sink(_ context.Context, in channels.Inbound) error { r <- in; return nil }
 
 func (r recorder) next(t *testing.T) channels.Inbound {
 	t.Helper()
@@ -346,7 +346,7 @@ func TestStartBadToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.Start(context.Background(), func(context.Context, channels.Inbound) {})
+	err = a.Start(context.Background(), func(context.Context, channels.Inbound) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "getMe") || !strings.Contains(err.Error(), "Unauthorized") {
 		t.Errorf("err = %v, want a getMe Unauthorized error", err)
 	}
@@ -354,7 +354,7 @@ func TestStartBadToken(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
 	a, _ = New(Options{BotToken: token, APIURL: down.URL})
-	err = a.Start(context.Background(), func(context.Context, channels.Inbound) {})
+	err = a.Start(context.Background(), func(context.Context, channels.Inbound) error { return nil })
 	if err == nil || strings.Contains(err.Error(), token) {
 		t.Errorf("err = %v, want an error that does not show the token", err)
 	}
@@ -386,7 +386,7 @@ func TestStopEndsPollLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Start(context.Background(), func(context.Context, channels.Inbound) {}); err != nil {
+	if err := a.Start(context.Background(), func(context.Context, channels.Inbound) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first long poll", func() bool { return fake.Polls() > 0 })
@@ -409,7 +409,7 @@ func TestStartContextCancelEndsPollLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx, func(context.Context, channels.Inbound) {}); err != nil {
+	if err := a.Start(ctx, func(context.Context, channels.Inbound) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first long poll", func() bool { return fake.Polls() > 0 })

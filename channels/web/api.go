@@ -143,13 +143,11 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sessionKey := a.opts.SessionKey(req.Client)
-	writeJSON(w, http.StatusAccepted, postResponse{SessionKey: sessionKey, Seq: seq})
-	// The answer is complete (it carries a Content-Length); hand the message
-	// to the gateway only now, on the adapter's context, so a client that
-	// hangs up does not cancel it.
-	_ = http.NewResponseController(w).Flush()
 	a.log.Debug("web message received", zap.String("client", req.Client), zap.Int64("seq", seq), zap.String("sessionKey", sessionKey))
-	sink(a.ctx, channels.Inbound{
+	// The gateway stores the message as owed before it answers (SPEC §12):
+	// only then is it acknowledged with 202. It runs on the adapter's
+	// context, so a client that hangs up does not cancel it.
+	err = sink(a.ctx, channels.Inbound{
 		Origin: channels.Origin{
 			Channel:   Name,
 			ChatID:    req.Client,
@@ -162,6 +160,20 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		Mentioned:  true,
 		At:         now,
 	})
+	var busy *channels.BusyError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, postResponse{SessionKey: sessionKey, Seq: seq})
+	case errors.As(err, &busy):
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(busy.RetryAfter.Round(time.Second)/time.Second))))
+		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, channels.ErrDraining):
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, err.Error()+"; try again in a few seconds")
+	default:
+		a.log.Error("web message not taken", zap.String("client", req.Client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+	}
 }
 
 func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {

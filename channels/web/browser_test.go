@@ -25,10 +25,11 @@ func TestBrowserChat(t *testing.T) {
 	bctx := webtest.NewBrowser(t)
 
 	var a *web.Adapter
-	sink := func(ctx context.Context, in channels.Inbound) {
+	sink := func(ctx context.Context, in channels.Inbound) error {
 		if err := a.Send(ctx, in.Origin, channels.Message{Kind: channels.KindReply, Text: "echo: " + in.Text}); err != nil {
 			t.Errorf("Send: %v", err)
 		}
+		return nil
 	}
 	a, err := web.New(web.Options{Log: web.NewMemoryLog()})
 	if err != nil {
@@ -131,10 +132,11 @@ func TestBrowserChatWithToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Start(context.Background(), func(ctx context.Context, in channels.Inbound) {
+	if err := a.Start(context.Background(), func(ctx context.Context, in channels.Inbound) error {
 		if err := a.Send(ctx, in.Origin, channels.Message{Kind: channels.KindReply, Text: "echo: " + in.Text}); err != nil {
 			t.Errorf("Send: %v", err)
 		}
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}

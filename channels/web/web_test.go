@@ -39,7 +39,7 @@ func newHarness(t *testing.T, opts web.Options, sink func(h *harness) channels.S
 		t.Fatalf("New: %v", err)
 	}
 	h.a = a
-	s := func(ctx context.Context, in channels.Inbound) { h.inbound <- in }
+	s := func(ctx context.Context, in channels.Inbound) error { h.inbound <- in; return nil }
 	if sink != nil {
 		s = sink(h)
 	}
@@ -567,7 +567,7 @@ func TestStartContextEndsAdapter(t *testing.T) {
 		t.Fatalf("post before Start: %d, want 503", res.StatusCode)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx, func(context.Context, channels.Inbound) {}); err != nil {
+	if err := a.Start(ctx, func(context.Context, channels.Inbound) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Health(); err != nil {
@@ -711,10 +711,11 @@ func TestPageAndSession(t *testing.T) {
 func TestConcurrentClientsIsolated(t *testing.T) {
 	// The sink answers every message through Send, as the gateway would.
 	h := newHarness(t, web.Options{}, func(h *harness) channels.Sink {
-		return func(ctx context.Context, in channels.Inbound) {
+		return func(ctx context.Context, in channels.Inbound) error {
 			if err := h.a.Send(ctx, in.Origin, channels.Message{Kind: channels.KindReply, Text: "echo: " + in.Text}); err != nil {
 				t.Errorf("Send: %v", err)
 			}
+			return nil
 		}
 	})
 	const clients, per = 8, 10

@@ -171,7 +171,7 @@ func TestStopCascades(t *testing.T) {
 	if miss := h.waitOutcome(ids, store.OutcomeStopped, time.Second); len(miss) > 0 {
 		t.Errorf("runs %v did not reach outcome stopped within 1s of /stop", miss)
 	}
-	items, err := h.db.DueOutbox(context.Background(), time.Now().Add(time.Hour), 10)
+	items, err := h.db.PendingOutbox(context.Background(), 10)
 	if err != nil || len(items) != 0 {
 		t.Errorf("stopped runs announced: %d items, %v", len(items), err)
 	}

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/gateway/command"
+	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/store"
+)
+
+// Bounds of intake (issue 16): past them a message gets a "busy" reply
+// instead of waiting without limit in memory.
+const (
+	// DefaultMaxQueued caps the main lane's queue (turns waiting for a slot).
+	DefaultMaxQueued = 512
+	// MaxCommands caps chat commands running at once.
+	MaxCommands = 64
+	// busyRetry is what a refused sender is asked to wait.
+	busyRetry = 30 * time.Second
+)
+
+const busyText = "⏳ Busy right now: too many messages are waiting. Please send that again in a minute."
+
+// inbound is the Sink every channel pushes to (SPEC §12 durable intake).
+// A message is stored as owed before inbound returns nil, so the channel
+// acknowledges only what is stored; its turn then waits on the main lane.
+// Chat commands run on their own bounded goroutines and are not stored.
+// A platform re-delivery of a stored message is recognised and not run again.
+func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
+	agentID := route(g.cfg, in.Origin)
+	key := SessionKey(agentID, in.Origin)
+	ch := string(in.Origin.Channel)
+	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", ch))
+	if command.IsCommand(in.Text) {
+		g.mu.Lock()
+		switch {
+		case g.draining:
+			g.mu.Unlock()
+			g.metrics.refused.WithLabelValues(ch, "draining").Inc()
+			log.Warn("command refused: gateway is shutting down")
+			return channels.ErrDraining
+		case g.commands >= MaxCommands:
+			g.mu.Unlock()
+			g.metrics.refused.WithLabelValues(ch, "commands_busy").Inc()
+			log.Warn("command refused: too many commands running", zap.Int("running", MaxCommands))
+			g.post(ctx, in.Origin, channels.KindSystem, busyText, "")
+			return &channels.BusyError{RetryAfter: busyRetry, Reason: fmt.Sprintf("%d commands running", MaxCommands)}
+		}
+		g.commands++
+		g.bg.Add(1) // under g.mu with the draining check, so shutdown's Wait sees it
+		g.mu.Unlock()
+		go func() {
+			defer g.bg.Done()
+			defer func() { g.mu.Lock(); g.commands--; g.mu.Unlock() }()
+			g.runCommand(g.bgCtx, agentID, key, in)
+		}()
+		return nil
+	}
+	g.mu.Lock()
+	draining := g.draining
+	g.mu.Unlock()
+	if draining {
+		g.metrics.refused.WithLabelValues(ch, "draining").Inc()
+		log.Warn("message refused: gateway is shutting down")
+		return channels.ErrDraining
+	}
+	if queued, _ := g.mainLane.Stats(); queued >= g.maxQueued {
+		g.metrics.refused.WithLabelValues(ch, "busy").Inc()
+		log.Warn("message refused: main lane queue is full", zap.Int("queued", queued), zap.Int("cap", g.maxQueued))
+		g.post(ctx, in.Origin, channels.KindSystem, busyText, "")
+		return &channels.BusyError{RetryAfter: busyRetry, Reason: fmt.Sprintf("%d turns queued", queued)}
+	}
+	it := &store.Intake{SessionKey: key, AgentID: agentID, Origin: in.Origin, SenderName: in.SenderName,
+		Text: in.Text, Mentioned: in.Mentioned, CreatedAt: in.At}
+	if in.Origin.MessageID != "" {
+		it.PlatformID = in.Origin.ChatID + "/" + in.Origin.MessageID
+	}
+	added, err := g.db.AddIntake(context.WithoutCancel(ctx), it)
+	if err != nil {
+		log.Error("message not stored", zap.Error(err))
+		return fmt.Errorf("store message: %w", err)
+	}
+	if !added {
+		g.metrics.redeliver.Inc()
+		log.Info("platform re-delivered a stored message; not run again", zap.String("platformId", it.PlatformID))
+		return nil
+	}
+	log.Debug("message stored", zap.Int64("intakeId", it.ID), zap.Int("chars", len(in.Text)))
+	g.enqueueTurn(*it, log)
+	return nil
+}
+
+// enqueueTurn puts the owed turn of it on the main lane. A lane that is
+// shutting down refuses it; the turn stays owed in the store and runs after
+// the next start.
+func (g *Gateway) enqueueTurn(it store.Intake, log *zap.Logger) {
+	err := g.mainLane.Enqueue(lane.Job{Key: it.SessionKey, Run: func(ctx context.Context) { g.turn(ctx, it) }})
+	if err != nil {
+		log.Info("turn left owed for the next start", zap.Int64("intakeId", it.ID), zap.Error(err))
+	}
+}
+
+// resumeOwed queues every owed turn, in arrival order, before any channel
+// delivers a new message: what was acknowledged before a crash, a restart
+// or a drain is answered first.
+func (g *Gateway) resumeOwed(ctx context.Context) error {
+	owed, err := g.db.OwedIntake(ctx)
+	if err != nil {
+		return fmt.Errorf("read owed turns: %w", err)
+	}
+	if len(owed) == 0 {
+		return nil
+	}
+	g.log.Info("resuming owed turns", zap.Int("turns", len(owed)))
+	for _, it := range owed {
+		g.enqueueTurn(it, g.log.With(zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID),
+			zap.String("channel", string(it.Origin.Channel))))
+	}
+	return nil
+}
+
+// complete ends an owed turn: reply (if any) committed to the outbox and
+// the message marked done, in one transaction.
+func (g *Gateway) complete(ctx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
+	var reply *store.OutboxItem
+	if strings.TrimSpace(text) != "" {
+		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now()}
+	}
+	if _, err := g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now()); err != nil {
+		log.Error("could not complete the turn; it stays owed", zap.Int64("intakeId", it.ID), zap.Error(err))
+		return
+	}
+	if reply != nil {
+		g.outbox.wakeUp()
+	}
+}
+
+// resumeMode tells how an owed turn continues from its session's history:
+// a turn that never started runs from the message; one that started and
+// was cut continues without adding the message again (tool calls already
+// made are in the history, their results too); one whose reply was
+// written but not committed is delivered without a model call.
+func resumeMode(it store.Intake, history []agent.Message) (resume bool, written string) {
+	if it.StartedAt.IsZero() {
+		return false, ""
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		m := history[i]
+		if m.Role != agent.RoleUser || m.Text != it.Text {
+			continue
+		}
+		for _, after := range history[i+1:] {
+			if after.Role == agent.RoleAssistant && len(after.ToolCalls) == 0 && strings.TrimSpace(after.Text) != "" {
+				written = after.Text
+			}
+		}
+		if written != "" {
+			return false, written
+		}
+		return true, ""
+	}
+	return false, ""
+}

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// Intake is one inbound message whose turn is owed until Done is set
+// (SPEC §12 durable intake).
+type Intake struct {
+	ID         int64
+	SessionKey string
+	AgentID    string
+	// PlatformID is the platform's id of the message ("" = none): a second
+	// message with the same channel and PlatformID is a re-delivery.
+	PlatformID string
+	Origin     channels.Origin
+	SenderName string
+	Text       string
+	Mentioned  bool
+	CreatedAt  time.Time
+	StartedAt  time.Time // zero until its turn first started
+	DoneAt     time.Time // zero while the turn is owed
+}
+
+const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at`
+
+func scanIntake(rows *sql.Rows, in *Intake) error {
+	var pid sql.NullString
+	var origin string
+	var created, started, done sql.NullInt64
+	if err := rows.Scan(&in.ID, &in.SessionKey, &in.AgentID, &pid, &origin, &in.SenderName, &in.Text, &in.Mentioned,
+		&created, &started, &done); err != nil {
+		return err
+	}
+	in.PlatformID = pid.String
+	in.CreatedAt, in.StartedAt, in.DoneAt = fromMS(created), fromMS(started), fromMS(done)
+	return parseOrigin(origin, &in.Origin)
+}
+
+// AddIntake stores an inbound message as owed and sets in.ID. When a
+// message with the same channel and PlatformID is already stored, nothing
+// is added, in.ID is the stored one's and added is false: a re-delivery.
+func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) {
+	origin, err := originJSON(in.Origin)
+	if err != nil {
+		return false, fmt.Errorf("add intake: %w", err)
+	}
+	in.CreatedAt = truncMS(in.CreatedAt)
+	if in.CreatedAt.IsZero() {
+		in.CreatedAt = nowMS()
+	}
+	err = d.tx(ctx, func(c conn) error {
+		res, err := c.exec(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
+			in.Mentioned, in.CreatedAt.UnixMilli())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			added = true
+			in.ID, err = res.LastInsertId()
+			return err
+		}
+		return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
+			`SELECT id FROM intake WHERE channel = ? AND platform_id = ?`, string(in.Origin.Channel), in.PlatformID)
+	})
+	if err != nil {
+		return false, d.wrap("add intake", err)
+	}
+	return added, nil
+}
+
+// StartIntake records that the turn of an owed message started (once; a
+// resumed turn keeps the first time).
+func (d *DB) StartIntake(ctx context.Context, id int64, at time.Time) error {
+	_, err := d.writer(ctx).exec(`UPDATE intake SET started_at = ? WHERE id = ? AND started_at IS NULL`, msOrNow(at), id)
+	return d.wrap("start intake", err)
+}
+
+// CompleteIntake ends an owed turn: the reply (nil for none) goes into the
+// outbox and the message is marked done, in one transaction, so a crash
+// leaves either both or neither. It returns the outbox id (0 for none).
+// Completing a message already done adds nothing.
+func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, error) {
+	var row *outboxRow
+	if reply != nil {
+		r, err := newOutboxRow(reply)
+		if err != nil {
+			return 0, fmt.Errorf("complete intake %d: %w", id, err)
+		}
+		row = r
+	}
+	var outID int64
+	err := d.tx(ctx, func(c conn) error {
+		n, err := c.execN(`UPDATE intake SET done_at = ? WHERE id = ? AND done_at IS NULL`, msOrNow(at), id)
+		if err != nil || n == 0 || row == nil {
+			return err
+		}
+		outID, err = row.insert(c)
+		return err
+	})
+	if err != nil {
+		return 0, d.wrap(fmt.Sprintf("complete intake %d", id), err)
+	}
+	if reply != nil && outID != 0 {
+		reply.ID = outID
+		row.apply(reply)
+	}
+	return outID, nil
+}
+
+// OwedIntake returns the messages whose turn is owed, in arrival order.
+func (d *DB) OwedIntake(ctx context.Context) ([]Intake, error) {
+	rows, err := d.reader(ctx).query(`SELECT ` + intakeCols + ` FROM intake WHERE done_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, d.wrap("owed intake", err)
+	}
+	defer rows.Close()
+	var out []Intake
+	for rows.Next() {
+		var in Intake
+		if err := scanIntake(rows, &in); err != nil {
+			return nil, d.wrap("owed intake", err)
+		}
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap("owed intake", err)
+	}
+	return out, nil
+}
