@@ -168,4 +168,3 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 		}
 	}
 }
-
