@@ -252,4 +252,12 @@ type Matrix struct {
 type Web struct {
 	Enabled *bool  `json:"enabled"` // default true
 	Token   Secret `json:"token"`   // required when gateway.http.listen is not loopback
+	// RateLimit bounds each web client's posts (default 60 a minute, 20 at once).
+	RateLimit WebRateLimit `json:"rateLimit"`
+}
+
+// WebRateLimit is channels.web.rateLimit.
+type WebRateLimit struct {
+	PerMinute int `json:"perMinute"` // default 60; negative = no limit
+	Burst     int `json:"burst"`     // default 20
 }

@@ -22,6 +22,8 @@ const (
 	DefaultExecMaxOutputBytes     = 64 << 10
 	DefaultWebFetchTimeoutSeconds = 20
 	DefaultWebFetchMaxBytes       = 1 << 20
+	DefaultWebRatePerMinute       = 60
+	DefaultWebRateBurst           = 20
 
 	DefaultSlackAPIURL         = "https://slack.com/api/"
 	DefaultSlackWebhookPath    = "/slack/events"
@@ -158,6 +160,8 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Tools.Exec.MaxOutputBytes, DefaultExecMaxOutputBytes)
 	setInt(&c.Tools.WebFetch.TimeoutSeconds, DefaultWebFetchTimeoutSeconds)
 	setInt(&c.Tools.WebFetch.MaxBytes, DefaultWebFetchMaxBytes)
+	setInt(&c.Channels.Web.RateLimit.PerMinute, DefaultWebRatePerMinute)
+	setInt(&c.Channels.Web.RateLimit.Burst, DefaultWebRateBurst)
 
 	sec := &c.Security
 	setInt(&sec.ApprovalTimeoutSeconds, DefaultApprovalTimeout)

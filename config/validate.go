@@ -264,6 +264,7 @@ func (v *validator) agents() {
 	v.enum("agents.defaults.thinking", d.Thinking, thinkingLevels)
 	v.atLeast("agents.defaults.maxConcurrent", d.MaxConcurrent, 1)
 	v.nonNegative("agents.defaults.maxQueued", d.MaxQueued)
+	v.nonNegative("channels.web.rateLimit.burst", v.c.Channels.Web.RateLimit.Burst)
 	v.atLeast("agents.defaults.maxIterations", d.MaxIterations, 1)
 	v.subagents("agents.defaults.subagents", d.Subagents, true, ids)
 

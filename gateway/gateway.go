@@ -201,6 +201,8 @@ func (g *Gateway) buildChannels(extra []channels.Channel) error {
 	}
 	if g.cfg.WebEnabled() {
 		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{g.db},
+			RateLimit:     web.RateLimit{PerMinute: max(c.Web.RateLimit.PerMinute, 0), Burst: c.Web.RateLimit.Burst},
+			OnRateLimited: func(string) { g.metrics.refused.WithLabelValues("web", "rate_limited").Inc() },
 			SessionKey: func(client string) string {
 				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
 				return SessionKey(route(g.cfg, o), o)

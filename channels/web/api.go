@@ -135,6 +135,16 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now().UTC()
+	if ok, wait := a.limits.allow(req.Client, now); !ok {
+		if a.opts.OnRateLimited != nil {
+			a.opts.OnRateLimited(req.Client)
+		}
+		secs := max(1, int((wait+time.Second-1)/time.Second))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("client %s is sending too fast (channels.web.rateLimit allows %d a minute, %d at once); try again in %d s",
+			req.Client, a.opts.RateLimit.PerMinute, max(a.opts.RateLimit.Burst, 1), secs))
+		return
+	}
 	e := &Entry{Role: RoleUser, Text: req.Text, At: now}
 	seq, err := a.append(r.Context(), req.Client, e)
 	if err != nil {

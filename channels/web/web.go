@@ -50,6 +50,12 @@ type Options struct {
 	// Heartbeat is the idle interval between event-stream comments; 0 means
 	// DefaultHeartbeat.
 	Heartbeat time.Duration
+	// RateLimit bounds each client's posts; past it POST /api/messages
+	// answers 429 with Retry-After. Zero: no limit.
+	RateLimit RateLimit
+	// OnRateLimited, if set, is called for each post refused by RateLimit
+	// (the gateway counts them).
+	OnRateLimited func(client string)
 }
 
 // Adapter is the web chat channel.
@@ -57,6 +63,7 @@ type Adapter struct {
 	opts   Options
 	log    *zap.Logger
 	hub    *hub
+	limits *limiters
 	ctx    context.Context // cancelled by Stop, and by the ctx given to Start
 	cancel context.CancelFunc
 
@@ -90,7 +97,7 @@ func New(opts Options) (*Adapter, error) {
 		opts.Heartbeat = DefaultHeartbeat
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Adapter{opts: opts, log: opts.Logger, hub: newHub(), ctx: ctx, cancel: cancel}, nil
+	return &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel}, nil
 }
 
 // Name implements channels.Channel.

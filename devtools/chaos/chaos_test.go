@@ -268,8 +268,11 @@ func (d *driver) drive(ctx context.Context, conv string, r *rand.Rand, post func
 			d.acked[conv] = append(d.acked[conv], p)
 			d.mu.Unlock()
 		}
-		// Pace like a person typing fast; while the gateway is down, retry soon.
-		pause := time.Duration(50+r.IntN(400)) * time.Millisecond
+		// Pace a little slower than the model answers (a turn takes one or
+		// two model calls and a conversation's turns run one at a time), so
+		// the backlog stays bounded; while the gateway is down, retry soon.
+		lat := max(*flagLatency, 50*time.Millisecond)
+		pause := lat + time.Duration(r.Int64N(int64(2*lat)))
 		if err != nil && !errors.Is(err, harness.ErrBusy) {
 			pause = 30 * time.Millisecond
 		}
