@@ -222,6 +222,10 @@ func (m *Manager) stopOne(runID string) bool {
 	return true
 }
 
+// ErrFinishing answers a message to a run that has finished its work and
+// is writing its announce: steering can no longer reach it.
+var ErrFinishing = errors.New("the sub-agent has finished its work and is writing its announce, so it cannot be steered now; send the message again once it is announced and it will run one more turn")
+
 // SendResult is sessions_send's result.
 type SendResult struct {
 	Status string `json:"status"` // ok | accepted | timeout | error | forbidden
@@ -239,6 +243,10 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	reply := make(chan string, 1)
 	m.mu.Lock()
 	lr, live := m.live[run.ID]
+	if live && !lr.stopped && lr.run.Status == store.StatusAnnouncing {
+		m.mu.Unlock()
+		return SendResult{Status: "error", Error: ErrFinishing.Error(), RunID: run.ID}
+	}
 	if live && !lr.stopped {
 		select {
 		case lr.steer <- agent.Steer{Text: message, Reply: reply}:

@@ -450,7 +450,19 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	}
 
 	// The announce step runs in the child session with a fresh deadline.
+	// Steering messages the work turn did not read are answered now: they
+	// can no longer reach the run (later ones get ErrFinishing at once).
 	m.setStatus(lr, store.StatusAnnouncing)
+	for drained := false; !drained; {
+		select {
+		case st := <-lr.steer:
+			if st.Reply != nil {
+				st.Reply <- "error: " + ErrFinishing.Error()
+			}
+		default:
+			drained = true
+		}
+	}
 	if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
 		log.Error("could not mark run announcing", zap.Error(err))
 	}

@@ -482,12 +482,10 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: firstNonEmpty(cc.RootKey, cc.SessionKey), AgentID: agentID,
 		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: m.d.Workspace(agentID), Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
-	maxIter := a.MaxIterations
-	if maxIter <= 0 {
-		maxIter = m.d.Config.Agents.Defaults.MaxIterations
-	}
-	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: a.Thinking,
-		MaxIterations: maxIter, Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock}, task)
+	// The agent's own settings, else agents.defaults: the same helpers as a
+	// top-level turn of that agent.
+	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: m.d.Config.AgentThinking(agentID),
+		MaxIterations: m.d.Config.AgentMaxIterations(agentID), Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock}, task)
 	res.Tokens.Input, res.Tokens.Output, res.Tokens.Total = out.Usage.Input, out.Usage.Output, out.Usage.Total()
 	if err != nil {
 		res.Error = err.Error()

@@ -50,11 +50,6 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: skipped with -short")
 	}
-	if os.Getenv("HERALD_CHAOS") == "" {
-		// Until durable intake (issue 8) is on main, acknowledged messages are
-		// lost on a kill and this test fails by design; `make chaos` runs it.
-		t.Skip("chaos: set HERALD_CHAOS=1 (make chaos) to run it")
-	}
 	seed := *flagSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
