@@ -63,6 +63,8 @@ type Provider struct {
 	BaseURL string  `json:"baseUrl"`
 	APIKey  Secret  `json:"apiKey"`
 	Models  []Model `json:"models"`
+	// TimeoutSeconds bounds each model call to this provider (default 120).
+	TimeoutSeconds int `json:"timeoutSeconds"`
 }
 
 // Model is one model of a provider.
@@ -95,6 +97,8 @@ type AgentDefaults struct {
 	MaxConcurrent int       `json:"maxConcurrent"` // the main lane; default 4
 	MaxQueued     int       `json:"maxQueued"`     // turns waiting for the main lane; past it "busy"; default 512
 	MaxIterations int       `json:"maxIterations"` // model turns per top-level turn; default 30
+	// TurnTimeoutSeconds bounds a top-level turn (default 600).
+	TurnTimeoutSeconds int `json:"turnTimeoutSeconds"`
 	Subagents     Subagents `json:"subagents"`
 }
 

@@ -23,6 +23,8 @@ const (
 	DefaultWebFetchTimeoutSeconds = 20
 	DefaultWebFetchMaxBytes       = 1 << 20
 	DefaultWebRatePerMinute       = 60
+	DefaultProviderTimeoutSeconds = 120
+	DefaultTurnTimeoutSeconds     = 600
 	DefaultWebRateBurst           = 20
 
 	DefaultSlackAPIURL         = "https://slack.com/api/"
@@ -126,6 +128,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 		if p.API == "demo" && len(p.Models) == 0 {
 			p.Models = []Model{{ID: "demo"}}
 		}
+		setInt(&p.TimeoutSeconds, DefaultProviderTimeoutSeconds)
 		c.Models.Providers[id] = p
 	}
 	if c.Agents.Defaults.Model == "" {
@@ -161,6 +164,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Tools.WebFetch.TimeoutSeconds, DefaultWebFetchTimeoutSeconds)
 	setInt(&c.Tools.WebFetch.MaxBytes, DefaultWebFetchMaxBytes)
 	setInt(&c.Channels.Web.RateLimit.PerMinute, DefaultWebRatePerMinute)
+	setInt(&c.Agents.Defaults.TurnTimeoutSeconds, DefaultTurnTimeoutSeconds)
 	setInt(&c.Channels.Web.RateLimit.Burst, DefaultWebRateBurst)
 
 	sec := &c.Security

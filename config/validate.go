@@ -162,6 +162,7 @@ func (v *validator) models() {
 			v.add(path+".baseUrl", "missing: the openai-compatible api needs a baseUrl")
 		}
 		v.httpURL(path+".baseUrl", p.BaseURL)
+		v.atLeast(path+".timeoutSeconds", p.TimeoutSeconds, 1)
 		if len(p.Models) == 0 {
 			v.add(path+".models", "no models: list at least one {id: \"…\"}")
 		}
@@ -264,6 +265,7 @@ func (v *validator) agents() {
 	v.enum("agents.defaults.thinking", d.Thinking, thinkingLevels)
 	v.atLeast("agents.defaults.maxConcurrent", d.MaxConcurrent, 1)
 	v.nonNegative("agents.defaults.maxQueued", d.MaxQueued)
+	v.atLeast("agents.defaults.turnTimeoutSeconds", d.TurnTimeoutSeconds, 1)
 	v.nonNegative("channels.web.rateLimit.burst", v.c.Channels.Web.RateLimit.Burst)
 	v.atLeast("agents.defaults.maxIterations", d.MaxIterations, 1)
 	v.subagents("agents.defaults.subagents", d.Subagents, true, ids)

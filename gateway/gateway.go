@@ -106,7 +106,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
-		return g.metrics.timed(id, prov), nil
+		return g.metrics.timed(id, prov, time.Duration(p.TimeoutSeconds)*time.Second), nil
 	})
 	if err != nil {
 		return fail(err)

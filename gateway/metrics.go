@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,20 +91,33 @@ func (m *metrics) tokens(u agent.Usage) {
 	m.tokensOut.Add(float64(u.Output))
 }
 
-// timed wraps a provider to record its latency.
-func (m *metrics) timed(id string, p agent.Provider) agent.Provider {
-	return timedProvider{p: p, h: m.latency, id: id}
+// timed wraps a provider to record its latency and give every model call
+// its deadline (models.providers.<id>.timeoutSeconds, SPEC §10).
+func (m *metrics) timed(id string, p agent.Provider, timeout time.Duration) agent.Provider {
+	return timedProvider{p: p, h: m.latency, id: id, timeout: timeout}
 }
 
 type timedProvider struct {
-	p  agent.Provider
-	h  *prometheus.HistogramVec
-	id string
+	p       agent.Provider
+	h       *prometheus.HistogramVec
+	id      string
+	timeout time.Duration
 }
+
+// ErrModelTimeout is a model call that got no answer within its deadline.
+var ErrModelTimeout = errors.New("no answer from the model")
 
 func (t timedProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	start := time.Now()
-	resp, err := t.p.Complete(ctx, req)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if t.timeout > 0 {
+		cctx, cancel = context.WithTimeoutCause(ctx, t.timeout, ErrModelTimeout)
+	}
+	resp, err := t.p.Complete(cctx, req)
+	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), ErrModelTimeout) {
+		err = fmt.Errorf("%w: provider %s did not answer within %s (models.providers.%s.timeoutSeconds)", ErrModelTimeout, t.id, t.timeout, t.id)
+	}
 	result := "ok"
 	if err != nil {
 		result = "error"

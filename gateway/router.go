@@ -85,6 +85,8 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	return s, nil
 }
 
+var errTurnTimeout = errors.New("turn timed out")
+
 // turn runs the owed turn of one stored message on the main lane. Its
 // reply is committed to the outbox in the same transaction that marks the
 // message done; a turn cut by shutdown stays owed and continues after the
@@ -123,7 +125,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	} else if resume {
 		log.Info("continuing a turn cut short", zap.Int64("intakeId", it.ID))
 	}
-	ctx, cancel := context.WithCancel(laneCtx)
+	turnTimeout := time.Duration(g.cfg.Agents.Defaults.TurnTimeoutSeconds) * time.Second
+	tctx, tcancel := context.WithTimeoutCause(laneCtx, max(turnTimeout, time.Second), errTurnTimeout)
+	defer tcancel()
+	ctx, cancel := context.WithCancel(tctx)
 	defer cancel()
 	g.mu.Lock()
 	s.cancel = cancel
@@ -158,6 +163,9 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		// Cut by shutdown: the turn stays owed and continues after the next
 		// start; the person is not told "context canceled".
 		log.Info("turn cut by shutdown; it stays owed", zap.Int64("intakeId", it.ID))
+	case errors.Is(context.Cause(tctx), errTurnTimeout):
+		log.Warn("turn timed out", zap.Duration("after", turnTimeout), zap.Error(err))
+		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⏱ This turn took longer than %s (agents.defaults.turnTimeoutSeconds) and was stopped. Try again, or ask for less at once.", turnTimeout), log)
 	case ctx.Err() != nil:
 		g.complete(ctx, it, channels.KindReply, "", log)
 		log.Info("turn aborted")
