@@ -91,15 +91,15 @@ type Agents struct {
 
 // AgentDefaults apply to every agent unless it overrides them.
 type AgentDefaults struct {
-	Model         string    `json:"model"`         // provider/model
-	Thinking      string    `json:"thinking"`      // off|low|medium|high
-	Workspace     string    `json:"workspace"`     // default <stateDir>/workspace/<agentId>
-	MaxConcurrent int       `json:"maxConcurrent"` // the main lane; default 4
-	MaxQueued     int       `json:"maxQueued"`     // turns waiting for the main lane; past it "busy"; default 512
-	MaxIterations int       `json:"maxIterations"` // model turns per top-level turn; default 30
+	Model         string `json:"model"`         // provider/model
+	Thinking      string `json:"thinking"`      // off|low|medium|high
+	Workspace     string `json:"workspace"`     // default <stateDir>/workspace/<agentId>
+	MaxConcurrent int    `json:"maxConcurrent"` // the main lane; default 4
+	MaxQueued     int    `json:"maxQueued"`     // turns waiting for the main lane; past it "busy"; default 512
+	MaxIterations int    `json:"maxIterations"` // model turns per top-level turn; default 30
 	// TurnTimeoutSeconds bounds a top-level turn (default 600).
-	TurnTimeoutSeconds int `json:"turnTimeoutSeconds"`
-	Subagents     Subagents `json:"subagents"`
+	TurnTimeoutSeconds int       `json:"turnTimeoutSeconds"`
+	Subagents          Subagents `json:"subagents"`
 }
 
 // Subagents are the sub-agent limits (SPEC §4). Pointers tell "unset" from 0
