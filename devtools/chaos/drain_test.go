@@ -1,0 +1,94 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/devtools/harness"
+)
+
+// TestDrainKeepsQueuedTurns: SIGTERM while one turn runs and more wait
+// queued exits 0 within the grace period, logs how many turns stay owed,
+// and the next start answers every one of them, in order.
+func TestDrainKeepsQueuedTurns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drain: skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := harness.BuildHerald(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := harness.StartModel(harness.ModelOptions{Latency: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath, stateDir, logPath := filepath.Join(dir, "herald.json5"), filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log")
+	if err := (harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 4, Subagents: 4, Children: 10, GraceSeconds: 1}).Write(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *harness.Gateway {
+		gw, err := harness.StartGateway(bin, cfgPath, stateDir, logPath, "http://"+addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return gw
+	}
+	gw := start()
+	web := harness.NewWeb(gw.Base, 2)
+	for i := 1; i <= 3; i++ {
+		if _, err := web.Post(ctx, "drain", fmt.Sprintf("SAY d%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first turn waits on the model (2 s), the other two are queued.
+	if err := gw.Term(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if code := gw.ExitCode(); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0; log:\n%s", code, gw.Tail(20))
+	}
+	if log := gw.Tail(40); !strings.Contains(log, "queued turns stay owed for the next start") {
+		t.Errorf("the drain did not log the owed turns; log:\n%s", log)
+	}
+
+	gw = start()
+	defer func() { _ = gw.Kill() }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		msgs, err := web.Messages(ctx, "drain", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answers []string
+		for _, m := range msgs {
+			if m.Role == "assistant" {
+				answers = append(answers, m.Text)
+			}
+		}
+		if len(answers) >= 3 {
+			if got := strings.Join(answers, ","); got != "ack d1,ack d2,ack d3" {
+				t.Fatalf("answers after the restart = %s, want ack d1,ack d2,ack d3 (each once, in order)", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart only %v were answered; log:\n%s", answers, gw.Tail(30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
