@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -94,6 +95,12 @@ var errTurnTimeout = errors.New("turn timed out")
 func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	agentID, key, in := it.AgentID, it.SessionKey, channels.Inbound{Origin: it.Origin, SenderName: it.SenderName, Text: it.Text, Mentioned: it.Mentioned, At: it.CreatedAt}
 	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)))
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("turn panicked", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			g.complete(laneCtx, it, channels.KindSystem, "⚠️ Herald hit an internal error while answering this message; the operator's log has details.", log)
+		}
+	}()
 	s, err := g.session(laneCtx, agentID, key, in.Origin)
 	if err != nil {
 		if laneCtx.Err() != nil {

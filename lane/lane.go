@@ -8,6 +8,7 @@ package lane
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -134,6 +135,14 @@ func (l *Lane) run(j Job) {
 			l.dispatchLocked()
 		}
 		l.mu.Unlock()
+	}()
+	defer func() {
+		// A panic in one job must not take the daemon down: log it with the
+		// job's key and stack; the job's owner sees it as a job that ended.
+		if r := recover(); r != nil {
+			l.log.Error("job panicked", zap.String("lane", l.name), zap.String("key", j.Key),
+				zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+		}
 	}()
 	j.Run(l.ctx)
 }

@@ -112,3 +112,24 @@ func TestLaneShutdownCancelsAfterGrace(t *testing.T) {
 		t.Errorf("Enqueue after shutdown = %v, want ErrClosed", err)
 	}
 }
+
+// A job that panics is logged and the lane goes on with the next one; the
+// process survives.
+func TestLaneSurvivesPanickingJob(t *testing.T) {
+	l := New("t", 1, nil)
+	done := make(chan struct{})
+	if err := l.Enqueue(Job{Key: "k", Run: func(context.Context) { panic("boom") }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Enqueue(Job{Key: "k", Run: func(context.Context) { close(done) }}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job after a panicking one never ran")
+	}
+	if q, r := l.Stats(); q != 0 {
+		t.Errorf("stats after = %d queued, %d running", q, r)
+	}
+}
