@@ -75,6 +75,10 @@ type Message struct {
 	Kind  Kind
 	Text  string
 	RunID string // set for announces; channels that can, de-duplicate by it
+	// ID is the outbox item's id: the same on every re-send of this
+	// message, so a channel can derive idempotency keys from it (Matrix
+	// transaction ids "herald-<ID>-<part>"). Empty when not from the outbox.
+	ID string
 }
 
 // Sink receives inbound messages. The gateway owns it; a channel calls it

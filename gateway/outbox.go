@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -142,7 +143,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-	err := ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID})
+	err := ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10)})
 	cancel()
 	// A send can take long (a channel waiting out a short rate limit itself,
 	// a slow network): retry delays count from when it returned.

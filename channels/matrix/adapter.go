@@ -426,7 +426,15 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 				InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
 			}
 		}
-		resp, err := a.client.SendMessageEvent(ctx, roomID, event.EventMessage, content)
+		// A transaction id derived from the outbox item and part makes a
+		// re-send (after a crash between the homeserver accepting a part and
+		// the outbox marking it) return the event already sent instead of
+		// posting it twice (SPEC §12).
+		var req []mautrix.ReqSendEvent
+		if msg.ID != "" {
+			req = append(req, mautrix.ReqSendEvent{TransactionID: fmt.Sprintf("herald-%s-%d", msg.ID, i+1)})
+		}
+		resp, err := a.client.SendMessageEvent(ctx, roomID, event.EventMessage, content, req...)
 		if err != nil {
 			return classifySendError(fmt.Sprintf("matrix: send part %d to %s", i+1, to), err)
 		}

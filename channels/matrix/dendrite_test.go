@@ -262,3 +262,39 @@ func TestDendriteThreadAlwaysAndDM(t *testing.T) {
 		t.Fatalf("reply relation = %+v; want m.thread rooted at and replying to %s", r, q)
 	}
 }
+
+// TestDendriteResendIsDeduplicated: a message re-sent after a crash between
+// the homeserver accepting it and the outbox marking it (same outbox id)
+// shows once in the room: its transaction ids are derived from the outbox
+// item and part. A different outbox item with the same text shows again.
+func TestDendriteResendIsDeduplicated(t *testing.T) {
+	hs := requireHS(t)
+	alice := hs.RegisterUser(t, "alice")
+	bot := hs.RegisterUser(t, "herald")
+	a, _ := startBot(t, hs, bot, ThreadsInbound)
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+	to := channels.Origin{Channel: "matrix", ChatID: string(room), ChatType: channels.ChatDM}
+	long := strings.Repeat(strings.Repeat("y", 99)+"\n", 200) // two parts
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 { // the first send, then the re-send of the same outbox item
+		if err := a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: long, ID: "41"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: "short", ID: "42"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: "short", ID: "43"}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 4)
+	if len(msgs) != 4 {
+		var bodies []string
+		for _, m := range msgs {
+			bodies = append(bodies, fmt.Sprintf("%.10q", m.Content.AsMessage().Body))
+		}
+		t.Fatalf("room shows %d bot messages %v, want 4: two parts once, then two distinct items", len(msgs), bodies)
+	}
+}
