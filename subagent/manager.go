@@ -415,6 +415,8 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	defer sess.Close()
 
 	turn := m.childTurn(lr, &run, model)
+	problems := &agent.ProblemLog{}
+	ctx = agent.WithProblemLog(ctx, problems)
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
 		var c context.CancelFunc
@@ -441,6 +443,9 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		return
 	case errors.Is(runErr, context.DeadlineExceeded):
 		outcome, note = store.OutcomeTimeout, fmt.Sprintf("Run timed out after %ds.", run.TimeoutSeconds)
+		if p := problems.Summary(); p != "" {
+			note += " Model calls failed before it: " + p + "."
+		}
 	case runErr != nil:
 		outcome, note = store.OutcomeError, runErr.Error()
 	}

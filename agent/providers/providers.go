@@ -185,6 +185,7 @@ func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.
 		}
 		f := classify(err)
 		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message}
+		agent.NoteProblem(ctx, problemText(r.provider, f))
 		if !f.retryable() {
 			r.log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
 			return nil, perr
@@ -206,6 +207,18 @@ func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.
 			return nil, fmt.Errorf("%s: waiting to retry model call: %w", r.provider, err)
 		}
 	}
+}
+
+// problemText names one failed attempt for a run's Notes.
+func problemText(provider string, f failure) string {
+	msg := strings.TrimSpace(f.message)
+	if len(msg) > 120 {
+		msg = msg[:120] + "…"
+	}
+	if f.status > 0 {
+		return fmt.Sprintf("%s HTTP %d: %s", provider, f.status, msg)
+	}
+	return fmt.Sprintf("%s: %s", provider, msg)
 }
 
 // delay returns how long to wait before retry n+1; ok is false when the
