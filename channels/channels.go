@@ -79,6 +79,27 @@ type Message struct {
 	// message, so a channel can derive idempotency keys from it (Matrix
 	// transaction ids "herald-<ID>-<part>"). Empty when not from the outbox.
 	ID string
+	// Part and Parts number a part given to PartSender.SendPart (1-based).
+	Part, Parts int
+}
+
+// PartSender is implemented by channels whose messages the outbox splits
+// and sends one part at a time, recording each part and its platform id,
+// so a restart resumes after the last part sent (SPEC §12). The channel
+// then only speaks its platform: no splitting, no progress of its own.
+type PartSender interface {
+	// PartLimit is the platform's message size limit in characters.
+	PartLimit() int
+	// SendPart posts one part (msg.Text fits PartLimit) and returns the
+	// platform's id of the posted message ("" if it gives none).
+	SendPart(ctx context.Context, to Origin, msg Message) (platformID string, err error)
+}
+
+// PartFinder is implemented by channels that can look up whether a part
+// whose send outcome is unknown (the process died during the send) is
+// already on the platform, so it is not posted twice.
+type PartFinder interface {
+	FindPart(ctx context.Context, to Origin, msg Message) (platformID string, found bool, err error)
 }
 
 // Sink receives inbound messages. The gateway owns it; a channel calls it

@@ -236,6 +236,9 @@ type Telegram struct {
 	WebhookURL    string `json:"webhookUrl"`    // set = webhook mode, else long polling
 	WebhookSecret Secret `json:"webhookSecret"` // checked against X-Telegram-Bot-Api-Secret-Token
 	WebhookPath   string `json:"webhookPath"`   // default /telegram/webhook
+	// UncertainDelivery: a message part whose send outcome is unknown after
+	// a crash is sent again ("resend", the default) or dropped ("skip").
+	UncertainDelivery string `json:"uncertainDelivery"`
 	Access
 }
 

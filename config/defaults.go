@@ -165,6 +165,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Tools.WebFetch.MaxBytes, DefaultWebFetchMaxBytes)
 	setInt(&c.Channels.Web.RateLimit.PerMinute, DefaultWebRatePerMinute)
 	setInt(&c.Agents.Defaults.TurnTimeoutSeconds, DefaultTurnTimeoutSeconds)
+	setStr(&c.Channels.Telegram.UncertainDelivery, "resend")
 	setInt(&c.Channels.Web.RateLimit.Burst, DefaultWebRateBurst)
 
 	sec := &c.Security

@@ -24,6 +24,7 @@ type metrics struct {
 	channelUp *prometheus.GaugeVec
 	refused   *prometheus.CounterVec
 	redeliver prometheus.Counter
+	uncertain *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -44,14 +45,18 @@ func newMetrics() *metrics {
 			Help: "Inbound messages refused, by channel and reason (busy, commands_busy, rate_limited, draining)."}, []string{"channel", "reason"}),
 		redeliver: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_intake_redelivered_total",
 			Help: "Platform re-deliveries of a message already stored (not run again)."}),
+		uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_uncertain_total",
+			Help: "Message parts whose delivery was uncertain after a crash, by channel and action (found, resend, skip)."}, []string{"channel", "action"}),
 	}
+	m.uncertain.WithLabelValues("telegram", "resend")
+	m.uncertain.WithLabelValues("telegram", "skip")
 	for _, ch := range []string{"web", "slack", "telegram", "matrix"} {
 		for _, r := range []string{"busy", "commands_busy", "draining"} {
 			m.refused.WithLabelValues(ch, r)
 		}
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver,
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain,
 		prometheus.NewGoCollector())
 	return m
 }

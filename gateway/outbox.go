@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -143,7 +144,12 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-	err := ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10)})
+	var err error
+	if ps, ok := ch.(channels.PartSender); ok {
+		err = d.sendParts(sctx, ch, ps, it, log)
+	} else {
+		err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10)})
+	}
 	cancel()
 	// A send can take long (a channel waiting out a short rate limit itself,
 	// a slow network): retry delays count from when it returned.
@@ -170,6 +176,72 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		d.retry(ctx, it, now.Add(backoff), err.Error())
 		log.Warn("send failed; will retry", zap.Error(err), zap.Duration("after", backoff), zap.Int("attempt", it.Attempts+1))
 	}
+}
+
+// sendParts splits the message at the channel's limit and sends the parts
+// not sent yet, recording each one, so a restart or a retry resumes after
+// the last part on the platform. A part whose send started but has no
+// recorded outcome (the process died during it) is looked up where the
+// channel can (Slack), else re-sent or skipped by the channel's
+// uncertainDelivery setting (Telegram), and counted either way.
+func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps channels.PartSender, it *store.OutboxItem, log *zap.Logger) error {
+	if strings.TrimSpace(it.Text) == "" {
+		return nil
+	}
+	parts := channels.Split(it.Text, ps.PartLimit())
+	bg := context.WithoutCancel(ctx)
+	for p := it.PartsSent; p < len(parts); p++ {
+		msg := channels.Message{Kind: it.Kind, Text: parts[p], RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), Part: p + 1, Parts: len(parts)}
+		if it.SendingPart == p {
+			action := d.uncertain(ctx, ch, it, msg, log)
+			d.g.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
+			if action != "resend" {
+				if err := d.g.db.EndPart(bg, it.ID, p, ""); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if err := d.g.db.BeginPart(bg, it.ID, p); err != nil {
+			return err
+		}
+		pid, err := ps.SendPart(ctx, it.Origin, msg)
+		if err != nil {
+			if ctx.Err() == nil {
+				// The platform answered with an error: the part is not there.
+				// (A send cut by the deadline stays uncertain.)
+				_ = d.g.db.AbortPart(bg, it.ID)
+			}
+			return fmt.Errorf("part %d/%d: %w", p+1, len(parts), err)
+		}
+		if err := d.g.db.EndPart(bg, it.ID, p, pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uncertain decides about a part whose send outcome is unknown: "found"
+// (a lookup found it on the platform), "skip" (the channel's setting says
+// not to risk a duplicate) or "resend".
+func (d *deliverer) uncertain(ctx context.Context, ch channels.Channel, it *store.OutboxItem, msg channels.Message, log *zap.Logger) string {
+	if f, ok := ch.(channels.PartFinder); ok {
+		_, found, err := f.FindPart(ctx, it.Origin, msg)
+		switch {
+		case err != nil:
+			log.Warn("could not look up a part whose delivery is uncertain; sending it again", zap.Int("part", msg.Part), zap.Error(err))
+		case found:
+			log.Info("part whose delivery was uncertain is already posted", zap.Int("part", msg.Part))
+			return "found"
+		}
+		return "resend"
+	}
+	if it.Origin.Channel == "telegram" && d.g.cfg.Channels.Telegram.UncertainDelivery == "skip" {
+		log.Warn("part whose delivery is uncertain skipped (channels.telegram.uncertainDelivery: skip)", zap.Int("part", msg.Part))
+		return "skip"
+	}
+	log.Info("part whose delivery is uncertain sent again", zap.Int("part", msg.Part))
+	return "resend"
 }
 
 func (d *deliverer) retry(ctx context.Context, it *store.OutboxItem, next time.Time, reason string) {

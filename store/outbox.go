@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -10,15 +11,23 @@ import (
 )
 
 const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
-	delivered_at, failed_at, last_error`
+	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part`
 
 func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var runID sql.NullString
 	var origin, kind string
 	var created, next, delivered, failed sql.NullInt64
+	var partIDs string
 	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
-		&delivered, &failed, &o.LastError); err != nil {
+		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart); err != nil {
 		return err
+	}
+	o.PartIDs = nil
+	if err := json.Unmarshal([]byte(partIDs), &o.PartIDs); err != nil {
+		return fmt.Errorf("outbox %d: part ids %q: %w", o.ID, partIDs, err)
+	}
+	if len(o.PartIDs) == 0 {
+		o.PartIDs = nil
 	}
 	o.RunID, o.Kind = runID.String, channels.Kind(kind)
 	o.CreatedAt, o.NextAttemptAt = fromMS(created), fromMS(next)
@@ -237,4 +246,32 @@ func (d *DB) OutboxStats(ctx context.Context) (pending, delivered, failed int, e
 		return 0, 0, 0, d.wrap("outbox stats", err)
 	}
 	return pending, total - pending - failed, failed, nil
+}
+
+// BeginPart records that the send of part (0-based) of item id starts: if
+// the process dies before EndPart or AbortPart, the part's outcome is
+// unknown at the next attempt. ErrNotFound.
+func (d *DB) BeginPart(ctx context.Context, id int64, part int) error {
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET sending_part = ? WHERE id = ? AND delivered_at IS NULL`, part, id)
+	return d.outboxResult(fmt.Sprintf("begin part %d of outbox %d", part+1, id), n, err)
+}
+
+// EndPart records that part (0-based) of item id is on the platform, with
+// its platform id ("" when the platform gives none or it was skipped).
+// Parts end in order; ending a part already ended changes nothing.
+func (d *DB) EndPart(ctx context.Context, id int64, part int, platformID string) error {
+	pid, _ := json.Marshal(platformID)
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET parts_sent = ?, sending_part = -1,
+		part_ids = json_insert(part_ids, '$[#]', json(?)) WHERE id = ? AND parts_sent = ?`, part+1, string(pid), id, part)
+	if err == nil && n == 0 {
+		return nil // already ended
+	}
+	return d.outboxResult(fmt.Sprintf("end part %d of outbox %d", part+1, id), n, err)
+}
+
+// AbortPart records that the part being sent of item id failed with a
+// known outcome (the platform refused it): nothing is uncertain.
+func (d *DB) AbortPart(ctx context.Context, id int64) error {
+	_, err := d.writer(ctx).exec(`UPDATE outbox SET sending_part = -1 WHERE id = ?`, id)
+	return d.wrap(fmt.Sprintf("abort part of outbox %d", id), err)
 }

@@ -168,3 +168,43 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 		}
 	}
 }
+
+func TestOutboxPartProgress(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t)
+	it := &OutboxItem{Origin: slackOrigin, Kind: channels.KindReply, Text: "long"}
+	if _, err := db.EnqueueOutbox(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := db.GetOutbox(ctx, it.ID)
+	if got.PartsSent != 0 || got.SendingPart != -1 || len(got.PartIDs) != 0 {
+		t.Fatalf("new item: %+v", got)
+	}
+	if err := db.BeginPart(ctx, it.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndPart(ctx, it.ID, 0, "1700000000.000300"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndPart(ctx, it.ID, 0, "again"); err != nil { // already ended: no change
+		t.Fatal(err)
+	}
+	if err := db.BeginPart(ctx, it.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A crash here leaves part 2 "sending": its outcome is unknown.
+	got, _ = db.GetOutbox(ctx, it.ID)
+	if got.PartsSent != 1 || got.SendingPart != 1 || !reflect.DeepEqual(got.PartIDs, []string{"1700000000.000300"}) {
+		t.Fatalf("mid-send: %+v", got)
+	}
+	if err := db.AbortPart(ctx, it.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndPart(ctx, it.ID, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.GetOutbox(ctx, it.ID)
+	if got.PartsSent != 2 || got.SendingPart != -1 || !reflect.DeepEqual(got.PartIDs, []string{"1700000000.000300", ""}) {
+		t.Fatalf("after two parts: %+v", got)
+	}
+}

@@ -199,7 +199,7 @@ func TestFinishRunWithAnnounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := OutboxItem{ID: ann.ID, RunID: "r1", Origin: slackOrigin, Kind: channels.KindAnnounce,
-		Text: "✅ summary", CreatedAt: ms(r.EndedAt), NextAttemptAt: ms(r.EndedAt)}
+		Text: "✅ summary", CreatedAt: ms(r.EndedAt), NextAttemptAt: ms(r.EndedAt), SendingPart: -1}
 	if !reflect.DeepEqual(*item, want) {
 		t.Errorf("outbox item =\n%+v\nwant\n%+v", *item, want)
 	}

@@ -127,6 +127,12 @@ type OutboxItem struct {
 	DeliveredAt   time.Time // zero = pending
 	FailedAt      time.Time // zero = not given up
 	LastError     string
+	// Part progress of a message sent part by part (channels.PartSender):
+	// PartsSent parts are on the platform with PartIDs; SendingPart is the
+	// part whose send started without a known outcome (-1 = none).
+	PartsSent   int
+	PartIDs     []string
+	SendingPart int
 }
 
 // Approval statuses.

@@ -14,9 +14,7 @@ package telegram
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,7 +51,6 @@ const (
 	sendTimeout      = 30 * time.Second
 	unhealthyAfter   = 3 // consecutive getUpdates failures
 	maxWebhookBody   = 1 << 20
-	progressTTL      = time.Hour
 	recentUpdateSize = 512
 )
 
@@ -94,14 +91,8 @@ type Adapter struct {
 	started   bool
 	failures  int // consecutive getUpdates failures
 	lastErr   error
-	progress  map[string]progress // multi-part sends interrupted by an error
-	recent    map[int]struct{}    // webhook update ids already handled
+	recent    map[int]struct{} // webhook update ids already handled
 	recentIDs []int
-}
-
-type progress struct {
-	posted int
-	at     time.Time
 }
 
 var (
@@ -158,7 +149,6 @@ func New(opts Options) (*Adapter, error) {
 		endpoint:   base + "/bot%s/%s",
 		minBackoff: time.Second,
 		maxBackoff: 30 * time.Second,
-		progress:   map[string]progress{},
 		recent:     map[int]struct{}{},
 	}, nil
 }
@@ -495,35 +485,59 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 	if strings.TrimSpace(msg.Text) == "" {
 		return nil // Telegram rejects empty messages; nothing to say
 	}
+	// Outside the outbox (which sends part by part with SendPart and keeps
+	// the progress), every part is sent in turn.
 	parts := channels.Split(msg.Text, channels.LimitTelegram)
-	key := progressKey(to, msg)
-	start := a.posted(key)
-	for i := start; i < len(parts); i++ {
-		if err := a.sendPart(ctx, chatID, to.ThreadID, parts[i]); err != nil {
-			if len(parts) > 1 {
-				a.setPosted(key, i)
-			}
+	for i, part := range parts {
+		if _, err := a.sendPart(ctx, chatID, to.ThreadID, part); err != nil {
 			return fmt.Errorf("telegram: send part %d/%d to %s: %w", i+1, len(parts), to, err)
 		}
 	}
-	if start > 0 {
-		a.log.Debug("telegram resumed multi-part send", zap.String("origin", to.String()), zap.Int("skipped", start), zap.String("runId", msg.RunID))
-	}
-	a.setPosted(key, -1)
 	return nil
 }
 
-func (a *Adapter) sendPart(ctx context.Context, chatID int64, threadID, text string) error {
+// PartLimit implements channels.PartSender: Telegram's 4096 characters.
+func (a *Adapter) PartLimit() int { return channels.LimitTelegram }
+
+// SendPart implements channels.PartSender: one sendMessage; the platform
+// id is the message_id.
+func (a *Adapter) SendPart(ctx context.Context, to channels.Origin, msg channels.Message) (string, error) {
+	chatID, err := strconv.ParseInt(to.ChatID, 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("telegram: send to %s: chat id %q is not a number: %w", to, to.ChatID, channels.ErrPermanent)
+	}
+	if to.ThreadID != "" {
+		if _, err := strconv.Atoi(to.ThreadID); err != nil {
+			return "", fmt.Errorf("telegram: send to %s: thread id %q is not a number: %w", to, to.ThreadID, channels.ErrPermanent)
+		}
+	}
+	if strings.TrimSpace(msg.Text) == "" {
+		return "", nil
+	}
+	id, err := a.sendPart(ctx, chatID, to.ThreadID, msg.Text)
+	if err != nil {
+		return "", fmt.Errorf("telegram: send part %d/%d to %s: %w", msg.Part, msg.Parts, to, err)
+	}
+	return id, nil
+}
+
+func (a *Adapter) sendPart(ctx context.Context, chatID int64, threadID, text string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	p := tgbotapi.Params{"text": text}
 	p.AddNonZero64("chat_id", chatID)
 	p.AddNonEmpty("message_thread_id", threadID)
-	_, err := a.bot(ctx).MakeRequest("sendMessage", p)
+	resp, err := a.bot(ctx).MakeRequest("sendMessage", p)
 	if err != nil {
-		return classify(a.redact(err))
+		return "", classify(a.redact(err))
 	}
-	return nil
+	var m struct {
+		MessageID int `json:"message_id"`
+	}
+	if resp != nil && json.Unmarshal(resp.Result, &m) == nil && m.MessageID != 0 {
+		return strconv.Itoa(m.MessageID), nil
+	}
+	return "", nil
 }
 
 // classify maps a Bot API error to Herald's retry semantics: 429 →
@@ -547,38 +561,6 @@ func classify(err error) error {
 		return fmt.Errorf("telegram %d: %s: %w", te.Code, te.Message, channels.ErrPermanent)
 	}
 	return err
-}
-
-func progressKey(to channels.Origin, msg channels.Message) string {
-	h := sha256.Sum256([]byte(msg.Text))
-	return to.ChatID + "|" + to.ThreadID + "|" + msg.RunID + "|" + hex.EncodeToString(h[:12])
-}
-
-func (a *Adapter) posted(key string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p, ok := a.progress[key]
-	if !ok || time.Since(p.at) > progressTTL {
-		return 0
-	}
-	return p.posted
-}
-
-// setPosted records that n parts of the message under key are posted;
-// n < 0 forgets the key. Stale entries are dropped on the way.
-func (a *Adapter) setPosted(key string, n int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, p := range a.progress {
-		if time.Since(p.at) > progressTTL {
-			delete(a.progress, k)
-		}
-	}
-	if n < 0 {
-		delete(a.progress, key)
-		return
-	}
-	a.progress[key] = progress{posted: n, at: time.Now()}
 }
 
 // Routes returns the webhook handler at "POST <webhookPath>" in webhook

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -304,39 +305,27 @@ func TestSendErrors(t *testing.T) {
 	}
 }
 
-func TestMultiPartRetryDoesNotDuplicate(t *testing.T) {
+// SendPart posts one part and returns its message_id, so the outbox can
+// record it; a 429 comes back as a RetryAfterError.
+func TestSendPartReturnsMessageID(t *testing.T) {
 	a, fake, _ := newAdapter(t, channels.Access{}, nil)
-	text := strings.Repeat("a", 4000) + "\n" + strings.Repeat("b", 4000) + "\n" + strings.Repeat("c", 4000)
 	to := channels.Origin{Channel: Name, ChatID: "-100", ChatType: channels.ChatGroup, ThreadID: "9"}
-	msg := channels.Message{Kind: channels.KindAnnounce, Text: text, RunID: "run-1"}
-
-	fake.FailNextAfter(1, 1, 429, 2)
-	err := a.Send(context.Background(), to, msg)
-	var ra *channels.RetryAfterError
-	if !errors.As(err, &ra) || ra.After != 2*time.Second {
-		t.Fatalf("first send: %v, want retry after 2s", err)
-	}
-	if n := len(fake.Sent()); n != 1 {
-		t.Fatalf("%d parts posted before the 429, want 1", n)
-	}
-	if err := a.Send(context.Background(), to, msg); err != nil {
-		t.Fatalf("retry: %v", err)
+	id, err := a.SendPart(context.Background(), to, channels.Message{Kind: channels.KindReply, Text: "part one", Part: 1, Parts: 2})
+	if err != nil || id == "" {
+		t.Fatalf("SendPart = %q, %v", id, err)
 	}
 	sent := fake.Sent()
-	if len(sent) != 3 {
-		t.Fatalf("%d parts posted in all, want 3", len(sent))
+	if len(sent) != 1 || strconv.Itoa(sent[0].MessageID) != id || sent[0].ThreadID != 9 {
+		t.Fatalf("sent %+v, want one message in topic 9 with id %s", sent, id)
 	}
-	for i, c := range []string{"a", "b", "c"} {
-		if sent[i].Text != strings.Repeat(c, 4000) || sent[i].ThreadID != 9 {
-			t.Errorf("part %d: %.10q… thread %d, want %q… in topic 9", i, sent[i].Text, sent[i].ThreadID, c)
-		}
+	fake.FailNext(1, 429, 2)
+	_, err = a.SendPart(context.Background(), to, channels.Message{Kind: channels.KindReply, Text: "part two", Part: 2, Parts: 2})
+	var ra *channels.RetryAfterError
+	if !errors.As(err, &ra) || ra.After != 2*time.Second || !strings.Contains(err.Error(), "part 2/2") {
+		t.Fatalf("SendPart during a 429 = %v, want retry after 2s naming the part", err)
 	}
-	// Once delivered, the same message sent again is a new message.
-	if err := a.Send(context.Background(), to, msg); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(fake.Sent()); n != 6 {
-		t.Errorf("%d parts after a second full send, want 6", n)
+	if a.PartLimit() != channels.LimitTelegram {
+		t.Errorf("PartLimit = %d", a.PartLimit())
 	}
 }
 
