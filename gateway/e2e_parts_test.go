@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/store"
 )
@@ -31,6 +32,11 @@ func partsConfig(tf *tgfake.Server, uncertain string) string {
 // platform and, if sending ≥ 0, that part's send started with no outcome.
 func seedOutbox(t *testing.T, text string, partsSent, sending int) string {
 	t.Helper()
+	return seedOutboxTo(t, channels.Origin{Channel: "telegram", ChatID: "555", ChatType: channels.ChatDM}, text, partsSent, sending)
+}
+
+func seedOutboxTo(t *testing.T, to channels.Origin, text string, partsSent, sending int) string {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -39,7 +45,7 @@ func seedOutbox(t *testing.T, text string, partsSent, sending int) string {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	it := &store.OutboxItem{Origin: channels.Origin{Channel: "telegram", ChatID: "555", ChatType: channels.ChatDM}, Kind: channels.KindReply, Text: text}
+	it := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: text}
 	if _, err := db.EnqueueOutbox(ctx, it); err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +103,44 @@ func TestE2EUncertainPartOnTelegram(t *testing.T) {
 			it, err := tg.G.Store().GetOutbox(context.Background(), 1)
 			if err != nil || it.PartsSent != 3 || it.SendingPart != -1 || len(it.PartIDs) != 3 {
 				t.Errorf("outbox row after delivery: %+v, %v; want 3 parts recorded", it, err)
+			}
+		})
+	}
+}
+
+// TestE2EUncertainPartOnSlackIsLookedUp: the gateway died after Slack
+// accepted a post but before the outbox recorded it. After the restart the
+// post is found by its metadata and not posted again; a post Slack never
+// got is sent.
+func TestE2EUncertainPartOnSlackIsLookedUp(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		onSlack    bool
+		wantPosts  int
+		wantAction string
+	}{{"accepted before the crash", true, 1, "found"}, {"never reached Slack", false, 1, "resend"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sf := slackfake.New(t)
+			to := channels.Origin{Channel: "slack", ChatID: "C1", ChatType: channels.ChatGroup, ThreadID: "1700000001.000100"}
+			dir := seedOutboxTo(t, to, "the answer", 0, 0)
+			if tc.onSlack {
+				sf.Remember(slackfake.Post{Channel: "C1", ThreadTS: to.ThreadID, Text: "the answer",
+					Metadata: `{"event_type":"herald_message","event_payload":{"outbox_id":"1","part":1}}`})
+			}
+			tg := newTestGatewayIn(t, dir, fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { demo: { api: "demo" } } },
+  channels: {
+    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
+    web: { enabled: false },
+  },
+}`, slackfake.BotToken, slackfake.AppToken, sf.URL()), nil)
+			tg.waitDelivered(t, 1)
+			if n := len(sf.Posted()); n != tc.wantPosts {
+				t.Errorf("Slack shows %d posts of the message, want %d", n, tc.wantPosts)
+			}
+			if v := tg.metric(t, fmt.Sprintf(`herald_outbox_uncertain_total{action=%q,channel="slack"}`, tc.wantAction)); v != 1 {
+				t.Errorf("uncertain metric (%s) = %v, want 1", tc.wantAction, v)
 			}
 		})
 	}

@@ -2,15 +2,12 @@ package slack
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/slack-go/slack"
-	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -18,10 +15,6 @@ import (
 // maxInlineWait is the longest rate-limit wait Send sleeps through itself
 // (once); longer waits go back to the caller as *channels.RetryAfterError.
 const maxInlineWait = 2 * time.Second
-
-// textProgressTTL is how long a partly sent message without a RunID is
-// remembered for a retry to continue it.
-const textProgressTTL = 15 * time.Minute
 
 // permanentErrors are chat.postMessage errors that a retry cannot fix.
 var permanentErrors = map[string]bool{
@@ -43,59 +36,98 @@ var permanentErrors = map[string]bool{
 }
 
 // Send posts msg to the origin's channel, in its thread when ThreadID is
-// set. Long text is split at the Slack limit and posted part by part; if a
-// part fails, the error is returned and a retry of the same message (same
-// RunID, or the same text to the same place) continues with that part.
-// A message with a RunID whose parts were all posted is not posted again.
+// set, split at the Slack limit. The outbox does not call it: it sends
+// part by part with SendPart and keeps the progress itself.
 func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Message) error {
-	if to.ChatID == "" {
-		return fmt.Errorf("slack send: origin has no chat id: %w", channels.ErrPermanent)
-	}
-	if strings.TrimSpace(msg.Text) == "" {
-		return nil
-	}
 	parts := channels.Split(msg.Text, channels.LimitSlack)
-	key, ttl := progressKey(to, msg)
-	start := a.progress.get(key, a.now(), ttl)
-	if start >= len(parts) {
-		a.log.Debug("slack send skipped, already posted", zap.String("runId", msg.RunID), zap.String("origin", to.String()))
-		return nil
-	}
-	for i := start; i < len(parts); i++ {
-		if err := a.post(ctx, to, parts[i]); err != nil {
-			return fmt.Errorf("slack send part %d/%d to %s: %w", i+1, len(parts), to, err)
+	for i, part := range parts {
+		m := msg
+		m.Text, m.Part, m.Parts = part, i+1, len(parts)
+		if _, err := a.SendPart(ctx, to, m); err != nil {
+			return err
 		}
-		a.progress.set(key, i+1, a.now())
-	}
-	if msg.RunID == "" {
-		a.progress.delete(key)
-	}
-	if to.ThreadID != "" {
-		a.threads.add(to.ChatID + "/" + to.ThreadID)
 	}
 	return nil
 }
 
-func progressKey(to channels.Origin, msg channels.Message) (string, time.Duration) {
-	where := to.ChatID + "/" + to.ThreadID
-	if msg.RunID != "" {
-		return "run:" + msg.RunID + "@" + where, 0
+// PartLimit implements channels.PartSender: Slack's 4000 characters.
+func (a *Adapter) PartLimit() int { return channels.LimitSlack }
+
+// metadataEvent is the event_type of the message metadata every post from
+// the outbox carries (SPEC §12), so a post whose outcome is unknown after a
+// crash can be found in the channel before it is sent again.
+const metadataEvent = "herald_message"
+
+// SendPart implements channels.PartSender: one chat.postMessage, with
+// metadata {outbox_id, part} when the part comes from the outbox; the
+// platform id is the posted message's ts.
+func (a *Adapter) SendPart(ctx context.Context, to channels.Origin, msg channels.Message) (string, error) {
+	if to.ChatID == "" {
+		return "", fmt.Errorf("slack send: origin has no chat id: %w", channels.ErrPermanent)
 	}
-	sum := sha256.Sum256([]byte(string(msg.Kind) + "\x00" + msg.Text))
-	return "text:" + hex.EncodeToString(sum[:12]) + "@" + where, textProgressTTL
+	if strings.TrimSpace(msg.Text) == "" {
+		return "", nil
+	}
+	ts, err := a.post(ctx, to, msg)
+	if err != nil {
+		return "", fmt.Errorf("slack send part %d/%d to %s: %w", msg.Part, msg.Parts, to, err)
+	}
+	if to.ThreadID != "" {
+		a.threads.add(to.ChatID + "/" + to.ThreadID)
+	}
+	return ts, nil
+}
+
+// FindPart implements channels.PartFinder: it looks through the thread (or
+// the channel's recent history) for a message of the bot whose metadata
+// names this outbox item and part.
+func (a *Adapter) FindPart(ctx context.Context, to channels.Origin, msg channels.Message) (string, bool, error) {
+	if msg.ID == "" {
+		return "", false, nil
+	}
+	var msgs []slack.Message
+	if to.ThreadID != "" {
+		replies, _, _, err := a.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+			ChannelID: to.ChatID, Timestamp: to.ThreadID, Limit: 200, IncludeAllMetadata: true})
+		if err != nil {
+			return "", false, fmt.Errorf("conversations.replies: %w", err)
+		}
+		msgs = replies
+	} else {
+		hist, err := a.api.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{
+			ChannelID: to.ChatID, Limit: 200, IncludeAllMetadata: true})
+		if err != nil {
+			return "", false, fmt.Errorf("conversations.history: %w", err)
+		}
+		msgs = hist.Messages
+	}
+	for _, m := range msgs {
+		md := m.Metadata
+		if md.EventType != metadataEvent {
+			continue
+		}
+		if fmt.Sprint(md.EventPayload["outbox_id"]) == msg.ID && fmt.Sprint(md.EventPayload["part"]) == fmt.Sprint(msg.Part) {
+			return m.Timestamp, true, nil
+		}
+	}
+	return "", false, nil
 }
 
 // post sends one part with chat.postMessage, sleeping through one short
 // rate-limit wait.
-func (a *Adapter) post(ctx context.Context, to channels.Origin, text string) error {
-	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
+func (a *Adapter) post(ctx context.Context, to channels.Origin, msg channels.Message) (string, error) {
+	opts := []slack.MsgOption{slack.MsgOptionText(msg.Text, false)}
 	if to.ThreadID != "" {
 		opts = append(opts, slack.MsgOptionTS(to.ThreadID))
 	}
+	if msg.ID != "" {
+		opts = append(opts, slack.MsgOptionMetadata(slack.SlackMetadata{EventType: metadataEvent,
+			EventPayload: map[string]any{"outbox_id": msg.ID, "part": msg.Part}}))
+	}
 	for attempt := 0; ; attempt++ {
-		_, _, err := a.api.PostMessageContext(ctx, to.ChatID, opts...)
+		_, ts, err := a.api.PostMessageContext(ctx, to.ChatID, opts...)
 		if err == nil {
-			return nil
+			return ts, nil
 		}
 		var rl *slack.RateLimitedError
 		if errors.As(err, &rl) {
@@ -105,17 +137,17 @@ func (a *Adapter) post(ctx context.Context, to channels.Origin, text string) err
 				select {
 				case <-ctx.Done():
 					t.Stop()
-					return fmt.Errorf("chat.postMessage: %w", ctx.Err())
+					return "", fmt.Errorf("chat.postMessage: %w", ctx.Err())
 				case <-t.C:
 				}
 				continue
 			}
-			return &channels.RetryAfterError{After: wait, Err: fmt.Errorf("chat.postMessage: %w", err)}
+			return "", &channels.RetryAfterError{After: wait, Err: fmt.Errorf("chat.postMessage: %w", err)}
 		}
 		var se slack.SlackErrorResponse
 		if errors.As(err, &se) && permanentErrors[se.Err] {
-			return fmt.Errorf("chat.postMessage: %w: %w", err, channels.ErrPermanent)
+			return "", fmt.Errorf("chat.postMessage: %w: %w", err, channels.ErrPermanent)
 		}
-		return fmt.Errorf("chat.postMessage: %w", err)
+		return "", fmt.Errorf("chat.postMessage: %w", err)
 	}
 }

@@ -63,18 +63,17 @@ type Adapter struct {
 	now  func() time.Time
 	api  *slack.Client
 
-	mu       sync.Mutex
-	sink     channels.Sink
-	runCtx   context.Context
-	cancel   context.CancelFunc
-	botID    string // the bot's own user id (auth.test)
-	teamID   string
-	health   error
-	started  bool
-	wg       sync.WaitGroup
-	threads  *boundedSet // "channel/thread_ts" the bot is in
-	seen     *boundedSet // "channel/ts" of messages already delivered
-	progress *progressMap
+	mu      sync.Mutex
+	sink    channels.Sink
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	botID   string // the bot's own user id (auth.test)
+	teamID  string
+	health  error
+	started bool
+	wg      sync.WaitGroup
+	threads *boundedSet // "channel/thread_ts" the bot is in
+	seen    *boundedSet // "channel/ts" of messages already delivered
 }
 
 var (
@@ -139,14 +138,13 @@ func New(opts Options) (*Adapter, error) {
 		apiOpts = append(apiOpts, slack.OptionHTTPClient(opts.HTTPClient))
 	}
 	return &Adapter{
-		opts:     opts,
-		log:      log.Named("slack"),
-		now:      now,
-		api:      slack.New(opts.BotToken, apiOpts...),
-		health:   errors.New("slack: not started"),
-		threads:  newBoundedSet(4096),
-		seen:     newBoundedSet(4096),
-		progress: newProgressMap(1024),
+		opts:    opts,
+		log:     log.Named("slack"),
+		now:     now,
+		api:     slack.New(opts.BotToken, apiOpts...),
+		health:  errors.New("slack: not started"),
+		threads: newBoundedSet(4096),
+		seen:    newBoundedSet(4096),
 	}, nil
 }
 

@@ -398,57 +398,36 @@ func TestSendErrors(t *testing.T) {
 	}
 }
 
-func TestSendRetryContinuesAfterPostedParts(t *testing.T) {
-	for _, runID := range []string{"", "3f2a9c1b-0000-4000-8000-000000000001"} {
-		t.Run("runID="+runID, func(t *testing.T) {
-			a, fake := sendAdapter(t)
-			msg := channels.Message{Kind: channels.KindAnnounce, Text: longText(), RunID: runID}
-			fake.FailNextAfter(1, 1, http.StatusBadGateway, "")
-			if err := a.Send(t.Context(), thread, msg); err == nil {
-				t.Fatal("send with part 2 failing returned nil")
-			}
-			if n := len(fake.Posted()); n != 1 {
-				t.Fatalf("%d parts posted before the failure, want 1", n)
-			}
-			if err := a.Send(t.Context(), thread, msg); err != nil {
-				t.Fatalf("retry: %v", err)
-			}
-			posts := fake.Posted()
-			want := channels.Split(msg.Text, channels.LimitSlack)
-			if len(posts) != len(want) {
-				t.Fatalf("%d posts after the retry, want %d (no part twice)", len(posts), len(want))
-			}
-			for i := range want {
-				if posts[i].Text != want[i] {
-					t.Errorf("post %d is not part %d", i, i)
-				}
-			}
-		})
+// Parts from the outbox carry metadata naming the outbox item and part,
+// and FindPart finds a part already posted (in a thread or at top level),
+// so a post whose outcome was unknown after a crash is not posted twice.
+func TestSendPartMetadataAndFindPart(t *testing.T) {
+	a, fake := sendAdapter(t)
+	top := thread
+	top.ThreadID = ""
+	for _, to := range []channels.Origin{thread, top} {
+		msg := channels.Message{Kind: channels.KindReply, Text: "part two", ID: "7", Part: 2, Parts: 3}
+		ts, err := a.SendPart(t.Context(), to, msg)
+		if err != nil || ts == "" {
+			t.Fatalf("SendPart to %s = %q, %v", to, ts, err)
+		}
+		posts := fake.Posted()
+		if md := posts[len(posts)-1].Metadata; !strings.Contains(md, `"event_type":"herald_message"`) || !strings.Contains(md, `"outbox_id":"7"`) {
+			t.Errorf("metadata %s, want event_type herald_message with the outbox id", md)
+		}
+		got, found, err := a.FindPart(t.Context(), to, msg)
+		if err != nil || !found || got != ts {
+			t.Errorf("FindPart in %s = %q, %v, %v; want %q", to, got, found, err, ts)
+		}
+		other := msg
+		other.Part = 3
+		if _, found, err := a.FindPart(t.Context(), to, other); err != nil || found {
+			t.Errorf("FindPart of a part never posted = %v, %v; want not found", found, err)
+		}
 	}
-	t.Run("announce delivered twice posts once", func(t *testing.T) {
-		a, fake := sendAdapter(t)
-		msg := channels.Message{Kind: channels.KindAnnounce, Text: "✅ done", RunID: "run-1"}
-		for range 2 {
-			if err := a.Send(t.Context(), thread, msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if n := len(fake.Posted()); n != 1 {
-			t.Errorf("announce posted %d times, want once", n)
-		}
-	})
-	t.Run("same reply twice posts twice", func(t *testing.T) {
-		a, fake := sendAdapter(t)
-		msg := channels.Message{Kind: channels.KindSystem, Text: "🧭 Subagents: none for this session."}
-		for range 2 {
-			if err := a.Send(t.Context(), thread, msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if n := len(fake.Posted()); n != 2 {
-			t.Errorf("posted %d times, want 2", n)
-		}
-	})
+	if a.PartLimit() != channels.LimitSlack {
+		t.Errorf("PartLimit = %d", a.PartLimit())
+	}
 }
 
 func TestStartAndHealth(t *testing.T) {

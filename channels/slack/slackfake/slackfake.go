@@ -41,6 +41,7 @@ type Post struct {
 	ThreadTS string
 	Text     string
 	TS       string // the ts the fake gave the posted message
+	Metadata string // the metadata form field (JSON), "" if none
 }
 
 // Server is the fake. Create it with New; it stops at test cleanup.
@@ -85,6 +86,8 @@ func New(t testing.TB) *Server {
 	s.st = slacktest.NewTestServer(func(c slacktest.Customize) {
 		c.Handle("/auth.test", s.authTest)
 		c.Handle("/chat.postMessage", s.postMessage)
+		c.Handle("/conversations.history", s.history)
+		c.Handle("/conversations.replies", s.replies)
 		c.Handle("/apps.connections.open", s.connectionsOpen)
 		c.Handle("/ws", s.socket)
 	})
@@ -386,13 +389,63 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	s.seq++
 	ts := fmt.Sprintf("%d.%06d", s.tsBase, s.seq)
-	p := Post{Channel: channel, ThreadTS: r.PostForm.Get("thread_ts"), Text: r.PostForm.Get("text"), TS: ts}
+	p := Post{Channel: channel, ThreadTS: r.PostForm.Get("thread_ts"), Text: r.PostForm.Get("text"), TS: ts, Metadata: r.PostForm.Get("metadata")}
 	s.posts = append(s.posts, p)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"ok": true, "channel": p.Channel, "ts": ts,
 		"message": map[string]any{"type": "message", "user": BotUserID, "bot_id": BotID, "text": p.Text, "ts": ts, "thread_ts": p.ThreadTS},
 	})
+}
+
+// history answers conversations.history with the bot's top-level posts in
+// the channel, newest first, their metadata included when asked for.
+func (s *Server) history(w http.ResponseWriter, r *http.Request) {
+	s.listPosts(w, r, func(p Post) bool { return p.ThreadTS == "" })
+}
+
+// replies answers conversations.replies with the bot's posts in the thread
+// of ts, oldest first.
+func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	ts := r.Form.Get("ts")
+	s.listPosts(w, r, func(p Post) bool { return p.ThreadTS == ts })
+}
+
+func (s *Server) listPosts(w http.ResponseWriter, r *http.Request, keep func(Post) bool) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	channel, withMeta := r.Form.Get("channel"), r.Form.Get("include_all_metadata") == "1"
+	s.mu.Lock()
+	var msgs []map[string]any
+	for _, p := range s.posts {
+		if p.Channel != channel || !keep(p) {
+			continue
+		}
+		m := map[string]any{"type": "message", "user": BotUserID, "bot_id": BotID, "text": p.Text, "ts": p.TS, "thread_ts": p.ThreadTS}
+		if withMeta && p.Metadata != "" {
+			var md any
+			if json.Unmarshal([]byte(p.Metadata), &md) == nil {
+				m["metadata"] = md
+			}
+		}
+		msgs = append(msgs, m)
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "messages": msgs, "has_more": false})
+}
+
+// Remember records a post as if the bot had made it (a post Slack accepted
+// just before the gateway died, so the gateway never heard the answer).
+func (s *Server) Remember(p Post) Post {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	p.TS = fmt.Sprintf("%d.%06d", s.tsBase, s.seq)
+	s.posts = append(s.posts, p)
+	return p
 }
 
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
