@@ -13,7 +13,7 @@ type webLog struct{ db *store.DB }
 var _ web.Log = webLog{}
 
 func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
-	m := store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At}
+	m := store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Key: e.Key}
 	seq, err := l.db.AppendWeb(ctx, client, &m)
 	if err == nil {
 		e.Seq = seq

@@ -165,6 +165,9 @@ type WebMessage struct {
 	Text  string    `json:"text"`
 	RunID string    `json:"runId,omitempty"`
 	At    time.Time `json:"at"`
+	// Key, when set, makes the append idempotent per client (e.g. the
+	// outbox item it delivers): a second append with it adds nothing.
+	Key string `json:"-"`
 }
 
 // SessionFilter selects sessions for ListSessions.

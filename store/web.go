@@ -11,7 +11,7 @@ import (
 // zero m.At (now) are set on return. When m.RunID is set and the client
 // already has a message with that RunID, nothing is added and that
 // message's seq is returned (an announce redelivered after a restart shows
-// once).
+// once). The same holds for m.Key (an outbox item re-sent after a crash).
 func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64, error) {
 	if client == "" {
 		return 0, errors.New("append web message: client is empty")
@@ -22,9 +22,12 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 	m.At = truncMS(m.At)
 	var seq int64
 	err := d.tx(ctx, func(c conn) error {
-		if m.RunID != "" {
+		for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
+			if q.val == "" {
+				continue
+			}
 			err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-				`SELECT seq FROM web_messages WHERE client = ? AND run_id = ?`, client, m.RunID)
+				`SELECT seq FROM web_messages WHERE client = ? AND `+q.col+` = ?`, client, q.val)
 			if err == nil {
 				return nil
 			}
@@ -36,8 +39,8 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 			`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = ?`, client); err != nil {
 			return err
 		}
-		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, at) VALUES (?, ?, ?, ?, ?, ?)`,
-			client, seq, m.Role, m.Text, nullString(m.RunID), m.At.UnixMilli())
+		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli())
 		return err
 	})
 	if err != nil {

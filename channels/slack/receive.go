@@ -58,8 +58,10 @@ func (a *Adapter) runSocket(ctx context.Context, smc *socketmode.Client) {
 	}
 }
 
-// consumeSocket reads the Socket Mode client's events, acknowledges every
-// envelope first, then decodes it.
+// consumeSocket reads the Socket Mode client's events, decodes each and
+// hands its message to the gateway, then acknowledges the envelope: a
+// message is stored before Slack hears it arrived (SPEC §12), so a crash
+// in between makes Slack deliver it again instead of losing it.
 func (a *Adapter) consumeSocket(ctx context.Context, smc *socketmode.Client) {
 	for {
 		select {
@@ -73,9 +75,11 @@ func (a *Adapter) consumeSocket(ctx context.Context, smc *socketmode.Client) {
 
 func (a *Adapter) handleSocketEvent(ctx context.Context, smc *socketmode.Client, evt socketmode.Event) {
 	if evt.Request != nil && evt.Request.EnvelopeID != "" {
-		if err := smc.AckCtx(ctx, evt.Request.EnvelopeID, nil); err != nil {
-			a.log.Warn("slack ack failed", zap.String("envelopeId", evt.Request.EnvelopeID), zap.Error(err))
-		}
+		defer func() {
+			if err := smc.AckCtx(ctx, evt.Request.EnvelopeID, nil); err != nil {
+				a.log.Warn("slack ack failed", zap.String("envelopeId", evt.Request.EnvelopeID), zap.Error(err))
+			}
+		}()
 	}
 	switch evt.Type {
 	case socketmode.EventTypeConnecting:

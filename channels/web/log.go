@@ -22,14 +22,17 @@ type Entry struct {
 	Text  string    `json:"text"`
 	RunID string    `json:"runId,omitempty"`
 	At    time.Time `json:"at"`
+	// Key makes Append idempotent per client: the outbox item an entry
+	// delivers ("outbox:<id>"). Not shown to clients.
+	Key string `json:"-"`
 }
 
 // Log persists each client's conversation. The gateway implements it over
 // the store; NewMemoryLog is the in-memory fallback.
 type Log interface {
 	// Append stores e for client and returns its seq, increasing per client.
-	// An entry whose RunID was already appended for that client returns the
-	// first seq and adds nothing.
+	// An entry whose RunID or Key was already appended for that client
+	// returns the first seq and adds nothing.
 	Append(ctx context.Context, client string, e *Entry) (seq int64, err error)
 	// After returns up to limit entries of client with seq > after, oldest
 	// first. limit <= 0 means no limit.
@@ -45,7 +48,7 @@ type MemoryLog struct {
 
 type memClient struct {
 	entries []Entry          // entries[i].Seq == i+1
-	runs    map[string]int64 // RunID → first seq
+	runs    map[string]int64 // "run:<RunID>" or "key:<Key>" → first seq
 }
 
 // NewMemoryLog returns an empty in-memory Log.
@@ -67,8 +70,8 @@ func (m *MemoryLog) Append(ctx context.Context, client string, e *Entry) (int64,
 		c = &memClient{runs: make(map[string]int64)}
 		m.clients[client] = c
 	}
-	if e.RunID != "" {
-		if seq, ok := c.runs[e.RunID]; ok {
+	for _, k := range []string{runKey(e.RunID), idemKey(e.Key)} {
+		if seq, ok := c.runs[k]; ok && k != "" {
 			return seq, nil
 		}
 	}
@@ -76,10 +79,26 @@ func (m *MemoryLog) Append(ctx context.Context, client string, e *Entry) (int64,
 	stored := *e
 	stored.Seq = seq
 	c.entries = append(c.entries, stored)
-	if e.RunID != "" {
-		c.runs[e.RunID] = seq
+	for _, k := range []string{runKey(e.RunID), idemKey(e.Key)} {
+		if k != "" {
+			c.runs[k] = seq
+		}
 	}
 	return seq, nil
+}
+
+func runKey(id string) string {
+	if id == "" {
+		return ""
+	}
+	return "run:" + id
+}
+
+func idemKey(k string) string {
+	if k == "" {
+		return ""
+	}
+	return "key:" + k
 }
 
 // After implements Log.

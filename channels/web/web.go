@@ -189,6 +189,9 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 		return fmt.Errorf("web: send to %s: unknown message kind %q: %w", to.ChatID, msg.Kind, channels.ErrPermanent)
 	}
 	e := &Entry{Role: role, Text: msg.Text, RunID: msg.RunID, At: time.Now().UTC()}
+	if msg.ID != "" {
+		e.Key = "outbox:" + msg.ID // a re-send after a crash shows once
+	}
 	if _, err := a.append(ctx, to.ChatID, e); err != nil {
 		return fmt.Errorf("web: send %s to %s: %w", role, to.ChatID, err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/devtools/harness"
 	"github.com/heraldhq/herald/store"
@@ -28,12 +29,15 @@ const tgToken = "4242:chaos"
 
 func tgConversation(chat int64) string { return fmt.Sprintf("telegram:%d", chat) }
 
+func slackConversation(thread string) string { return "slack:C1:" + thread }
+
 // make test runs the bounded default; `make chaos K=100` the long one.
 var (
 	flagKills   = flag.Int("kills", 10, "SIGKILLs of the gateway")
 	flagLatency = flag.Duration("latency", 300*time.Millisecond, "the fake model's latency per call")
 	flagClients = flag.Int("clients", 4, "web conversations posting at once")
 	flagChats   = flag.Int("chats", 2, "Telegram chats posting at once (their sends fail with 429 and 500 now and then)")
+	flagThreads = flag.Int("threads", 2, "Slack threads posting at once (Socket Mode; posts fail with 429 and 500 now and then)")
 	flagSeed    = flag.Uint64("seed", 0, "random seed (0: from the clock; printed either way)")
 	flagLife    = flag.Duration("life", 2*time.Second, "longest life of the gateway between kills")
 )
@@ -75,8 +79,10 @@ func TestChaos(t *testing.T) {
 	}
 	stateDir, cfgPath, logPath := filepath.Join(dir, "state"), filepath.Join(dir, "herald.json5"), filepath.Join(dir, "gateway.log")
 	tg := tgfake.New(t, tgToken)
+	sf := slackfake.New(t)
 	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 4, Subagents: 4, Children: 1000, GraceSeconds: 3,
-		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }", tgToken, tg.URL())}
+		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }, slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } }",
+			tgToken, tg.URL(), slackfake.BotToken, slackfake.AppToken, sf.URL())}
 	if err := cfg.Write(cfgPath); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +136,36 @@ func TestChaos(t *testing.T) {
 		})
 	}
 
+	// Slack acknowledges what the gateway acked over Socket Mode (after
+	// storing it); an envelope sent while the gateway is down or dying is
+	// not acknowledged and does not count.
+	for c := range *flagThreads {
+		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(200+c)))
+		thread := fmt.Sprintf("1700000000.%06d", 100+c)
+		drivers.Go(func() {
+			d.drive(driveCtx, slackConversation(thread), r, func(text string) error {
+				if r.IntN(6) == 0 {
+					sf.FailNext(1, []int{429, 500}[r.IntN(2)], "1")
+				}
+				id, err := sf.TryMention("C1", "U1", text, thread)
+				if err != nil {
+					return err
+				}
+				for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+					if sf.Acked(id) {
+						return nil
+					}
+					select {
+					case <-driveCtx.Done():
+						return driveCtx.Err()
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+				return errors.New("not acknowledged")
+			})
+		})
+	}
+
 	gw := start()
 	for k := range *flagKills {
 		life := time.Duration(rng.Int64N(int64(*flagLife)-int64(100*time.Millisecond))) + 100*time.Millisecond
@@ -154,8 +190,16 @@ func TestChaos(t *testing.T) {
 	for {
 		missing := 0
 		sent := tg.Sent()
+		slackPosts := sf.Posted()
 		for conv, posts := range want {
-			if chat, ok := strings.CutPrefix(conv, "telegram:"); ok {
+			if thread, ok := strings.CutPrefix(conv, "slack:C1:"); ok {
+				got[conv] = nil
+				for _, p := range slackPosts {
+					if p.Channel == "C1" && p.ThreadTS == thread {
+						got[conv] = append(got[conv], p.Text)
+					}
+				}
+			} else if chat, ok := strings.CutPrefix(conv, "telegram:"); ok {
 				got[conv] = nil
 				for _, m := range sent {
 					if fmt.Sprint(m.ChatID) == chat {
@@ -207,6 +251,12 @@ func TestChaos(t *testing.T) {
 			t.Errorf("%s: %s", client, p)
 		}
 	}
+	var per []string
+	for conv, posts := range want {
+		per = append(per, fmt.Sprintf("%s=%d", conv, len(posts)))
+	}
+	slices.Sort(per)
+	t.Logf("chaos: acknowledged per conversation: %s", strings.Join(per, " "))
 	runs := runsByLabel(t, stateDir)
 	for client, posts := range want {
 		for _, p := range posts {

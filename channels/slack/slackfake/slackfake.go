@@ -12,8 +12,10 @@ package slackfake
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -264,6 +266,41 @@ func (s *Server) SendSlashCommand(channel, user, command, text string) string {
 
 // SendEvent wraps an inner event in an event_callback and sends it as an
 // events_api envelope; it returns the envelope id.
+// TryMention sends a mention of the bot in channel (in thread threadTS if
+// set) as one app_mention envelope over the newest Socket Mode connection,
+// without failing the test when no client is connected (the chaos test
+// kills the gateway at random). It returns the envelope id; Acked tells
+// whether the gateway acknowledged it.
+func (s *Server) TryMention(channel, user, text, threadTS string) (string, error) {
+	if !strings.Contains(text, "<@"+BotUserID) {
+		text = "<@" + BotUserID + "> " + text
+	}
+	s.mu.Lock()
+	if len(s.conns) == 0 {
+		s.mu.Unlock()
+		return "", errors.New("slackfake: no Socket Mode client connected")
+	}
+	s.seq++
+	id, ts := fmt.Sprintf("env-%d", s.seq), fmt.Sprintf("%d.%06d", s.tsBase, s.seq)
+	c := s.conns[len(s.conns)-1]
+	s.mu.Unlock()
+	env := map[string]any{
+		"envelope_id": id, "type": "events_api", "accepts_response_payload": false, "retry_attempt": 0, "retry_reason": "",
+		"payload": json.RawMessage(EventCallback(MentionEvent(channel, user, text, ts, threadTS))),
+	}
+	if err := c.writeJSON(env); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Acked reports whether the envelope id was acknowledged.
+func (s *Server) Acked(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.acks, id)
+}
+
 func (s *Server) SendEvent(event map[string]any) string {
 	return s.SendEnvelope("events_api", json.RawMessage(EventCallback(event)))
 }
