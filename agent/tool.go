@@ -14,6 +14,7 @@ const (
 	GroupFiles    = "files"
 	GroupExec     = "exec"
 	GroupWeb      = "web"
+	GroupMCP      = "mcp" // tools of MCP servers (mcp__<server>__<tool>)
 )
 
 // CallContext tells a tool who is calling.

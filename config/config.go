@@ -35,6 +35,7 @@ type Config struct {
 	Tools    Tools     `json:"tools"`
 	Security Security  `json:"security"`
 	Channels Channels  `json:"channels"`
+	MCP      MCP       `json:"mcp"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -130,6 +131,7 @@ type Agent struct {
 	AllowedTools  []string  `json:"allowedTools"` // empty = all
 	MaxIterations int       `json:"maxIterations"`
 	Subagents     Subagents `json:"subagents"`
+	MCPServers    []string  `json:"mcpServers"` // MCP servers whose tools it gets; nil = every server
 }
 
 // Binding routes inbound messages matching Match to an agent.
@@ -190,7 +192,7 @@ type Security struct {
 // (tools > groups > default).
 type ToolPolicy struct {
 	Default string            `json:"default"` // default "allow"
-	Groups  map[string]string `json:"groups"`  // sessions|files|exec|web
+	Groups  map[string]string `json:"groups"`  // sessions|files|exec|web|mcp
 	Tools   map[string]string `json:"tools"`
 }
 

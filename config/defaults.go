@@ -206,6 +206,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	if ch.Web.Enabled == nil {
 		ch.Web.Enabled = boolp(true)
 	}
+	c.applyMCPDefaults()
 }
 
 func contains(list []string, s string) bool {

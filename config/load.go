@@ -101,6 +101,9 @@ func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, 
 		"channels.matrix":   !cfg.Channels.Matrix.Enabled,
 		"channels.web":      cfg.Channels.Web.Enabled != nil && !*cfg.Channels.Web.Enabled,
 	}
+	for name, s := range cfg.MCP.Servers {
+		disabled[joinKey("mcp.servers", name)] = s.Enabled != nil && !*s.Enabled
+	}
 	ex := &envExpander{
 		env: env,
 		lenient: func(path string) bool {

@@ -17,7 +17,7 @@ var (
 	logFormats     = []string{"json", "console"}
 	thinkingLevels = []string{"off", "low", "medium", "high"}
 	policyValues   = []string{"allow", "supervised", "deny"}
-	policyGroups   = []string{"sessions", "files", "exec", "web"}
+	policyGroups   = []string{"sessions", "files", "exec", "web", "mcp"}
 	slackModes     = []string{"socket", "http"}
 	replyToModes   = []string{"off", "first", "all"}
 	threadReplies  = []string{"off", "inbound", "always"}
@@ -98,6 +98,7 @@ func (c *Config) Validate() error {
 	v.tools()
 	v.security()
 	v.channels()
+	v.mcp()
 	file := c.File()
 	if file == "" {
 		file = "config"

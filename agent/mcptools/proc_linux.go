@@ -1,0 +1,5 @@
+package mcptools
+
+import "syscall"
+
+func setPdeathsig(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
