@@ -181,7 +181,7 @@ func (g *Gateway) buildChannels(extra []channels.Channel) error {
 	if c.Telegram.Enabled {
 		a, err := telegram.New(telegram.Options{BotToken: c.Telegram.BotToken.Value(), APIURL: c.Telegram.APIURL,
 			WebhookURL: c.Telegram.WebhookURL, WebhookSecret: c.Telegram.WebhookSecret.Value(),
-			WebhookPath: c.Telegram.WebhookPath, Access: accessOf(c.Telegram.Access),
+			WebhookPath: c.Telegram.WebhookPath, Access: accessOf(c.Telegram.Access), Offsets: telegramOffsets{g.db},
 			Logger: log.With(zap.String("channel", "telegram"))})
 		if err != nil {
 			return fmt.Errorf("channels.telegram: %w", err)
@@ -193,7 +193,8 @@ func (g *Gateway) buildChannels(extra []channels.Channel) error {
 		a, err := matrix.New(matrix.Options{Homeserver: c.Matrix.Homeserver, UserID: c.Matrix.UserID,
 			AccessToken: c.Matrix.AccessToken.Value(), Password: c.Matrix.Password.Value(), DeviceID: c.Matrix.DeviceID,
 			AutoJoin: autoJoin, ThreadReplies: c.Matrix.ThreadReplies, Access: accessOf(c.Matrix.Access),
-			Logger: log.With(zap.String("channel", "matrix"))})
+			SyncStore: matrixSyncStore{g.db},
+			Logger:    log.With(zap.String("channel", "matrix"))})
 		if err != nil {
 			return fmt.Errorf("channels.matrix: %w", err)
 		}

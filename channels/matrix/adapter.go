@@ -55,6 +55,12 @@ type Options struct {
 	// HTTPClient is used for every request; its Timeout must exceed the 30 s
 	// /sync long poll. Nil uses a client with a 120 s timeout.
 	HTTPClient *http.Client
+	// SyncStore keeps the /sync next_batch token across restarts (the
+	// gateway's store). With a token from an earlier run, the adapter
+	// continues from it, so messages sent while the gateway was down are
+	// delivered (the gateway drops re-deliveries by event id). Nil keeps it
+	// in memory: a start then skips what came before it.
+	SyncStore mautrix.SyncStore
 }
 
 // Adapter is the Matrix channel.
@@ -184,8 +190,23 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	syncer := mautrix.NewDefaultSyncer()
 	a.client.Syncer = &backoffSyncer{DefaultSyncer: syncer, a: a}
 	a.client.Store = mautrix.NewMemorySyncStore()
+	if a.opts.SyncStore != nil {
+		a.client.Store = a.opts.SyncStore
+	}
+	resume, err := a.client.Store.LoadNextBatch(startCtx, a.client.UserID)
+	if err != nil {
+		return fmt.Errorf("matrix: load the saved sync token: %w", err)
+	}
 	if err := a.initialSync(startCtx); err != nil {
 		return err
+	}
+	if resume != "" {
+		// Continue from where the last run stopped: what arrived since is
+		// delivered (the initial sync above only warmed the caches).
+		if err := a.client.Store.SaveNextBatch(startCtx, a.client.UserID, resume); err != nil {
+			return fmt.Errorf("matrix: restore the sync token: %w", err)
+		}
+		a.log.Info("matrix continues /sync from the last run's token")
 	}
 	syncer.OnSync(a.onSync)
 	syncer.OnEventType(event.StateMember, a.onMember)

@@ -298,3 +298,47 @@ func TestDendriteResendIsDeduplicated(t *testing.T) {
 		t.Fatalf("room shows %d bot messages %v, want 4: two parts once, then two distinct items", len(msgs), bodies)
 	}
 }
+
+// TestDendriteCatchUpAfterRestart: with the sync token kept across runs, a
+// message sent while the gateway was down is delivered when it starts
+// again (the gateway's intake drops what it already stored by event id).
+func TestDendriteCatchUpAfterRestart(t *testing.T) {
+	hs := requireHS(t)
+	alice := hs.RegisterUser(t, "alice")
+	bot := hs.RegisterUser(t, "herald")
+	tokens := mautrix.NewMemorySyncStore() // stands in for the gateway's store
+	run := func() (*Adapter, inbox) {
+		a, err := New(Options{Homeserver: hs.URL, UserID: string(bot.UserID), AccessToken: bot.AccessToken, AutoJoin: true,
+			Access: channels.Access{GroupPolicy: channels.GroupOpen}, SyncStore: tokens, Logger: zaptest.NewLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(inbox, 32)
+		if err := a.Start(context.Background(), in.sink); err != nil {
+			t.Fatalf("start adapter: %v", err)
+		}
+		return a, in
+	}
+	stop := func(a *Adapter) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Stop(ctx); err != nil {
+			t.Errorf("stop adapter: %v", err)
+		}
+	}
+	a, in := run()
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+	matrixtest.Post(t, alice, room, "first, while running")
+	if got := in.next(t); got.Text != "first, while running" {
+		t.Fatalf("first message: %q", got.Text)
+	}
+	stop(a)
+
+	matrixtest.Post(t, alice, room, "second, while the gateway is down")
+	a, in = run()
+	defer stop(a)
+	if got := in.next(t); got.Text != "second, while the gateway is down" {
+		t.Fatalf("after the restart: %q, want the message sent while down", got.Text)
+	}
+}

@@ -69,6 +69,16 @@ type Options struct {
 	Access        channels.Access
 	Logger        *zap.Logger
 	HTTPClient    *http.Client
+	// Offsets keeps the getUpdates offset across restarts (the gateway's
+	// store): a restart continues after the last update handed to the
+	// gateway. Nil starts from Telegram's oldest unconfirmed update.
+	Offsets OffsetStore
+}
+
+// OffsetStore persists the long-polling offset (the next update_id).
+type OffsetStore interface {
+	LoadOffset(ctx context.Context) (int, error)
+	SaveOffset(ctx context.Context, offset int) error
 }
 
 // Adapter is the Telegram channel.
@@ -273,6 +283,13 @@ func (a *Adapter) Health() error {
 func (a *Adapter) poll(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	offset := 0
+	if a.opts.Offsets != nil {
+		if o, err := a.opts.Offsets.LoadOffset(ctx); err != nil {
+			a.log.Warn("telegram: could not load the saved update offset; starting from the oldest unconfirmed update", zap.Error(err))
+		} else {
+			offset = o
+		}
+	}
 	backoff := a.minBackoff
 	timeout := int(a.opts.PollTimeout / time.Second)
 	if timeout < 1 {
@@ -316,10 +333,18 @@ func (a *Adapter) poll(ctx context.Context, done chan struct{}) {
 			a.log.Warn("telegram getUpdates: undecodable result", zap.Error(err))
 			continue
 		}
+		before := offset
 		for _, raw := range raws {
 			id := a.handle(ctx, raw)
 			if id >= offset {
 				offset = id + 1
+			}
+		}
+		// Every update of the batch is stored by now (the gateway's Sink
+		// stores before it returns); the next getUpdates confirms them.
+		if offset != before && a.opts.Offsets != nil {
+			if err := a.opts.Offsets.SaveOffset(context.WithoutCancel(ctx), offset); err != nil {
+				a.log.Warn("telegram: could not save the update offset", zap.Error(err))
 			}
 		}
 	}

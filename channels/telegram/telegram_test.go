@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -416,6 +417,56 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type memOffsets struct {
+	mu sync.Mutex
+	v  int
+}
+
+func (m *memOffsets) LoadOffset(context.Context) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.v, nil
+}
+
+func (m *memOffsets) SaveOffset(_ context.Context, v int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.v = v
+	return nil
+}
+
+// With a saved offset the adapter continues after the last update it
+// handed over before a restart, and saves the offset as it goes.
+func TestPollingContinuesFromSavedOffset(t *testing.T) {
+	fake := tgfake.New(t, token)
+	fake.SendText(42, "private", 0, 42, "handled before the restart") // update 100000
+	fake.SendText(42, "private", 0, 42, "new since")                  // update 100001
+	offsets := &memOffsets{v: 100001}
+	a, err := New(Options{BotToken: token, APIURL: fake.URL(), PollTimeout: time.Second, Offsets: offsets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := make(recorder, 16)
+	if err := a.Start(context.Background(), rec.sink); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Stop(ctx)
+	}()
+	if got := rec.next(t); got.Text != "new since" {
+		t.Fatalf("first message after the restart: %q, want the one after the saved offset", got.Text)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for v, _ := offsets.LoadOffset(context.Background()); v != 100002; v, _ = offsets.LoadOffset(context.Background()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("saved offset %d, want 100002", v)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

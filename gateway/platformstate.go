@@ -1,0 +1,52 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// matrixSyncStore keeps the Matrix /sync tokens in the store (SPEC §12:
+// Matrix next_batch persisted), so a restart continues from the last
+// token instead of skipping what arrived while the gateway was down.
+type matrixSyncStore struct{ db *store.DB }
+
+var _ mautrix.SyncStore = matrixSyncStore{}
+
+func (m matrixSyncStore) SaveFilterID(ctx context.Context, userID id.UserID, filterID string) error {
+	return m.db.SetKV(ctx, "matrix.filter."+string(userID), filterID)
+}
+
+func (m matrixSyncStore) LoadFilterID(ctx context.Context, userID id.UserID) (string, error) {
+	v, _, err := m.db.GetKV(ctx, "matrix.filter."+string(userID))
+	return v, err
+}
+
+func (m matrixSyncStore) SaveNextBatch(ctx context.Context, userID id.UserID, token string) error {
+	return m.db.SetKV(ctx, "matrix.next_batch."+string(userID), token)
+}
+
+func (m matrixSyncStore) LoadNextBatch(ctx context.Context, userID id.UserID) (string, error) {
+	v, _, err := m.db.GetKV(ctx, "matrix.next_batch."+string(userID))
+	return v, err
+}
+
+// telegramOffsets keeps the Telegram getUpdates offset in the store (SPEC
+// §12: Telegram update_id, offset persisted).
+type telegramOffsets struct{ db *store.DB }
+
+func (t telegramOffsets) LoadOffset(ctx context.Context) (int, error) {
+	v, found, err := t.db.GetKV(ctx, "telegram.offset")
+	if err != nil || !found {
+		return 0, err
+	}
+	return strconv.Atoi(v)
+}
+
+func (t telegramOffsets) SaveOffset(ctx context.Context, offset int) error {
+	return t.db.SetKV(ctx, "telegram.offset", strconv.Itoa(offset))
+}

@@ -1,0 +1,28 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// GetKV returns the value stored under key; found is false when there is none.
+func (d *DB) GetKV(ctx context.Context, key string) (value string, found bool, err error) {
+	err = d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&value) },
+		`SELECT value FROM kv WHERE key = ?`, key)
+	if errors.Is(err, ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, d.wrap("get "+key, err)
+	}
+	return value, true, nil
+}
+
+// SetKV stores value under key.
+func (d *DB) SetKV(ctx context.Context, key, value string) error {
+	_, err := d.writer(ctx).exec(`INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`,
+		key, value, nowMS().UnixMilli())
+	return d.wrap("set "+key, err)
+}
