@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/mcptools"
 	"github.com/heraldhq/herald/agent/providers"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
@@ -60,6 +61,7 @@ type Gateway struct {
 	metrics  *metrics
 	outbox   *deliverer
 	approv   *approvals
+	mcp      *mcptools.Manager
 
 	listener net.Listener
 	server   *http.Server
@@ -122,6 +124,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.maxQueued = cmp.Or(cfg.Agents.Defaults.MaxQueued, DefaultMaxQueued)
 	g.outbox = newDeliverer(g)
 	g.approv = newApprovals(g)
+	g.newMCP()
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace,
@@ -156,9 +159,10 @@ func (g *Gateway) workspace(agentID string) string {
 	return g.cfg.AgentWorkspace(agentID, g.stateDir)
 }
 
-// baseTools are an agent's built-in tools, limited to its allowedTools.
+// baseTools are an agent's built-in tools and the tools of its MCP servers
+// that are up, limited to its allowedTools.
 func (g *Gateway) baseTools(agentID string) *agent.Registry {
-	reg := agent.NewRegistry(tools.New(g.tools)...)
+	reg := agent.NewRegistry(append(tools.New(g.tools), g.mcpTools(agentID)...)...)
 	if a, ok := g.cfg.Agent(agentID); ok && len(a.AllowedTools) > 0 {
 		reg = reg.Filter(func(name string, _ agent.Tool) bool { return slices.Contains(a.AllowedTools, name) })
 	}
@@ -228,7 +232,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.approv.expireStale(ctx); err != nil {
 		g.log.Warn("could not expire stale approvals", zap.Error(err))
 	}
+	g.startMCP()
 	if err := g.subs.Start(ctx); err != nil {
+		g.mcp.Close()
 		return err
 	}
 	if err := g.resumeOwed(ctx); err != nil {
@@ -297,6 +303,7 @@ func (g *Gateway) shutdown(ctx context.Context) {
 		g.log.Info("queued turns stay owed for the next start", zap.Int("turns", dropped))
 	}
 	g.subs.Shutdown(ctx)
+	g.mcp.Close()
 	g.outbox.flush(ctx)
 	g.bgCancel()
 	var wg sync.WaitGroup

@@ -18,6 +18,7 @@ func (g *Gateway) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", g.readyz)
+	mux.HandleFunc("GET /mcp", g.mcpList)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	for _, ch := range g.channels {
 		if m, ok := ch.(channels.HTTPMounter); ok {
@@ -65,7 +66,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	if !ready {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, map[string]any{"ready": ready, "checks": checks})
+	body := map[string]any{"ready": ready, "checks": checks}
+	if g.mcpChecks(checks) {
+		body["degraded"] = true
+	}
+	writeJSON(w, code, body)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

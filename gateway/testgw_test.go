@@ -281,7 +281,8 @@ func gatewayGoroutines() map[string]string {
 			switch {
 			case strings.Contains(frame, "/slackfake.") || strings.Contains(frame, "/tgfake.") ||
 				strings.Contains(frame, "/llmtest.") || strings.Contains(frame, "/webtest.") ||
-				strings.Contains(frame, "/matrixtest.") || strings.Contains(frame, "/slacktest."):
+				strings.Contains(frame, "/matrixtest.") || strings.Contains(frame, "/slacktest.") ||
+				strings.Contains(frame, "/mcptest."):
 				ours = false
 			case strings.HasPrefix(frame, "github.com/heraldhq/herald/"),
 				strings.HasPrefix(frame, "github.com/slack-go/slack"),

@@ -437,12 +437,15 @@ func (s *server) listTools(ctx context.Context, sess *mcp.ClientSession) error {
 		byName[nt.name] = t.Name
 		tools = append(tools, nt)
 	}
-	for _, p := range problems {
-		s.m.log.Warn("MCP tool refused", zap.String("server", s.name), zap.String("problem", p))
-	}
 	s.mu.Lock()
+	same := slices.Equal(s.problems, problems)
 	s.tools, s.problems = tools, problems
 	s.mu.Unlock()
+	if !same {
+		for _, p := range problems {
+			s.m.log.Warn("MCP tool refused", zap.String("server", s.name), zap.String("problem", p))
+		}
+	}
 	return nil
 }
 

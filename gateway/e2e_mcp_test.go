@@ -1,0 +1,176 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/mcptools/mcptest"
+)
+
+// TestMain lets the test binary serve as a stdio MCP server (mcptest).
+func TestMain(m *testing.M) { mcptest.Main(m) }
+
+const mcpConfig = `{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  security: { toolPolicy: { default: "allow", POLICY } },
+  tools: { subagents: { tools: { deny: ["mcp__local__pid"] } } },
+  mcp: { servers: {
+    local: { command: "{{self}}", env: { HERALD_MCPTEST_SERVE: "1" }, timeoutSeconds: 10 },
+    remote: { url: "{{mcpurl}}", headers: { Authorization: "Bearer t0ken" } },
+    gone: { url: "http://127.0.0.1:1/mcp", timeoutSeconds: 2 },
+  } },
+}`
+
+// mcpModel: "call <tool> <text>" makes the main agent spawn a sub-agent
+// that calls the tool with {"text": <text>} and reports the tool result in
+// its announce.
+func mcpModel(c llmtest.Call) llmtest.Reply {
+	last := c.Messages[len(c.Messages)-1]
+	if strings.Contains(c.System, "Sub-agent context") {
+		if len(last.ToolResults) > 0 {
+			return llmtest.Reply{Text: "tool said: " + last.ToolResults[0].Content}
+		}
+		if strings.Contains(last.Text, "Announce step") {
+			said := "(nothing)"
+			for _, m := range c.Messages {
+				if m.Role == agent.RoleAssistant && strings.HasPrefix(m.Text, "tool said: ") {
+					said = m.Text
+				}
+			}
+			return llmtest.Reply{Text: "Result:\n" + said + "\n\nNotes:\n(none)"}
+		}
+		f := strings.Fields(c.LastUser()[strings.Index(c.LastUser(), "call "):])
+		if !slices.Contains(c.Tools, f[1]) {
+			return llmtest.Reply{Text: "tool said: I have no tool " + f[1] + "; tools: " + strings.Join(c.Tools, ",")}
+		}
+		args, _ := json.Marshal(map[string]string{"text": f[2]})
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: f[1], Args: args}}}
+	}
+	if len(last.ToolResults) > 0 {
+		return llmtest.Reply{Text: "spawned the caller"}
+	}
+	if strings.HasPrefix(c.LastUser(), "call ") {
+		args, _ := json.Marshal(map[string]string{"task": c.LastUser(), "label": "caller"})
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: args}}}
+	}
+	return llmtest.Reply{Text: "noted"}
+}
+
+func mcpGateway(t *testing.T, policy string) *testGW {
+	remote := mcptest.NewHTTP(t, nil)
+	cfg := strings.NewReplacer("{{self}}", jsonEscape(osArgs0()), "{{mcpurl}}", remote.URL, "POLICY", policy).Replace(mcpConfig)
+	return newTestGateway(t, cfg, mcpModel)
+}
+
+// TestE2EMCPToolThroughSubagent: a person asks, the main agent spawns a
+// sub-agent, the sub-agent calls mcp__<server>__echo on a stdio server and
+// on a streamable HTTP server, and the tool's result appears in the
+// announce in the asking thread. A server that cannot be reached degrades
+// /readyz and is listed as down on GET /mcp.
+func TestE2EMCPToolThroughSubagent(t *testing.T) {
+	tg := mcpGateway(t, "")
+	for _, server := range []string{"local", "remote"} {
+		waitMCPUp(t, tg, server)
+		seq := webPost(t, tg.URL, "ann", "call mcp__"+server+"__echo hello-"+server)
+		ann := waitWeb(t, tg, "ann", seq, "announce", func(string) bool { return true })
+		if !strings.Contains(ann.Text, "tool said: echo: hello-"+server) {
+			t.Errorf("announce does not carry the %s tool's result:\n%s", server, ann.Text)
+		}
+	}
+
+	resp, err := http.Get(tg.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rz struct {
+		Ready    bool
+		Degraded bool
+		Checks   map[string]string
+	}
+	json.NewDecoder(resp.Body).Decode(&rz)
+	resp.Body.Close()
+	if !rz.Ready || !rz.Degraded || rz.Checks["mcp:local"] != "ok" || !strings.HasPrefix(rz.Checks["mcp:gone"], "down: connect") {
+		t.Errorf("/readyz = %+v; want ready, degraded, mcp:local ok, mcp:gone down", rz)
+	}
+}
+
+// TestE2EMCPPolicy: group mcp supervised needs /approve; a per-tool entry
+// wins over the group; tools.subagents.tools.deny removes an MCP tool from
+// sub-agents.
+func TestE2EMCPPolicy(t *testing.T) {
+	tg := mcpGateway(t, `groups: { mcp: "supervised" }, tools: { mcp__remote__echo: "allow", mcp__local__fail: "deny" }`)
+	waitMCPUp(t, tg, "local")
+	waitMCPUp(t, tg, "remote")
+
+	seq := webPost(t, tg.URL, "bob", "call mcp__remote__echo free")
+	ann := waitWeb(t, tg, "bob", seq, "announce", func(string) bool { return true })
+	if !strings.Contains(ann.Text, "tool said: echo: free") {
+		t.Errorf("allowed tool: announce\n%s", ann.Text)
+	}
+
+	seq = webPost(t, tg.URL, "bob", "call mcp__local__fail x")
+	ann = waitWeb(t, tg, "bob", seq, "announce", func(string) bool { return true })
+	if strings.Contains(ann.Text, "bad input") || !strings.Contains(ann.Text, "denied") {
+		t.Errorf("denied tool ran or was not reported denied:\n%s", ann.Text)
+	}
+
+	seq = webPost(t, tg.URL, "bob", "call mcp__local__pid x")
+	ann = waitWeb(t, tg, "bob", seq, "announce", func(string) bool { return true })
+	if !strings.Contains(ann.Text, "I have no tool mcp__local__pid") || !strings.Contains(ann.Text, "mcp__local__echo") {
+		t.Errorf("tools.subagents.tools.deny did not remove the MCP tool:\n%s", ann.Text)
+	}
+
+	seq = webPost(t, tg.URL, "bob", "call mcp__local__echo guarded")
+	req := waitText(t, tg, "bob", "🔐 Approval needed")
+	m := approvalCode.FindStringSubmatch(req)
+	if m == nil || !strings.Contains(req, "mcp__local__echo") {
+		t.Fatalf("approval request without code or tool: %q", req)
+	}
+	webPost(t, tg.URL, "bob", "/approve "+m[1])
+	ann = waitWeb(t, tg, "bob", seq, "announce", func(s string) bool { return strings.Contains(s, "guarded") })
+	if !strings.Contains(ann.Text, "tool said: echo: guarded") {
+		t.Errorf("approved tool: announce\n%s", ann.Text)
+	}
+}
+
+func waitMCPUp(t *testing.T, tg *testGW, server string) {
+	t.Helper()
+	var last string
+	if !waitFor(e2eWait, func() bool {
+		resp, err := http.Get(tg.URL + "/mcp")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = string(b)
+		var list struct {
+			Servers []struct{ Name, State string }
+		}
+		json.Unmarshal(b, &list)
+		for _, s := range list.Servers {
+			if s.Name == server && s.State == "up" {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("MCP server %s not up within %s; GET /mcp: %s", server, e2eWait, last)
+	}
+}
+
+func osArgs0() string { return os.Args[0] }
+
+func jsonEscape(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
+}
