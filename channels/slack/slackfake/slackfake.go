@@ -65,6 +65,7 @@ type Server struct {
 	tsBase     int64
 	seq        int64
 	closed     bool
+	holdPosts  int // posts recorded whose answer is then withheld until the caller hangs up
 	done       chan struct{}
 	wg         sync.WaitGroup
 }
@@ -294,6 +295,16 @@ func (s *Server) TryMention(channel, user, text, threadTS string) (string, error
 	return id, nil
 }
 
+// HoldNextPosts makes the next n chat.postMessage calls succeed on the
+// fake's side (recorded in Posted) without answering the caller until it
+// hangs up: a crash between Slack accepting a post and the gateway
+// hearing so.
+func (s *Server) HoldNextPosts(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdPosts = n
+}
+
 // Acked reports whether the envelope id was acknowledged.
 func (s *Server) Acked(id string) bool {
 	s.mu.Lock()
@@ -428,7 +439,20 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	ts := fmt.Sprintf("%d.%06d", s.tsBase, s.seq)
 	p := Post{Channel: channel, ThreadTS: r.PostForm.Get("thread_ts"), Text: r.PostForm.Get("text"), TS: ts, Metadata: r.PostForm.Get("metadata")}
 	s.posts = append(s.posts, p)
+	hold := s.holdPosts > 0
+	if hold {
+		s.holdPosts--
+	}
 	s.mu.Unlock()
+	if hold {
+		// Slack has the post; its answer never reaches the caller (the
+		// gateway is killed meanwhile).
+		select {
+		case <-r.Context().Done():
+		case <-s.done:
+		}
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"ok": true, "channel": p.Channel, "ts": ts,
 		"message": map[string]any{"type": "message", "user": BotUserID, "bot_id": BotID, "text": p.Text, "ts": ts, "thread_ts": p.ThreadTS},
