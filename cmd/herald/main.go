@@ -33,6 +33,8 @@ Commands:
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
   sessions list           list sessions
+  mcp list                list MCP servers with their state and tools (from the running
+                          gateway, else by starting each server briefly); exit 1 if one is down
 
 Flags (every command):
   --config FILE           config file (else $HERALD_CONFIG, else ~/.herald/herald.json5;
@@ -101,6 +103,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listRuns(ctx, db, f.limit, stdout) })
 	case cmd == "runs" && len(rest) == 2 && rest[0] == "info":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return runInfo(ctx, db, rest[1], stdout) })
+	case cmd == "mcp" && len(rest) == 1 && rest[0] == "list":
+		return mcpList(f, stdout, stderr)
 	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f.limit, stdout) })
 	}
