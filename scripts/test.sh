@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, and what .ci/run calls): installs
 # what the tests need, runs every Go test, then a bounded fuzz of the chat
-# command parser. Needs only the Go module proxy and Debian's packages.
+# command parser. Needs the Go module proxy and Debian's packages (and, when
+# npx is present, the npm registry for the reference MCP server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,9 @@ bash scripts/chromium.sh
 
 echo "== Dendrite (a real Matrix homeserver) for the Matrix integration tests"
 bash scripts/dendrite.sh build
+
+echo "== the reference MCP server (@modelcontextprotocol/server-everything) when npx is present"
+bash scripts/mcp-everything.sh
 
 echo "== go vet"
 go vet ./...
