@@ -432,7 +432,10 @@ func (v *validator) channels() {
 		}
 	}
 
-	if v.c.WebEnabled() && v.c.Channels.Web.Token == "" {
+	if tok := v.c.Channels.Web.Token; tok != "" && strings.TrimSpace(string(tok)) == "" {
+		v.add("channels.web.token", "is only whitespace: set a real token or leave it out")
+	}
+	if v.c.WebEnabled() && strings.TrimSpace(string(v.c.Channels.Web.Token)) == "" {
 		if loop, err := listenIsLoopback(v.c.Gateway.HTTP.Listen); err == nil && !loop {
 			v.add("channels.web.token", "missing: the web chat needs a token when gateway.http.listen (%s) is not a loopback address", v.c.Gateway.HTTP.Listen)
 		}

@@ -42,6 +42,8 @@ type Options struct {
 	Channels []channels.Channel
 	// Clock drives archive deadlines and timestamps; nil = wall clock.
 	Clock agent.Clock
+	// HTTPReadTimeout bounds reading one request, body included; 0 = 30 s.
+	HTTPReadTimeout time.Duration
 }
 
 // Gateway is one running Herald daemon.
@@ -145,7 +147,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		}
 		g.listener = ln
 	}
-	g.server = &http.Server{Handler: g.routes(), ReadHeaderTimeout: 10 * time.Second}
+	// A request (headers and body) must arrive within ReadTimeout, so a
+	// stalled POST cannot hold a connection; responses have no write
+	// deadline because /api/events streams; idle keep-alives are closed.
+	g.server = &http.Server{Handler: g.routes(), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: cmp.Or(o.HTTPReadTimeout, 30*time.Second), IdleTimeout: 2 * time.Minute}
 	return g, nil
 }
 

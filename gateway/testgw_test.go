@@ -26,6 +26,10 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// testReadTimeout is gateway.Options.HTTPReadTimeout of the next test
+// gateway (0: the default); a test that sets it resets it.
+var testReadTimeout time.Duration
+
 // e2eWait bounds every wait of the end-to-end tests.
 const e2eWait = 20 * time.Second
 
@@ -76,7 +80,8 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	g, err := gateway.New(context.Background(), gateway.Options{
 		Config: cfg, StateDir: tg.StateDir, Listener: ln,
 		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-		Providers: providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+		Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+		HTTPReadTimeout: testReadTimeout,
 	})
 	if err != nil {
 		ln.Close()

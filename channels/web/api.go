@@ -71,7 +71,7 @@ func (a *Adapter) tokenOK(r *http.Request) bool {
 		}
 	}
 	if got == "" {
-		got = r.URL.Query().Get("token")
+		got = strings.TrimSpace(r.URL.Query().Get("token"))
 	}
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) == 1
 }

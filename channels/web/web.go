@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,6 +87,9 @@ var (
 func New(opts Options) (*Adapter, error) {
 	if opts.Log == nil {
 		return nil, ErrNoLog
+	}
+	if opts.Token != "" && strings.TrimSpace(opts.Token) == "" {
+		return nil, errors.New("web: the token is only whitespace")
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

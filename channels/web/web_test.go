@@ -805,3 +805,9 @@ func TestMemoryLog(t *testing.T) {
 		t.Fatalf("After(0, 0) = %+v", got)
 	}
 }
+
+func TestWhitespaceTokenRefused(t *testing.T) {
+	if _, err := web.New(web.Options{Log: web.NewMemoryLog(), Token: "   "}); err == nil {
+		t.Fatal("web.New accepted a token of only spaces")
+	}
+}
