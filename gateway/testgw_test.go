@@ -79,7 +79,7 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	}
 	g, err := gateway.New(context.Background(), gateway.Options{
 		Config: cfg, StateDir: tg.StateDir, Listener: ln,
-		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Logger:          zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 		Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
 		HTTPReadTimeout: testReadTimeout,
 	})
