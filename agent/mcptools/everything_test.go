@@ -53,6 +53,7 @@ func TestReferenceServerEverything(t *testing.T) {
 	if err != nil || !strings.Contains(out, "hello from herald") {
 		t.Errorf("echo = %q, %v", out, err)
 	}
+	t.Logf("echo: %q", out)
 	for _, name := range st.Tools {
 		if strings.Contains(name, "tiny") && strings.Contains(name, "image") {
 			out, err := call(t, toolOf(t, m, "everything", name), `{}`)

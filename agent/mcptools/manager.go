@@ -67,8 +67,8 @@ type ServerStatus struct {
 	State     string    `json:"state"`
 	Error     string    `json:"error,omitempty"` // why it is down
 	Problems  []string  `json:"problems,omitempty"`
-	Tools     []string  `json:"tools"` // model-facing names, sorted
-	Restarts  int       `json:"restarts"`
+	Tools     []string  `json:"tools"`    // model-facing names, sorted
+	Failures  int       `json:"failures"` // times it failed to start or went down
 	Since     time.Time `json:"since"`
 }
 
@@ -253,7 +253,7 @@ type server struct {
 	problems []string
 	tools    []*tool
 	sess     *mcp.ClientSession
-	restarts int
+	failures int
 	since    time.Time
 }
 
@@ -272,7 +272,7 @@ func (s *server) status() ServerStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := ServerStatus{Name: s.name, Transport: s.transport(), State: s.state, Error: s.err,
-		Problems: slices.Clone(s.problems), Restarts: s.restarts, Since: s.since, Tools: []string{}}
+		Problems: slices.Clone(s.problems), Failures: s.failures, Since: s.since, Tools: []string{}}
 	if s.state == StateUp {
 		for _, t := range s.tools {
 			st.Tools = append(st.Tools, t.name)
@@ -330,7 +330,7 @@ func (s *server) run(ctx context.Context) {
 		}
 		attempt++
 		s.mu.Lock()
-		s.restarts++
+		s.failures++
 		s.mu.Unlock()
 		s.set(StateDown, err.Error(), nil)
 		wait := s.m.opts.Backoff(attempt)

@@ -167,8 +167,8 @@ func TestCrashedServerRestarts(t *testing.T) {
 	}
 	close(release)
 	st = waitUp(t, m, "t")
-	if st.Restarts != 1 {
-		t.Errorf("restarts = %d", st.Restarts)
+	if st.Failures != 1 {
+		t.Errorf("failures = %d", st.Failures)
 	}
 	if out, err := call(t, toolOf(t, m, "t", "mcp__t__echo"), `{"text":"back"}`); err != nil || out != "echo: back" {
 		t.Errorf("echo after restart = %q, %v", out, err)

@@ -46,8 +46,8 @@ func mcpList(f *flags, stdout, stderr io.Writer) int {
 				line += ": " + s.Error
 			}
 		}
-		if s.Restarts > 0 {
-			line += fmt.Sprintf(" (restarted %d times)", s.Restarts)
+		if s.Failures > 0 {
+			line += fmt.Sprintf(" (failures: %d)", s.Failures)
 		}
 		fmt.Fprintln(stdout, line)
 		for _, t := range s.Tools {
