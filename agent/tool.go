@@ -28,6 +28,7 @@ type CallContext struct {
 	Workspace  string // absolute path of the agent workspace
 	Origin     channels.Origin
 	Model      string   // "provider/model" the caller runs on
+	Thinking   string   // the caller's thinking level ("" = none)
 	Tools      []string // names of the tools the caller has in this turn
 }
 

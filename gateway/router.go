@@ -151,7 +151,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		reg.Add(t)
 	}
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
-		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Tools: reg.Names()}
+		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: g.cfg.AgentThinking(agentID), Tools: reg.Names()}
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
 		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,

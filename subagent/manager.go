@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,7 +219,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	if _, ok := cfg.Agent(target); !ok {
 		return spawnError("unknown agentId %q; known agents: %s", target, strings.Join(m.agentIDs(), ", "))
 	}
-	if !lim.AllowsAgent(target) {
+	if target != cc.AgentID && !lim.AllowsAgent(target) { // its own agent is always allowed
 		return forbidden("agent %q is not allowed: agent %q may spawn only %s", target, cc.AgentID, strings.Join(lim.AllowAgents, ", "))
 	}
 	allowed := p.AllowedTools
@@ -238,15 +239,35 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	default:
 		return spawnError(`cleanup must be "keep" or "delete", not %q`, cleanup)
 	}
-	if !agent.ValidThinking(p.Thinking) {
-		return spawnError(`thinking must be one of off, low, medium, high, not %q`, p.Thinking)
-	}
 	targetLim := cfg.SubagentLimits(target)
 	model, warning := m.resolveModel(p.Model, targetLim.Model, cc.Model)
 	if model == nil {
 		return spawnError("no usable model for the sub-agent: %s", warning)
 	}
-	thinking := firstNonEmpty(p.Thinking, targetLim.Thinking, cfg.Agents.Defaults.Thinking)
+	// Thinking (SPEC §3): explicit > the target's subagents.thinking (its
+	// own, else the defaults') > the caller's own level; an invalid level is
+	// skipped with a warning, like an invalid model.
+	callerThinking := cc.Thinking
+	if callerThinking == "" && cc.Depth == 0 {
+		callerThinking = cfg.AgentThinking(cc.AgentID)
+	}
+	thinking := ""
+	var skippedThinking []string
+	for _, level := range []string{p.Thinking, targetLim.Thinking, callerThinking} {
+		if level == "" {
+			continue
+		}
+		if !agent.ValidThinking(level) {
+			skippedThinking = append(skippedThinking, fmt.Sprintf("%q", level))
+			continue
+		}
+		thinking = level
+		break
+	}
+	if len(skippedThinking) > 0 {
+		w := fmt.Sprintf("thinking %s is not one of off, low, medium, high; using %s instead", strings.Join(skippedThinking, ", "), cmp.Or(thinking, "none"))
+		warning = strings.TrimPrefix(warning+"; "+w, "; ")
+	}
 	timeout := lim.RunTimeoutSeconds
 	if p.RunTimeoutSeconds != nil && *p.RunTimeoutSeconds > 0 {
 		timeout = *p.RunTimeoutSeconds
@@ -515,7 +536,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
 		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
-		Workspace: m.d.Workspace(run.AgentID), Origin: run.Origin, Model: run.Model, Tools: reg.Names(),
+		Workspace: m.d.Workspace(run.AgentID), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
 	}
 	return agent.Turn{
 		Model: model, System: m.childSystem(run), Tools: reg, Thinking: run.Thinking,
