@@ -18,6 +18,9 @@ import (
 // ErrNoMatch is returned when a target names no visible run.
 var ErrNoMatch = errors.New("no subagent matches")
 
+// ErrAmbiguous is returned when a target matches more than one run.
+var ErrAmbiguous = errors.New("target matches more than one subagent")
+
 // Runs returns the runs below sessionKey (children, grandchildren …), newest
 // first, with live status and token counts filled in.
 func (m *Manager) Runs(ctx context.Context, sessionKey string) ([]store.Run, error) {
@@ -124,7 +127,7 @@ func pick(runs []store.Run, target string) (*store.Run, error) {
 	for i := range runs {
 		if strings.HasPrefix(runs[i].ID, strings.ToLower(t)) || (runs[i].Label != "" && strings.EqualFold(runs[i].Label, t)) {
 			if found != nil {
-				return nil, fmt.Errorf("%w %q: it matches more than one run", ErrNoMatch, target)
+				return nil, fmt.Errorf("%w: %q", ErrAmbiguous, target)
 			}
 			found = &runs[i]
 		}

@@ -96,8 +96,11 @@ func (m *Manager) spawnTool() agent.Tool {
 // visible resolves target among the caller's descendants.
 func (m *Manager) visible(ctx context.Context, cc agent.CallContext, target string) (*store.Run, error) {
 	r, err := m.Resolve(ctx, cc.SessionKey, target)
-	if errors.Is(err, ErrNoMatch) {
+	switch {
+	case errors.Is(err, ErrNoMatch):
 		return nil, fmt.Errorf("no sub-agent session %q among the sessions this session spawned; call sessions_list to see them", target)
+	case errors.Is(err, ErrAmbiguous):
+		return nil, fmt.Errorf("%q matches more than one of the sessions this session spawned; give the full runId or sessionKey from sessions_list", target)
 	}
 	return r, err
 }

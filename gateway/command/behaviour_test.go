@@ -217,3 +217,16 @@ func TestStopOneStopsItsDescendants(t *testing.T) {
 		t.Errorf("sibling did not stop")
 	}
 }
+
+// Two runs with the same label: a command naming the label says it is
+// ambiguous (told by the ErrAmbiguous sentinel, not by matching text).
+func TestAmbiguousTarget(t *testing.T) {
+	h := newHarness(t, "", slowOrEcho)
+	h.fixtures()
+	one := h.spawn(sessA, "slow one", "twin")
+	two := h.spawn(sessA, "slow two", "twin")
+	h.waitRunning(one.RunID, two.RunID)
+	if got, want := h.do(sessA, "/subagents info twin"), `⚠️ "twin" matches more than one subagent; use its number from /subagents list.`; got != want {
+		t.Errorf("info twin = %q, want %q", got, want)
+	}
+}

@@ -135,7 +135,7 @@ func (h handler) resolve(ctx context.Context, target string) (*store.Run, string
 	switch {
 	case err == nil:
 		return r, ""
-	case errors.Is(err, subagent.ErrNoMatch) && strings.Contains(err.Error(), "more than one"):
+	case errors.Is(err, subagent.ErrAmbiguous):
 		return nil, fmt.Sprintf("⚠️ %q matches more than one subagent; use its number from /subagents list.", shortID(target))
 	case errors.Is(err, subagent.ErrNoMatch):
 		return nil, fmt.Sprintf("⚠️ No subagent matches %q.", shortID(target))
