@@ -131,7 +131,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
-		Logger: o.Logger, Clock: o.Clock,
+		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens,
 	})
 	if err := g.buildChannels(o.Channels); err != nil {
 		return fail(err)

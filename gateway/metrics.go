@@ -18,8 +18,8 @@ type metrics struct {
 	delivered *prometheus.CounterVec
 	retried   *prometheus.CounterVec
 	failed    *prometheus.CounterVec
-	tokensIn  prometheus.Counter
-	tokensOut prometheus.Counter
+	tokensIn  *prometheus.CounterVec
+	tokensOut *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	channelUp *prometheus.GaugeVec
 	refused   *prometheus.CounterVec
@@ -36,8 +36,10 @@ func newMetrics() *metrics {
 			Help: "Delivery attempts put off for a retry (errors, rate limits), by kind."}, []string{"kind"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_failed_total",
 			Help: "Messages a channel rejected for good, by kind."}, []string{"kind"}),
-		tokensIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_tokens_input_total", Help: "Input tokens of top-level turns."}),
-		tokensOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_tokens_output_total", Help: "Output tokens of top-level turns."}),
+		tokensIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_tokens_input_total",
+			Help: "Input tokens of every model call (top-level turns, sub-agent runs with their announce steps, delegate calls), by agent and model."}, []string{"agent", "model"}),
+		tokensOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_tokens_output_total",
+			Help: "Output tokens of every model call, by agent and model."}, []string{"agent", "model"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_provider_latency_seconds",
 			Help: "Model call latency by provider, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"provider", "result"}),
 		channelUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_channel_up", Help: "1 when the channel reports healthy."}, []string{"channel"}),
@@ -47,6 +49,11 @@ func newMetrics() *metrics {
 			Help: "Platform re-deliveries of a message already stored (not run again)."}),
 		uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_uncertain_total",
 			Help: "Message parts whose delivery was uncertain after a crash, by channel and action (found, resend, skip)."}, []string{"channel", "action"}),
+	}
+	for _, kind := range []string{"assistant", "announce", "system"} {
+		m.delivered.WithLabelValues(kind)
+		m.retried.WithLabelValues(kind)
+		m.failed.WithLabelValues(kind)
 	}
 	m.uncertain.WithLabelValues("telegram", "resend")
 	m.uncertain.WithLabelValues("telegram", "skip")
@@ -91,9 +98,9 @@ func (m *metrics) register(g *Gateway) {
 	)
 }
 
-func (m *metrics) tokens(u agent.Usage) {
-	m.tokensIn.Add(float64(u.Input))
-	m.tokensOut.Add(float64(u.Output))
+func (m *metrics) tokens(agentID, model string, u agent.Usage) {
+	m.tokensIn.WithLabelValues(agentID, model).Add(float64(u.Input))
+	m.tokensOut.WithLabelValues(agentID, model).Add(float64(u.Output))
 }
 
 // timed wraps a provider to record its latency and give every model call

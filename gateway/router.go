@@ -157,7 +157,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
 		Thinking: g.cfg.AgentThinking(agentID), MaxIterations: g.cfg.AgentMaxIterations(agentID),
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
-		OnUsage: func(u agent.Usage) { g.metrics.tokens(u) }, Resume: resume,
+		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
 	}, in.Text)
 	if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
 		log.Warn("could not record usage", zap.Error(err))

@@ -43,6 +43,9 @@ type Deps struct {
 	Clock  agent.Clock
 	// AnnounceTimeout bounds the announce step; default 60 s.
 	AnnounceTimeout time.Duration
+	// OnUsage, if set, is told the usage of every model call of a run
+	// (announce step included) and of a delegate call, for the metrics.
+	OnUsage func(agentID, model string, u agent.Usage)
 }
 
 // Manager runs sub-agents. Run state lives in the store; the Manager keeps
@@ -545,6 +548,9 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 			m.mu.Lock()
 			lr.usage = lr.usage.Add(u)
 			m.mu.Unlock()
+			if m.d.OnUsage != nil {
+				m.d.OnUsage(run.AgentID, run.Model, u)
+			}
 		},
 		Logger: m.runLog(run), Clock: m.d.Clock,
 	}

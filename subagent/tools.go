@@ -488,7 +488,12 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	// The agent's own settings, else agents.defaults: the same helpers as a
 	// top-level turn of that agent.
 	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: m.d.Config.AgentThinking(agentID),
-		MaxIterations: m.d.Config.AgentMaxIterations(agentID), Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock}, task)
+		MaxIterations: m.d.Config.AgentMaxIterations(agentID), Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock,
+		OnUsage: func(u agent.Usage) {
+			if m.d.OnUsage != nil {
+				m.d.OnUsage(agentID, model.Ref, u)
+			}
+		}}, task)
 	res.Tokens.Input, res.Tokens.Output, res.Tokens.Total = out.Usage.Input, out.Usage.Output, out.Usage.Total()
 	if err != nil {
 		res.Error = err.Error()
