@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
@@ -31,8 +33,8 @@ const mcpConfig = `{
 }`
 
 // mcpModel: "call <tool> <text>" makes the main agent spawn a sub-agent
-// that calls the tool with {"text": <text>} and reports the tool result in
-// its announce.
+// that calls the tool with {"text": <text>} (or with <text> itself when it
+// is a JSON object) and reports the tool result in its announce.
 func mcpModel(c llmtest.Call) llmtest.Reply {
 	last := c.Messages[len(c.Messages)-1]
 	if strings.Contains(c.System, "Sub-agent context") {
@@ -53,13 +55,20 @@ func mcpModel(c llmtest.Call) llmtest.Reply {
 			return llmtest.Reply{Text: "tool said: I have no tool " + f[1] + "; tools: " + strings.Join(c.Tools, ",")}
 		}
 		args, _ := json.Marshal(map[string]string{"text": f[2]})
+		if strings.HasPrefix(f[2], "{") {
+			args = json.RawMessage(f[2])
+		}
 		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: f[1], Args: args}}}
 	}
 	if len(last.ToolResults) > 0 {
 		return llmtest.Reply{Text: "spawned the caller"}
 	}
 	if strings.HasPrefix(c.LastUser(), "call ") {
-		args, _ := json.Marshal(map[string]string{"task": c.LastUser(), "label": "caller"})
+		spawn := map[string]any{"task": c.LastUser(), "label": "caller"}
+		if f := strings.Fields(c.LastUser()); f[len(f)-1] == "only" {
+			spawn["allowedTools"] = []string{f[1]}
+		}
+		args, _ := json.Marshal(spawn)
 		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: args}}}
 	}
 	return llmtest.Reply{Text: "noted"}
@@ -75,7 +84,8 @@ func mcpGateway(t *testing.T, policy string) *testGW {
 // sub-agent, the sub-agent calls mcp__<server>__echo on a stdio server and
 // on a streamable HTTP server, and the tool's result appears in the
 // announce in the asking thread. A server that cannot be reached degrades
-// /readyz and is listed as down on GET /mcp.
+// /readyz and is listed as down on GET /mcp. sessions_spawn's allowedTools
+// may name an MCP tool.
 func TestE2EMCPToolThroughSubagent(t *testing.T) {
 	tg := mcpGateway(t, "")
 	for _, server := range []string{"local", "remote"} {
@@ -85,6 +95,26 @@ func TestE2EMCPToolThroughSubagent(t *testing.T) {
 		if !strings.Contains(ann.Text, "tool said: echo: hello-"+server) {
 			t.Errorf("announce does not carry the %s tool's result:\n%s", server, ann.Text)
 		}
+	}
+
+	// sessions_spawn's allowedTools may name an MCP tool: the child gets
+	// exactly that tool.
+	seq := webPost(t, tg.URL, "ann", "call mcp__remote__echo narrow only")
+	ann := waitWeb(t, tg, "ann", seq, "announce", func(string) bool { return true })
+	if !strings.Contains(ann.Text, "tool said: echo: narrow") {
+		t.Errorf("announce of the narrowed child:\n%s", ann.Text)
+	}
+	childCalls := 0
+	for _, c := range tg.LLM.Requests() {
+		if strings.Contains(c.System, "- Task: call mcp__remote__echo narrow only") && !strings.Contains(c.LastUser(), "Announce step") {
+			childCalls++
+			if !slices.Equal(c.Tools, []string{"mcp__remote__echo"}) {
+				t.Errorf("child spawned with allowedTools [mcp__remote__echo] had tools %v", c.Tools)
+			}
+		}
+	}
+	if childCalls == 0 {
+		t.Error("no model call of the narrowed child seen")
 	}
 
 	resp, err := http.Get(tg.URL + "/readyz")
@@ -141,6 +171,51 @@ func TestE2EMCPPolicy(t *testing.T) {
 		t.Errorf("approved tool: announce\n%s", ann.Text)
 	}
 }
+
+// TestE2EMCPReferenceServer: the official reference server from npm, run
+// with npx by the gateway, called by a sub-agent; the result reaches the
+// announce.
+func TestE2EMCPReferenceServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the npm reference server")
+	}
+	npx, err := exec.LookPath("npx")
+	if err != nil {
+		t.Skip("npx not found: install Node.js (scripts/mcp-everything.sh --install-node) to run the reference MCP server test")
+	}
+	cfg := strings.NewReplacer("NPX", jsonEscape(npx), "PKG", mcpEverything).Replace(`{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  mcp: { servers: { everything: { command: "NPX", args: ["-y", "PKG"], timeoutSeconds: 120 } } },
+}`)
+	tg := newTestGateway(t, cfg, mcpModel)
+	var last string
+	if !waitFor(150*time.Second, func() bool {
+		resp, err := http.Get(tg.URL + "/mcp")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = string(b)
+		return strings.Contains(last, `"state":"up"`) || strings.Contains(last, `"state":"down"`)
+	}) || !strings.Contains(last, `"state":"up"`) {
+		if out, err := exec.Command("npm", "view", mcpEverything, "version").CombinedOutput(); err != nil {
+			t.Skipf("the npm registry is unreachable (npm view: %v: %s); GET /mcp: %s", err, strings.TrimSpace(string(out)), last)
+		}
+		t.Fatalf("reference server not up; GET /mcp: %s", last)
+	}
+	seq := webPost(t, tg.URL, "ann", `call mcp__everything__echo {"message":"hi-everything"}`)
+	ann := waitWeb(t, tg, "ann", seq, "announce", func(string) bool { return true })
+	if !strings.Contains(ann.Text, "tool said: Echo: hi-everything") {
+		t.Errorf("announce does not carry the reference server's echo:\n%s", ann.Text)
+	}
+}
+
+// mcpEverything is the reference server's package, as pinned in
+// agent/mcptools/everything_test.go (scripts/mcp-everything.sh warms it).
+const mcpEverything = "@modelcontextprotocol/server-everything@2026.8.31"
 
 func waitMCPUp(t *testing.T, tg *testGW, server string) {
 	t.Helper()
