@@ -401,3 +401,22 @@ func (d *DB) MarkArchived(ctx context.Context, runID string, at time.Time) error
 	}
 	return nil
 }
+
+// AddRunUsage adds the tokens of a model call made after the run ended (a
+// "one more turn" through sessions_send or /subagents send) to the run and
+// to its child session; ErrNotFound.
+func (d *DB) AddRunUsage(ctx context.Context, runID string, in, out, cacheRead, cacheWrite int64) error {
+	return d.tx(ctx, func(c conn) error {
+		n, err := c.execN(`UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,
+			cache_read = cache_read + ?, cache_write = cache_write + ? WHERE id = ?`, in, out, cacheRead, cacheWrite, runID)
+		if err != nil {
+			return d.wrap("add run usage "+runID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("add run usage %s: %w", runID, ErrNotFound)
+		}
+		_, err = c.exec(`UPDATE sessions SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?
+			WHERE key = (SELECT child_key FROM runs WHERE id = ?)`, in, out, runID)
+		return d.wrap("add run usage "+runID, err)
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -294,6 +295,10 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 
 // oneMoreTurn runs one more turn of a finished child session.
 func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message string) (string, error) {
+	// One turn per run at a time: two sends to a finished run would
+	// otherwise run two sessions on one transcript.
+	unlock := m.lockTurn(run.ID)
+	defer unlock()
 	model, ok := m.d.Catalog.Lookup(run.Model)
 	if !ok {
 		return "", fmt.Errorf("model %s is no longer configured", run.Model)
@@ -310,6 +315,11 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	res, err := sess.Run(ctx, turn, message)
+	if u := res.Usage; u != (agent.Usage{}) {
+		if err := m.d.Store.AddRunUsage(context.WithoutCancel(ctx), run.ID, u.Input, u.Output, u.CacheRead, u.CacheWrite); err != nil {
+			m.runLog(run).Warn("could not add the usage of one more turn to the run", zap.Error(err))
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -406,4 +416,31 @@ func (m *Manager) archiveDue(ctx context.Context) error {
 		m.runLog(r).Info("sub-agent session archived", zap.String("transcript", newPath))
 	}
 	return nil
+}
+
+// turnLock is a per-run mutex for turns after a run ended, kept while used.
+type turnLock struct {
+	mu    sync.Mutex
+	users int
+}
+
+// lockTurn serialises the turns of one finished run and returns the unlock.
+func (m *Manager) lockTurn(runID string) func() {
+	m.mu.Lock()
+	l := m.turnLocks[runID]
+	if l == nil {
+		l = &turnLock{}
+		m.turnLocks[runID] = l
+	}
+	l.users++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(m.turnLocks, runID)
+		}
+		m.mu.Unlock()
+	}
 }

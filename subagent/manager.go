@@ -55,9 +55,10 @@ type Manager struct {
 	log  *zap.Logger
 	lane *lane.Lane
 
-	mu       sync.Mutex
-	live     map[string]*liveRun // by run id; guarded by mu
-	children map[string]int      // live runs per requester session key; guarded by mu
+	mu        sync.Mutex
+	live      map[string]*liveRun  // by run id; guarded by mu
+	children  map[string]int       // live runs per requester session key; guarded by mu
+	turnLocks map[string]*turnLock // turns of finished runs in progress, by run id; guarded by mu
 
 	spawned atomic.Int64 // runs spawned since start
 
@@ -74,7 +75,6 @@ type liveRun struct {
 	steer   chan agent.Steer
 	stopped bool
 	usage   agent.Usage
-	turnMu  sync.Mutex // serialises one-more-turn calls after the end
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -99,6 +99,7 @@ func New(d Deps) *Manager {
 		lane:        lane.New(LaneName, lim.MaxConcurrent, d.Logger),
 		live:        make(map[string]*liveRun),
 		children:    make(map[string]int),
+		turnLocks:   make(map[string]*turnLock),
 		archiveWake: make(chan struct{}, 1),
 		bgCtx:       ctx, stopBG: cancel,
 	}

@@ -1,0 +1,59 @@
+package subagent
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+)
+
+// Two messages sent at once to a finished run take turns: the transcript
+// holds each message followed by its own reply, and the run's tokens
+// include both extra turns.
+func TestOneMoreTurnsAreSerialised(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		if strings.HasPrefix(last, "extra ") {
+			return llmtest.Reply{Text: "reply to " + last, Delay: 150 * time.Millisecond, Usage: agent.Usage{Input: 500, Output: 50}}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "short"})
+	done := h.waitDone(res.RunID)
+	before := done.TokensIn
+
+	var wg sync.WaitGroup
+	for _, m := range []string{"extra one", "extra two"} {
+		wg.Go(func() {
+			if sr := h.m.Send(ctx, done, m, 30*time.Second); sr.Status != "ok" || sr.Reply != "reply to "+m {
+				t.Errorf("send %q = %+v", m, sr)
+			}
+		})
+	}
+	wg.Wait()
+	msgs, err := h.m.History(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tail []string
+	for _, l := range HistoryLines(msgs, false) {
+		if strings.Contains(l.Text, "extra ") {
+			tail = append(tail, l.Text)
+		}
+	}
+	if len(tail) != 4 || !strings.HasPrefix(tail[1], "reply to "+tail[0]) || !strings.HasPrefix(tail[3], "reply to "+tail[2]) {
+		t.Errorf("transcript interleaves the two extra turns:\n%s", strings.Join(tail, "\n"))
+	}
+	after, err := h.db.GetRun(ctx, res.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.TokensIn-before != 1000 {
+		t.Errorf("run tokens in grew by %d, want 1000 (both extra turns)", after.TokensIn-before)
+	}
+}
