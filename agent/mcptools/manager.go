@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -316,6 +317,11 @@ func (s *server) stop() {
 // until ctx ends.
 func (s *server) run(ctx context.Context) {
 	defer close(s.done)
+	// Linux sends the death signal when the thread that started the child
+	// exits, not the process. Every start happens on this goroutine, locked
+	// to its thread for good: the thread ends only after run has stopped the
+	// server (an exiting locked goroutine takes its thread with it).
+	runtime.LockOSThread()
 	log := s.m.log.With(zap.String("server", s.name), zap.String("transport", s.transport()))
 	attempt := 0
 	for {
