@@ -253,6 +253,11 @@ func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error 
 		if n == 0 {
 			return ErrNotFound
 		}
+		// The child session shows the run's tokens (herald sessions list).
+		if _, err := c.exec(`UPDATE sessions SET tokens_in = ?, tokens_out = ?, updated_at = ?
+			WHERE key = (SELECT child_key FROM runs WHERE id = ?)`, r.TokensIn, r.TokensOut, r.EndedAt.UnixMilli(), r.ID); err != nil {
+			return err
+		}
 		if testHookFinishRun != nil {
 			if err := testHookFinishRun(); err != nil {
 				return err

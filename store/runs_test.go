@@ -194,6 +194,9 @@ func TestFinishRunWithAnnounce(t *testing.T) {
 		got.CostUSD != 0.0123 || !got.StartedAt.Equal(ms(t0.Add(time.Second))) {
 		t.Errorf("finished run = %+v", got)
 	}
+	if s, err := db.GetSession(ctx, got.ChildKey); err != nil || s.TokensIn != 10100 || s.TokensOut != 2200 {
+		t.Errorf("child session after the run = %+v, %v; want the run's tokens (10100 / 2200) for herald sessions list", s, err)
+	}
 	item, err := db.GetOutbox(ctx, ann.ID)
 	if err != nil {
 		t.Fatal(err)

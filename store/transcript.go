@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -245,4 +246,19 @@ func ArchiveTranscript(path string, at time.Time) (newPath string, err error) {
 		return newPath, nil
 	}
 	return "", fmt.Errorf("archive transcript %s: too many archives named %s.*", path, base)
+}
+
+// FindTranscript returns where the transcript of path is now: path itself,
+// else its newest archive (<path>.deleted.<timestamp>[.n]) after a cleanup
+// or archive renamed it; "" when neither exists.
+func FindTranscript(path string) string {
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	matches, _ := filepath.Glob(path + ".deleted.*")
+	if len(matches) == 0 {
+		return ""
+	}
+	slices.Sort(matches)
+	return matches[len(matches)-1]
 }

@@ -239,3 +239,24 @@ func TestArchiveTranscript(t *testing.T) {
 		t.Errorf("first archive overwritten: %q", b)
 	}
 }
+
+func TestFindTranscriptAfterArchive(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.jsonl")
+	if got := FindTranscript(path); got != "" {
+		t.Errorf("missing transcript found as %q", got)
+	}
+	if err := os.WriteFile(path, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := FindTranscript(path); got != path {
+		t.Errorf("live transcript = %q", got)
+	}
+	archived, err := ArchiveTranscript(path, time.Date(2026, 11, 21, 20, 41, 26, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FindTranscript(path); got != archived {
+		t.Errorf("after archive = %q, want %q", got, archived)
+	}
+}

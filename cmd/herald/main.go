@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -258,7 +259,7 @@ func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Run:        %s\nStatus:     %s\nOutcome:    %s\nAgent:      %s\nModel:      %s\nLabel:      %s\nTask:       %s\nSession:    %s\nSessionId:  %s\nRequester:  %s\nOrigin:     %s\nTranscript: %s\nCreated:    %s\nStarted:    %s\nEnded:      %s\nRuntime:    %s\nTokens:     in %d / out %d\nCleanup:    %s\nArchive:    %s\nNote:       %s\n",
 		r.ID, r.Status, firstNonEmpty(r.Outcome, "-"), r.AgentID, r.Model, firstNonEmpty(r.Label, "-"), r.Task, r.ChildKey,
-		r.ChildSessionID, r.RequesterKey, r.Origin.String(), db.TranscriptPath(r.AgentID, r.ChildSessionID),
+		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(store.FindTranscript(db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
 		ts(r.CreatedAt), ts(r.StartedAt), ts(r.EndedAt), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
 		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), firstNonEmpty(r.Note, "-"))
 	return nil
