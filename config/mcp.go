@@ -110,6 +110,36 @@ func (v *validator) mcp() {
 			}
 		}
 	}
+	// Tool names of the form mcp__<server>__<tool> must name a configured
+	// server (the tools themselves are known only once it runs).
+	checkTool := func(path, name string) {
+		rest, ok := strings.CutPrefix(name, "mcp__")
+		if !ok {
+			return
+		}
+		server, _, _ := strings.Cut(rest, "__")
+		if _, ok := servers[server]; !ok {
+			configured := strings.Join(sortedKeys(servers), ", ")
+			if configured == "" {
+				configured = "none"
+			}
+			v.add(path, "%q names MCP server %q, which is not configured (mcp.servers: %s)", name, server, configured)
+		}
+	}
+	for _, name := range sortedKeys(v.c.Security.ToolPolicy.Tools) {
+		checkTool(joinKey("security.toolPolicy.tools", name), name)
+	}
+	for i, name := range v.c.Tools.Subagents.Tools.Allow {
+		checkTool(joinIndex("tools.subagents.tools.allow", i), name)
+	}
+	for i, name := range v.c.Tools.Subagents.Tools.Deny {
+		checkTool(joinIndex("tools.subagents.tools.deny", i), name)
+	}
+	for i, a := range v.c.Agents.List {
+		for j, name := range a.AllowedTools {
+			checkTool(joinIndex(joinIndex("agents.list", i)+".allowedTools", j), name)
+		}
+	}
 	for i, a := range v.c.Agents.List {
 		for j, n := range a.MCPServers {
 			if _, ok := servers[n]; !ok {
