@@ -18,8 +18,17 @@ var ErrMaxIterations = errors.New("maximum model iterations reached")
 // Steer is a message injected into a running session between tool calls.
 // Reply, if non-nil, receives the next assistant text after it (buffered, 1).
 type Steer struct {
-	Text  string
-	Reply chan string
+	Text string
+	// Reply, if set, gets the model's next text after the message was read
+	// (buffered, one value), or an error when the message could not reach
+	// the run.
+	Reply chan SteerReply
+}
+
+// SteerReply answers a Steer: the model's reply text, or why there is none.
+type SteerReply struct {
+	Text string
+	Err  error
 }
 
 // Session is one conversation: its history in memory and its transcript on
@@ -144,7 +153,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, err
 		}
 	}
-	var pendingReplies []chan string
+	var pendingReplies []chan SteerReply
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -173,7 +182,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 		}
 		if resp.Text != "" {
 			for _, r := range pendingReplies {
-				r <- resp.Text
+				r <- SteerReply{Text: resp.Text}
 			}
 			pendingReplies = nil
 		}

@@ -244,7 +244,7 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	if strings.TrimSpace(message) == "" {
 		return SendResult{Status: "error", Error: `"message" is required`}
 	}
-	reply := make(chan string, 1)
+	reply := make(chan agent.SteerReply, 1)
 	m.mu.Lock()
 	lr, live := m.live[run.ID]
 	if live && !lr.stopped && lr.run.Status == store.StatusAnnouncing {
@@ -269,10 +269,7 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 		go func() {
 			defer m.bg.Done()
 			text, err := m.oneMoreTurn(m.bgCtx, run, message)
-			if err != nil {
-				text = "error: " + err.Error()
-			}
-			reply <- text
+			reply <- agent.SteerReply{Text: text, Err: err}
 		}()
 	}
 	if timeout <= 0 {
@@ -282,10 +279,10 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	defer t.Stop()
 	select {
 	case r := <-reply:
-		if strings.HasPrefix(r, "error: ") {
-			return SendResult{Status: "error", Error: strings.TrimPrefix(r, "error: "), RunID: run.ID}
+		if r.Err != nil {
+			return SendResult{Status: "error", Error: r.Err.Error(), RunID: run.ID}
 		}
-		return SendResult{Status: "ok", Reply: r, RunID: run.ID}
+		return SendResult{Status: "ok", Reply: r.Text, RunID: run.ID}
 	case <-t.C:
 		return SendResult{Status: "timeout", RunID: run.ID}
 	case <-ctx.Done():

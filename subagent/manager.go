@@ -487,7 +487,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		select {
 		case st := <-lr.steer:
 			if st.Reply != nil {
-				st.Reply <- "error: " + ErrFinishing.Error()
+				st.Reply <- agent.SteerReply{Err: ErrFinishing}
 			}
 		default:
 			drained = true

@@ -57,3 +57,20 @@ func TestOneMoreTurnsAreSerialised(t *testing.T) {
 		t.Errorf("run tokens in grew by %d, want 1000 (both extra turns)", after.TokensIn-before)
 	}
 }
+
+// A reply that happens to start with "error: " is a reply, not a failure.
+func TestReplyStartingWithErrorIsAReply(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.LastUser(), "any errors?") {
+			return llmtest.Reply{Text: "error: none found, the logs are clean"}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "short"})
+	done := h.waitDone(res.RunID)
+	sr := h.m.Send(ctx, done, "any errors?", 30*time.Second)
+	if sr.Status != "ok" || sr.Reply != "error: none found, the logs are clean" {
+		t.Errorf("send = %+v, want status ok with the reply as written", sr)
+	}
+}
