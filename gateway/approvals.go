@@ -103,12 +103,45 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 		}
 		return fmt.Errorf("a person denied running %s (approval %s); do not retry it, find another way or explain", call.Name, ap.Code)
 	case <-t.C:
-		a.g.db.ResolveApproval(context.WithoutCancel(ctx), ap.Code, store.ApprovalExpired, "timeout", a.g.clock.Now())
+		if decided, err := a.expire(ctx, ap.Code, "timeout"); decided != nil {
+			// A person decided at the same moment: the stored decision wins.
+			if *decided {
+				return nil
+			}
+			return fmt.Errorf("a person denied running %s (approval %s); do not retry it, find another way or explain", call.Name, ap.Code)
+		} else if err != nil {
+			a.log.Error("could not expire an approval", zap.String("code", ap.Code), zap.Error(err))
+		}
 		return fmt.Errorf("no one approved %s within %s (approval %s), so it did not run", call.Name, a.timeout, ap.Code)
 	case <-ctx.Done():
-		a.g.db.ResolveApproval(context.WithoutCancel(ctx), ap.Code, store.ApprovalExpired, "cancelled", a.g.clock.Now())
+		if _, err := a.expire(ctx, ap.Code, "cancelled"); err != nil {
+			a.log.Error("could not expire an approval", zap.String("code", ap.Code), zap.Error(err))
+		}
 		return ctx.Err()
 	}
+}
+
+// expire marks a pending approval expired. When it was resolved meanwhile
+// (an /approve or /deny racing the timer), it returns that decision.
+func (a *approvals) expire(ctx context.Context, code, why string) (decided *bool, err error) {
+	bg := context.WithoutCancel(ctx)
+	_, err = a.g.db.ResolveApproval(bg, code, store.ApprovalExpired, why, a.g.clock.Now())
+	if !errors.Is(err, store.ErrResolved) {
+		return nil, err
+	}
+	ap, err := a.g.db.GetApproval(bg, code)
+	if err != nil {
+		return nil, err
+	}
+	switch ap.Status {
+	case store.ApprovalApproved:
+		ok := true
+		return &ok, nil
+	case store.ApprovalDenied:
+		ok := false
+		return &ok, nil
+	}
+	return nil, nil
 }
 
 // resolve answers /approve and /deny for the approvals of one session.
@@ -147,8 +180,11 @@ func (a *approvals) expireStale(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, ap := range pending {
-		a.g.db.ResolveApproval(ctx, ap.Code, store.ApprovalExpired, "restart", a.g.clock.Now())
+		if _, err := a.g.db.ResolveApproval(ctx, ap.Code, store.ApprovalExpired, "restart", a.g.clock.Now()); err != nil && !errors.Is(err, store.ErrResolved) {
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -1,15 +1,18 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/store"
 )
 
 const approvalConfig = `{
@@ -103,5 +106,29 @@ func TestE2ESupervisedToolNeedsApproval(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "x.txt")); !os.IsNotExist(err) {
 		t.Error("a denied write_file wrote its file")
+	}
+}
+
+// TestE2EApprovalDecidedAsTheTimerFires: an /approve committed just as the
+// approval's timer fires (here: resolved in the store, the waiting call not
+// told) wins: the tool runs, instead of the person being told "approved"
+// while the agent hears "no one approved".
+func TestE2EApprovalDecidedAsTheTimerFires(t *testing.T) {
+	cfg := strings.Replace(approvalConfig, `security: {`, `security: { approvalTimeoutSeconds: 1,`, 1)
+	tg := newTestGateway(t, cfg, approvalModel)
+	ws := filepath.Join(tg.StateDir, "workspace", "main")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, "secret.txt"), []byte("the answer is 42"), 0o644)
+	webPost(t, tg.URL, "race", "please read the secret")
+	req := waitText(t, tg, "race", "🔐 Approval needed")
+	code := approvalCode.FindStringSubmatch(req)[1]
+	if _, err := tg.G.Store().ResolveApproval(context.Background(), code, store.ApprovalApproved, "race", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	reply := waitText(t, tg, "race", "tool said:")
+	if !strings.Contains(reply, "the answer is 42") {
+		t.Errorf("an approval decided as the timer fired did not run the tool: %q", reply)
 	}
 }
