@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"go.uber.org/zap"
 )
 
 // ProblemLog collects what went wrong during a run that did not end it by
@@ -59,4 +61,20 @@ func (p *ProblemLog) Summary() string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+type logFieldsKey struct{}
+
+// WithLogFields returns ctx carrying fields that code deep in a call (the
+// provider retrier) adds to its log lines, so every line about a run names
+// the run (runId, sessionKey, agentId, channel).
+func WithLogFields(ctx context.Context, fields ...zap.Field) context.Context {
+	prev, _ := ctx.Value(logFieldsKey{}).([]zap.Field)
+	return context.WithValue(ctx, logFieldsKey{}, append(append([]zap.Field(nil), prev...), fields...))
+}
+
+// LogFields returns the fields WithLogFields put in ctx.
+func LogFields(ctx context.Context) []zap.Field {
+	f, _ := ctx.Value(logFieldsKey{}).([]zap.Field)
+	return f
 }

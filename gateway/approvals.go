@@ -92,7 +92,8 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 	}
 	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s %s\nReply /approve %s or /deny %s (expires in %s).",
 		who, call.Name, args, ap.Code, ap.Code, a.timeout), "")
-	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", session), zap.String("runId", cc.RunID))
+	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", cc.SessionKey),
+		zap.String("rootKey", session), zap.String("runId", cc.RunID), zap.String("agentId", cc.AgentID), zap.String("channel", string(cc.Origin.Channel)))
 
 	t := time.NewTimer(a.timeout)
 	defer t.Stop()

@@ -135,7 +135,8 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	turnTimeout := time.Duration(g.cfg.Agents.Defaults.TurnTimeoutSeconds) * time.Second
 	tctx, tcancel := context.WithTimeoutCause(laneCtx, max(turnTimeout, time.Second), errTurnTimeout)
 	defer tcancel()
-	ctx, cancel := context.WithCancel(tctx)
+	ctx, cancel := context.WithCancel(agent.WithLogFields(tctx, zap.String("sessionKey", key), zap.String("agentId", agentID),
+		zap.String("channel", string(in.Origin.Channel))))
 	defer cancel()
 	g.mu.Lock()
 	s.cancel = cancel

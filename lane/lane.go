@@ -123,7 +123,7 @@ func (l *Lane) run(j Job) {
 	defer l.wg.Done()
 	if waited := time.Since(j.enqueued); waited > SlowWait {
 		queued, _ := l.Stats()
-		l.log.Info("job waited in lane", zap.String("key", j.Key), zap.Duration("waited", waited), zap.Int("queued", queued))
+		l.log.Info("job waited in lane", zap.String("lane", l.name), zap.String(l.keyName(), j.Key), zap.Duration("waited", waited), zap.Int("queued", queued))
 	}
 	defer func() {
 		l.mu.Lock()
@@ -140,7 +140,7 @@ func (l *Lane) run(j Job) {
 		// A panic in one job must not take the daemon down: log it with the
 		// job's key and stack; the job's owner sees it as a job that ended.
 		if r := recover(); r != nil {
-			l.log.Error("job panicked", zap.String("lane", l.name), zap.String("key", j.Key),
+			l.log.Error("job panicked", zap.String("lane", l.name), zap.String(l.keyName(), j.Key),
 				zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 		}
 	}()
@@ -167,4 +167,13 @@ func (l *Lane) Shutdown(ctx context.Context) int {
 	}
 	l.cancel()
 	return dropped
+}
+
+// keyName names a job's key in log lines: the main lane keys jobs by
+// session, the subagent lane by run.
+func (l *Lane) keyName() string {
+	if l.name == "subagent" {
+		return "runId"
+	}
+	return "sessionKey"
 }

@@ -309,7 +309,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	lr := &liveRun{run: *run}
 	turn := m.childTurn(lr, run, model)
 	turn.Steer = nil
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(agent.WithLogFields(ctx, runFields(run)...), 5*time.Minute)
 	defer cancel()
 	res, err := sess.Run(ctx, turn, message)
 	if u := res.Usage; u != (agent.Usage{}) {

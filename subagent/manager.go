@@ -402,8 +402,13 @@ func (m *Manager) forgetLocked(id string) {
 }
 
 func (m *Manager) runLog(r *store.Run) *zap.Logger {
-	return m.log.With(zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
-		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)))
+	return m.log.With(runFields(r)...)
+}
+
+// runFields are the fields every log line about a run carries (SPEC §13).
+func runFields(r *store.Run) []zap.Field {
+	return []zap.Field{zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
+		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel))}
 }
 
 // execute runs one sub-agent on the lane.
@@ -441,7 +446,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 
 	turn := m.childTurn(lr, &run, model)
 	problems := &agent.ProblemLog{}
-	ctx = agent.WithProblemLog(ctx, problems)
+	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(&run)...)
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
 		var c context.CancelFunc

@@ -172,11 +172,15 @@ type retrier struct {
 // do runs attempt until it succeeds, fails for good, retries run out, or
 // ctx ends. classify turns an attempt's error into a failure.
 func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.Response, error), classify func(error) failure) (*agent.Response, error) {
+	log := r.log
+	if f := agent.LogFields(ctx); len(f) > 0 {
+		log = log.With(f...) // the run's fields, when a run makes the call
+	}
 	for n := 0; ; n++ {
 		start := time.Now()
 		resp, err := attempt(ctx)
 		if err == nil {
-			r.log.Debug("model call done", zap.Int("attempt", n+1), zap.Duration("latency", time.Since(start)),
+			log.Debug("model call done", zap.Int("attempt", n+1), zap.Duration("latency", time.Since(start)),
 				zap.Int64("inputTokens", resp.Usage.Input), zap.Int64("outputTokens", resp.Usage.Output))
 			return resp, nil
 		}
@@ -187,21 +191,21 @@ func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.
 		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message}
 		agent.NoteProblem(ctx, problemText(r.provider, f))
 		if !f.retryable() {
-			r.log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
+			log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
 			return nil, perr
 		}
 		if n >= r.opts.MaxRetries {
-			r.log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
+			log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
 			return nil, perr
 		}
 		delay, ok := r.delay(n, f)
 		if !ok {
-			r.log.Warn("model call rate limited beyond the longest wait", zap.Int("status", f.status),
+			log.Warn("model call rate limited beyond the longest wait", zap.Int("status", f.status),
 				zap.String("retryAfter", f.retryAfter), zap.Duration("maxRetryAfter", r.opts.MaxRetryAfter))
 			perr.Message = fmt.Sprintf("%s (server asked to retry after %s, more than the %s Herald waits)", f.message, delay, r.opts.MaxRetryAfter)
 			return nil, perr
 		}
-		r.log.Info("retrying model call", zap.Int("attempt", n+1), zap.Int("status", f.status),
+		log.Info("retrying model call", zap.Int("attempt", n+1), zap.Int("status", f.status),
 			zap.String("message", f.message), zap.Duration("delay", delay))
 		if err := r.opts.Sleep(ctx, delay); err != nil {
 			return nil, fmt.Errorf("%s: waiting to retry model call: %w", r.provider, err)
