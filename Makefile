@@ -2,7 +2,7 @@
 GO ?= go
 STATE_DIR ?= $(HOME)/.herald
 
-.PHONY: help run build test test-go fuzz bench load chaos
+.PHONY: help run build test test-go fuzz bench load chaos lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -32,3 +32,7 @@ K ?= 20
 CHAOS_LATENCY ?= 1s
 chaos: ## kill a real gateway K times under load (web + Telegram, fake model with CHAOS_LATENCY) and check nothing acknowledged is lost, repeated or reordered (docs/reliability.md)
 	$(GO) test -count=1 -timeout 90m -run TestChaos -v ./devtools/chaos -args -kills=$(K) -latency=$(CHAOS_LATENCY)
+
+lint: ## staticcheck (pinned) and go vet
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.6.1 ./...

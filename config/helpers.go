@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"path/filepath"
 	"strings"
 )
@@ -122,8 +123,8 @@ func (c *Config) SubagentLimits(agentID string) Limits {
 		RunTimeoutSeconds:     pick(o.RunTimeoutSeconds, d.RunTimeoutSeconds, DefaultRunTimeoutSeconds),
 		ArchiveAfterMinutes:   pick(o.ArchiveAfterMinutes, d.ArchiveAfterMinutes, DefaultArchiveAfterMinutes),
 		MaxIterations:         pick(o.MaxIterations, d.MaxIterations, DefaultSubagentMaxIterations),
-		Model:                 firstNonEmpty(o.Model, d.Model),
-		Thinking:              firstNonEmpty(o.Thinking, d.Thinking),
+		Model:                 cmp.Or(o.Model, d.Model),
+		Thinking:              cmp.Or(o.Thinking, d.Thinking),
 	}
 	switch {
 	case len(o.AllowAgents) > 0:
@@ -134,15 +135,6 @@ func (c *Config) SubagentLimits(agentID string) Limits {
 		l.AllowAgents = []string{agentID}
 	}
 	return l
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // ParseModelRef splits "provider/model" at the first slash (model ids may

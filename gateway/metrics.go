@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/lane"
@@ -64,7 +65,7 @@ func newMetrics() *metrics {
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
 	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain,
-		prometheus.NewGoCollector())
+		collectors.NewGoCollector())
 	return m
 }
 

@@ -80,17 +80,6 @@ func (m *Manager) overlay(runs []store.Run) {
 	}
 }
 
-// Run returns one run with its live state.
-func (m *Manager) Run(ctx context.Context, runID string) (*store.Run, error) {
-	r, err := m.d.Store.GetRun(ctx, runID)
-	if err != nil {
-		return nil, err
-	}
-	runs := []store.Run{*r}
-	m.overlay(runs)
-	return &runs[0], nil
-}
-
 // Resolve finds the run a person or model means by target, among the runs
 // below sessionKey: a list number ("1", "#1"), "last", a runId prefix, a
 // full child session key, or a label.
@@ -336,19 +325,6 @@ func (m *Manager) History(run *store.Run) ([]agent.Message, error) {
 // TranscriptPath is where a run's transcript lives (before archiving).
 func (m *Manager) TranscriptPath(run *store.Run) string {
 	return m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID)
-}
-
-// Active counts live runs below sessionKey.
-func (m *Manager) Active(sessionKey string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, lr := range m.live {
-		if lr.run.RootKey == sessionKey || lr.run.RequesterKey == sessionKey {
-			n++
-		}
-	}
-	return n
 }
 
 // SetNote sets the live note of a run (e.g. "awaiting approval K3F9").

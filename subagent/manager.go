@@ -361,15 +361,6 @@ func (m *Manager) agentIDs() []string {
 	return ids
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 func (m *Manager) enqueue(r *store.Run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -120,7 +121,7 @@ func (m *Manager) sendTool() agent.Tool {
 			if err := decode("sessions_send", args, &p); err != nil {
 				return nil, err
 			}
-			target := firstNonEmpty(p.SessionKey, p.SessionID, p.Label)
+			target := cmp.Or(p.SessionKey, p.SessionID, p.Label)
 			timeout := 30
 			if p.TimeoutSeconds != nil {
 				timeout = *p.TimeoutSeconds
@@ -324,7 +325,7 @@ func (m *Manager) statusTool() agent.Tool {
 			if err := decode("session_status", args, &p); err != nil {
 				return nil, err
 			}
-			target := firstNonEmpty(p.SessionKey, p.RunID)
+			target := cmp.Or(p.SessionKey, p.RunID)
 			if target == "" {
 				return nil, errors.New("session_status: give sessionKey or runId")
 			}
@@ -468,7 +469,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	now := m.d.Clock.Now()
 	path := m.d.Store.TranscriptPath(agentID, id)
 	if _, err := m.d.Store.EnsureSession(ctx, &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindDelegate,
-		ParentKey: cc.SessionKey, RootKey: firstNonEmpty(cc.RootKey, cc.SessionKey), Depth: cc.Depth + 1,
+		ParentKey: cc.SessionKey, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), Depth: cc.Depth + 1,
 		Model: model.Ref, Origin: cc.Origin, TranscriptPath: path, CreatedAt: now, UpdatedAt: now}); err != nil {
 		res.Error = err.Error()
 		return res
@@ -483,7 +484,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		return len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)
 	})
 	system := a.SystemPrompt
-	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: firstNonEmpty(cc.RootKey, cc.SessionKey), AgentID: agentID,
+	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), AgentID: agentID,
 		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: m.d.Workspace(agentID), Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
 	// The agent's own settings, else agents.defaults: the same helpers as a
 	// top-level turn of that agent.

@@ -112,7 +112,7 @@ func (t *webFetch) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 		if r, ok := netguard.AsRefused(err); ok {
 			return "", fmt.Errorf("%s: %w: refused to fetch %s: %v. Agents may not reach loopback, private, link-local "+
 				"or other internal addresses (also not through redirects); an operator can allow specific hosts or "+
-				"networks with tools.webFetch.allowPrivate. Fetch a public URL instead.", WebFetchName, ErrRefused, u.Redacted(), r)
+				"networks with tools.webFetch.allowPrivate; fetch a public URL instead", WebFetchName, ErrRefused, u.Redacted(), r)
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return "", fmt.Errorf("%s: fetch %s: no answer within %s", WebFetchName, u, t.timeout)

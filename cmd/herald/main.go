@@ -133,8 +133,8 @@ func validate(f *flags, stdout, stderr io.Writer) int {
 }
 
 func newLogger(f *flags, cfg *config.Config) (*zap.Logger, error) {
-	format := firstNonEmpty(f.logFormat, cfg.Gateway.LogFormat, "json")
-	levelName := firstNonEmpty(f.logLevel, cfg.Gateway.LogLevel, "info")
+	format := cmp.Or(f.logFormat, cfg.Gateway.LogFormat, "json")
+	levelName := cmp.Or(f.logLevel, cfg.Gateway.LogLevel, "info")
 	level, err := zapcore.ParseLevel(levelName)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", levelName)
@@ -155,15 +155,6 @@ func newLogger(f *flags, cfg *config.Config) (*zap.Logger, error) {
 	zc.Sampling = nil
 	zc.DisableStacktrace = true
 	return zc.Build()
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func runGateway(f *flags, stderr io.Writer) int {
@@ -258,10 +249,10 @@ func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
 		return t.Local().Format(time.RFC3339)
 	}
 	fmt.Fprintf(w, "Run:        %s\nStatus:     %s\nOutcome:    %s\nAgent:      %s\nModel:      %s\nLabel:      %s\nTask:       %s\nSession:    %s\nSessionId:  %s\nRequester:  %s\nOrigin:     %s\nTranscript: %s\nCreated:    %s\nStarted:    %s\nEnded:      %s\nRuntime:    %s\nTokens:     in %d / out %d\nCleanup:    %s\nArchive:    %s\nNote:       %s\n",
-		r.ID, r.Status, firstNonEmpty(r.Outcome, "-"), r.AgentID, r.Model, firstNonEmpty(r.Label, "-"), r.Task, r.ChildKey,
+		r.ID, r.Status, cmp.Or(r.Outcome, "-"), r.AgentID, r.Model, cmp.Or(r.Label, "-"), r.Task, r.ChildKey,
 		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(store.FindTranscript(db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
 		ts(r.CreatedAt), ts(r.StartedAt), ts(r.EndedAt), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
-		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), firstNonEmpty(r.Note, "-"))
+		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), cmp.Or(r.Note, "-"))
 	return nil
 }
 

@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,9 +28,9 @@ import (
 // BuildHerald builds ./cmd/herald of the module the working directory is in
 // into dir and returns the binary's path.
 func BuildHerald(ctx context.Context, dir string) (string, error) {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
 	if err != nil {

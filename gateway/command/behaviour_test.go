@@ -37,7 +37,7 @@ func (h *harness) waitRunning(ids ...string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for _, id := range ids {
 		for {
-			r, err := h.m.Run(context.Background(), id)
+			r, err := h.db.GetRun(context.Background(), id)
 			if err == nil && r.Status == store.StatusRunning {
 				break
 			}
@@ -51,7 +51,7 @@ func (h *harness) waitRunning(ids ...string) {
 
 func (h *harness) status(id string) string {
 	h.t.Helper()
-	r, err := h.m.Run(context.Background(), id)
+	r, err := h.db.GetRun(context.Background(), id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
