@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -492,19 +493,40 @@ func (s *server) environ() []string {
 	return env
 }
 
+// headerTransport adds the configured headers to every request, and bounds
+// the DELETE that ends a session (the SDK sends it without a deadline, so a
+// server that never answers would hold shutdown).
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]config.Secret
 }
 
+// deleteWait bounds the session's closing DELETE.
+const deleteWait = 3 * time.Second
+
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(t.headers) > 0 {
+	if r.Method != http.MethodDelete {
 		r = r.Clone(r.Context())
 		for k, v := range t.headers {
 			r.Header.Set(k, v.Value())
 		}
+		return t.base.RoundTrip(r)
 	}
-	return t.base.RoundTrip(r)
+	ctx, cancel := context.WithTimeout(r.Context(), deleteWait)
+	defer cancel()
+	r = r.Clone(ctx)
+	for k, v := range t.headers {
+		r.Header.Set(k, v.Value())
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	// Nobody reads a DELETE's body: drain a little and close it here.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	resp.Body = http.NoBody
+	return resp, nil
 }
 
 func transportOf(rt http.RoundTripper) http.RoundTripper {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -201,7 +202,7 @@ func TestToolListChanged(t *testing.T) {
 func TestHTTPServer(t *testing.T) {
 	var mu sync.Mutex
 	var auth []string
-	hs := mcptest.NewHTTP(t, func(a string) { mu.Lock(); auth = append(auth, a); mu.Unlock() })
+	hs := mcptest.NewHTTP(t, func(r *http.Request) { mu.Lock(); auth = append(auth, r.Header.Get("Authorization")); mu.Unlock() })
 	m := newManager(t, mcptools.Options{}, map[string]config.MCPServer{
 		"web": {URL: hs.URL, Headers: map[string]config.Secret{"Authorization": "Bearer s3cret"}, TimeoutSeconds: 10},
 	})
@@ -213,6 +214,30 @@ func TestHTTPServer(t *testing.T) {
 	defer mu.Unlock()
 	if len(auth) == 0 || auth[0] != "Bearer s3cret" {
 		t.Errorf("Authorization headers seen: %q", auth)
+	}
+}
+
+// Over HTTP, a hanging tool times out, and a server that never answers
+// the session's DELETE at shutdown does not hold Close.
+func TestHTTPServerHangs(t *testing.T) {
+	hs := mcptest.NewHTTP(t, func(r *http.Request) {
+		if r.Method == http.MethodDelete {
+			<-r.Context().Done()
+		}
+	})
+	m := mcptools.New(mcptools.Options{})
+	m.Apply(map[string]config.MCPServer{"web": {URL: hs.URL, TimeoutSeconds: 1}})
+	waitUp(t, m, "web")
+	_, err := call(t, toolOf(t, m, "web", "mcp__web__hang"), `{}`)
+	if err == nil || !strings.Contains(err.Error(), `no answer from MCP server "web" within 1s`) {
+		t.Errorf("hang = %v", err)
+	}
+	closed := make(chan struct{})
+	go func() { m.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hangs on a server that does not answer DELETE")
 	}
 }
 

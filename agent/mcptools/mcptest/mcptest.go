@@ -52,13 +52,13 @@ func StdioConfig() config.MCPServer {
 }
 
 // NewHTTP serves a fresh server over streamable HTTP on a loopback port;
-// seen, if non-nil, gets the Authorization header of every request.
-func NewHTTP(t testing.TB, seen func(auth string)) *httptest.Server {
+// hook, if non-nil, sees every request first (and may hold it).
+func NewHTTP(t testing.TB, hook func(*http.Request)) *httptest.Server {
 	srv := NewServer()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if seen != nil {
-			seen(r.Header.Get("Authorization"))
+		if hook != nil {
+			hook(r)
 		}
 		h.ServeHTTP(w, r)
 	}))
