@@ -19,8 +19,8 @@ test: ## install what the tests need (Chromium, Dendrite), then run every test a
 test-go: ## only the Go tests, with what is already installed
 	$(GO) test ./...
 
-bench: ## benchmarks (store, lanes, sub-agent runs)
-	$(GO) test -run='^$$' -bench=. -benchmem ./store ./subagent ./lane
+bench: ## benchmarks (store, lanes, sub-agent runs, MCP tool calls)
+	$(GO) test -run='^$$' -bench=. -benchmem ./store ./subagent ./lane ./agent/mcptools
 
 S ?= 100
 M ?= 100
