@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,6 +269,28 @@ func (s *server) transport() string {
 	return "stdio"
 }
 
+// redact hides the credentials an HTTP server's URL may carry (user
+// info, query) in msg: errors name the URL, and they reach logs, /readyz,
+// GET /mcp and the model.
+func (s *server) redact(msg string) string {
+	if s.cfg.URL == "" {
+		return msg
+	}
+	u, err := url.Parse(s.cfg.URL)
+	if err != nil {
+		return strings.ReplaceAll(msg, s.cfg.URL, "(url)")
+	}
+	if u.RawQuery != "" {
+		msg = strings.ReplaceAll(msg, "?"+u.RawQuery, "?…")
+	}
+	if u.User != nil {
+		// However the user info is written (as given, or "user:***").
+		re := regexp.MustCompile(`//[^/@\s"]*@` + regexp.QuoteMeta(u.Host))
+		msg = re.ReplaceAllString(msg, "//"+u.Host)
+	}
+	return msg
+}
+
 func (s *server) timeout() time.Duration {
 	return time.Duration(max(s.cfg.TimeoutSeconds, 1)) * time.Second
 }
@@ -339,9 +364,10 @@ func (s *server) run(ctx context.Context) {
 		s.mu.Lock()
 		s.failures++
 		s.mu.Unlock()
-		s.set(StateDown, err.Error(), nil)
+		msg := s.redact(err.Error())
+		s.set(StateDown, msg, nil)
 		wait := s.m.opts.Backoff(attempt)
-		log.Warn("MCP server down; restarting", zap.Error(err), zap.Duration("in", wait), zap.Int("attempt", attempt))
+		log.Warn("MCP server down; restarting", zap.String("error", msg), zap.Duration("in", wait), zap.Int("attempt", attempt))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

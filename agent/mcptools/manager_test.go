@@ -242,10 +242,11 @@ func TestHTTPServerHangs(t *testing.T) {
 }
 
 // A URL where nothing listens, and a command that does not exist: shown
-// down with the reason, retried, never hanging.
+// down with the reason (credentials in the URL hidden), retried, never
+// hanging.
 func TestUnreachableServersAreDown(t *testing.T) {
 	m := newManager(t, mcptools.Options{Backoff: func(int) time.Duration { return time.Hour }}, map[string]config.MCPServer{
-		"nohttp": {URL: "http://127.0.0.1:1/mcp", TimeoutSeconds: 5},
+		"nohttp": {URL: "http://user:pw-secret@127.0.0.1:1/mcp?key=q-secret", TimeoutSeconds: 5},
 		"nocmd":  {Command: "/nonexistent/mcp-server", TimeoutSeconds: 5},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -257,6 +258,9 @@ func TestUnreachableServersAreDown(t *testing.T) {
 		}
 		if !strings.Contains(st.Error, want) {
 			t.Errorf("%s: error %q, want it to mention %q", name, st.Error, want)
+		}
+		if strings.Contains(st.Error, "secret") {
+			t.Errorf("%s: error %q shows the URL's credentials", name, st.Error)
 		}
 	}
 	if ts := m.Tools([]string{"nohttp", "nocmd"}); len(ts) != 0 {

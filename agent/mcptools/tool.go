@@ -105,7 +105,7 @@ func (t *tool) Call(ctx context.Context, _ agent.CallContext, args json.RawMessa
 		return "", fmt.Errorf("%s: no answer from MCP server %q within %s (timeoutSeconds); the call was cancelled", t.name, s.name, timeout)
 	case err != nil:
 		s.m.observe(s.name, took, true)
-		return "", fmt.Errorf("%s: MCP server %q failed: %v", t.name, s.name, err)
+		return "", fmt.Errorf("%s: MCP server %q failed: %s", t.name, s.name, s.redact(err.Error()))
 	}
 	text := capText(resultText(res), s.m.maxOutput)
 	s.m.observe(s.name, took, res.IsError)
