@@ -302,7 +302,14 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	g.mu.Lock()
 	g.draining = true
 	g.mu.Unlock()
-	hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+	// Each phase has its own bound: the HTTP server 2 s (event streams are
+	// ended, not waited for), the lanes the grace period, the last outbox
+	// pass and the channel stops 5 s each, so a slow turn cannot leave the
+	// later phases with an expired context.
+	if g.web != nil {
+		g.server.RegisterOnShutdown(g.web.EndStreams)
+	}
+	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = g.server.Shutdown(hctx)
 	hcancel()
 	if dropped := g.mainLane.Shutdown(ctx); dropped > 0 {
@@ -310,14 +317,16 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	}
 	g.subs.Shutdown(ctx)
 	g.mcp.Close()
-	g.outbox.flush(ctx)
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	g.outbox.flush(fctx)
+	fcancel()
 	g.bgCancel()
 	var wg sync.WaitGroup
 	for _, ch := range g.channels {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := ch.Stop(cctx); err != nil {
 				g.log.Warn("channel stop", zap.String("channel", string(ch.Name())), zap.Error(err))

@@ -116,7 +116,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-a.ctx.Done():
+		case <-a.streamsCtx.Done():
 			return
 		case <-wake:
 			if !send() {

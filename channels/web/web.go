@@ -74,6 +74,11 @@ type Adapter struct {
 	stopWatch func() bool // stops the AfterFunc tying ctx to Start's ctx
 
 	streams sync.WaitGroup // open event streams; Stop waits for them
+
+	// streamsCtx ends every open event stream (EndStreams), so an HTTP
+	// server shutting down is not held by them.
+	streamsCtx context.Context
+	endStreams context.CancelFunc
 }
 
 var (
@@ -101,7 +106,9 @@ func New(opts Options) (*Adapter, error) {
 		opts.Heartbeat = DefaultHeartbeat
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel}, nil
+	a := &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel}
+	a.streamsCtx, a.endStreams = context.WithCancel(ctx)
+	return a, nil
 }
 
 // Name implements channels.Channel.
@@ -250,3 +257,7 @@ func ValidClient(id string) bool {
 	}
 	return true
 }
+
+// EndStreams closes every open /api/events stream (clients reconnect with
+// Last-Event-ID); the gateway calls it when its HTTP server shuts down.
+func (a *Adapter) EndStreams() { a.endStreams() }

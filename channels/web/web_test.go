@@ -811,3 +811,20 @@ func TestWhitespaceTokenRefused(t *testing.T) {
 		t.Fatal("web.New accepted a token of only spaces")
 	}
 }
+
+// EndStreams ends open event streams (so an HTTP server shutting down is
+// not held by them); posting still works.
+func TestEndStreamsClosesOpenStreams(t *testing.T) {
+	h := newHarness(t, web.Options{}, nil)
+	events, _, closeFn := openEvents(t, h, "client=ender", nil)
+	defer closeFn()
+	h.a.EndStreams()
+	select {
+	case _, open := <-events:
+		for open {
+			_, open = <-events
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event stream stayed open after EndStreams")
+	}
+}

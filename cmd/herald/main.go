@@ -171,6 +171,16 @@ func runGateway(f *flags, stderr io.Writer) int {
 	stateDir := config.ResolveStateDir(f.stateDir, nil)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGINT/SIGTERM drains; a second one exits at once.
+	go func() {
+		<-ctx.Done()
+		stop()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		sig := <-again
+		fmt.Fprintf(stderr, "herald: second %v during the drain: exiting now; owed turns stay in the store\n", sig)
+		os.Exit(1)
+	}()
 	log.Info("starting", zap.String("config", path), zap.String("stateDir", stateDir))
 	if f.pprof != "" {
 		stopPprof, err := startPprof(f.pprof, log)

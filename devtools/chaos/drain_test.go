@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,5 +91,66 @@ func TestDrainKeepsQueuedTurns(t *testing.T) {
 			t.Fatalf("after the restart only %v were answered; log:\n%s", answers, gw.Tail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSecondSignalExitsAtOnce: during a drain that waits for a turn whose
+// model call hangs (grace 60 s), a second SIGTERM ends the process at once;
+// the turn stays owed in the store.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := harness.BuildHerald(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := harness.StartModel(harness.ModelOptions{Latency: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath, stateDir, logPath := filepath.Join(dir, "herald.json5"), filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log")
+	if err := (harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 2, Subagents: 2, Children: 5, GraceSeconds: 60}).Write(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := harness.StartGateway(bin, cfgPath, stateDir, logPath, "http://"+addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gw.Kill() }()
+	if err := gw.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := harness.NewWeb(gw.Base, 1).Post(ctx, "hang", "SAY hang"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); model.Calls() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the turn never called the model")
+		}
+	}
+	if err := syscall.Kill(gw.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(gw.Tail(20), "gateway shutting down"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the drain did not start")
+		}
+	}
+	// The drain would wait up to 60 s for the hung turn; the second signal
+	// must end it well before.
+	if err := gw.Term(30 * time.Second); err != nil {
+		t.Fatalf("second SIGTERM: %v", err)
+	}
+	if code := gw.ExitCode(); code != 1 || !strings.Contains(gw.Tail(5), "second terminated during the drain") {
+		t.Errorf("exit code %d, log:\n%s\nwant 1 and the second-signal line", code, gw.Tail(5))
 	}
 }
