@@ -2,7 +2,11 @@ package gateway_test
 
 import (
 	"context"
+
 	"fmt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +147,26 @@ func TestE2EUncertainPartOnSlackIsLookedUp(t *testing.T) {
 				t.Errorf("uncertain metric (%s) = %v, want 1", tc.wantAction, v)
 			}
 		})
+	}
+}
+
+// The outbox's "rate limited" line names the session and agent.
+func TestE2EOutboxLogLinesNameTheSession(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	tf.FailNext(1, 429, 1)
+	core, logs := observer.New(zapcore.InfoLevel)
+	testLogger = zap.New(core)
+	tg := newTestGatewayIn(t, t.TempDir(), partsConfig(tf, "resend"), nil)
+	testLogger = nil
+	tf.SendText(555, "private", 0, 555, "hello")
+	waitTelegram(t, tf, 1)
+	tg.waitDelivered(t, 1)
+	lines := logs.FilterMessage("rate limited; will retry").All()
+	if len(lines) == 0 {
+		t.Fatal("no rate-limited line was logged")
+	}
+	f := lines[0].ContextMap()
+	if f["sessionKey"] != "agent:main:telegram:dm:555" || f["agentId"] != "main" || f["channel"] != "telegram" {
+		t.Errorf("rate-limited line fields %v, want sessionKey, agentId and channel", f)
 	}
 }

@@ -68,14 +68,15 @@ type Gateway struct {
 	listener net.Listener
 	server   *http.Server
 
-	mu        sync.Mutex
-	sessions  map[string]*sessionState // requester sessions with a loaded history
-	bg        sync.WaitGroup           // command goroutines, channel starters
-	bgCtx     context.Context
-	bgCancel  context.CancelFunc
-	draining  bool
-	commands  int // chat commands running (≤ MaxCommands)
-	maxQueued int // main lane queue cap
+	mu         sync.Mutex
+	sessions   map[string]*sessionState // requester sessions with a loaded history
+	bg         sync.WaitGroup           // command goroutines, channel starters
+	bgCtx      context.Context
+	bgCancel   context.CancelFunc
+	draining   bool
+	commands   int    // chat commands running (≤ MaxCommands)
+	stopOutbox func() // ends the delivery loop and waits for it (set by Run)
+	maxQueued  int    // main lane queue cap
 }
 
 // New opens the state and builds every component; nothing runs until Run.
@@ -246,8 +247,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.resumeOwed(ctx); err != nil {
 		return err
 	}
-	g.bg.Add(1)
-	go func() { defer g.bg.Done(); g.outbox.run(g.bgCtx) }()
+	outboxCtx, stopOutbox := context.WithCancel(context.Background())
+	outboxDone := make(chan struct{})
+	go func() { defer close(outboxDone); g.outbox.run(outboxCtx) }()
+	g.stopOutbox = func() { stopOutbox(); <-outboxDone }
 	for _, ch := range g.channels {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.startChannel(g.bgCtx, ch) }()
@@ -317,6 +320,7 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	}
 	g.subs.Shutdown(ctx)
 	g.mcp.Close()
+	g.stopOutbox() // the delivery loop ends before the last pass
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	g.outbox.flush(fctx)
 	fcancel()

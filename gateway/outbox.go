@@ -54,8 +54,10 @@ func (d *deliverer) wakeUp() {
 	}
 }
 
+// run makes delivery passes until ctx ends. Sends it started go on (each
+// with its own deadline): shutdown stops the loop first, then makes the
+// last pass with flush, which waits for them.
 func (d *deliverer) run(ctx context.Context) {
-	defer d.sends.Wait()
 	for {
 		full := d.pass(ctx)
 		if ctx.Err() != nil {
@@ -133,7 +135,8 @@ func (d *deliverer) pass(ctx context.Context) bool {
 }
 
 func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) {
-	log := d.log.With(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)))
+	log := d.log.With(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)),
+		zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID))
 	if it.RunID != "" {
 		log = log.With(zap.String("runId", it.RunID))
 	}
@@ -143,7 +146,9 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		log.Warn("no such channel for a queued message; will retry")
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	// Stopping the delivery loop does not cut a send: an interrupted send
+	// would leave its outcome unknown. Each send has its own deadline.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	var err error
 	if ps, ok := ch.(channels.PartSender); ok {
 		err = d.sendParts(sctx, ch, ps, it, log)

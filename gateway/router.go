@@ -52,7 +52,9 @@ func (g *Gateway) abortTurn(key string) bool {
 
 // post puts a message for a person into the outbox.
 func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Kind, text, runID string) {
-	item := &store.OutboxItem{RunID: runID, Origin: to, Kind: kind, Text: text, CreatedAt: g.clock.Now()}
+	agentID := route(g.cfg, to) // whom the conversation at to talks to
+	item := &store.OutboxItem{RunID: runID, Origin: to, Kind: kind, Text: text, CreatedAt: g.clock.Now(),
+		SessionKey: SessionKey(agentID, to), AgentID: agentID}
 	if _, err := g.db.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
 		g.log.Error("could not queue a message", zap.String("channel", string(to.Channel)), zap.Error(err))
 		return

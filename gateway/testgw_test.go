@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -29,6 +30,10 @@ import (
 // testReadTimeout is gateway.Options.HTTPReadTimeout of the next test
 // gateway (0: the default); a test that sets it resets it.
 var testReadTimeout time.Duration
+
+// testLogger, when set, is the Logger of the next test gateway (a test that
+// reads log lines sets and resets it).
+var testLogger *zap.Logger
 
 // e2eWait bounds every wait of the end-to-end tests.
 const e2eWait = 20 * time.Second
@@ -79,7 +84,7 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	}
 	g, err := gateway.New(context.Background(), gateway.Options{
 		Config: cfg, StateDir: tg.StateDir, Listener: ln,
-		Logger:          zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Logger:          cmp.Or(testLogger, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))),
 		Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
 		HTTPReadTimeout: testReadTimeout,
 	})

@@ -11,7 +11,7 @@ import (
 )
 
 const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
-	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part`
+	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id`
 
 func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var runID sql.NullString
@@ -19,7 +19,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var created, next, delivered, failed sql.NullInt64
 	var partIDs string
 	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
-		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart); err != nil {
+		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID); err != nil {
 		return err
 	}
 	o.PartIDs = nil
@@ -38,6 +38,8 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 // outboxRow is a new outbox item with its defaults applied, ready to insert.
 type outboxRow struct {
 	dest      string
+	session   string
+	agent     string
 	runID     any
 	origin    string
 	kind      string
@@ -52,7 +54,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &outboxRow{dest: Destination(o.Origin), runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
+	r := &outboxRow{dest: Destination(o.Origin), session: o.SessionKey, agent: o.AgentID, runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
 		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt)}
 	if r.createdAt.IsZero() {
 		r.createdAt = nowMS()
@@ -66,9 +68,9 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
-	res, err := c.exec(`INSERT INTO outbox (dest, run_id, origin, kind, text, created_at, next_attempt_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		r.dest, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli())
+	res, err := c.exec(`INSERT INTO outbox (dest, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		r.dest, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli())
 	if err != nil {
 		return 0, err
 	}

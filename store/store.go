@@ -133,6 +133,8 @@ type OutboxItem struct {
 	PartsSent   int
 	PartIDs     []string
 	SendingPart int
+	// SessionKey and AgentID name whom the message speaks for (logs).
+	SessionKey, AgentID string
 }
 
 // Approval statuses.

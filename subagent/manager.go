@@ -650,7 +650,8 @@ func (m *Manager) announceItem(r *store.Run, result, notes, status string) *stor
 		SessionKey: r.ChildKey, SessionID: r.ChildSessionID,
 		Transcript: m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID),
 	}
-	return &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt}
+	return &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt,
+		SessionKey: r.RequesterKey, AgentID: r.AgentID}
 }
 
 // finish ends a run: run row and (unless stopped) its announce in one
