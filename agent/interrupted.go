@@ -37,3 +37,14 @@ func closeOpenToolCalls(msgs []Message) []Message {
 	}
 	return out
 }
+
+// splitPendingCalls separates the tool calls of the history's last message
+// that have no result (the gateway died while running them) from the rest,
+// which closeOpenToolCalls makes valid. A resumed turn runs the pending
+// calls; any other use of the history closes them as interrupted.
+func splitPendingCalls(msgs []Message) (history []Message, pending []ToolCall) {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == RoleAssistant && len(msgs[n-1].ToolCalls) > 0 {
+		return closeOpenToolCalls(msgs[:n-1]), msgs[n-1].ToolCalls
+	}
+	return closeOpenToolCalls(msgs), nil
+}

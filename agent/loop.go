@@ -39,6 +39,11 @@ type Session struct {
 	AgentID    string
 	Transcript *store.Transcript
 	History    []Message
+	// pending are the tool calls of the last assistant message that never
+	// got results (the process died while running them); History ends
+	// with that message. A resumed turn runs them; a new turn closes them
+	// as interrupted first.
+	pending []ToolCall
 }
 
 // ErrHistory is returned by LoadSession when a transcript exists but
@@ -51,10 +56,15 @@ var ErrHistory = errors.New("conversation history cannot be read")
 // any other read error is ErrHistory — never a silent fresh start.
 func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
 	var history []Message
+	var pendingCalls []ToolCall
 	_, entries, err := store.ReadTranscript(path)
 	switch {
 	case err == nil:
-		history = closeOpenToolCalls(MessagesFromTranscript(entries))
+		msgs := MessagesFromTranscript(entries)
+		history, pendingCalls = splitPendingCalls(msgs)
+		if len(pendingCalls) > 0 {
+			history = append(history, msgs[len(msgs)-1])
+		}
 	case errors.Is(err, store.ErrNotFound):
 	default:
 		return nil, fmt.Errorf("session %s: %w: %w", key, ErrHistory, err)
@@ -63,7 +73,7 @@ func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Sess
 	if err != nil {
 		return nil, fmt.Errorf("open transcript of %s: %w", key, err)
 	}
-	return &Session{Key: key, ID: id, AgentID: agentID, Transcript: tr, History: history}, nil
+	return &Session{Key: key, ID: id, AgentID: agentID, Transcript: tr, History: history, pending: pendingCalls}, nil
 }
 
 // MessagesFromTranscript rebuilds conversation history from transcript lines.
@@ -148,6 +158,27 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 	if t.Tools == nil {
 		t.Tools = NewRegistry()
 	}
+	if len(s.pending) > 0 {
+		// The last turn died while running these tool calls. Resumed, it
+		// runs the ones that are safe to run again (read-only tools, and
+		// sessions_spawn, which answers with the run a call already made);
+		// the others, and every call when a new turn starts, are closed as
+		// interrupted, so the history stays valid and nothing acts twice.
+		calls := s.pending
+		s.pending = nil
+		results := make([]ToolResult, len(calls))
+		for i, call := range calls {
+			tool, _ := t.Tools.Get(call.Name)
+			if rs, ok := tool.(ResumeSafe); ok && t.Resume && rs.ResumeSafe() {
+				results[i] = s.callTool(ctx, t, call)
+			} else {
+				results[i] = ToolResult{CallID: call.ID, Name: call.Name, Content: interruptedResult, IsError: true}
+			}
+		}
+		if err := s.append(Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
+			return res, err
+		}
+	}
 	if !t.Resume {
 		if err := s.append(Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
 			return res, err
@@ -224,6 +255,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 
 func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResult {
 	r := ToolResult{CallID: call.ID, Name: call.Name}
+	t.Call.CallID = call.ID
 	tool, ok := t.Tools.Get(call.Name)
 	if !ok {
 		r.IsError = true

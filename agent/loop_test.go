@@ -131,3 +131,39 @@ func TestLoadSessionClosesInterruptedToolCalls(t *testing.T) {
 		t.Errorf("the interrupted call was not closed with an error result: %+v", last.Messages)
 	}
 }
+
+// safeEcho is echo declared safe to run again after a crash.
+type safeEcho struct{ echoTool }
+
+func (safeEcho) ResumeSafe() bool { return true }
+
+// A resumed turn runs the tool calls the crash left without results when
+// they are safe to run again (it does not mark them interrupted), then goes
+// on with the model. (An unsafe one is closed as interrupted: see
+// TestLoadSessionClosesInterruptedToolCalls and the kill test of exec.)
+func TestResumedTurnRunsPendingToolCalls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: "k", SessionID: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := json.Marshal([]agent.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{"text":"once"}`)}})
+	tr.Append(store.TranscriptEntry{Type: "message", Role: "user", Content: "do it"})
+	tr.Append(store.TranscriptEntry{Type: "message", Role: "assistant", ToolCalls: calls})
+	tr.Close() // killed while the tool ran
+	model, srv := newModel(t, llmtest.Text("done"))
+	s, err := agent.LoadSession("k", "id", "main", "", path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(safeEcho{}), Resume: true}, "do it")
+	if err != nil || res.Text != "done" {
+		t.Fatalf("resumed Run = %+v, %v", res, err)
+	}
+	last, _ := srv.Last()
+	if n := len(last.Messages); n != 3 || last.Messages[0].Text != "do it" || last.Messages[2].Role != agent.RoleTool ||
+		strings.Contains(last.Messages[2].ToolResults[0].Content, "gateway stopped") {
+		t.Errorf("the model saw %+v; want the user message once, the call and its real result", last.Messages)
+	}
+}

@@ -29,7 +29,16 @@ type CallContext struct {
 	Origin     channels.Origin
 	Model      string   // "provider/model" the caller runs on
 	Thinking   string   // the caller's thinking level ("" = none)
+	CallID     string   // the id of the tool call being run (set per call)
 	Tools      []string // names of the tools the caller has in this turn
+}
+
+// ResumeSafe is implemented by tools whose call may be run again when a
+// turn cut by a crash resumes with the call unanswered: read-only tools,
+// and sessions_spawn (idempotent per call id). Other calls (exec, writes,
+// MCP tools) may have acted already; they are answered as interrupted.
+type ResumeSafe interface {
+	ResumeSafe() bool
 }
 
 // Tool is one function the model may call. Call returns the result content

@@ -130,12 +130,29 @@ func (d *DB) CreateRun(ctx context.Context, r *Run, child *Session) error {
 			r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 			msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
 			msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt))
+		if err != nil || r.SpawnCallID == "" {
+			return err
+		}
+		_, err = c.exec(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES (?, ?, ?)`,
+			r.RequesterKey, r.SpawnCallID, r.ID)
 		return err
 	})
 	if err != nil {
 		return d.wrap("create run "+r.ID, err)
 	}
 	return nil
+}
+
+// RunBySpawnCall returns the run that the tool call callID of the session
+// requesterKey spawned; ErrNotFound when that call spawned none.
+func (d *DB) RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error) {
+	var runID string
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&runID) },
+		`SELECT run_id FROM spawn_calls WHERE requester_key = ? AND call_id = ?`, requesterKey, callID)
+	if err != nil {
+		return nil, d.wrap("run by spawn call "+callID, err)
+	}
+	return d.GetRun(ctx, runID)
 }
 
 func fillChild(r *Run, s *Session) {

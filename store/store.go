@@ -78,6 +78,9 @@ type Run struct {
 	ChildKey       string // agent:<agentId>:subagent:<uuid>
 	ChildSessionID string
 	RequesterKey   string // the session that spawned it
+	// SpawnCallID is the sessions_spawn tool call that made the run (kept
+	// in spawn_calls, not read back by ListRuns/GetRun).
+	SpawnCallID    string
 	RootKey        string // the top-level requester session (for maxTotalSpawns and /stop)
 	Depth          int    // 1 = spawned by a top-level session
 	AgentID        string

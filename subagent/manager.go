@@ -207,6 +207,14 @@ func spawnError(format string, a ...any) SpawnResult {
 // Spawn checks the limits, records a queued run and puts it on the lane. It
 // never waits for the run.
 func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams) SpawnResult {
+	// A turn resumed after a crash runs its unanswered tool calls again: a
+	// call that already spawned a run answers with that run (SPEC §12).
+	if cc.CallID != "" {
+		if r, err := m.d.Store.RunBySpawnCall(ctx, cc.SessionKey, cc.CallID); err == nil {
+			m.runLog(r).Info("sessions_spawn call already spawned this run; not spawning again", zap.String("callId", cc.CallID))
+			return SpawnResult{Status: "accepted", RunID: r.ID, ChildSessionKey: r.ChildKey, ModelApplied: r.Model}
+		}
+	}
 	task := strings.TrimSpace(p.Task)
 	if task == "" {
 		return spawnError(`"task" is required: describe what the sub-agent should do`)
@@ -302,6 +310,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		ChildKey:       fmt.Sprintf("agent:%s:subagent:%s", target, uuid.NewString()),
 		ChildSessionID: childID,
 		RequesterKey:   cc.SessionKey,
+		SpawnCallID:    cc.CallID,
 		RootKey:        rootKey,
 		Depth:          cc.Depth + 1,
 		AgentID:        target,

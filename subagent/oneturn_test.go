@@ -74,3 +74,25 @@ func TestReplyStartingWithErrorIsAReply(t *testing.T) {
 		t.Errorf("send = %+v, want status ok with the reply as written", sr)
 	}
 }
+
+// A sessions_spawn call run again (a turn resumed after a crash) answers
+// with the run it already spawned instead of spawning a second one.
+func TestSpawnIsIdempotentPerToolCall(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	ctx := context.Background()
+	cc := caller("1")
+	cc.CallID = "toolu_once"
+	first := h.m.Spawn(ctx, cc, SpawnParams{Task: "once", Label: "once"})
+	again := h.m.Spawn(ctx, cc, SpawnParams{Task: "once", Label: "once"})
+	if first.Status != "accepted" || again.Status != "accepted" || again.RunID != first.RunID || again.ChildSessionKey != first.ChildSessionKey {
+		t.Fatalf("first %+v, again %+v; want the same run", first, again)
+	}
+	cc.CallID = "toolu_other"
+	if other := h.m.Spawn(ctx, cc, SpawnParams{Task: "once", Label: "once"}); other.RunID == first.RunID {
+		t.Errorf("another tool call got the same run")
+	}
+	runs, err := h.m.Runs(ctx, cc.SessionKey)
+	if err != nil || len(runs) != 2 {
+		t.Errorf("%d runs, %v; want 2", len(runs), err)
+	}
+}

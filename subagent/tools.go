@@ -18,9 +18,13 @@ import (
 
 // sessionTool adapts a function to agent.Tool.
 type sessionTool struct {
-	spec agent.ToolSpec
-	fn   func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error)
+	spec       agent.ToolSpec
+	fn         func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error)
+	resumeSafe bool
 }
+
+// ResumeSafe implements agent.ResumeSafe.
+func (t *sessionTool) ResumeSafe() bool { return t.resumeSafe }
 
 func (t *sessionTool) Spec() agent.ToolSpec { return t.spec }
 func (t *sessionTool) Group() string        { return agent.GroupSessions }
@@ -62,6 +66,12 @@ func (m *Manager) SessionTools(depth int) []agent.Tool {
 }
 
 func (m *Manager) spawnTool() agent.Tool {
+	t := m.spawnToolDef().(*sessionTool)
+	t.resumeSafe = true // idempotent per tool call id: see Spawn
+	return t
+}
+
+func (m *Manager) spawnToolDef() agent.Tool {
 	return tool("sessions_spawn",
 		"Start a background sub-agent on a task. Returns at once with a runId; the sub-agent's result is announced to the requester's chat when it finishes. Use it for research, long work or slow tools in parallel.",
 		`{"type":"object","properties":{

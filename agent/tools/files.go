@@ -32,6 +32,9 @@ const (
 
 type readFile struct{ max int64 }
 
+// ResumeSafe implements agent.ResumeSafe: reading has no effect to repeat.
+func (t *readFile) ResumeSafe() bool { return true }
+
 var readFileFields = []field{
 	{"path", "string", true, "file path relative to the workspace"},
 	{"offset", "integer", false, "byte offset to start reading at (default 0); use nextOffset from a truncated read to continue"},
@@ -250,6 +253,9 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 // ---- list_files ----
 
 type listFiles struct{ max int }
+
+// ResumeSafe implements agent.ResumeSafe: listing has no effect to repeat.
+func (t *listFiles) ResumeSafe() bool { return true }
 
 var listFilesFields = []field{
 	{"path", "string", false, `directory relative to the workspace (default ".")`},

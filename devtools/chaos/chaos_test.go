@@ -51,9 +51,6 @@ var (
 // spawn requested made once and announced once, every transcript line
 // valid JSON, and the database intact.
 func TestChaos(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos: skipped with -short")
-	}
 	seed := *flagSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -61,46 +58,15 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d (-args -seed=%d to replay the same schedule), %d kills, model latency %s", seed, seed, *flagKills, *flagLatency)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	bin, err := harness.BuildHerald(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := harness.StartModel(harness.ModelOptions{Latency: *flagLatency})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir, cfgPath, logPath := filepath.Join(dir, "state"), filepath.Join(dir, "herald.json5"), filepath.Join(dir, "gateway.log")
 	tg := tgfake.New(t, tgToken)
 	sf := slackfake.New(t)
-	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 4, Subagents: 4, Children: 1000, GraceSeconds: 3,
+	r := newRig(t, *flagLatency, harness.Config{MainConcurrent: 4, Subagents: 4, Children: 1000, GraceSeconds: 3,
 		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }, slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } }",
-			tgToken, tg.URL(), slackfake.BotToken, slackfake.AppToken, sf.URL())}
-	if err := cfg.Write(cfgPath); err != nil {
-		t.Fatal(err)
-	}
-	start := func() *harness.Gateway {
-		gw, err := harness.StartGateway(bin, cfgPath, stateDir, logPath, "http://"+addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return gw
-	}
+			tgToken, tg.URL(), slackfake.BotToken, slackfake.AppToken, sf.URL())})
+	ctx, model, addr, stateDir, start := r.ctx, r.model, r.addr, r.stateDir, r.start
 	defer func() {
 		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			t.Logf("last lines of the gateway log:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+			t.Logf("last lines of the gateway log:\n%s", r.tail(40))
 		}
 	}()
 

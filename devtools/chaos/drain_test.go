@@ -1,9 +1,7 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,39 +14,8 @@ import (
 // queued exits 0 within the grace period, logs how many turns stay owed,
 // and the next start answers every one of them, in order.
 func TestDrainKeepsQueuedTurns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drain: skipped with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := harness.BuildHerald(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := harness.StartModel(harness.ModelOptions{Latency: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath, stateDir, logPath := filepath.Join(dir, "herald.json5"), filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log")
-	if err := (harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 4, Subagents: 4, Children: 10, GraceSeconds: 1}).Write(cfgPath); err != nil {
-		t.Fatal(err)
-	}
-	start := func() *harness.Gateway {
-		gw, err := harness.StartGateway(bin, cfgPath, stateDir, logPath, "http://"+addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return gw
-	}
+	r := newRig(t, 2*time.Second, harness.Config{MainConcurrent: 4, Subagents: 4, Children: 10, GraceSeconds: 1})
+	ctx, start := r.ctx, r.start
 	gw := start()
 	web := harness.NewWeb(gw.Base, 2)
 	for i := 1; i <= 3; i++ {
@@ -68,7 +35,6 @@ func TestDrainKeepsQueuedTurns(t *testing.T) {
 	}
 
 	gw = start()
-	defer func() { _ = gw.Kill() }()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		msgs, err := web.Messages(ctx, "drain", 0)
@@ -98,37 +64,9 @@ func TestDrainKeepsQueuedTurns(t *testing.T) {
 // model call hangs (grace 60 s), a second SIGTERM ends the process at once;
 // the turn stays owed in the store.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := harness.BuildHerald(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := harness.StartModel(harness.ModelOptions{Latency: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath, stateDir, logPath := filepath.Join(dir, "herald.json5"), filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log")
-	if err := (harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 2, Subagents: 2, Children: 5, GraceSeconds: 60}).Write(cfgPath); err != nil {
-		t.Fatal(err)
-	}
-	gw, err := harness.StartGateway(bin, cfgPath, stateDir, logPath, "http://"+addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = gw.Kill() }()
-	if err := gw.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t, 10*time.Minute, harness.Config{MainConcurrent: 2, Subagents: 2, Children: 5, GraceSeconds: 60})
+	ctx, model := r.ctx, r.model
+	gw := r.start()
 	if _, err := harness.NewWeb(gw.Base, 1).Post(ctx, "hang", "SAY hang"); err != nil {
 		t.Fatal(err)
 	}

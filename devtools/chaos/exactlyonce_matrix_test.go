@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,9 +41,6 @@ func (p *holdingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // restart the re-send carries the same transaction id, so the room shows
 // the reply once.
 func TestKillBetweenMatrixPostAndMark(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped with -short")
-	}
 	hs := matrixtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -58,37 +54,10 @@ func TestKillBetweenMatrixPostAndMark(t *testing.T) {
 	proxy := httptest.NewServer(hp)
 	defer proxy.Close()
 
-	dir := t.TempDir()
-	bin, err := harness.BuildHerald(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := harness.StartModel(harness.ModelOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath, stateDir, logPath := filepath.Join(dir, "herald.json5"), filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log")
-	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 2, Subagents: 2, Children: 5, GraceSeconds: 2,
+	r := newRig(t, 0, harness.Config{MainConcurrent: 2, Subagents: 2, Children: 5, GraceSeconds: 2,
 		Channels: fmt.Sprintf("matrix: { enabled: true, homeserver: %q, userId: %q, accessToken: %q }",
-			proxy.URL, bot.UserID, bot.AccessToken)}
-	if err := cfg.Write(cfgPath); err != nil {
-		t.Fatal(err)
-	}
-	start := func() *harness.Gateway {
-		gw, err := harness.StartGateway(bin, cfgPath, stateDir, logPath, "http://"+addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return gw
-	}
+			proxy.URL, bot.UserID, bot.AccessToken)})
+	start, waitUntil := r.start, r.waitUntil
 	var room id.RoomID
 	replies := func() int {
 		evts, err := matrixtest.RoomMessages(ctx, alice, room)
@@ -103,14 +72,6 @@ func TestKillBetweenMatrixPostAndMark(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; gateway log:\n%s", what, tail(logPath))
-			}
-		}
-	}
 
 	gw := start()
 	room = matrixtest.CreateRoomWith(t, alice, bot.UserID)
@@ -123,7 +84,6 @@ func TestKillBetweenMatrixPostAndMark(t *testing.T) {
 	}
 
 	gw = start()
-	defer func() { _ = gw.Kill() }()
 	waitUntil("the outbox to settle after the restart", func() bool { return metric(t, gw.Base, `herald_outbox_pending`) == 0 })
 	if n := replies(); n != 1 {
 		t.Fatalf("the room shows the reply %d times, want once", n)
