@@ -201,8 +201,17 @@ func TestChaos(t *testing.T) {
 
 	// Everything a user would notice.
 	var total report
+	tgResent := 0
 	for client, posts := range want {
 		r := check(posts, got[client])
+		if strings.HasPrefix(client, "telegram:") {
+			// Telegram has no way to look a post up: a send cut by a kill
+			// after Telegram took it is sent again (uncertainDelivery
+			// "resend", the default; SPEC §12). A repeat there is that
+			// documented at-least-once, counted, not a failure.
+			tgResent += len(r.duplicated)
+			r.duplicated, r.annDup = nil, 0
+		}
 		total.add(r)
 		for _, p := range r.missing {
 			t.Errorf("%s: %s", client, p)
@@ -240,9 +249,9 @@ func TestChaos(t *testing.T) {
 	}
 	total.badTranscripts = checkTranscripts(t, stateDir)
 	checkIntegrity(t, stateDir)
-	t.Logf("chaos: kills=%d acknowledged=%d (spawn requests %d, runs %d) lost=%d duplicated=%d reordered=%d announces lost=%d duplicated=%d spawn errors=%d bad transcripts=%d model calls=%d",
+	t.Logf("chaos: kills=%d acknowledged=%d (spawn requests %d, runs %d) lost=%d duplicated=%d reordered=%d announces lost=%d duplicated=%d spawn errors=%d bad transcripts=%d telegram re-sends after an uncertain send=%d model calls=%d",
 		*flagKills, total.acked, total.spawnReqs, total.runs, len(total.missing), len(total.duplicated), len(total.reordered),
-		total.annMissing, total.annDup, total.spawnErrors, total.badTranscripts, model.Calls())
+		total.annMissing, total.annDup, total.spawnErrors, total.badTranscripts, tgResent, model.Calls())
 }
 
 // posted is one message a conversation got a 202 for.
