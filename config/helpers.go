@@ -175,3 +175,10 @@ func (c *Config) WebEnabled() bool {
 func (g Group) RequiresMention() bool {
 	return g.RequireMention == nil || *g.RequireMention
 }
+
+// ListenerIsLoopback reports whether gateway.http.listen is a loopback
+// address (then the web API and /metrics need no token).
+func (c *Config) ListenerIsLoopback() bool {
+	loop, err := listenIsLoopback(c.Gateway.HTTP.Listen)
+	return err == nil && loop
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -74,3 +75,30 @@ func TestE2EEventStreamOutlivesReadTimeout(t *testing.T) {
 }
 
 const testReadTimeoutFor = 200 * time.Millisecond
+
+// TestE2EMetricsNeedTheTokenOffLoopback: with gateway.http.listen not on
+// loopback, /metrics answers 401 without the web token and 200 with it.
+func TestE2EMetricsNeedTheTokenOffLoopback(t *testing.T) {
+	tg := newTestGateway(t, `{ gateway: { http: { listen: "0.0.0.0:8790" } }, channels: { web: { token: "s3cret-token" } } }`, nil)
+	get := func(h string) int {
+		req, _ := http.NewRequest("GET", tg.URL+"/metrics", nil)
+		if h != "" {
+			req.Header.Set("Authorization", h)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(""); got != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d, want 401", got)
+	}
+	if got := get("Bearer wrong"); got != http.StatusUnauthorized {
+		t.Errorf("/metrics with a wrong token: %d, want 401", got)
+	}
+	if got := get("Bearer s3cret-token"); got != http.StatusOK {
+		t.Errorf("/metrics with the token: %d, want 200", got)
+	}
+}

@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,7 +21,7 @@ func (g *Gateway) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.HandleFunc("GET /mcp", g.mcpList)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", g.metricsAuth(promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})))
 	for _, ch := range g.channels {
 		if m, ok := ch.(channels.HTTPMounter); ok {
 			for pattern, h := range m.Routes() {
@@ -77,4 +79,26 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
+}
+
+// metricsAuth guards /metrics (SPEC §13): on a listener that is not
+// loopback it needs the web token (Bearer or ?token=), like the web API;
+// without a token configured it is refused there.
+func (g *Gateway) metricsAuth(h http.Handler) http.Handler {
+	if g.cfg.ListenerIsLoopback() {
+		return h
+	}
+	token := strings.TrimSpace(g.cfg.Channels.Web.Token.Value())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimSpace(r.URL.Query().Get("token"))
+		if scheme, rest, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			got = strings.TrimSpace(rest)
+		}
+		if token == "" || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "/metrics needs the web token (channels.web.token) when the listener is not loopback"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

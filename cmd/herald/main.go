@@ -30,6 +30,7 @@ const usage = `Usage: herald <command> [flags]
 
 Commands:
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
+  version                 print the module version, VCS revision and time, and the Go version
   config validate         check the config file and print every problem
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
@@ -96,6 +97,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch {
+	case cmd == "version" && len(rest) == 0:
+		printVersion(stdout)
+		return 0
 	case cmd == "gateway" && len(rest) == 0:
 		return runGateway(f, stderr)
 	case cmd == "config" && len(rest) == 1 && rest[0] == "validate":

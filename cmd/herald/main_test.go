@@ -68,3 +68,15 @@ func TestStartupErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestVersion(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run([]string{"version"}, &out, &errb); code != 0 {
+		t.Fatalf("herald version: exit %d, %s", code, errb.String())
+	}
+	for _, want := range []string{"herald ", "revision: ", "go:       go1."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("herald version printed %q, want a line with %q", out.String(), want)
+		}
+	}
+}
