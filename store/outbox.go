@@ -277,3 +277,33 @@ func (d *DB) AbortPart(ctx context.Context, id int64) error {
 	_, err := d.writer(ctx).exec(`UPDATE outbox SET sending_part = -1 WHERE id = ?`, id)
 	return d.wrap(fmt.Sprintf("abort part of outbox %d", id), err)
 }
+
+// ListOutbox returns up to limit items, newest first; with pendingOnly only
+// those neither delivered nor failed (for `herald outbox list`). limit ≤ 0
+// = no limit.
+func (d *DB) ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]OutboxItem, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	where := ""
+	if pendingOnly {
+		where = "WHERE delivered_at IS NULL AND failed_at IS NULL"
+	}
+	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox `+where+` ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, d.wrap("list outbox", err)
+	}
+	defer rows.Close()
+	var out []OutboxItem
+	for rows.Next() {
+		var o OutboxItem
+		if err := scanOutbox(rows, &o); err != nil {
+			return nil, d.wrap("list outbox", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap("list outbox", err)
+	}
+	return out, nil
+}

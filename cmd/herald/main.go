@@ -35,6 +35,8 @@ Commands:
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
   sessions list           list sessions
+  outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
+  (list commands take --json and --limit N)
   mcp list                list MCP servers with their state and tools (from the running
                           gateway, else by starting each server briefly); exit 1 if one is down
 
@@ -55,6 +57,7 @@ type flags struct {
 	config, stateDir, logFormat, logLevel string
 	limit                                 int
 	pprof                                 string // gateway only: loopback address for net/http/pprof
+	json, pending                         bool   // list commands: JSON output; outbox list: pending only
 }
 
 func parse(name string, args []string, stderr io.Writer) (*flags, []string, error) {
@@ -68,6 +71,8 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error")
 	fs.IntVar(&f.limit, "limit", 50, "rows to list")
 	fs.StringVar(&f.pprof, "pprof", "", "gateway: serve net/http/pprof on this loopback address")
+	fs.BoolVar(&f.json, "json", false, "list commands: print JSON")
+	fs.BoolVar(&f.pending, "pending", false, "outbox list: only messages not yet delivered or failed")
 	// Accept flags before and after positional words.
 	var rest []string
 	for {
@@ -105,13 +110,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case cmd == "config" && len(rest) == 1 && rest[0] == "validate":
 		return validate(f, stdout, stderr)
 	case cmd == "runs" && len(rest) == 1 && rest[0] == "list":
-		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listRuns(ctx, db, f.limit, stdout) })
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listRuns(ctx, db, f, stdout) })
 	case cmd == "runs" && len(rest) == 2 && rest[0] == "info":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return runInfo(ctx, db, rest[1], stdout) })
 	case cmd == "mcp" && len(rest) == 1 && rest[0] == "list":
 		return mcpList(f, stdout, stderr)
+	case cmd == "outbox" && len(rest) == 1 && rest[0] == "list":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
 	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":
-		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f.limit, stdout) })
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f, stdout) })
 	}
 	fmt.Fprintf(stderr, "herald: unknown command %q\n\n%s", strings.Join(args, " "), usage)
 	return 2
@@ -222,10 +229,16 @@ func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) e
 	return 0
 }
 
-func listRuns(ctx context.Context, db *store.DB, limit int, w io.Writer) error {
-	runs, err := db.ListRuns(ctx, store.RunFilter{Limit: limit})
+func listRuns(ctx context.Context, db *store.DB, f *flags, w io.Writer) error {
+	runs, err := db.ListRuns(ctx, store.RunFilter{Limit: f.limit})
 	if err != nil {
 		return err
+	}
+	if f.json {
+		if runs == nil {
+			runs = []store.Run{}
+		}
+		return writeJSON(w, runs)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tAGENT\tCREATED\tRUNTIME\tTOKENS\tTASK\tREQUESTER")
@@ -270,10 +283,16 @@ func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
 	return nil
 }
 
-func listSessions(ctx context.Context, db *store.DB, limit int, w io.Writer) error {
-	sessions, err := db.ListSessions(ctx, store.SessionFilter{Limit: limit})
+func listSessions(ctx context.Context, db *store.DB, f *flags, w io.Writer) error {
+	sessions, err := db.ListSessions(ctx, store.SessionFilter{Limit: f.limit})
 	if err != nil {
 		return err
+	}
+	if f.json {
+		if sessions == nil {
+			sessions = []store.Session{}
+		}
+		return writeJSON(w, sessions)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tKIND\tAGENT\tUPDATED\tTOKENS\tTRANSCRIPT")

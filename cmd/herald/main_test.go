@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestStartupErrors: each bad start gives one clear message and a non-zero
@@ -78,5 +83,46 @@ func TestVersion(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("herald version printed %q, want a line with %q", out.String(), want)
 		}
+	}
+}
+
+func TestOutboxListAndJSON(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := channels.Origin{Channel: "telegram", ChatID: "42", ChatType: channels.ChatDM}
+	sent := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: "delivered one"}
+	waiting := &store.OutboxItem{Origin: to, Kind: channels.KindAnnounce, Text: "still waiting"}
+	for _, it := range []*store.OutboxItem{sent, waiting} {
+		if _, err := db.EnqueueOutbox(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.MarkDelivered(ctx, sent.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	var out, errb strings.Builder
+	if code := run([]string{"outbox", "list", "--state-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("outbox list: %d %s", code, errb.String())
+	}
+	if s := out.String(); !strings.Contains(s, "delivered") || !strings.Contains(s, "pending") || !strings.Contains(s, "still waiting") {
+		t.Errorf("outbox list:\n%s", s)
+	}
+	out.Reset()
+	if code := run([]string{"outbox", "list", "--pending", "--json", "--state-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("outbox list --pending --json: %d %s", code, errb.String())
+	}
+	var items []store.OutboxItem
+	if err := json.Unmarshal([]byte(out.String()), &items); err != nil || len(items) != 1 || items[0].Text != "still waiting" {
+		t.Errorf("--pending --json = %s (%v), want the one pending item", out.String(), err)
+	}
+	out.Reset()
+	if code := run([]string{"runs", "list", "--json", "--state-dir", dir}, &out, &errb); code != 0 || strings.TrimSpace(out.String()) != "[]" {
+		t.Errorf("runs list --json with no runs = %d %q, want []", code, out.String())
 	}
 }
