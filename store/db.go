@@ -538,3 +538,13 @@ func nullString(s string) any {
 	}
 	return s
 }
+
+// Backup writes a consistent copy of the database to path (SQLite's
+// VACUUM INTO, safe while the gateway runs); path must not exist.
+func (d *DB) Backup(ctx context.Context, path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("backup: %s already exists; choose a new file", path)
+	}
+	_, err := d.writer(ctx).exec(`VACUUM INTO ?`, path)
+	return d.wrap("backup to "+path, err)
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -35,6 +36,7 @@ Commands:
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
   sessions list           list sessions
+  backup FILE             write a consistent copy of the state database to FILE (safe while running)
   outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
   (list commands take --json and --limit N)
   mcp list                list MCP servers with their state and tools (from the running
@@ -115,6 +117,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return runInfo(ctx, db, rest[1], stdout) })
 	case cmd == "mcp" && len(rest) == 1 && rest[0] == "list":
 		return mcpList(f, stdout, stderr)
+	case cmd == "backup" && len(rest) == 1:
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error {
+			if err := db.Backup(ctx, rest[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "backup written to %s (transcripts: copy %s)\n", rest[0], filepath.Join(db.StateDir(), "transcripts"))
+			return nil
+		})
 	case cmd == "outbox" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
 	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":

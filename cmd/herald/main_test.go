@@ -126,3 +126,42 @@ func TestOutboxListAndJSON(t *testing.T) {
 		t.Errorf("runs list --json with no runs = %d %q, want []", code, out.String())
 	}
 }
+
+func TestBackup(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.EnqueueOutbox(ctx, &store.OutboxItem{Origin: channels.Origin{Channel: "web", ChatID: "c"}, Kind: channels.KindReply, Text: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	dst := filepath.Join(t.TempDir(), "copy.db")
+	var out, errb strings.Builder
+	if code := run([]string{"backup", dst, "--state-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("backup: %d %s", code, errb.String())
+	}
+	// The copy is a working state database with the same content.
+	restored := t.TempDir()
+	b, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(restored, store.DBFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := store.Open(ctx, restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	items, err := rdb.PendingOutbox(ctx, 0)
+	if err != nil || len(items) != 1 || items[0].Text != "kept" {
+		t.Errorf("restored outbox = %+v, %v", items, err)
+	}
+	if code := run([]string{"backup", dst, "--state-dir", dir}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "already exists") {
+		t.Errorf("a second backup to the same file: %d %q, want a refusal", code, errb.String())
+	}
+}
