@@ -192,15 +192,25 @@ func runGateway(f *flags, stderr io.Writer) int {
 	stateDir := config.ResolveStateDir(f.stateDir, nil)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// The first SIGINT/SIGTERM drains; a second one exits at once.
+	// The first SIGINT/SIGTERM drains; a second one during the drain exits
+	// at once. The watcher ends when runGateway returns.
+	returned := make(chan struct{})
+	defer close(returned) // runs before stop: the watcher is gone first
 	go func() {
-		<-ctx.Done()
-		stop()
+		select {
+		case <-ctx.Done():
+		case <-returned:
+			return
+		}
 		again := make(chan os.Signal, 1)
 		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		sig := <-again
-		fmt.Fprintf(stderr, "herald: second %v during the drain: exiting now; owed turns stay in the store\n", sig)
-		os.Exit(1)
+		defer signal.Stop(again)
+		select {
+		case sig := <-again:
+			fmt.Fprintf(stderr, "herald: second %v during the drain: exiting now; owed turns stay in the store\n", sig)
+			os.Exit(1)
+		case <-returned:
+		}
 	}()
 	log.Info("starting", zap.String("config", path), zap.String("stateDir", stateDir))
 	if f.pprof != "" {
