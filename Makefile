@@ -30,7 +30,7 @@ load: ## load a real gateway through the web API: S conversations × M sub-agent
 
 K ?= 20
 CHAOS_LATENCY ?= 1s
-chaos: ## kill a real gateway K times under load (web + Telegram, fake model with CHAOS_LATENCY) and check nothing acknowledged is lost, repeated or reordered (docs/reliability.md)
+chaos: ## kill a real gateway K times under load (web, Telegram and Slack; fake model with CHAOS_LATENCY) and check nothing acknowledged is lost, repeated or reordered (docs/reliability.md)
 	$(GO) test -count=1 -timeout 90m -run TestChaos -v ./devtools/chaos -args -kills=$(K) -latency=$(CHAOS_LATENCY)
 
 lint: ## staticcheck (pinned) and go vet
