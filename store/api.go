@@ -18,6 +18,7 @@ package store
 //
 // Runs:
 //	CreateRun(ctx, *Run, child *Session) error        run row + child session row, one transaction
+//	SpawnRun(ctx, *Run, child, SpawnLimits) error       CreateRun with maxChildrenPerSession/maxTotalSpawns checked in its transaction (*LimitError)
 //	StartRun(ctx, runID, at) error                    queued → running
 //	SetRunStatus(ctx, runID, status) error
 //	FinishRun(ctx, *Run, announce *OutboxItem) error  run's end fields + (if non-nil) the outbox row, one transaction

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -75,6 +76,35 @@ func toolsJSON(tools []string) (any, error) {
 // depth, agent, label, model, origin). A run ID or child key already stored
 // gives an error wrapping ErrExists.
 func (d *DB) CreateRun(ctx context.Context, r *Run, child *Session) error {
+	return d.SpawnRun(ctx, r, child, SpawnLimits{})
+}
+
+// SpawnLimits bound SpawnRun; a zero field is not checked.
+type SpawnLimits struct {
+	// MaxChildren bounds the requester's runs that are queued, running or
+	// announcing (maxChildrenPerSession).
+	MaxChildren int
+	// MaxTotal bounds every run ever created under the root session
+	// (maxTotalSpawns).
+	MaxTotal int
+}
+
+// LimitError is SpawnRun's refusal: a SpawnLimits bound was reached.
+type LimitError struct {
+	Limit string // "maxChildrenPerSession" or "maxTotalSpawns"
+	Count int    // runs counted
+	Max   int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("limit reached: %d runs counted, %s is %d", e.Count, e.Limit, e.Max)
+}
+
+// SpawnRun is CreateRun with the spawn limits checked in the same
+// transaction as the insert, so two parallel spawns cannot both take the
+// last slot and no lock is held across the round trip. A reached limit gives
+// a *LimitError and stores nothing.
+func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error {
 	if r.ID == "" {
 		r.ID = uuid.NewString()
 	}
@@ -118,6 +148,9 @@ func (d *DB) CreateRun(ctx context.Context, r *Run, child *Session) error {
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	err = d.tx(ctx, func(c conn) error {
+		if err := checkSpawnLimits(c, r, lim); err != nil {
+			return err
+		}
 		if child != nil {
 			if _, err := c.exec(insertSession, sessArgs...); err != nil {
 				return fmt.Errorf("child session %s: %w", child.Key, err)
@@ -138,7 +171,40 @@ func (d *DB) CreateRun(ctx context.Context, r *Run, child *Session) error {
 		return err
 	})
 	if err != nil {
+		if le := (*LimitError)(nil); errors.As(err, &le) {
+			return le
+		}
 		return d.wrap("create run "+r.ID, err)
+	}
+	return nil
+}
+
+// checkSpawnLimits counts inside the writer's transaction: with one writer
+// connection, nothing can insert a run between the count and the insert.
+func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
+	count := func(q string, arg string) (int, error) {
+		var n int
+		err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) }, q, arg)
+		return n, err
+	}
+	if lim.MaxChildren > 0 {
+		n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = ? AND status IN ('`+
+			StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`')`, r.RequesterKey)
+		if err != nil {
+			return err
+		}
+		if n >= lim.MaxChildren {
+			return &LimitError{Limit: "maxChildrenPerSession", Count: n, Max: lim.MaxChildren}
+		}
+	}
+	if lim.MaxTotal > 0 {
+		n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = ?`, r.RootKey)
+		if err != nil {
+			return err
+		}
+		if n >= lim.MaxTotal {
+			return &LimitError{Limit: "maxTotalSpawns", Count: n, Max: lim.MaxTotal}
+		}
 	}
 	return nil
 }

@@ -57,7 +57,6 @@ type Manager struct {
 
 	mu        sync.Mutex
 	live      map[string]*liveRun  // by run id; guarded by mu
-	children  map[string]int       // live runs per requester session key; guarded by mu
 	turnLocks map[string]*turnLock // turns of finished runs in progress, by run id; guarded by mu
 
 	spawned atomic.Int64 // runs spawned since start
@@ -98,7 +97,6 @@ func New(d Deps) *Manager {
 		d: d, log: log,
 		lane:        lane.New(LaneName, lim.MaxConcurrent, d.Logger),
 		live:        make(map[string]*liveRun),
-		children:    make(map[string]int),
 		turnLocks:   make(map[string]*turnLock),
 		archiveWake: make(chan struct{}, 1),
 		bgCtx:       ctx, stopBG: cancel,
@@ -289,20 +287,6 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		rootKey = cc.SessionKey
 	}
 
-	// The children and total-spawn limits are checked and the run recorded
-	// under one lock, so two parallel spawns cannot both take the last slot.
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if children := m.children[cc.SessionKey]; children >= lim.MaxChildrenPerSession {
-		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", children, lim.MaxChildrenPerSession)
-	}
-	spawned, err := m.d.Store.CountSpawns(ctx, rootKey)
-	if err != nil {
-		return spawnError("could not check the spawn budget: %v", err)
-	}
-	if spawned >= lim.MaxTotalSpawns {
-		return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", spawned, lim.MaxTotalSpawns)
-	}
 	now := m.d.Clock.Now()
 	childID := uuid.NewString()
 	run := &store.Run{
@@ -333,10 +317,20 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		Model: model.Ref, Origin: cc.Origin, TranscriptPath: m.d.Store.TranscriptPath(target, childID),
 		CreatedAt: now, UpdatedAt: now,
 	}
-	if err := m.d.Store.CreateRun(ctx, run, child); err != nil {
+	// The children and total-spawn limits are checked in the transaction
+	// that records the run, so two parallel spawns cannot both take the last
+	// slot and no lock is held across the store round trip.
+	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	if le := (*store.LimitError)(nil); errors.As(err, &le) {
+		if le.Limit == "maxTotalSpawns" {
+			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
+		}
+		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", le.Count, le.Max)
+	}
+	if err != nil {
 		return spawnError("could not record the run: %v", err)
 	}
-	m.enqueueLocked(run)
+	m.enqueue(run)
 	m.spawned.Add(1)
 	m.runLog(run).Info("sub-agent spawned", zap.String("model", model.Ref), zap.Int("depth", run.Depth))
 	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model.Ref, Warning: warning}
@@ -380,7 +374,6 @@ func (m *Manager) enqueue(r *store.Run) {
 func (m *Manager) enqueueLocked(r *store.Run) {
 	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16)}
 	m.live[r.ID] = lr
-	m.children[r.RequesterKey]++
 	id := r.ID
 	if err := m.lane.Enqueue(lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}); err != nil {
 		// The gateway is shutting down: the run stays queued in the store
@@ -391,14 +384,7 @@ func (m *Manager) enqueueLocked(r *store.Run) {
 
 // forgetLocked drops a run that is no longer live. m.mu must be held.
 func (m *Manager) forgetLocked(id string) {
-	lr, ok := m.live[id]
-	if !ok {
-		return
-	}
 	delete(m.live, id)
-	if m.children[lr.run.RequesterKey]--; m.children[lr.run.RequesterKey] <= 0 {
-		delete(m.children, lr.run.RequesterKey)
-	}
 }
 
 func (m *Manager) runLog(r *store.Run) *zap.Logger {

@@ -584,3 +584,38 @@ func TestDelegateAndAgentsList(t *testing.T) {
 		t.Errorf("agents_list = %s", out)
 	}
 }
+
+// Parallel spawns from one session take the last slot once: the limit is
+// checked in the transaction that records the run (issue 10.15).
+func TestParallelSpawnsRespectChildrenLimit(t *testing.T) {
+	block := make(chan struct{})
+	h := newHarness(t, "maxChildrenPerSession: 2, maxTotalSpawns: 50", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && !strings.HasPrefix(c.LastUser(), "Announce") {
+			<-block
+		}
+		return standard(c)
+	})
+	defer close(block)
+	results := make([]SpawnResult, 12)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: fmt.Sprintf("t%d", i)})
+		}()
+	}
+	wg.Wait()
+	accepted := 0
+	for _, r := range results {
+		switch {
+		case r.Status == "accepted":
+			accepted++
+		case r.Status != "forbidden" || !strings.Contains(r.Error, "maxChildrenPerSession 2"):
+			t.Errorf("spawn = %+v", r)
+		}
+	}
+	if accepted != 2 {
+		t.Errorf("%d of 12 parallel spawns accepted, want 2", accepted)
+	}
+}
