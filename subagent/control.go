@@ -102,11 +102,16 @@ func pick(runs []store.Run, target string) (*store.Run, error) {
 		}
 		return &runs[0], nil
 	}
+	// A list number: "#3" always; a bare "3" when the list has a third run.
+	// A bare number past the list is a runId prefix that happens to be all
+	// digits (one 8-character prefix in 43 is).
 	if n, err := strconv.Atoi(strings.TrimPrefix(t, "#")); err == nil {
 		if n >= 1 && n <= len(runs) {
 			return &runs[n-1], nil
 		}
-		return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+		if strings.HasPrefix(t, "#") {
+			return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+		}
 	}
 	for i := range runs {
 		if runs[i].ChildKey == t || runs[i].ID == t {
