@@ -103,13 +103,14 @@ func pick(runs []store.Run, target string) (*store.Run, error) {
 		return &runs[0], nil
 	}
 	// A list number: "#3" always; a bare "3" when the list has a third run.
-	// A bare number past the list is a runId prefix that happens to be all
-	// digits (one 8-character prefix in 43 is).
+	// A bare number of four or more digits past the list is a runId prefix
+	// that happens to be all digits (one 8-character prefix in 43 is); a
+	// short one is a list number that does not exist.
 	if n, err := strconv.Atoi(strings.TrimPrefix(t, "#")); err == nil {
 		if n >= 1 && n <= len(runs) {
 			return &runs[n-1], nil
 		}
-		if strings.HasPrefix(t, "#") {
+		if strings.HasPrefix(t, "#") || len(t) < 4 {
 			return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
 		}
 	}

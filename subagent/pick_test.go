@@ -24,7 +24,8 @@ func TestPickDigitOnlyRunIDPrefix(t *testing.T) {
 		{"#2", runs[1].ID},
 		{"2", runs[1].ID},
 		{"#12345678", ""}, // "#" is always a list number
-		{"3", ""},
+		{"3", ""},         // a list number past the list, not the prefix of a run
+		{"123", ""},       // short digit strings are list numbers
 		{"a1b2", runs[0].ID},
 		{"fetch", runs[0].ID},
 		{"last", runs[0].ID},
