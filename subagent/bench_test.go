@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,9 +17,9 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/heraldhq/herald/agent"
-	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent/subagenttest"
 )
 
 // instantModel is a zero-latency in-process model: the child's first call
@@ -72,32 +71,10 @@ type benchManager struct {
 
 func newBenchManager(tb testing.TB, model agent.Provider, maxConcurrent int, log *zap.Logger) *benchManager {
 	tb.Helper()
-	cfg, err := config.Parse("bench.json5", []byte(fmt.Sprintf(benchConfig, maxConcurrent)), func(string) (string, bool) { return "", false })
-	if err != nil {
-		tb.Fatalf("config: %v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		tb.Fatalf("config: %v", err)
-	}
-	dir := tb.TempDir()
-	db, err := store.Open(context.Background(), dir)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	cat, err := agent.NewCatalog(cfg, func(string, config.Provider) (agent.Provider, error) { return model, nil })
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ws := filepath.Join(dir, "ws")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	bm := &benchManager{db: db, wake: make(chan struct{}, 1)}
+	p := subagenttest.New(tb, fmt.Sprintf(benchConfig, maxConcurrent), func(string, config.Provider) (agent.Provider, error) { return model, nil })
+	bm := &benchManager{db: p.Store, wake: make(chan struct{}, 1)}
 	bm.m = New(Deps{
-		Config: cfg, Store: db, Catalog: cat,
-		Tools:     func(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) },
-		Workspace: func(string) string { return ws },
+		Config: p.Config, Store: p.Store, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
 		Notify: func() {
 			bm.announced.Add(1)
 			select {
@@ -110,11 +87,7 @@ func newBenchManager(tb testing.TB, model agent.Provider, maxConcurrent int, log
 	if err := bm.m.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		bm.m.Shutdown(ctx)
-	})
+	subagenttest.StopAtCleanup(tb, bm.m)
 	return bm
 }
 

@@ -16,11 +16,10 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
-	"github.com/heraldhq/herald/agent/providers"
-	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent/subagenttest"
 )
 
 // harness wires a Manager to a real store and a fake Anthropic server.
@@ -46,43 +45,16 @@ const baseConfig = `{
 func newHarness(t *testing.T, limits, extra string, h llmtest.Handler) *harness {
 	t.Helper()
 	llm := llmtest.NewAnthropic(t, h)
-	src := fmt.Sprintf(baseConfig, llm.URL, limits, extra)
-	cfg, err := config.Parse("test.json5", []byte(src), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	dir := t.TempDir()
-	db, err := store.Open(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	cat, err := agent.NewCatalog(cfg, func(id string, p config.Provider) (agent.Provider, error) {
-		return providers.New(id, p, providers.Options{BackoffBase: time.Millisecond})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := filepath.Join(dir, "ws")
-	os.MkdirAll(ws, 0o755)
+	p := subagenttest.New(t, fmt.Sprintf(baseConfig, llm.URL, limits, extra), nil)
 	m := New(Deps{
-		Config: cfg, Store: db, Catalog: cat,
-		Tools:     func(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) },
-		Workspace: func(string) string { return ws },
-		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Config: p.Config, Store: p.Store, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
-	return &harness{t: t, m: m, db: db, llm: llm, cfg: cfg}
+	subagenttest.StopAtCleanup(t, m)
+	return &harness{t: t, m: m, db: p.Store, llm: llm, cfg: p.Config}
 }
 
 // caller is a top-level requester session in a Slack thread.
@@ -93,42 +65,14 @@ func caller(thread string) agent.CallContext {
 		Model:  "anthropic/claude-test", Tools: []string{"read_file", "write_file", "list_files", "exec", "web_fetch", "sessions_spawn"}}
 }
 
-// waitAnnounces waits until n announces are in the outbox.
 func (h *harness) waitAnnounces(n int) []store.OutboxItem {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		items, err := h.db.PendingOutbox(context.Background(), 1000)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if len(items) >= n || time.Now().After(deadline) {
-			if len(items) != n {
-				runs, _ := h.db.ListRuns(context.Background(), store.RunFilter{})
-				for _, r := range runs {
-					h.t.Logf("run %s %s/%s note=%q", r.Task, r.Status, r.Outcome, r.Note)
-				}
-				h.t.Fatalf("outbox has %d items, want %d", len(items), n)
-			}
-			return items
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return subagenttest.WaitAnnounces(h.t, h.db, n)
 }
 
-// waitDone waits until the run has ended.
 func (h *harness) waitDone(runID string) *store.Run {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		r, err := h.db.GetRun(context.Background(), runID)
-		if err == nil && r.Status == store.StatusDone {
-			return r
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	h.t.Fatalf("run %s did not end", runID)
-	return nil
+	return subagenttest.WaitDone(h.t, h.db, runID)
 }
 
 // standard answers like a well-behaved model: sub-agents answer their task,

@@ -14,12 +14,11 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
-	"github.com/heraldhq/herald/agent/providers"
-	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
+	"github.com/heraldhq/herald/subagent/subagenttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -55,51 +54,20 @@ const (
 func newHarness(t testing.TB, limits string, h llmtest.Handler) *harness {
 	t.Helper()
 	llm := llmtest.NewAnthropic(t, h)
-	cfg, err := config.Parse("test.json5", []byte(fmt.Sprintf(testConfig, llm.URL, limits)), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	dir := t.TempDir()
-	db, err := store.Open(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	cat, err := agent.NewCatalog(cfg, func(id string, p config.Provider) (agent.Provider, error) {
-		return providers.New(id, p, providers.Options{BackoffBase: time.Millisecond})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := filepath.Join(dir, "ws")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	p := subagenttest.New(t, fmt.Sprintf(testConfig, llm.URL, limits), nil)
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	// A fixed clock keeps the Manager on the fixtures' time, so its archiver
+	// does not archive fixture runs whose deadline passed in wall-clock time.
 	m := subagent.New(subagent.Deps{
-		Config: cfg, Store: db, Catalog: cat, Clock: fixedClock(now),
-		Tools:     func(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) },
-		Workspace: func(string) string { return ws },
+		Config: p.Config, Store: p.Store, Catalog: p.Catalog, Clock: subagenttest.FixedClock(now),
+		Tools: p.Tools, Workspace: p.WorkspaceOf,
 	})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
-	return &harness{t: t, m: m, db: db, cfg: cfg, llm: llm, now: now}
+	subagenttest.StopAtCleanup(t, m)
+	return &harness{t: t, m: m, db: p.Store, cfg: p.Config, llm: llm, now: now}
 }
-
-// fixedClock keeps the Manager on the fixtures' time, so its archiver does
-// not archive fixture runs whose deadline passed in wall-clock time.
-type fixedClock time.Time
-
-func (c fixedClock) Now() time.Time { return time.Time(c) }
 
 // env is the command environment of a conversation, with a fixed clock and
 // an Approve that, like the gateway's, resolves only that session's codes.
