@@ -65,7 +65,9 @@ func New(tb testing.TB, src string, newProvider func(id string, p config.Provide
 }
 
 // Tools gives every agent the built-in tools (subagent.Deps.Tools).
-func (p *Parts) Tools(string) *agent.Registry { return agent.NewRegistry(tools.New(tools.Options{})...) }
+func (p *Parts) Tools(string) *agent.Registry {
+	return agent.NewRegistry(tools.New(tools.Options{})...)
+}
 
 // WorkspaceOf gives every agent the one workspace (subagent.Deps.Workspace).
 func (p *Parts) WorkspaceOf(string) string { return p.Workspace }
