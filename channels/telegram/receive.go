@@ -1,0 +1,292 @@
+package telegram
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+func (a *Adapter) poll(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	offset := 0
+	if a.opts.Offsets != nil {
+		if o, err := a.opts.Offsets.LoadOffset(ctx); err != nil {
+			a.log.Warn("telegram: could not load the saved update offset; starting from the oldest unconfirmed update", zap.Error(err))
+		} else {
+			offset = o
+		}
+	}
+	backoff := a.minBackoff
+	timeout := int(a.opts.PollTimeout / time.Second)
+	if timeout < 1 {
+		timeout = 1
+	}
+	for ctx.Err() == nil {
+		reqCtx, cancel := context.WithTimeout(ctx, a.opts.PollTimeout+15*time.Second)
+		resp, err := a.bot(reqCtx).Request(tgbotapi.UpdateConfig{
+			Offset: offset, Timeout: timeout, AllowedUpdates: []string{"message"},
+		})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			err = a.redact(err)
+			a.mu.Lock()
+			a.failures++
+			a.lastErr = err
+			n := a.failures
+			a.mu.Unlock()
+			a.log.Warn("telegram getUpdates failed", zap.Error(err), zap.Int("failures", n), zap.Duration("backoff", backoff))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, a.maxBackoff)
+			continue
+		}
+		a.mu.Lock()
+		if a.failures >= unhealthyAfter {
+			a.log.Info("telegram getUpdates recovered", zap.Int("failures", a.failures))
+		}
+		a.failures, a.lastErr = 0, nil
+		a.mu.Unlock()
+		backoff = a.minBackoff
+
+		var raws []json.RawMessage
+		if err := json.Unmarshal(resp.Result, &raws); err != nil {
+			a.log.Warn("telegram getUpdates: undecodable result", zap.Error(err))
+			continue
+		}
+		before := offset
+		for _, raw := range raws {
+			id := a.handle(ctx, raw)
+			if id >= offset {
+				offset = id + 1
+			}
+		}
+		// Every update of the batch is stored by now (the gateway's Sink
+		// stores before it returns); the next getUpdates confirms them.
+		if offset != before && a.opts.Offsets != nil {
+			if err := a.opts.Offsets.SaveOffset(context.WithoutCancel(ctx), offset); err != nil {
+				a.log.Warn("telegram: could not save the update offset", zap.Error(err))
+			}
+		}
+	}
+}
+
+// topicFields are the update fields v5.5.1 does not know.
+type topicFields struct {
+	Message *struct {
+		ThreadID int  `json:"message_thread_id"`
+		IsTopic  bool `json:"is_topic_message"`
+	} `json:"message"`
+}
+
+// handle decodes one raw update, turns it into an Inbound and, if admitted,
+// gives it to the sink. It returns the update_id (-1 if unreadable).
+func (a *Adapter) handle(ctx context.Context, raw []byte) int {
+	var u tgbotapi.Update
+	if err := json.Unmarshal(raw, &u); err != nil {
+		var id struct {
+			UpdateID *int `json:"update_id"`
+		}
+		if json.Unmarshal(raw, &id) == nil && id.UpdateID != nil {
+			a.log.Warn("telegram: skipping undecodable update", zap.Int("updateId", *id.UpdateID), zap.Error(err))
+			return *id.UpdateID
+		}
+		a.log.Warn("telegram: skipping undecodable update", zap.Error(err))
+		return -1
+	}
+	var extra topicFields
+	_ = json.Unmarshal(raw, &extra) // same bytes decoded above; cannot fail differently
+	in, ok := a.inbound(u.Message, extra)
+	if !ok {
+		return u.UpdateID
+	}
+	a.mu.Lock()
+	sink := a.sink
+	a.mu.Unlock()
+	a.log.Debug("telegram message", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Bool("mentioned", in.Mentioned))
+	if err := sink(ctx, in); err != nil {
+		a.log.Warn("telegram message not taken", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Error(err))
+	}
+	return u.UpdateID
+}
+
+// inbound maps a message to an Inbound; ok is false for messages Herald
+// ignores (no text, from a bot, a channel post, a command for another bot,
+// or not admitted by the access rules).
+func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields) (channels.Inbound, bool) {
+	if m == nil || m.Chat == nil || m.From == nil || m.From.IsBot {
+		return channels.Inbound{}, false
+	}
+	text := m.Text
+	if text == "" {
+		text = m.Caption
+	}
+	if strings.TrimSpace(text) == "" {
+		return channels.Inbound{}, false
+	}
+	var chatType string
+	switch m.Chat.Type {
+	case "private":
+		chatType = channels.ChatDM
+	case "group", "supergroup":
+		chatType = channels.ChatGroup
+	default: // channel posts
+		return channels.Inbound{}, false
+	}
+	a.mu.Lock()
+	self, mention := a.self, a.mention
+	a.mu.Unlock()
+
+	threadID := 0
+	if extra.Message != nil && extra.Message.IsTopic {
+		threadID = extra.Message.ThreadID
+	}
+	text, mentioned, forOther := addressed(text, self.UserName, mention)
+	if forOther && chatType == channels.ChatGroup {
+		return channels.Inbound{}, false
+	}
+	if r := m.ReplyToMessage; r != nil && r.From != nil && r.From.ID == self.ID {
+		// In a topic every message "replies" to the topic's first message;
+		// only a reply to another message of the bot addresses it.
+		if threadID == 0 || r.MessageID != threadID {
+			mentioned = true
+		}
+	}
+	if strings.TrimSpace(text) == "" {
+		return channels.Inbound{}, false
+	}
+	o := channels.Origin{
+		Channel:   Name,
+		ChatID:    strconv.FormatInt(m.Chat.ID, 10),
+		ChatType:  chatType,
+		SenderID:  strconv.FormatInt(m.From.ID, 10),
+		MessageID: strconv.Itoa(m.MessageID),
+	}
+	if threadID != 0 {
+		o.ThreadID = strconv.Itoa(threadID)
+	}
+	if !a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, mentioned) {
+		a.log.Debug("telegram message not admitted", zap.String("origin", o.String()), zap.String("senderId", o.SenderID), zap.Bool("mentioned", mentioned))
+		return channels.Inbound{}, false
+	}
+	name := strings.TrimSpace(m.From.FirstName + " " + m.From.LastName)
+	if name == "" {
+		name = m.From.UserName
+	}
+	return channels.Inbound{
+		Origin:     o,
+		SenderName: name,
+		Text:       text,
+		Mentioned:  mentioned,
+		At:         time.Unix(int64(m.Date), 0),
+	}, true
+}
+
+var validSecret = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+
+var spaces = regexp.MustCompile(`[ \t]{2,}`)
+
+// addressed strips the bot's name from text: the @username suffix of a
+// leading command (/cmd@bot → /cmd) and @username mentions. mentioned is
+// true for any command for this bot and any mention; forOther is true for
+// a command addressed to another bot (/cmd@otherbot).
+func addressed(text, username string, mention *regexp.Regexp) (out string, mentioned, forOther bool) {
+	if strings.HasPrefix(text, "/") {
+		end := strings.IndexFunc(text, func(r rune) bool { return r == ' ' || r == '\n' || r == '\t' })
+		if end < 0 {
+			end = len(text)
+		}
+		cmd, target, hasTarget := strings.Cut(text[:end], "@")
+		switch {
+		case !hasTarget:
+			mentioned = true
+		case strings.EqualFold(target, username):
+			text = cmd + text[end:]
+			mentioned = true
+		default:
+			return text, false, true
+		}
+	}
+	if mention != nil && mention.MatchString(text) {
+		mentioned = true
+		text = mention.ReplaceAllString(text, "$1")
+		text = strings.TrimSpace(spaces.ReplaceAllString(text, " "))
+	}
+	return text, mentioned, false
+}
+
+// Routes returns the webhook handler at "POST <webhookPath>" in webhook
+// mode, and nothing when long polling.
+func (a *Adapter) Routes() map[string]http.Handler {
+	if a.opts.WebhookURL == "" {
+		return nil
+	}
+	return map[string]http.Handler{"POST " + a.opts.WebhookPath: http.HandlerFunc(a.serveWebhook)}
+}
+
+func (a *Adapter) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	got := r.Header.Get(SecretHeader)
+	if subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.WebhookSecret)) != 1 {
+		a.log.Warn("telegram webhook: bad secret token", zap.String("remote", r.RemoteAddr))
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	a.mu.Lock()
+	ctx, started := a.runCtx, a.started
+	a.mu.Unlock()
+	if !started || ctx.Err() != nil {
+		http.Error(w, "telegram channel not running", http.StatusServiceUnavailable)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
+	if err != nil {
+		http.Error(w, "request body too large or unreadable", http.StatusRequestEntityTooLarge)
+		return
+	}
+	var head struct {
+		UpdateID *int `json:"update_id"`
+	}
+	if err := json.Unmarshal(body, &head); err != nil || head.UpdateID == nil {
+		http.Error(w, "not a Telegram update", http.StatusBadRequest)
+		return
+	}
+	if a.seen(*head.UpdateID) {
+		w.WriteHeader(http.StatusOK) // Telegram redelivered; already handled
+		return
+	}
+	a.handle(ctx, body)
+	w.WriteHeader(http.StatusOK)
+}
+
+// seen records a webhook update id and reports whether it was already
+// handled (Telegram redelivers when a response is slow).
+func (a *Adapter) seen(id int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.recent[id]; ok {
+		return true
+	}
+	a.recent[id] = struct{}{}
+	a.recentIDs = append(a.recentIDs, id)
+	if len(a.recentIDs) > recentUpdateSize {
+		delete(a.recent, a.recentIDs[0])
+		a.recentIDs = a.recentIDs[1:]
+	}
+	return false
+}
