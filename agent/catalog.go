@@ -2,8 +2,10 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/heraldhq/herald/config"
 )
@@ -19,9 +21,11 @@ type Model struct {
 	Cost       *config.Cost
 }
 
-// Catalog resolves "provider/model" references to models.
+// Catalog resolves "provider/model" references to models. A config reload
+// replaces its models (Replace) while turns look them up.
 type Catalog struct {
-	models map[string]*Model
+	mu     sync.RWMutex
+	models map[string]*Model // guarded by mu
 }
 
 // NewCatalog builds a catalog from the configured providers, constructing one
@@ -43,6 +47,8 @@ func NewCatalog(cfg *config.Config, newProvider func(id string, p config.Provide
 
 // Add registers a model (tests and the demo fallback use it).
 func (c *Catalog) Add(m *Model) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.models == nil {
 		c.models = make(map[string]*Model)
 	}
@@ -51,8 +57,21 @@ func (c *Catalog) Add(m *Model) {
 
 // Lookup returns the model for a "provider/model" reference.
 func (c *Catalog) Lookup(ref string) (*Model, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	m, ok := c.models[strings.TrimSpace(ref)]
 	return m, ok
+}
+
+// Replace makes c resolve what next resolves (a reloaded config's models).
+// A turn that already looked up its model keeps using it.
+func (c *Catalog) Replace(next *Catalog) {
+	next.mu.RLock()
+	models := maps.Clone(next.models)
+	next.mu.RUnlock()
+	c.mu.Lock()
+	c.models = models
+	c.mu.Unlock()
 }
 
 // EstimateCost returns the USD cost of u at the model's pricing, and false

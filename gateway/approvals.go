@@ -22,24 +22,28 @@ import (
 // /approve or /deny (or the timeout, which denies). Requests are stored, so
 // a code is never reused and the decision is on record.
 type approvals struct {
-	g       *Gateway
-	policy  tools.Policy
-	timeout time.Duration
-	log     *zap.Logger
+	g   *Gateway
+	log *zap.Logger
 
 	mu      sync.Mutex
 	waiting map[string]chan bool // code → decision
 }
 
 func newApprovals(g *Gateway) *approvals {
-	return &approvals{g: g, policy: tools.Policy(g.cfg.Security.ToolPolicy),
-		timeout: time.Duration(g.cfg.Security.ApprovalTimeoutSeconds) * time.Second,
-		log:     g.log.Named("approvals"), waiting: make(map[string]chan bool)}
+	return &approvals{g: g, log: g.log.Named("approvals"), waiting: make(map[string]chan bool)}
+}
+
+// The policy and the approval timeout are read from the current config on
+// every call, so a reload applies to the next tool call.
+func (a *approvals) policy() tools.Policy { return tools.Policy(a.g.cfg().Security.ToolPolicy) }
+
+func (a *approvals) timeout() time.Duration {
+	return time.Duration(a.g.cfg().Security.ApprovalTimeoutSeconds) * time.Second
 }
 
 // authorize is the agent.Authorizer of every session.
 func (a *approvals) authorize(ctx context.Context, cc agent.CallContext, call agent.ToolCall, tool agent.Tool) error {
-	switch a.policy.Decide(call.Name, tool.Group()) {
+	switch a.policy().Decide(call.Name, tool.Group()) {
 	case tools.Allow:
 		return nil
 	case tools.Supervised:
@@ -61,13 +65,13 @@ func newCode() string {
 }
 
 func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.ToolCall) error {
-	now := a.g.clock.Now()
+	now, timeout := a.g.clock.Now(), a.timeout()
 	session := cc.RootKey
 	if session == "" {
 		session = cc.SessionKey
 	}
 	ap := &store.Approval{Code: newCode(), SessionKey: session, RunID: cc.RunID, Tool: call.Name, Args: string(call.Args),
-		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(a.timeout)}
+		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(timeout)}
 	if err := a.g.db.CreateApproval(ctx, ap); err != nil {
 		return fmt.Errorf("tool %s needs approval, but the request could not be recorded: %v", call.Name, err)
 	}
@@ -91,11 +95,11 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 		args = string([]rune(args)[:299]) + "…"
 	}
 	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s %s\nReply /approve %s or /deny %s (expires in %s).",
-		who, call.Name, args, ap.Code, ap.Code, a.timeout), "")
+		who, call.Name, args, ap.Code, ap.Code, timeout), "")
 	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", cc.SessionKey),
 		zap.String("rootKey", session), zap.String("runId", cc.RunID), zap.String("agentId", cc.AgentID), zap.String("channel", string(cc.Origin.Channel)))
 
-	t := time.NewTimer(a.timeout)
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case ok := <-decision:
@@ -113,7 +117,7 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 		} else if err != nil {
 			a.log.Error("could not expire an approval", zap.String("code", ap.Code), zap.Error(err))
 		}
-		return fmt.Errorf("no one approved %s within %s (approval %s), so it did not run", call.Name, a.timeout, ap.Code)
+		return fmt.Errorf("no one approved %s within %s (approval %s), so it did not run", call.Name, timeout, ap.Code)
 	case <-ctx.Done():
 		if _, err := a.expire(ctx, ap.Code, "cancelled"); err != nil {
 			a.log.Error("could not expire an approval", zap.String("code", ap.Code), zap.Error(err))

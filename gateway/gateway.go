@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,18 +50,22 @@ type Options struct {
 
 // Gateway is one running Herald daemon.
 type Gateway struct {
-	cfg      *config.Config
+	conf     atomic.Pointer[config.Config] // read with cfg(); Reload replaces it
 	stateDir string
 	log      *zap.Logger
 	clock    agent.Clock
 
 	db       *store.DB
 	catalog  *agent.Catalog
+	provOpts providers.Options
 	subs     *subagent.Manager
 	mainLane *lane.Lane
-	channels map[channels.Name]channels.Channel
+	chMu     sync.RWMutex
+	channels map[channels.Name]channels.Channel   // guarded by chMu; a reload replaces changed ones
+	chStop   map[channels.Name]context.CancelFunc // ends a channel's start/retry loop; guarded by chMu
+	handler  atomic.Pointer[http.ServeMux]        // the routes; a reload rebuilds them
 	web      *web.Adapter
-	tools    tools.Options
+	tools    atomic.Pointer[tools.Options] // built-in tools' options; Reload replaces them
 	metrics  *metrics
 	outbox   *deliverer
 	approv   *approvals
@@ -67,6 +73,9 @@ type Gateway struct {
 
 	listener net.Listener
 	server   *http.Server
+
+	reloadMu     sync.Mutex // one reload at a time
+	reloadClosed bool       // set by shutdown: no reload after it began; guarded by reloadMu
 
 	mu         sync.Mutex
 	sessions   map[string]*sessionState // requester sessions with a loaded history
@@ -76,7 +85,6 @@ type Gateway struct {
 	draining   bool
 	commands   int    // chat commands running (≤ MaxCommands)
 	stopOutbox func() // ends the delivery loop and waits for it (set by Run)
-	maxQueued  int    // main lane queue cap
 }
 
 // New opens the state and builds every component; nothing runs until Run.
@@ -90,8 +98,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		o.Clock = agent.SystemClock{}
 	}
 	cfg := o.Config
-	g := &Gateway{cfg: cfg, stateDir: o.StateDir, log: o.Logger, clock: o.Clock,
-		channels: make(map[channels.Name]channels.Channel), sessions: make(map[string]*sessionState)}
+	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock,
+		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState)}
+	g.conf.Store(cfg)
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	g.metrics = newMetrics()
 
@@ -104,15 +113,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		db.Close()
 		return nil, err
 	}
-	provOpts := o.Providers
-	provOpts.Logger = o.Logger
-	g.catalog, err = agent.NewCatalog(cfg, func(id string, p config.Provider) (agent.Provider, error) {
-		prov, err := providers.New(id, p, provOpts)
-		if err != nil {
-			return nil, err
-		}
-		return g.metrics.timed(id, prov, time.Duration(p.TimeoutSeconds)*time.Second), nil
-	})
+	g.provOpts = o.Providers
+	g.provOpts.Logger = o.Logger
+	g.catalog, err = agent.NewCatalog(cfg, g.newProvider)
 	if err != nil {
 		return fail(err)
 	}
@@ -121,10 +124,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			return fail(fmt.Errorf("workspace of agent %s: %w", a.ID, err))
 		}
 	}
-	g.tools = tools.OptionsFromConfig(cfg.Tools)
-	g.tools.Logger = o.Logger
+	g.setToolOptions(cfg)
 	g.mainLane = lane.New("main", cfg.Agents.Defaults.MaxConcurrent, o.Logger)
-	g.maxQueued = cmp.Or(cfg.Agents.Defaults.MaxQueued, DefaultMaxQueued)
 	g.outbox = newDeliverer(g)
 	g.approv = newApprovals(g)
 	g.newMCP()
@@ -151,9 +152,21 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	// A request (headers and body) must arrive within ReadTimeout, so a
 	// stalled POST cannot hold a connection; responses have no write
 	// deadline because /api/events streams; idle keep-alives are closed.
-	g.server = &http.Server{Handler: g.routes(), ReadHeaderTimeout: 10 * time.Second,
+	g.handler.Store(g.routes())
+	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.handler.Load().ServeHTTP(w, r) })
+	g.server = &http.Server{Handler: serve, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: cmp.Or(o.HTTPReadTimeout, 30*time.Second), IdleTimeout: 2 * time.Minute}
 	return g, nil
+}
+
+// newProvider builds a model provider, timed and bounded by its
+// timeoutSeconds.
+func (g *Gateway) newProvider(id string, p config.Provider) (agent.Provider, error) {
+	prov, err := providers.New(id, p, g.provOpts)
+	if err != nil {
+		return nil, err
+	}
+	return g.metrics.timed(id, prov, time.Duration(p.TimeoutSeconds)*time.Second), nil
 }
 
 // Addr is the HTTP listener's address.
@@ -163,73 +176,98 @@ func (g *Gateway) Addr() string { return g.listener.Addr().String() }
 func (g *Gateway) Store() *store.DB { return g.db }
 
 func (g *Gateway) workspace(agentID string) string {
-	return g.cfg.AgentWorkspace(agentID, g.stateDir)
+	return g.cfg().AgentWorkspace(agentID, g.stateDir)
 }
 
 // baseTools are an agent's built-in tools and the tools of its MCP servers
 // that are up, limited to its allowedTools.
 func (g *Gateway) baseTools(agentID string) *agent.Registry {
-	reg := agent.NewRegistry(append(tools.New(g.tools), g.mcpTools(agentID)...)...)
-	if a, ok := g.cfg.Agent(agentID); ok && len(a.AllowedTools) > 0 {
+	reg := agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...)
+	if a, ok := g.cfg().Agent(agentID); ok && len(a.AllowedTools) > 0 {
 		reg = reg.Filter(func(name string, _ agent.Tool) bool { return slices.Contains(a.AllowedTools, name) })
 	}
 	return reg
 }
 
 func (g *Gateway) buildChannels(extra []channels.Channel) error {
-	c := g.cfg.Channels
-	log := g.log.Named("channel")
-	if c.Slack.Enabled {
-		a, err := slack.New(slack.Options{BotToken: c.Slack.BotToken.Value(), AppToken: c.Slack.AppToken.Value(),
-			SigningSecret: c.Slack.SigningSecret.Value(), Mode: c.Slack.Mode, APIURL: c.Slack.APIURL,
-			WebhookPath: c.Slack.WebhookPath, ReplyToMode: c.Slack.ReplyToMode, Access: accessOf(c.Slack.Access),
-			Logger: log.With(zap.String("channel", "slack"))})
+	for _, name := range []channels.Name{slack.Name, telegram.Name, matrix.Name, web.Name} {
+		ch, err := g.buildChannel(name, g.cfg())
 		if err != nil {
-			return fmt.Errorf("channels.slack: %w", err)
+			return err
 		}
-		g.channels[a.Name()] = a
-	}
-	if c.Telegram.Enabled {
-		a, err := telegram.New(telegram.Options{BotToken: c.Telegram.BotToken.Value(), APIURL: c.Telegram.APIURL,
-			WebhookURL: c.Telegram.WebhookURL, WebhookSecret: c.Telegram.WebhookSecret.Value(),
-			WebhookPath: c.Telegram.WebhookPath, Access: accessOf(c.Telegram.Access), Offsets: telegramOffsets{g.db},
-			Logger: log.With(zap.String("channel", "telegram"))})
-		if err != nil {
-			return fmt.Errorf("channels.telegram: %w", err)
+		if ch != nil {
+			g.channels[name] = ch
 		}
-		g.channels[a.Name()] = a
-	}
-	if c.Matrix.Enabled {
-		autoJoin := c.Matrix.AutoJoin == nil || *c.Matrix.AutoJoin
-		a, err := matrix.New(matrix.Options{Homeserver: c.Matrix.Homeserver, UserID: c.Matrix.UserID,
-			AccessToken: c.Matrix.AccessToken.Value(), Password: c.Matrix.Password.Value(), DeviceID: c.Matrix.DeviceID,
-			AutoJoin: autoJoin, ThreadReplies: c.Matrix.ThreadReplies, Access: accessOf(c.Matrix.Access),
-			SyncStore: matrixSyncStore{g.db},
-			Logger:    log.With(zap.String("channel", "matrix"))})
-		if err != nil {
-			return fmt.Errorf("channels.matrix: %w", err)
-		}
-		g.channels[a.Name()] = a
-	}
-	if g.cfg.WebEnabled() {
-		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{g.db},
-			RateLimit:     web.RateLimit{PerMinute: max(c.Web.RateLimit.PerMinute, 0), Burst: c.Web.RateLimit.Burst},
-			OnRateLimited: func(string) { g.metrics.refused.WithLabelValues("web", "rate_limited").Inc() },
-			SessionKey: func(client string) string {
-				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
-				return SessionKey(route(g.cfg, o), o)
-			},
-			Logger: log.With(zap.String("channel", "web"))})
-		if err != nil {
-			return fmt.Errorf("channels.web: %w", err)
-		}
-		g.web = a
-		g.channels[a.Name()] = a
 	}
 	for _, ch := range extra {
 		g.channels[ch.Name()] = ch
 	}
 	return nil
+}
+
+// buildChannel builds the adapter of one built-in channel from cfg; nil
+// when the channel is not enabled. It does no I/O.
+func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels.Channel, error) {
+	c := cfg.Channels
+	log := g.log.Named("channel").With(zap.String("channel", string(name)))
+	switch name {
+	case slack.Name:
+		if !c.Slack.Enabled {
+			return nil, nil
+		}
+		a, err := slack.New(slack.Options{BotToken: c.Slack.BotToken.Value(), AppToken: c.Slack.AppToken.Value(),
+			SigningSecret: c.Slack.SigningSecret.Value(), Mode: c.Slack.Mode, APIURL: c.Slack.APIURL,
+			WebhookPath: c.Slack.WebhookPath, ReplyToMode: c.Slack.ReplyToMode, Access: accessOf(c.Slack.Access),
+			Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("channels.slack: %w", err)
+		}
+		return a, nil
+	case telegram.Name:
+		if !c.Telegram.Enabled {
+			return nil, nil
+		}
+		a, err := telegram.New(telegram.Options{BotToken: c.Telegram.BotToken.Value(), APIURL: c.Telegram.APIURL,
+			WebhookURL: c.Telegram.WebhookURL, WebhookSecret: c.Telegram.WebhookSecret.Value(),
+			WebhookPath: c.Telegram.WebhookPath, Access: accessOf(c.Telegram.Access), Offsets: telegramOffsets{g.db},
+			Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("channels.telegram: %w", err)
+		}
+		return a, nil
+	case matrix.Name:
+		if !c.Matrix.Enabled {
+			return nil, nil
+		}
+		autoJoin := c.Matrix.AutoJoin == nil || *c.Matrix.AutoJoin
+		a, err := matrix.New(matrix.Options{Homeserver: c.Matrix.Homeserver, UserID: c.Matrix.UserID,
+			AccessToken: c.Matrix.AccessToken.Value(), Password: c.Matrix.Password.Value(), DeviceID: c.Matrix.DeviceID,
+			AutoJoin: autoJoin, ThreadReplies: c.Matrix.ThreadReplies, Access: accessOf(c.Matrix.Access),
+			SyncStore: matrixSyncStore{g.db},
+			Logger:    log})
+		if err != nil {
+			return nil, fmt.Errorf("channels.matrix: %w", err)
+		}
+		return a, nil
+	case web.Name:
+		if !cfg.WebEnabled() {
+			return nil, nil
+		}
+		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{g.db},
+			RateLimit:     web.RateLimit{PerMinute: max(c.Web.RateLimit.PerMinute, 0), Burst: c.Web.RateLimit.Burst},
+			OnRateLimited: func(string) { g.metrics.refused.WithLabelValues("web", "rate_limited").Inc() },
+			SessionKey: func(client string) string {
+				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
+				return SessionKey(route(g.cfg(), o), o)
+			},
+			Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("channels.web: %w", err)
+		}
+		g.web = a
+		return a, nil
+	}
+	return nil, fmt.Errorf("unknown channel %q", name)
 }
 
 // Run starts the channels, the lanes, the outbox and the HTTP listener, and
@@ -251,14 +289,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	outboxDone := make(chan struct{})
 	go func() { defer close(outboxDone); g.outbox.run(outboxCtx) }()
 	g.stopOutbox = func() { stopOutbox(); <-outboxDone }
-	for _, ch := range g.channels {
-		g.bg.Add(1)
-		go func() { defer g.bg.Done(); g.startChannel(g.bgCtx, ch) }()
+	for _, ch := range g.channelSet() {
+		g.launchChannel(ch)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.server.Serve(g.listener) }()
-	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channels)),
-		zap.String("stateDir", g.stateDir), zap.String("model", g.cfg.AgentModel(g.cfg.DefaultAgentID())))
+	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),
+		zap.String("stateDir", g.stateDir), zap.String("model", g.cfg().AgentModel(g.cfg().DefaultAgentID())))
 
 	var err error
 	select {
@@ -269,11 +306,36 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		err = fmt.Errorf("http listener: %w", err)
 	}
-	grace := time.Duration(g.cfg.Gateway.ShutdownGraceSeconds) * time.Second
+	grace := time.Duration(g.cfg().Gateway.ShutdownGraceSeconds) * time.Second
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	g.shutdown(sctx)
 	return err
+}
+
+// channel returns the adapter of a channel, nil if it is not running.
+func (g *Gateway) channel(name channels.Name) channels.Channel {
+	g.chMu.RLock()
+	defer g.chMu.RUnlock()
+	return g.channels[name]
+}
+
+// channelSet is a copy of the channels map.
+func (g *Gateway) channelSet() map[channels.Name]channels.Channel {
+	g.chMu.RLock()
+	defer g.chMu.RUnlock()
+	return maps.Clone(g.channels)
+}
+
+// launchChannel starts ch in the background (startChannel) with its own
+// context, so a reload that replaces ch can end a retry loop still running.
+func (g *Gateway) launchChannel(ch channels.Channel) {
+	ctx, cancel := context.WithCancel(g.bgCtx)
+	g.chMu.Lock()
+	g.chStop[ch.Name()] = cancel
+	g.chMu.Unlock()
+	g.bg.Add(1)
+	go func() { defer g.bg.Done(); g.startChannel(ctx, ch) }()
 }
 
 // startChannel starts ch, retrying with backoff while it fails, so one
@@ -302,6 +364,9 @@ func (g *Gateway) startChannel(ctx context.Context, ch channels.Channel) {
 // close the store.
 func (g *Gateway) shutdown(ctx context.Context) {
 	g.log.Info("gateway shutting down")
+	g.reloadMu.Lock() // waits for a reload in progress
+	g.reloadClosed = true
+	g.reloadMu.Unlock()
 	g.mu.Lock()
 	g.draining = true
 	g.mu.Unlock()
@@ -326,7 +391,7 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	fcancel()
 	g.bgCancel()
 	var wg sync.WaitGroup
-	for _, ch := range g.channels {
+	for _, ch := range g.channelSet() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -351,3 +416,16 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	}
 	g.log.Info("gateway stopped")
 }
+
+// cfg is the current config. A reload replaces it; code reads it when it
+// needs a value, so a turn or run in progress keeps what it already read.
+func (g *Gateway) cfg() *config.Config { return g.conf.Load() }
+
+func (g *Gateway) setToolOptions(cfg *config.Config) {
+	opts := tools.OptionsFromConfig(cfg.Tools)
+	opts.Logger = g.log
+	g.tools.Store(&opts)
+}
+
+// maxQueued is the main lane's queue cap.
+func (g *Gateway) maxQueued() int { return cmp.Or(g.cfg().Agents.Defaults.MaxQueued, DefaultMaxQueued) }

@@ -14,7 +14,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 )
 
-func (g *Gateway) routes() http.Handler {
+func (g *Gateway) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -22,7 +22,7 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.HandleFunc("GET /mcp", g.mcpList)
 	mux.Handle("GET /metrics", g.metricsAuth(promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})))
-	for _, ch := range g.channels {
+	for _, ch := range g.channelSet() {
 		if m, ok := ch.(channels.HTTPMounter); ok {
 			for pattern, h := range m.Routes() {
 				mux.Handle(pattern, h)
@@ -44,14 +44,15 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	} else {
 		checks["store"] = "ok"
 	}
-	names := make([]string, 0, len(g.channels))
-	for n := range g.channels {
+	chans := g.channelSet()
+	names := make([]string, 0, len(chans))
+	for n := range chans {
 		names = append(names, string(n))
 	}
 	sort.Strings(names)
 	for _, n := range names {
 		status := "ok"
-		if h, ok := g.channels[channels.Name(n)].(channels.Healther); ok {
+		if h, ok := chans[channels.Name(n)].(channels.Healther); ok {
 			if err := h.Health(); err != nil {
 				status = err.Error()
 				ready = false
@@ -85,10 +86,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // loopback it needs the web token (Bearer or ?token=), like the web API;
 // without a token configured it is refused there.
 func (g *Gateway) metricsAuth(h http.Handler) http.Handler {
-	if g.cfg.ListenerIsLoopback() {
+	if g.cfg().ListenerIsLoopback() {
 		return h
 	}
-	token := strings.TrimSpace(g.cfg.Channels.Web.Token.Value())
+	token := strings.TrimSpace(g.cfg().Channels.Web.Token.Value())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := strings.TrimSpace(r.URL.Query().Get("token"))
 		if scheme, rest, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {

@@ -34,7 +34,7 @@ const busyText = "⏳ Busy right now: too many messages are waiting. Please send
 // Chat commands run on their own bounded goroutines and are not stored.
 // A platform re-delivery of a stored message is recognised and not run again.
 func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
-	agentID := route(g.cfg, in.Origin)
+	agentID := route(g.cfg(), in.Origin)
 	key := SessionKey(agentID, in.Origin)
 	ch := string(in.Origin.Channel)
 	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", ch))
@@ -71,9 +71,9 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		log.Warn("message refused: gateway is shutting down")
 		return channels.ErrDraining
 	}
-	if queued, _ := g.mainLane.Stats(); queued >= g.maxQueued {
+	if queued, _ := g.mainLane.Stats(); queued >= g.maxQueued() {
 		g.metrics.refused.WithLabelValues(ch, "busy").Inc()
-		log.Warn("message refused: main lane queue is full", zap.Int("queued", queued), zap.Int("cap", g.maxQueued))
+		log.Warn("message refused: main lane queue is full", zap.Int("queued", queued), zap.Int("cap", g.maxQueued()))
 		g.post(ctx, in.Origin, channels.KindSystem, busyText, "")
 		return &channels.BusyError{RetryAfter: busyRetry, Reason: fmt.Sprintf("%d turns queued", queued)}
 	}

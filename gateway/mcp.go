@@ -22,7 +22,7 @@ func (g *Gateway) newMCP() {
 		Help: "MCP tool call latency by server.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"server"})
 	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_mcp_server_up",
 		Help: "1 when the MCP server is connected and its tools are offered."}, []string{"server"})
-	for name, s := range g.cfg.MCP.Servers {
+	for name, s := range g.cfg().MCP.Servers {
 		if s.On() {
 			calls.WithLabelValues(name)
 			errs.WithLabelValues(name)
@@ -32,7 +32,7 @@ func (g *Gateway) newMCP() {
 	g.metrics.reg.MustRegister(calls, errs, latency, up)
 	g.mcp = mcptools.New(mcptools.Options{
 		Logger:    g.log,
-		MaxOutput: g.cfg.Tools.Exec.MaxOutputBytes,
+		MaxOutput: g.cfg().Tools.Exec.MaxOutputBytes,
 		OnCall: func(server string, took time.Duration, failed bool) {
 			calls.WithLabelValues(server).Inc()
 			if failed {
@@ -51,7 +51,7 @@ func (g *Gateway) newMCP() {
 }
 
 // startMCP starts the configured MCP servers (in the background).
-func (g *Gateway) startMCP() { g.mcp.Apply(g.cfg.MCP.Servers) }
+func (g *Gateway) startMCP() { g.mcp.Apply(g.cfg().MCP.Servers) }
 
 // ApplyMCP makes the running MCP servers match servers (a reloaded config's
 // mcp.servers): new ones start, removed or disabled ones stop, changed ones
@@ -64,7 +64,7 @@ func (g *Gateway) MCPStatus() []mcptools.ServerStatus { return g.mcp.Status() }
 
 // mcpTools are the tools of the MCP servers an agent uses that are up now.
 func (g *Gateway) mcpTools(agentID string) []agent.Tool {
-	return g.mcp.Tools(g.cfg.AgentMCPServers(agentID))
+	return g.mcp.Tools(g.cfg().AgentMCPServers(agentID))
 }
 
 // mcpChecks adds one readiness check per MCP server. A server that is down

@@ -26,6 +26,7 @@ type metrics struct {
 	refused   *prometheus.CounterVec
 	redeliver prometheus.Counter
 	uncertain *prometheus.CounterVec
+	reloads   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -50,7 +51,11 @@ func newMetrics() *metrics {
 			Help: "Platform re-deliveries of a message already stored (not run again)."}),
 		uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_uncertain_total",
 			Help: "Message parts whose delivery was uncertain after a crash, by channel and action (found, resend, skip)."}, []string{"channel", "action"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_config_reloads_total",
+			Help: "Config reloads (SIGHUP, herald reload) by result: ok, or rejected with the old config kept."}, []string{"result"}),
 	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("rejected")
 	for _, kind := range []string{"assistant", "announce", "system"} {
 		m.delivered.WithLabelValues(kind)
 		m.retried.WithLabelValues(kind)
@@ -64,7 +69,7 @@ func newMetrics() *metrics {
 		}
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain,
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain, m.reloads,
 		collectors.NewGoCollector())
 	return m
 }

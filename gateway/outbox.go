@@ -124,7 +124,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		d.sends.Add(1)
 		go func() {
 			defer d.sends.Done()
-			d.deliver(ctx, d.g.channels[it.Origin.Channel], &it)
+			d.deliver(ctx, d.g.channel(it.Origin.Channel), &it)
 			d.mu.Lock()
 			delete(d.inflight, dest)
 			d.mu.Unlock()
@@ -241,7 +241,7 @@ func (d *deliverer) uncertain(ctx context.Context, ch channels.Channel, it *stor
 		}
 		return "resend"
 	}
-	if it.Origin.Channel == "telegram" && d.g.cfg.Channels.Telegram.UncertainDelivery == "skip" {
+	if it.Origin.Channel == "telegram" && d.g.cfg().Channels.Telegram.UncertainDelivery == "skip" {
 		log.Warn("part whose delivery is uncertain skipped (channels.telegram.uncertainDelivery: skip)", zap.Int("part", msg.Part))
 		return "skip"
 	}

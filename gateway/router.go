@@ -29,7 +29,7 @@ type sessionState struct {
 
 func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
 	env := command.Env{
-		Subagents: g.subs, Store: g.db, Config: g.cfg, AgentID: agentID,
+		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
 		AbortTurn: g.abortTurn, Approve: g.approv.resolve, Now: g.clock.Now,
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
@@ -52,7 +52,7 @@ func (g *Gateway) abortTurn(key string) bool {
 
 // post puts a message for a person into the outbox.
 func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Kind, text, runID string) {
-	agentID := route(g.cfg, to) // whom the conversation at to talks to
+	agentID := route(g.cfg(), to) // whom the conversation at to talks to
 	item := &store.OutboxItem{RunID: runID, Origin: to, Kind: kind, Text: text, CreatedAt: g.clock.Now(),
 		SessionKey: SessionKey(agentID, to), AgentID: agentID}
 	if _, err := g.db.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
@@ -73,7 +73,7 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	now := g.clock.Now()
 	id := uuid.NewString()
 	row := &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindMain, Origin: origin,
-		Model: g.cfg.AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
+		Model: g.cfg().AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
 	if _, err := g.db.EnsureSession(ctx, row); err != nil {
 		return nil, err
 	}
@@ -116,9 +116,9 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		g.complete(laneCtx, it, channels.KindSystem, msg, log)
 		return
 	}
-	model, ok := g.catalog.Lookup(g.cfg.AgentModel(agentID))
+	model, ok := g.catalog.Lookup(g.cfg().AgentModel(agentID))
 	if !ok {
-		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, g.cfg.AgentModel(agentID)), log)
+		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, g.cfg().AgentModel(agentID)), log)
 		return
 	}
 	resume, written := resumeMode(it, s.sess.History)
@@ -134,7 +134,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	} else if resume {
 		log.Info("continuing a turn cut short", zap.Int64("intakeId", it.ID))
 	}
-	turnTimeout := time.Duration(g.cfg.Agents.Defaults.TurnTimeoutSeconds) * time.Second
+	turnTimeout := time.Duration(g.cfg().Agents.Defaults.TurnTimeoutSeconds) * time.Second
 	tctx, tcancel := context.WithTimeoutCause(laneCtx, max(turnTimeout, time.Second), errTurnTimeout)
 	defer tcancel()
 	ctx, cancel := context.WithCancel(agent.WithLogFields(tctx, zap.String("sessionKey", key), zap.String("agentId", agentID),
@@ -154,11 +154,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		reg.Add(t)
 	}
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
-		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: g.cfg.AgentThinking(agentID), Tools: reg.Names()}
+		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: g.cfg().AgentThinking(agentID), Tools: reg.Names()}
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
 		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
-		Thinking: g.cfg.AgentThinking(agentID), MaxIterations: g.cfg.AgentMaxIterations(agentID),
+		Thinking: g.cfg().AgentThinking(agentID), MaxIterations: g.cfg().AgentMaxIterations(agentID),
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
 		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
 	}, in.Text)
@@ -189,7 +189,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 // prompt, what Herald is, and the workspace's bootstrap files.
 func (g *Gateway) systemPrompt(agentID string, o channels.Origin) string {
 	var b strings.Builder
-	if a, ok := g.cfg.Agent(agentID); ok && a.SystemPrompt != "" {
+	if a, ok := g.cfg().Agent(agentID); ok && a.SystemPrompt != "" {
 		b.WriteString(a.SystemPrompt + "\n\n")
 	} else {
 		b.WriteString("You are a helpful assistant reached through the Herald chat gateway.\n\n")

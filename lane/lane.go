@@ -77,6 +77,23 @@ func (l *Lane) Enqueue(j Job) error {
 	return nil
 }
 
+// SetMax changes how many jobs run at once (n < 1 means 1), as a config
+// reload does. Running jobs are not interrupted: a smaller cap takes effect
+// as they end; a larger one starts queued jobs at once.
+func (l *Lane) SetMax(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.max = max(n, 1)
+	l.dispatchLocked()
+}
+
+// Max returns how many jobs may run at once.
+func (l *Lane) Max() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.max
+}
+
 // Stats returns how many jobs wait and how many run.
 func (l *Lane) Stats() (queued, running int) {
 	l.mu.Lock()

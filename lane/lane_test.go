@@ -133,3 +133,26 @@ func TestLaneSurvivesPanickingJob(t *testing.T) {
 		t.Errorf("stats after = %d queued, %d running", q, r)
 	}
 }
+
+func TestLaneSetMaxStartsQueuedJobs(t *testing.T) {
+	l := New("t", 1, nil)
+	defer l.Shutdown(context.Background())
+	release := make(chan struct{})
+	started := make(chan int, 3)
+	for i := 0; i < 3; i++ {
+		if err := l.Enqueue(Job{Run: func(ctx context.Context) { started <- i; <-release }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-started
+	if q, r := l.Stats(); q != 2 || r != 1 {
+		t.Fatalf("stats = %d queued, %d running; want 2, 1", q, r)
+	}
+	l.SetMax(3) // a reload raising maxConcurrent starts the waiting jobs
+	<-started
+	<-started
+	if q, r := l.Stats(); q != 0 || r != 3 || l.Max() != 3 {
+		t.Errorf("after SetMax(3): %d queued, %d running, max %d", q, r, l.Max())
+	}
+	close(release)
+}

@@ -28,7 +28,7 @@ const LaneName = "subagent"
 
 // Deps is what a Manager needs from the gateway.
 type Deps struct {
-	Config  *config.Config
+	Config  *config.Config // the config at start; SetConfig replaces it
 	Store   *store.DB
 	Catalog *agent.Catalog
 	// Tools returns the built-in (non-session) tools of an agent.
@@ -54,6 +54,7 @@ type Manager struct {
 	d    Deps
 	log  *zap.Logger
 	lane *lane.Lane
+	conf atomic.Pointer[config.Config] // read with config(); SetConfig replaces it
 
 	mu        sync.Mutex
 	live      map[string]*liveRun  // by run id; guarded by mu
@@ -93,7 +94,7 @@ func New(d Deps) *Manager {
 	log := d.Logger.Named("subagent")
 	lim := d.Config.SubagentLimits(d.Config.DefaultAgentID())
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{
+	m := &Manager{
 		d: d, log: log,
 		lane:        lane.New(LaneName, lim.MaxConcurrent, d.Logger),
 		live:        make(map[string]*liveRun),
@@ -101,6 +102,20 @@ func New(d Deps) *Manager {
 		archiveWake: make(chan struct{}, 1),
 		bgCtx:       ctx, stopBG: cancel,
 	}
+	m.conf.Store(d.Config)
+	return m
+}
+
+// config is the current config: agents, models, limits and policies are
+// read from it when a run or tool call needs them.
+func (m *Manager) config() *config.Config { return m.conf.Load() }
+
+// SetConfig applies a reloaded, validated config: spawns, runs and tool
+// calls from now on use its agents, models and limits, and the sub-agent
+// lane takes its maxConcurrent. Runs already running keep their model.
+func (m *Manager) SetConfig(cfg *config.Config) {
+	m.conf.Store(cfg)
+	m.lane.SetMax(cfg.SubagentLimits(cfg.DefaultAgentID()).MaxConcurrent)
 }
 
 // Spawned counts runs spawned since this Manager started.
@@ -217,7 +232,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	if task == "" {
 		return spawnError(`"task" is required: describe what the sub-agent should do`)
 	}
-	cfg := m.d.Config
+	cfg := m.config()
 	lim := cfg.SubagentLimits(cc.AgentID)
 	if cc.Depth+1 > lim.MaxDepth {
 		return forbidden("depth exceeded: this session is at depth %d and maxDepth is %d, so it cannot spawn sub-agents; do the work yourself", cc.Depth, lim.MaxDepth)
@@ -357,8 +372,8 @@ func (m *Manager) resolveModel(chain ...string) (*agent.Model, string) {
 }
 
 func (m *Manager) agentIDs() []string {
-	ids := make([]string, 0, len(m.d.Config.Agents.List))
-	for _, a := range m.d.Config.Agents.List {
+	ids := make([]string, 0, len(m.config().Agents.List))
+	for _, a := range m.config().Agents.List {
 		ids = append(ids, a.ID)
 	}
 	return ids
@@ -552,7 +567,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 // sub-agent context block, and only AGENTS.md and TOOLS.md.
 func (m *Manager) childSystem(run *store.Run) string {
 	var b strings.Builder
-	if a, ok := m.d.Config.Agent(run.AgentID); ok && a.SystemPrompt != "" {
+	if a, ok := m.config().Agent(run.AgentID); ok && a.SystemPrompt != "" {
 		b.WriteString(a.SystemPrompt + "\n\n")
 	}
 	fmt.Fprintf(&b, "# Sub-agent context\nYou are a sub-agent working in the background for another session. Do the task below and finish with a clear answer; it is announced back to the requester.\n- Task: %s\n", run.Task)
@@ -570,7 +585,7 @@ func (m *Manager) childSystem(run *store.Run) string {
 // tools, less the session tools at the deepest level, filtered by the
 // agent's allowedTools, tools.subagents.tools and the spawn's allowedTools.
 func (m *Manager) childTools(run *store.Run) *agent.Registry {
-	cfg := m.d.Config
+	cfg := m.config()
 	reg := m.d.Tools(run.AgentID)
 	for _, t := range m.SessionTools(run.Depth) {
 		reg.Add(t)
@@ -627,7 +642,7 @@ func (m *Manager) setArchive(r *store.Run) {
 		r.ArchiveAt = r.EndedAt
 		return
 	}
-	if mins := m.d.Config.SubagentLimits(r.AgentID).ArchiveAfterMinutes; mins > 0 {
+	if mins := m.config().SubagentLimits(r.AgentID).ArchiveAfterMinutes; mins > 0 {
 		r.ArchiveAt = r.EndedAt.Add(time.Duration(mins) * time.Minute)
 	}
 }

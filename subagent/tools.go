@@ -56,7 +56,7 @@ func decode(tool string, args json.RawMessage, v any) error {
 // delegate is never given to a delegate session (depth < 0).
 func (m *Manager) SessionTools(depth int) []agent.Tool {
 	ts := []agent.Tool{m.spawnTool(), m.sendTool(), m.listTool(), m.historyTool(), m.statusTool(), m.subagentsTool()}
-	if len(m.d.Config.Agents.List) > 1 {
+	if len(m.config().Agents.List) > 1 {
 		ts = append(ts, m.agentsListTool())
 		if depth >= 0 {
 			ts = append(ts, m.delegateTool())
@@ -402,7 +402,7 @@ func (m *Manager) subagentsTool() agent.Tool {
 func (m *Manager) agentsListTool() agent.Tool {
 	return tool("agents_list", "List the agents you can spawn or delegate to.", `{"type":"object","properties":{}}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
-			lim := m.d.Config.SubagentLimits(cc.AgentID)
+			lim := m.config().SubagentLimits(cc.AgentID)
 			type entry struct {
 				ID           string   `json:"id"`
 				Name         string   `json:"name,omitempty"`
@@ -411,11 +411,11 @@ func (m *Manager) agentsListTool() agent.Tool {
 			}
 			var agents []entry
 			add := func(id string) {
-				a, _ := m.d.Config.Agent(id)
-				agents = append(agents, entry{ID: id, Name: a.Name, Model: m.d.Config.AgentModel(id), AllowedTools: a.AllowedTools})
+				a, _ := m.config().Agent(id)
+				agents = append(agents, entry{ID: id, Name: a.Name, Model: m.config().AgentModel(id), AllowedTools: a.AllowedTools})
 			}
 			add(cc.AgentID)
-			for _, a := range m.d.Config.Agents.List {
+			for _, a := range m.config().Agents.List {
 				if a.ID != cc.AgentID && lim.AllowsAgent(a.ID) {
 					add(a.ID)
 				}
@@ -460,7 +460,7 @@ type DelegateResult struct {
 func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, task string) DelegateResult {
 	var res DelegateResult
 	res.Status = "error"
-	a, ok := m.d.Config.Agent(agentID)
+	a, ok := m.config().Agent(agentID)
 	if !ok {
 		res.Error = fmt.Sprintf("unknown agent %q; call agents_list", agentID)
 		return res
@@ -469,9 +469,9 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		res.Error = `"task" is required`
 		return res
 	}
-	model, ok := m.d.Catalog.Lookup(m.d.Config.AgentModel(agentID))
+	model, ok := m.d.Catalog.Lookup(m.config().AgentModel(agentID))
 	if !ok {
-		res.Error = fmt.Sprintf("agent %q has no usable model (%s)", agentID, m.d.Config.AgentModel(agentID))
+		res.Error = fmt.Sprintf("agent %q has no usable model (%s)", agentID, m.config().AgentModel(agentID))
 		return res
 	}
 	id := uuid.NewString()
@@ -498,8 +498,8 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: m.d.Workspace(agentID), Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
 	// The agent's own settings, else agents.defaults: the same helpers as a
 	// top-level turn of that agent.
-	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: m.d.Config.AgentThinking(agentID),
-		MaxIterations: m.d.Config.AgentMaxIterations(agentID), Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock,
+	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: m.config().AgentThinking(agentID),
+		MaxIterations: m.config().AgentMaxIterations(agentID), Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock,
 		OnUsage: func(u agent.Usage) {
 			if m.d.OnUsage != nil {
 				m.d.OnUsage(agentID, model.Ref, u)

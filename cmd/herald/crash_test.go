@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -786,7 +787,11 @@ func TestCrashKill9AnyMoment(t *testing.T) {
 		} else if head := "Status: " + want + "\n"; !strings.HasPrefix(found[0].Text, head) {
 			t.Errorf("%s: announce starts %q, want %q", l, found[0].Text[:min(40, len(found[0].Text))], head)
 		}
-		if _, _, err := store.ReadTranscript(transcriptOf(t, stateDir, r)); err != nil {
+		// A run killed just after it started may not have written its
+		// transcript's first line yet: nothing was lost, and the file reads
+		// as not found. Any other error is damage.
+		if _, _, err := store.ReadTranscript(transcriptOf(t, stateDir, r)); err != nil &&
+			!(before.Status == store.StatusRunning && errors.Is(err, store.ErrNotFound)) {
 			t.Errorf("%s: %v", l, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -33,6 +34,8 @@ Commands:
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
   version                 print the module version, VCS revision and time, and the Go version
   config validate         check the config file and print every problem
+  reload                  check the config, then make the running gateway re-read it
+                          (same as SIGHUP); prints what changed, exit 1 if rejected
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
   sessions list           list sessions
@@ -109,6 +112,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case cmd == "gateway" && len(rest) == 0:
 		return runGateway(f, stderr)
+	case cmd == "reload" && len(rest) == 0:
+		return reloadCmd(f, stdout, stderr)
 	case cmd == "config" && len(rest) == 1 && rest[0] == "validate":
 		return validate(f, stdout, stderr)
 	case cmd == "runs" && len(rest) == 1 && rest[0] == "list":
@@ -195,7 +200,11 @@ func runGateway(f *flags, stderr io.Writer) int {
 	// The first SIGINT/SIGTERM drains; a second one during the drain exits
 	// at once. The watcher ends when runGateway returns.
 	returned := make(chan struct{})
-	defer close(returned) // runs before stop: the watcher is gone first
+	var reloads sync.WaitGroup // the SIGHUP watcher
+	defer func() {             // runs before stop: the watchers are gone first
+		close(returned)
+		reloads.Wait()
+	}()
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -227,6 +236,14 @@ func runGateway(f *flags, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stderr, "herald: web chat on http://%s/ (model %s)\n", g.Addr(), cfg.AgentModel(cfg.DefaultAgentID()))
+	removePID, err := writePID(stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 1
+	}
+	defer removePID()
+	reloads.Add(1)
+	go func() { defer reloads.Done(); watchReloads(g, f, log, returned) }()
 	if err := g.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(stderr, "herald: %v\n", err)
 		return 1
