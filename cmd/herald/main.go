@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,9 @@ import (
 const usage = `Usage: herald <command> [flags]
 
 Commands:
+  init                    write a commented starter config (asks on a terminal; else
+                          --channel web,slack,telegram,matrix --provider anthropic|openai|
+                          openai-compatible|demo); --force overwrites an existing file
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
   version                 print the module version, VCS revision and time, and the Go version
   config validate         check the config file and print every problem
@@ -61,8 +65,25 @@ func main() {
 type flags struct {
 	config, stateDir, logFormat, logLevel string
 	limit                                 int
-	pprof                                 string // gateway only: loopback address for net/http/pprof
-	json, pending                         bool   // list commands: JSON output; outbox list: pending only
+	pprof                                 string   // gateway only: loopback address for net/http/pprof
+	json, pending                         bool     // list commands: JSON output; outbox list: pending only
+	channels                              listFlag // init: channels to configure
+	provider                              string   // init: model provider
+	force                                 bool     // init: overwrite an existing config
+}
+
+// listFlag is a flag that may be repeated or hold a comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, w := range splitList(v) {
+		if !slices.Contains(*l, w) {
+			*l = append(*l, w)
+		}
+	}
+	return nil
 }
 
 func parse(name string, args []string, stderr io.Writer) (*flags, []string, error) {
@@ -78,6 +99,9 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.StringVar(&f.pprof, "pprof", "", "gateway: serve net/http/pprof on this loopback address")
 	fs.BoolVar(&f.json, "json", false, "list commands: print JSON")
 	fs.BoolVar(&f.pending, "pending", false, "outbox list: only messages not yet delivered or failed")
+	fs.Var(&f.channels, "channel", "init: a channel to configure (web, slack, telegram, matrix); repeat or comma-separate")
+	fs.StringVar(&f.provider, "provider", "", "init: the model provider (anthropic, openai, openai-compatible, demo)")
+	fs.BoolVar(&f.force, "force", false, "init: overwrite an existing config file")
 	// Accept flags before and after positional words.
 	var rest []string
 	for {
@@ -112,6 +136,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case cmd == "gateway" && len(rest) == 0:
 		return runGateway(f, stderr)
+	case cmd == "init" && len(rest) == 0:
+		return initCmd(f, os.Stdin, isTerminal(os.Stdin), stdout, stderr)
 	case cmd == "reload" && len(rest) == 0:
 		return reloadCmd(f, stdout, stderr)
 	case cmd == "config" && len(rest) == 1 && rest[0] == "validate":

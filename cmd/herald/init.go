@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/heraldhq/herald/config"
+)
+
+// initChannels and initProviders are what `herald init` offers.
+var (
+	initChannels  = []string{"web", "slack", "telegram", "matrix"}
+	initProviders = []string{"anthropic", "openai", "openai-compatible", "demo"}
+)
+
+// initCmd is `herald init`: ask (on a terminal) or read from flags which
+// channels and provider to use, write a commented starter config with
+// ${ENV} placeholders for every secret, validate it, print the next steps.
+func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writer) int {
+	path, _ := config.ResolvePath(f.config, nil)
+	if _, err := os.Stat(path); err == nil && !f.force {
+		fmt.Fprintf(stderr, "herald: %s already exists; use --force to overwrite it (or --config FILE to write elsewhere)\n", path)
+		return 1
+	}
+	chans, provider := f.channels, f.provider
+	if interactive && len(chans) == 0 && provider == "" {
+		var err error
+		if chans, provider, err = askInit(stdin, stdout); err != nil {
+			fmt.Fprintf(stderr, "herald: %v\n", err)
+			return 1
+		}
+	}
+	if len(chans) == 0 {
+		chans = []string{"web"}
+	}
+	provider = strings.TrimSpace(provider)
+	if provider == "" {
+		provider = "anthropic"
+	}
+	for _, c := range chans {
+		if !slices.Contains(initChannels, c) {
+			fmt.Fprintf(stderr, "herald: --channel %q: want one of %s\n", c, strings.Join(initChannels, ", "))
+			return 2
+		}
+	}
+	if !slices.Contains(initProviders, provider) {
+		fmt.Fprintf(stderr, "herald: --provider %q: want one of %s\n", provider, strings.Join(initProviders, ", "))
+		return 2
+	}
+	text, secrets := starterConfig(chans, provider)
+	// Validate what we write: with the secrets' variables standing in for
+	// themselves, the file must load and validate.
+	cfg, err := config.Parse(path, []byte(text), func(name string) (string, bool) { return "placeholder-" + name, true })
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: the starter config does not validate (a bug, please report it):\n%v\n", err)
+		return 1
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 1
+	}
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		fmt.Fprintf(stderr, "herald: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s (channels: %s; provider: %s)\n\nNext steps:\n", path, strings.Join(chans, ", "), provider)
+	step := 1
+	if len(secrets) > 0 {
+		fmt.Fprintf(stdout, "  %d. Put the secrets in the environment (or an EnvironmentFile for systemd):\n", step)
+		width := 0
+		for _, s := range secrets {
+			width = max(width, len(s.name))
+		}
+		for _, s := range secrets {
+			fmt.Fprintf(stdout, "       export %-*s   # %s\n", width+2, s.name+"=…", s.what)
+		}
+		step++
+	}
+	cfgFlag := ""
+	if f.config != "" {
+		cfgFlag = " --config " + path
+	}
+	fmt.Fprintf(stdout, "  %d. herald doctor%s      # checks the config, the state dir, every channel and provider\n", step, cfgFlag)
+	fmt.Fprintf(stdout, "  %d. herald gateway%s     # then open http://%s/\n", step+1, cfgFlag, config.DefaultListen)
+	return 0
+}
+
+// askInit asks which channels and provider to use.
+func askInit(stdin io.Reader, stdout io.Writer) ([]string, string, error) {
+	in := bufio.NewScanner(stdin)
+	ask := func(q, def string) (string, error) {
+		fmt.Fprintf(stdout, "%s [%s]: ", q, def)
+		if !in.Scan() {
+			if err := in.Err(); err != nil {
+				return "", err
+			}
+			return "", errors.New("no answer (end of input)")
+		}
+		return cmp.Or(strings.TrimSpace(in.Text()), def), nil
+	}
+	for {
+		a, err := ask("Channels ("+strings.Join(initChannels, ", ")+"; comma-separated)", "web")
+		if err != nil {
+			return nil, "", err
+		}
+		chans := splitList(a)
+		if bad := slices.IndexFunc(chans, func(c string) bool { return !slices.Contains(initChannels, c) }); bad >= 0 {
+			fmt.Fprintf(stdout, "  %q is not one of %s\n", chans[bad], strings.Join(initChannels, ", "))
+			continue
+		}
+		for {
+			p, err := ask("Model provider ("+strings.Join(initProviders, ", ")+")", "anthropic")
+			if err != nil {
+				return nil, "", err
+			}
+			if slices.Contains(initProviders, p) {
+				return chans, p, nil
+			}
+			fmt.Fprintf(stdout, "  %q is not one of %s\n", p, strings.Join(initProviders, ", "))
+		}
+	}
+}
+
+// splitList splits "slack, telegram" into its words, without duplicates.
+func splitList(s string) []string {
+	var out []string
+	for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if w = strings.ToLower(w); !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// isTerminal reports whether r is an interactive terminal.
+func isTerminal(r io.Reader) bool {
+	file, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := file.Stat()
+	return err == nil && fi.Mode()&fs.ModeCharDevice != 0
+}
+
+type secretVar struct{ name, what string }
+
+// starterConfig is the commented JSON5 for the chosen channels and
+// provider, and the environment variables its secrets come from.
+func starterConfig(chans []string, provider string) (string, []secretVar) {
+	var b strings.Builder
+	var secrets []secretVar
+	on := func(c string) bool { return slices.Contains(chans, c) }
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+
+	w(`// Herald config (JSON5: comments and trailing commas are fine).
+// Written by "herald init". Reference: docs/configuration.md.
+// Secrets are never written here: each ${VAR} is read from the environment
+// when Herald starts, and a missing variable is an error that names it.
+{
+  gateway: {
+    // The web chat, /healthz, /readyz, /metrics and webhooks listen here.
+    // Off loopback, set channels.web.token (and it protects /metrics too).
+    http: { listen: %q },
+    logLevel: "info", // debug | info | warn | error
+  },
+
+  models: {
+    providers: {
+`, config.DefaultListen)
+	model := ""
+	switch provider {
+	case "anthropic":
+		secrets = append(secrets, secretVar{"ANTHROPIC_API_KEY", "console.anthropic.com → API keys"})
+		model = "anthropic/claude-sonnet-4-20250514"
+		w(`      anthropic: {
+        api: "anthropic",
+        apiKey: "${ANTHROPIC_API_KEY}",
+        timeoutSeconds: 120, // one model call; a hung provider is cut off after this
+        // cost: USD per million tokens, for the announce's cost line.
+        models: [{ id: "claude-sonnet-4-20250514", cost: { input: 3, output: 15 } }],
+      },
+`)
+	case "openai":
+		secrets = append(secrets, secretVar{"OPENAI_API_KEY", "platform.openai.com → API keys"})
+		model = "openai/gpt-4o"
+		w(`      openai: {
+        api: "openai",
+        apiKey: "${OPENAI_API_KEY}",
+        timeoutSeconds: 120,
+        models: [{ id: "gpt-4o", cost: { input: 2.5, output: 10 } }],
+      },
+`)
+	case "openai-compatible":
+		model = "local/llama3.1"
+		w(`      // Any OpenAI-compatible server: Ollama, vLLM, llama.cpp, OpenRouter.
+      local: {
+        api: "openai-compatible",
+        baseUrl: "http://127.0.0.1:11434/v1", // Ollama's default
+        // apiKey: "${LOCAL_LLM_API_KEY}",    // if your server wants one
+        timeoutSeconds: 300,
+        models: [{ id: "llama3.1" }],
+      },
+`)
+	case "demo":
+		model = "demo/demo"
+		w(`      // The offline demo model: no API key, no real answers. Replace it with
+      // anthropic or openai (see docs/providers.md) when you are ready.
+      demo: { api: "demo" },
+`)
+	}
+	w(`    },
+  },
+
+  agents: {
+    defaults: {
+      model: %q,
+      maxConcurrent: 4, // top-level turns at once
+      subagents: { maxConcurrent: 8, maxDepth: 1, archiveAfterMinutes: 60 },
+    },
+    list: [
+      { id: "main" }, // workspace: <state dir>/workspace/main unless you set one
+    ],
+  },
+
+  // Tools the model may use: allow, deny, or supervised (a person approves
+  // each call with /approve CODE in the chat).
+  security: { toolPolicy: { default: "allow", tools: { exec: "supervised" } } },
+
+  channels: {
+`, model)
+	w(`    web: { enabled: %t }, // the local web chat at http://%s/
+`, on("web"), config.DefaultListen)
+	if on("slack") {
+		secrets = append(secrets,
+			secretVar{"SLACK_BOT_TOKEN", "api.slack.com/apps → OAuth & Permissions → Bot User OAuth Token (xoxb-…)"},
+			secretVar{"SLACK_APP_TOKEN", "api.slack.com/apps → Basic Information → App-Level Token with connections:write (xapp-…)"})
+		w(`    slack: {
+      enabled: true,
+      mode: "socket", // Socket Mode: no public URL needed ("http" for the Events API)
+      botToken: "${SLACK_BOT_TOKEN}",
+      appToken: "${SLACK_APP_TOKEN}",
+      // allowFrom: ["U012ABCDEF"], // only these users (empty: everyone in the workspace)
+    },
+`)
+	}
+	if on("telegram") {
+		secrets = append(secrets, secretVar{"TELEGRAM_BOT_TOKEN", "@BotFather → /newbot"})
+		w(`    telegram: {
+      enabled: true,
+      botToken: "${TELEGRAM_BOT_TOKEN}", // long polling; set webhookUrl for a webhook
+      // allowFrom: ["123456789"], // only these user ids in private chats
+      // groups: { "-1001234567890": { requireMention: false } },
+    },
+`)
+	}
+	if on("matrix") {
+		secrets = append(secrets, secretVar{"MATRIX_ACCESS_TOKEN", "the bot account's access token (Element → Settings → Help & About)"})
+		w(`    matrix: {
+      enabled: true,
+      homeserver: "https://matrix.example.org", // change to your homeserver
+      userId: "@herald:example.org",            // change to the bot's user id
+      accessToken: "${MATRIX_ACCESS_TOKEN}",
+      threadReplies: "inbound", // off | inbound | always
+    },
+`)
+	}
+	w(`  },
+}
+`)
+	return b.String(), secrets
+}

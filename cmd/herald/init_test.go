@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/config"
+)
+
+// TestInitWritesAValidStarterConfig: for every provider and with every
+// channel, `herald init` writes a commented config that loads and validates
+// once its secrets are in the environment, names each secret as ${VAR}
+// (never its value, even when the variable is set), and prints next steps.
+func TestInitWritesAValidStarterConfig(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-real-secret")
+	env := func(name string) (string, bool) { return "value-of-" + name, true }
+	for _, provider := range initProviders {
+		t.Run(provider, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "conf", "herald.json5")
+			var out, errOut bytes.Buffer
+			code := run([]string{"init", "--config", path, "--channel", "web,slack", "--channel", "telegram", "--channel", "matrix", "--provider", provider}, &out, &errOut)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
+			if strings.Contains(text, "sk-ant-real-secret") {
+				t.Error("the config contains the value of ANTHROPIC_API_KEY")
+			}
+			for _, v := range []string{"${SLACK_BOT_TOKEN}", "${SLACK_APP_TOKEN}", "${TELEGRAM_BOT_TOKEN}", "${MATRIX_ACCESS_TOKEN}"} {
+				if !strings.Contains(text, v) {
+					t.Errorf("config lacks %s", v)
+				}
+			}
+			if !strings.HasPrefix(text, "// Herald config") || strings.Count(text, "//") < 10 {
+				t.Errorf("config is not commented:\n%s", text)
+			}
+			cfg, err := config.Load(path, env)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err != nil {
+				t.Fatalf("written config does not validate: %v\n%s", err, text)
+			}
+			if !cfg.Channels.Slack.Enabled || !cfg.Channels.Telegram.Enabled || !cfg.Channels.Matrix.Enabled || !cfg.WebEnabled() {
+				t.Errorf("not every chosen channel is enabled: %+v", cfg.Channels)
+			}
+			if got := cfg.AgentModel("main"); !strings.HasPrefix(got, map[string]string{"anthropic": "anthropic/", "openai": "openai/", "openai-compatible": "local/", "demo": "demo/"}[provider]) {
+				t.Errorf("main agent model %q for provider %s", got, provider)
+			}
+			if !strings.Contains(out.String(), "wrote "+path) || !strings.Contains(out.String(), "herald doctor --config "+path) ||
+				!strings.Contains(out.String(), "export SLACK_BOT_TOKEN=…") {
+				t.Errorf("next steps:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestInitRefusesToOverwriteWithoutForce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.json5")
+	if err := os.WriteFile(path, []byte("{ /* mine */ }"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"init", "--config", path, "--provider", "demo"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "already exists; use --force") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+	if b, _ := os.ReadFile(path); string(b) != "{ /* mine */ }" {
+		t.Fatalf("existing file changed: %q", b)
+	}
+	if code := run([]string{"init", "--config", path, "--provider", "demo", "--force"}, &out, &errOut); code != 0 {
+		t.Fatalf("--force: exit %d, stderr %q", code, errOut.String())
+	}
+	if code := run([]string{"init", "--config", path + ".2", "--channel", "irc"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--channel "irc": want one of web, slack, telegram, matrix`) {
+		t.Errorf("unknown channel: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// On a terminal, init asks; a wrong answer is asked again.
+func TestInitAsksOnATerminal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.json5")
+	in := strings.NewReader("Slack, telegram\nbogus\nopenai\n")
+	var out, errOut bytes.Buffer
+	if code := initCmd(&flags{config: path}, in, true, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), `"bogus" is not one of anthropic`) || strings.Count(out.String(), "Model provider") != 2 {
+		t.Errorf("dialogue:\n%s", out.String())
+	}
+	cfg, err := config.Load(path, func(string) (string, bool) { return "x", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Channels.Slack.Enabled || !cfg.Channels.Telegram.Enabled || cfg.Channels.Matrix.Enabled || cfg.AgentModel("main") != "openai/gpt-4o" {
+		t.Errorf("answers not applied: slack %v telegram %v matrix %v model %s", cfg.Channels.Slack.Enabled, cfg.Channels.Telegram.Enabled, cfg.Channels.Matrix.Enabled, cfg.AgentModel("main"))
+	}
+}
