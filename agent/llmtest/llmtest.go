@@ -123,7 +123,9 @@ type Server struct {
 	mu       sync.Mutex
 	calls    []Call
 	seq      int
-	noRecord bool // set by NewHandler(…, false): keep no calls (long load runs)
+	noRecord bool     // set by NewHandler(…, false): keep no calls (long load runs)
+	models   []string // listed by GET …/models (SetModels)
+	key      string   // required API key, "" = any (RequireKey)
 }
 
 // NewAnthropic starts a fake Anthropic Messages API (POST /v1/messages).
@@ -179,6 +181,9 @@ func (s *Server) nextID() int {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.intercept(w, r) {
+		return
+	}
 	var wantPath bool
 	switch s.api {
 	case APIAnthropic:

@@ -38,6 +38,8 @@ Commands:
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
   version                 print the module version, VCS revision and time, and the Go version
   config validate         check the config file and print every problem
+  doctor                  check the config, the state dir, the listener, every provider,
+                          channel and MCP server against its real endpoint; exit 1 on a failure
   reload                  check the config, then make the running gateway re-read it
                           (same as SIGHUP); prints what changed, exit 1 if rejected
   runs list               list sub-agent runs (newest first)
@@ -138,6 +140,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runGateway(f, stderr)
 	case cmd == "init" && len(rest) == 0:
 		return initCmd(f, os.Stdin, isTerminal(os.Stdin), stdout, stderr)
+	case cmd == "doctor" && len(rest) == 0:
+		return doctor(f, stdout)
 	case cmd == "reload" && len(rest) == 0:
 		return reloadCmd(f, stdout, stderr)
 	case cmd == "config" && len(rest) == 1 && rest[0] == "validate":

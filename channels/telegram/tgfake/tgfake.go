@@ -1,7 +1,7 @@
 // Package tgfake is a fake Telegram Bot API for tests: an httptest server
 // that speaks the real Bot API wire format (`{"ok":true,"result":…}` with
 // integer ids) for getMe, getUpdates (long polling, offsets), setWebhook,
-// deleteWebhook and sendMessage, including forum-topic fields
+// getWebhookInfo, deleteWebhook and sendMessage, including forum-topic fields
 // (message_thread_id, is_topic_message) and injected failures (429 with
 // retry_after, 5xx, per-chat 4xx).
 //
@@ -404,6 +404,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.webhookURL, s.webhookSec = params.Get("url"), params.Get("secret_token")
 		s.mu.Unlock()
 		writeResult(w, true)
+	case "getWebhookInfo":
+		s.mu.Lock()
+		info := map[string]any{"url": s.webhookURL, "has_custom_certificate": false, "pending_update_count": len(s.updates)}
+		s.mu.Unlock()
+		writeResult(w, info)
 	case "deleteWebhook":
 		s.mu.Lock()
 		s.webhookURL, s.webhookSec = "", ""

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/agent/mcptools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/gateway"
+)
+
+// doctor is `herald doctor`: one line per check (config, state dir, the
+// HTTP listener, each provider, each enabled channel against its real
+// endpoint, each MCP server), with what to fix under a line that is not ok.
+// Exit status 1 when a check failed.
+func doctor(f *flags, stdout io.Writer) int {
+	var checks []channels.Check
+	cfg, path, err := config.Open(f.config, nil)
+	where := cmpPath(path)
+	if err != nil {
+		printCheck(stdout, channels.Check{Name: "config", Status: channels.CheckFail,
+			Detail: where + ":\n" + indent(err.Error()),
+			Fix:    "edit the file; `herald config validate` lists the same problems"})
+		return 1
+	}
+	checks = append(checks, channels.Check{Name: "config", Status: channels.CheckOK, Detail: where + " is valid"})
+	stateDir := config.ResolveStateDir(f.stateDir, nil)
+	checks = append(checks, checkListener(cfg, stateDir))
+	ctx := context.Background()
+	checks = append(checks, gateway.Doctor(ctx, cfg, stateDir)...)
+	checks = append(checks, checkMCP(cfg)...)
+	code := 0
+	for _, c := range checks {
+		printCheck(stdout, c)
+		if c.Status == channels.CheckFail {
+			code = 1
+		}
+	}
+	return code
+}
+
+func cmpPath(path string) string {
+	if path == "" {
+		return "(built-in default config)"
+	}
+	return path
+}
+
+func indent(s string) string {
+	return "      " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n      ")
+}
+
+func printCheck(w io.Writer, c channels.Check) {
+	fmt.Fprintf(w, "%-4s  %-28s %s\n", c.Status, c.Name, strings.TrimSpace(c.Detail))
+	if c.Fix != "" && c.Status != channels.CheckOK {
+		fmt.Fprintf(w, "      fix: %s\n", c.Fix)
+	}
+}
+
+// checkListener: with the state dir's gateway running, its /healthz must
+// answer; without one, gateway.http.listen must be free to listen on.
+func checkListener(cfg *config.Config, stateDir string) channels.Check {
+	addr := cfg.Gateway.HTTP.Listen
+	c := channels.Check{Name: "http listen " + addr}
+	if pid, err := readPID(stateDir); err == nil {
+		host, port, _ := net.SplitHostPort(addr)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		client := &http.Client{Timeout: 5 * time.Second}
+		resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+		if err != nil {
+			c.Status, c.Detail = channels.CheckFail, fmt.Sprintf("the gateway (pid %d) does not answer /healthz: %v", pid, err)
+			c.Fix = "see the gateway's log; was gateway.http.listen changed without a restart?"
+			return c
+		}
+		resp.Body.Close()
+		c.Status, c.Detail = channels.CheckOK, fmt.Sprintf("the running gateway (pid %d) answers /healthz: %s", pid, resp.Status)
+		return c
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		c.Fix = "another program listens there: stop it or change gateway.http.listen"
+		return c
+	}
+	ln.Close()
+	c.Status, c.Detail = channels.CheckOK, "free (no gateway running for this state dir)"
+	return c
+}
+
+// checkMCP starts each enabled MCP server briefly (as `herald mcp list`
+// does without a gateway) and reports its tools.
+func checkMCP(cfg *config.Config) []channels.Check {
+	if len(cfg.MCP.Servers) == 0 {
+		return nil
+	}
+	var out []channels.Check
+	for _, s := range mcpProbe(cfg) {
+		c := channels.Check{Name: "mcp " + s.Name}
+		switch s.State {
+		case mcptools.StateUp:
+			c.Status, c.Detail = channels.CheckOK, fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))
+		case mcptools.StateDisabled:
+			continue
+		default:
+			c.Status, c.Detail = channels.CheckFail, s.State
+			if s.Error != "" {
+				c.Detail += ": " + s.Error
+			}
+			c.Fix = "check mcp.servers." + s.Name + " (command, args, url, env); `herald mcp list` shows the details"
+		}
+		out = append(out, c)
+	}
+	return out
+}

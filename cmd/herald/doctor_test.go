@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels/matrix/matrixtest"
+	"github.com/heraldhq/herald/channels/slack/slackfake"
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
+)
+
+const doctorTGToken = "7000000009:doctor-secret-token"
+
+// doctorConfig: Anthropic (key from $DOCTOR_ANTHROPIC_KEY) and an
+// OpenAI-compatible server, Slack in Socket Mode and Telegram long polling,
+// each against its fake.
+const doctorConfig = `{
+  gateway: { http: { listen: %q } },
+  models: { providers: {
+    anthropic: { api: "anthropic", baseUrl: %q, apiKey: "${DOCTOR_ANTHROPIC_KEY}", models: [{ id: "claude-a" }] },
+    local: { api: "openai-compatible", baseUrl: %q, models: [{ id: %q }] },
+  } },
+  agents: { defaults: { model: "anthropic/claude-a" }, list: [{ id: "main" }] },
+  channels: {
+    slack: { enabled: true, botToken: "xoxb-doctor", appToken: "xapp-doctor", apiUrl: %q },
+    telegram: { enabled: true, botToken: %q, apiUrl: %q },
+  },
+}`
+
+// TestDoctorAgainstFakes runs `herald doctor` against fakes that speak each
+// platform's wire protocol: with everything right every line is ok and the
+// exit status 0; with a refused API key, a model the endpoint does not
+// serve, a refused Slack token and a wrong Telegram token each line says
+// FAIL with what to fix, the exit status is 1, and no secret is printed.
+func TestDoctorAgainstFakes(t *testing.T) {
+	anth := llmtest.NewAnthropic(t, nil)
+	anth.SetModels("claude-a", "claude-b")
+	anth.RequireKey("good-key")
+	local := llmtest.NewOpenAI(t, nil)
+	local.SetModels("llama-x")
+	sf := slackfake.New(t)
+	tf := tgfake.New(t, doctorTGToken)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "herald.json5")
+	write := func(localModel, tgToken string) {
+		t.Helper()
+		src := fmt.Sprintf(doctorConfig, freeAddr(t), anth.URL, local.URL+"/v1", localModel, sf.URL(), tgToken, tf.URL())
+		if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doctorRun := func() (int, string) {
+		var out, errOut bytes.Buffer
+		code := run([]string{"doctor", "--config", cfgPath, "--state-dir", filepath.Join(dir, "state")}, &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+
+	t.Setenv("DOCTOR_ANTHROPIC_KEY", "good-key")
+	write("llama-x", doctorTGToken)
+	code, out := doctorRun()
+	if code != 0 {
+		t.Fatalf("doctor with everything right: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{
+		`(?m)^ok    config +` + regexp.QuoteMeta(cfgPath) + ` is valid$`,
+		`(?m)^ok    http listen 127\.0\.0\.1:\d+ +free`,
+		`(?m)^ok    state dir +.* writable; outbox 0 pending`,
+		`(?m)^ok    provider anthropic +1 configured models available$`,
+		`(?m)^ok    provider local +1 configured models available$`,
+		`(?m)^ok    slack auth\.test +bot herald \(` + slackfake.BotUserID + `\) in team Herald Test`,
+		`(?m)^ok    slack apps\.connections\.open `,
+		`(?m)^ok    telegram getMe +bot @`,
+		`(?m)^ok    telegram getWebhookInfo +no webhook \(long polling\)`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("doctor output lacks %s:\n%s", want, out)
+		}
+	}
+
+	t.Setenv("DOCTOR_ANTHROPIC_KEY", "wrong-key")
+	sf.RejectAuth(true)
+	write("llama-missing", "7000000009:wrong-token")
+	code, out = doctorRun()
+	if code != 1 {
+		t.Fatalf("doctor with four problems: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{
+		`(?m)^FAIL  provider anthropic .*401.*\n      fix: the API key was refused: check models\.providers\.anthropic\.apiKey$`,
+		`(?m)^FAIL  provider local +the endpoint does not list llama-missing \(it lists 1 models\)\n      fix: fix models\.providers\.local\.models\[\]\.id$`,
+		`(?m)^FAIL  slack auth\.test +invalid_auth\n      fix: check channels\.slack\.botToken`,
+		`(?m)^FAIL  telegram getMe .*\n      fix: check channels\.telegram\.botToken`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("doctor output lacks %s:\n%s", want, out)
+		}
+	}
+	for _, secret := range []string{"wrong-key", "good-key", "wrong-token", "xoxb-doctor", "xapp-doctor"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("doctor printed the secret %q:\n%s", secret, out)
+		}
+	}
+
+	// A config that does not validate: one FAIL line per problem, exit 1.
+	if err := os.WriteFile(cfgPath, []byte(`{ agents: { defaults: { maxConcurrent: "two" } } }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = doctorRun()
+	if code != 1 || !strings.HasPrefix(out, "FAIL  config ") || !strings.Contains(out, "1:") || !strings.Contains(out, "agents.defaults.maxConcurrent") {
+		t.Errorf("doctor with an invalid config: exit %d\n%s", code, out)
+	}
+}
+
+// TestDoctorMatrix checks a Matrix account on a real Dendrite homeserver:
+// whoami and one /sync, and a wrong token.
+func TestDoctorMatrix(t *testing.T) {
+	hs := matrixtest.Start(t)
+	bot := hs.RegisterUser(t, "doctorbot")
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "herald.json5")
+	check := func(token string) (int, string) {
+		src := fmt.Sprintf(`{ gateway: { http: { listen: %q } }, models: { providers: { demo: { api: "demo" } } },
+		  channels: { matrix: { enabled: true, homeserver: %q, userId: %q, accessToken: %q } } }`,
+			freeAddr(t), hs.URL, bot.UserID, token)
+		if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		code := run([]string{"doctor", "--config", cfgPath, "--state-dir", filepath.Join(dir, "state")}, &out, &out)
+		return code, out.String()
+	}
+	code, out := check(bot.AccessToken)
+	if code != 0 || !regexp.MustCompile(`(?m)^ok    matrix whoami +`+regexp.QuoteMeta(string(bot.UserID))+` on `).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^ok    matrix sync +\d+ joined rooms`).MatchString(out) {
+		t.Errorf("doctor with a good token: exit %d\n%s", code, out)
+	}
+	code, out = check("not-a-token")
+	if code != 1 || !regexp.MustCompile(`(?m)^FAIL  matrix login .*\n      fix: check channels\.matrix\.userId and accessToken`).MatchString(out) ||
+		strings.Contains(out, "not-a-token") {
+		t.Errorf("doctor with a wrong token: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/matrix"
+	"github.com/heraldhq/herald/channels/slack"
+	"github.com/heraldhq/herald/channels/telegram"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+)
+
+// doctorTimeout bounds each check against a real endpoint.
+const doctorTimeout = 20 * time.Second
+
+// Doctor checks what `herald doctor` checks besides the config itself: the
+// state dir, each provider (its model list against the configured models)
+// and each enabled Slack, Telegram and Matrix channel against its real
+// endpoint. It starts nothing and changes nothing.
+func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels.Check {
+	out := []channels.Check{checkState(ctx, stateDir)}
+	ids := make([]string, 0, len(cfg.Models.Providers))
+	for id := range cfg.Models.Providers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		out = append(out, checkProvider(ctx, id, cfg.Models.Providers[id]))
+	}
+	g := &Gateway{log: zap.NewNop(), metrics: newMetrics()}
+	g.conf.Store(cfg)
+	for _, name := range []channels.Name{slack.Name, telegram.Name, matrix.Name} {
+		ch, err := g.buildChannel(name, cfg)
+		if err != nil {
+			out = append(out, channels.Check{Name: string(name), Status: channels.CheckFail, Detail: err.Error(), Fix: "fix channels." + string(name)})
+			continue
+		}
+		if c, ok := ch.(channels.Checker); ok {
+			cctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+			out = append(out, c.Check(cctx)...)
+			cancel()
+		}
+	}
+	return out
+}
+
+func checkState(ctx context.Context, stateDir string) channels.Check {
+	c := channels.Check{Name: "state dir"}
+	db, err := store.Open(ctx, stateDir)
+	if err != nil {
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		c.Fix = "give the user running herald write access to " + stateDir + " (or pass --state-dir), or restore herald.db from a backup"
+		return c
+	}
+	defer db.Close()
+	pending, delivered, failed, err := db.OutboxStats(ctx)
+	if err != nil {
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		return c
+	}
+	c.Status = channels.CheckOK
+	c.Detail = fmt.Sprintf("%s writable; outbox %d pending, %d delivered, %d failed", stateDir, pending, delivered, failed)
+	if failed > 0 {
+		c.Status, c.Fix = channels.CheckWarn, "`herald outbox list` shows the failed messages and their last error"
+	}
+	return c
+}
+
+func checkProvider(ctx context.Context, id string, p config.Provider) channels.Check {
+	c := channels.Check{Name: "provider " + id}
+	prov, err := providers.New(id, p, providers.Options{})
+	if err != nil {
+		c.Status, c.Detail, c.Fix = channels.CheckFail, err.Error(), "fix models.providers."+id
+		return c
+	}
+	lister, ok := prov.(providers.ModelLister)
+	if !ok {
+		c.Status, c.Detail = channels.CheckWarn, "cannot list models of api "+p.API
+		return c
+	}
+	lctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	listed, err := lister.ListModels(lctx)
+	if err != nil {
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		switch status := providers.StatusOf(err); {
+		case status == 0 && channels.Unreachable(err):
+			c.Fix = fmt.Sprintf("cannot reach the API: check the network, a proxy, or models.providers.%s.baseUrl", id)
+		case status == http.StatusUnauthorized || status == http.StatusForbidden:
+			c.Fix = fmt.Sprintf("the API key was refused: check models.providers.%s.apiKey", id)
+		case status == http.StatusNotFound && p.API == providers.APIOpenAICompatible:
+			c.Status, c.Fix = channels.CheckWarn, "this server does not list models (GET /models); model calls may still work"
+		default:
+			c.Fix = fmt.Sprintf("the API refused the model list: check models.providers.%s (baseUrl, apiKey)", id)
+		}
+		return c
+	}
+	var missing []string
+	for _, m := range p.Models {
+		if !slices.Contains(listed, m.ID) {
+			missing = append(missing, m.ID)
+		}
+	}
+	if len(missing) > 0 {
+		c.Status = channels.CheckFail
+		c.Detail = fmt.Sprintf("the endpoint does not list %s (it lists %d models)", strings.Join(missing, ", "), len(listed))
+		c.Fix = fmt.Sprintf("fix models.providers.%s.models[].id", id)
+		return c
+	}
+	c.Status = channels.CheckOK
+	c.Detail = fmt.Sprintf("%d configured models available", len(p.Models))
+	return c
+}
