@@ -2,13 +2,18 @@
 GO ?= go
 STATE_DIR ?= $(HOME)/.herald
 
-.PHONY: help run build test test-go fuzz bench load chaos lint
+.PHONY: help run build test test-go fuzz bench load chaos lint release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 run: ## run the gateway on the built-in default (web chat on 127.0.0.1:8790, demo model unless an API key is set)
 	$(GO) run ./cmd/herald gateway --log-format console
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64
+release: ## static binaries (no cgo, -trimpath, VERSION stamped) for PLATFORMS in dist/, with dist/SHA256SUMS
+	bash scripts/release.sh $(VERSION) $(PLATFORMS)
 
 build: ## build bin/herald
 	$(GO) build -trimpath -ldflags="-s -w" -o bin/herald ./cmd/herald

@@ -7,6 +7,10 @@ import (
 	"runtime/debug"
 )
 
+// version is stamped by `make release` (-ldflags "-X main.version=v1.2.3");
+// empty in other builds, which show the module version instead.
+var version string
+
 // printVersion prints what the binary was built from (SPEC §13 `herald
 // version`): the module version, the VCS revision and time when the build
 // recorded them, and the Go version.
@@ -25,5 +29,5 @@ func printVersion(w io.Writer) {
 		rev += " (modified)"
 	}
 	fmt.Fprintf(w, "herald %s\nrevision: %s\ntime:     %s\ngo:       %s\n",
-		cmp.Or(info.Main.Version, "(devel)"), rev, cmp.Or(settings["vcs.time"], "unknown"), info.GoVersion)
+		cmp.Or(version, info.Main.Version, "(devel)"), rev, cmp.Or(settings["vcs.time"], "unknown"), info.GoVersion)
 }
