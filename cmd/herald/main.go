@@ -47,7 +47,7 @@ Commands:
   sessions list           list sessions
   backup FILE             write a consistent copy of the state database to FILE (safe while running)
   outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
-  (list commands take --json and --limit N)
+  (list commands, mcp list included, take --json; runs/sessions/outbox list take --limit N)
   mcp list                list MCP servers with their state and tools (from the running
                           gateway, else by starting each server briefly); exit 1 if one is down
 

@@ -32,8 +32,23 @@ func mcpList(f *flags, stdout, stderr io.Writer) int {
 		source = "probed directly (no gateway answered at " + cfg.Gateway.HTTP.Listen + ")"
 		list = mcpProbe(cfg)
 	}
-	fmt.Fprintf(stdout, "MCP servers, %s:\n", source)
 	code := 0
+	for _, s := range list {
+		if s.State != mcptools.StateUp && s.State != mcptools.StateDisabled {
+			code = 1
+		}
+	}
+	if f.json {
+		if list == nil {
+			list = []mcptools.ServerStatus{}
+		}
+		if err := writeJSON(stdout, map[string]any{"source": source, "servers": list}); err != nil {
+			fmt.Fprintf(stderr, "herald: %v\n", err)
+			return 1
+		}
+		return code
+	}
+	fmt.Fprintf(stdout, "MCP servers, %s:\n", source)
 	for _, s := range list {
 		line := fmt.Sprintf("%s (%s): %s", s.Name, s.Transport, s.State)
 		switch s.State {
@@ -41,7 +56,6 @@ func mcpList(f *flags, stdout, stderr io.Writer) int {
 			line += fmt.Sprintf(", %d tools", len(s.Tools))
 		case mcptools.StateDisabled:
 		default:
-			code = 1
 			if s.Error != "" {
 				line += ": " + s.Error
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -54,6 +55,20 @@ func TestMCPListProbes(t *testing.T) {
 		t.Errorf("exit %d, want 1 (a server is down); stderr: %s", code, errb.String())
 	}
 	checkMCPList(t, out.String(), "probed directly")
+
+	out.Reset()
+	code = run([]string{"mcp", "list", "--json", "--config", mcpListConfig(t, addr)}, &out, &errb)
+	var got struct {
+		Source  string `json:"source"`
+		Servers []struct {
+			Name  string   `json:"name"`
+			State string   `json:"state"`
+			Tools []string `json:"tools"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || code != 1 || !strings.HasPrefix(got.Source, "probed directly") || len(got.Servers) == 0 {
+		t.Errorf("mcp list --json: exit %d, %v:\n%s", code, err, out.String())
+	}
 }
 
 // With a running gateway, herald mcp list shows what the gateway sees.
