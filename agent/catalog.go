@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -19,6 +20,10 @@ type Model struct {
 	Provider   Provider
 	MaxTokens  int
 	Cost       *config.Cost
+	// ContextWindow is the model's context in tokens: the configured
+	// contextWindow, else KnownContextWindow; 0 = unknown (history is
+	// then sent whole and only a context-length error compacts it).
+	ContextWindow int
 }
 
 // Catalog resolves "provider/model" references to models. A config reload
@@ -39,7 +44,8 @@ func NewCatalog(cfg *config.Config, newProvider func(id string, p config.Provide
 		}
 		for _, m := range p.Models {
 			ref := id + "/" + m.ID
-			c.models[ref] = &Model{Ref: ref, ProviderID: id, ID: m.ID, API: p.API, Provider: prov, MaxTokens: m.MaxTokens, Cost: m.Cost}
+			c.models[ref] = &Model{Ref: ref, ProviderID: id, ID: m.ID, API: p.API, Provider: prov, MaxTokens: m.MaxTokens, Cost: m.Cost,
+				ContextWindow: cmp.Or(m.ContextWindow, KnownContextWindow(m.ID))}
 		}
 	}
 	return c, nil

@@ -60,7 +60,7 @@ func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Sess
 	_, entries, err := store.ReadTranscript(path)
 	switch {
 	case err == nil:
-		msgs := MessagesFromTranscript(entries)
+		msgs := contextFromTranscript(entries)
 		history, pendingCalls = splitPendingCalls(msgs)
 		if len(pendingCalls) > 0 {
 			history = append(history, msgs[len(msgs)-1])
@@ -193,10 +193,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, fmt.Errorf("%w (%d)", ErrMaxIterations, maxIter)
 		}
 		res.Iterations++
-		resp, err := t.Model.Provider.Complete(ctx, Request{
-			Model: t.Model.ID, System: t.System, Messages: s.History, Tools: t.Tools.Specs(),
-			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
-		})
+		resp, err := s.complete(ctx, t, &res)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return res, ctxErr
@@ -251,6 +248,28 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, nil
 		}
 	}
+}
+
+// complete makes one model call with the history fitted into the context
+// budget; a context-length refusal gets one forced compaction and one retry.
+func (s *Session) complete(ctx context.Context, t Turn, res *Result) (*Response, error) {
+	call := func(force bool) (*Response, error) {
+		msgs, spent, err := s.fit(ctx, t, force)
+		res.Usage = res.Usage.Add(spent)
+		if err != nil {
+			return nil, err
+		}
+		return t.Model.Provider.Complete(ctx, Request{
+			Model: t.Model.ID, System: t.System, Messages: msgs, Tools: t.Tools.Specs(),
+			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
+		})
+	}
+	resp, err := call(false)
+	if err != nil && errors.Is(err, ErrContextLength) && ctx.Err() == nil {
+		t.Logger.Info("the provider refused the context length; compacting and retrying once", zap.String("sessionKey", s.Key), zap.Error(err))
+		resp, err = call(true)
+	}
+	return resp, err
 }
 
 func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResult {

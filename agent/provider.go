@@ -112,7 +112,18 @@ type ProviderError struct {
 	Provider   string
 	StatusCode int
 	Message    string
+	// ContextLength marks the provider's "the request is longer than the
+	// model's context window" error (errors.Is(err, ErrContextLength)).
+	ContextLength bool
 }
+
+// ErrContextLength is a provider's refusal of a request longer than the
+// model's context window; a turn answers it with one compaction and one
+// retry.
+var ErrContextLength = errors.New("the conversation is longer than the model's context window")
+
+// Is makes errors.Is(err, ErrContextLength) find a context-length error.
+func (e *ProviderError) Is(target error) bool { return target == ErrContextLength && e.ContextLength }
 
 func (e *ProviderError) Error() string {
 	if e.StatusCode != 0 {

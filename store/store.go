@@ -198,7 +198,7 @@ type TranscriptHeader struct {
 // ToolResults use the agent package's JSON shapes, kept as raw JSON here so
 // the store does not import agent.
 type TranscriptEntry struct {
-	Type        string          `json:"type"` // "message"
+	Type        string          `json:"type"` // "message", or "compaction" (Content is the summary)
 	Role        string          `json:"role"` // user|assistant|tool|system
 	Content     string          `json:"content,omitempty"`
 	ToolCalls   json.RawMessage `json:"toolCalls,omitempty"`
@@ -206,4 +206,10 @@ type TranscriptEntry struct {
 	Usage       json.RawMessage `json:"usage,omitempty"`
 	Model       string          `json:"model,omitempty"`
 	Timestamp   time.Time       `json:"timestamp"`
+	// Kept (compaction lines): how many of the latest messages the summary
+	// did not replace; the messages before them are summarised by Content.
+	Kept int `json:"kept,omitempty"`
+	// Tokens (compaction lines): the estimated context before and after.
+	TokensBefore int `json:"tokensBefore,omitempty"`
+	TokensAfter  int `json:"tokensAfter,omitempty"`
 }

@@ -78,6 +78,7 @@ type Reply struct {
 	Status     int
 	RetryAfter string // the Retry-After header, if set
 	Message    string // the error message for a non-200 Status
+	Code       string // OpenAI's error code for a non-200 Status ("" = by status)
 	// Delay holds the reply back; a request whose context ends first gets
 	// no answer.
 	Delay time.Duration
@@ -236,7 +237,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", rep.RetryAfter)
 	}
 	if rep.Status != 0 && rep.Status != http.StatusOK {
-		s.writeError(w, rep.Status, rep.RetryAfter, rep.Message)
+		s.writeErrorCode(w, rep.Status, rep.RetryAfter, rep.Message, rep.Code)
 		return
 	}
 	id := s.nextID()
@@ -271,6 +272,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, status int, retryAfter, msg string) {
+	s.writeErrorCode(w, status, retryAfter, msg, "")
+}
+
+func (s *Server) writeErrorCode(w http.ResponseWriter, status int, retryAfter, msg, errCode string) {
 	if msg == "" {
 		msg = http.StatusText(status)
 	}
@@ -288,6 +293,9 @@ func (s *Server) writeError(w http.ResponseWriter, status int, retryAfter, msg s
 		return
 	}
 	typ, code := openAIErrorType(status)
+	if errCode != "" {
+		code = errCode
+	}
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code},
 	})

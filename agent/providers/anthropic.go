@@ -285,6 +285,7 @@ func classifyAnthropic(err error) failure {
 	} else {
 		f.message = http.StatusText(f.status)
 	}
+	f.contextLength = contextLengthMessage(f.status, f.message)
 	return f
 }
 

@@ -232,5 +232,6 @@ func classifyOpenAI(err error) failure {
 	if f.message == "" {
 		f.message = http.StatusText(f.status)
 	}
+	f.contextLength = apiErr.Code == "context_length_exceeded" || contextLengthMessage(f.status, f.message)
 	return f
 }

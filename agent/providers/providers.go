@@ -146,6 +146,8 @@ type failure struct {
 	retryAfter string // the Retry-After header
 	retryMS    string // the retry-after-ms header
 	transport  bool   // no response: the connection failed
+	// contextLength: the request was over the model's context window.
+	contextLength bool
 }
 
 func (f failure) retryable() bool {
@@ -188,7 +190,7 @@ func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.
 			return nil, fmt.Errorf("%s: model call: %w", r.provider, ctxErr)
 		}
 		f := classify(err)
-		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message}
+		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message, ContextLength: f.contextLength}
 		agent.NoteProblem(ctx, problemText(r.provider, f))
 		if !f.retryable() {
 			log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
@@ -272,4 +274,22 @@ func thinkingBudget(level string) int64 {
 		return 16384
 	}
 	return 0
+}
+
+// contextLengthMessage recognises the context-length refusals of Anthropic
+// ("prompt is too long: 210000 tokens > 200000 maximum"), OpenAI ("This
+// model's maximum context length is 8192 tokens…", code
+// context_length_exceeded) and OpenAI-compatible servers (vLLM, llama.cpp).
+func contextLengthMessage(status int, msg string) bool {
+	if status != http.StatusBadRequest && status != http.StatusRequestEntityTooLarge {
+		return false
+	}
+	m := strings.ToLower(msg)
+	for _, s := range []string{"prompt is too long", "maximum context length", "context_length_exceeded",
+		"context window", "exceeds the available context size", "too many tokens", "input is too long"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
 }
