@@ -242,9 +242,9 @@ type Compaction struct {
 	Usage         Usage
 }
 
-// Compact summarises the session's older turns with t's model so what is
-// sent keeps within keep tokens where it can; focus, if set, tells the
-// summariser what to keep above all (/compact focus). The summary is
+// Compact summarises the session's older turns with t's model, keeping the
+// latest turns that fit in keep tokens (0: only the last turn); focus, if
+// set, tells the summariser what to keep above all (/compact focus). The summary is
 // written as a compaction line; the transcript keeps every message.
 func (s *Session) Compact(ctx context.Context, t Turn, focus string, keep int) (Compaction, error) {
 	return s.compact(ctx, t, focus, keep, Budget(t.Model))
@@ -258,13 +258,7 @@ func (s *Session) compact(ctx context.Context, t Turn, focus string, keep, budge
 	}
 	specs := t.Tools.Specs()
 	c.Before = EstimateRequest(t.System, specs, s.History)
-	if keep <= 0 {
-		keep = max(budget/3, 1024)
-		if budget == 0 {
-			keep = c.Before / 3
-		}
-	}
-	cut := cutPoint(s.History, keep)
+	cut := cutPoint(s.History, max(keep, 0))
 	if cut == 0 {
 		c.After = c.Before
 		return c, ErrNothingToCompact

@@ -22,15 +22,57 @@ import (
 type sessionState struct {
 	key     string
 	agentID string
+	// use holds one token while a turn or a session command uses sess and
+	// row (lock/unlock); the idle janitor evicts only a session it can take.
+	use     chan struct{}
 	row     *store.Session
-	sess    *agent.Session // guarded by the main lane (one turn per key at a time)
+	sess    *agent.Session
 	cancel  context.CancelFunc
+	evicted bool      // set (holding use) when the janitor dropped it from g.sessions
+	idle    time.Time // when the last turn or command let it go; guarded by use
+}
+
+// lock waits until no turn or command uses the session, or ctx ends.
+func (s *sessionState) lock(ctx context.Context) error {
+	select {
+	case s.use <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *sessionState) unlock() { <-s.use }
+
+// acquire returns the loaded session of key, locked for the caller; a
+// session the janitor evicted meanwhile is loaded again.
+func (g *Gateway) acquire(ctx context.Context, agentID, key string, origin channels.Origin) (*sessionState, error) {
+	for {
+		s, err := g.session(ctx, agentID, key, origin)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.lock(ctx); err != nil {
+			return nil, err
+		}
+		if !s.evicted {
+			return s, nil
+		}
+		s.unlock()
+	}
+}
+
+// release lets the session go after a turn or command.
+func (g *Gateway) release(s *sessionState) {
+	s.idle = g.clock.Now()
+	s.unlock()
 }
 
 func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
 		AbortTurn: g.abortTurn, Approve: g.approv.resolve, Now: g.clock.Now,
+		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin},
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
 	if handled && reply != "" {
@@ -81,8 +123,13 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	if err != nil {
 		return nil, err
 	}
-	s = &sessionState{key: key, agentID: agentID, row: row, sess: sess}
+	s = &sessionState{key: key, agentID: agentID, row: row, sess: sess, use: make(chan struct{}, 1), idle: now}
 	g.mu.Lock()
+	if other, ok := g.sessions[key]; ok { // loaded by someone else meanwhile
+		g.mu.Unlock()
+		sess.Close()
+		return other, nil
+	}
 	g.sessions[key] = s
 	g.mu.Unlock()
 	return s, nil
@@ -103,7 +150,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			g.complete(laneCtx, it, channels.KindSystem, "⚠️ Herald hit an internal error while answering this message; the operator's log has details.", log)
 		}
 	}()
-	s, err := g.session(laneCtx, agentID, key, in.Origin)
+	s, err := g.acquire(laneCtx, agentID, key, in.Origin)
 	if err != nil {
 		if laneCtx.Err() != nil {
 			return // shutting down: stays owed
@@ -116,9 +163,18 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		g.complete(laneCtx, it, channels.KindSystem, msg, log)
 		return
 	}
-	model, ok := g.catalog.Lookup(g.cfg().AgentModel(agentID))
+	defer g.release(s)
+	modelRef, thinking, err := g.effective(laneCtx, agentID, key)
+	if err != nil {
+		if laneCtx.Err() != nil {
+			return
+		}
+		log.Error("could not read the conversation's settings", zap.Error(err))
+		modelRef, thinking = g.cfg().AgentModel(agentID), g.cfg().AgentThinking(agentID)
+	}
+	model, ok := g.catalog.Lookup(modelRef)
 	if !ok {
-		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, g.cfg().AgentModel(agentID)), log)
+		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, modelRef), log)
 		return
 	}
 	resume, written := resumeMode(it, s.sess.History)
@@ -154,11 +210,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		reg.Add(t)
 	}
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
-		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: g.cfg().AgentThinking(agentID), Tools: reg.Names()}
+		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
 		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
-		Thinking: g.cfg().AgentThinking(agentID), MaxIterations: g.cfg().AgentMaxIterations(agentID),
+		Thinking: thinking, MaxIterations: g.cfg().AgentMaxIterations(agentID),
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
 		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
 	}, in.Text)

@@ -15,6 +15,8 @@ var fuzzSeeds = []string{
 	"/subagents log last tools 999", "/subagents info agent:main:subagent:x", "/subagents send 1 hi\nthere",
 	"/stop", "/approve K3F9", "/deny `q7`", "/status", "/help", "/subagents log 1 0", "/approve \"",
 	"hello", "/", "@a @b /stop", "/subagents send\t1\t \u00a0", "/subagents log 1 +5", "/x@y",
+	"/new", "/reset now", "/compact", "/compact the API design\n and names", "/model", "/model anthropic/claude-x",
+	"/model DEFAULT", "/model a b", "/think", "/think HIGH", "/thinking off", "/think very high",
 }
 
 // FuzzParse checks that Parse never panics, that a command's canonical
@@ -57,7 +59,11 @@ func FuzzParse(f *testing.F) {
 func checkCommand(t *testing.T, text string, c Command) {
 	t.Helper()
 	switch c.Name {
-	case NameStop, NameStatus, NameHelp:
+	case NameStop, NameStatus, NameHelp, NameNew, NameReset, NameCompact:
+	case NameModel, NameThink:
+		if strings.ContainsFunc(c.Arg, unicode.IsSpace) {
+			t.Fatalf("Parse(%q) arg %q", text, c.Arg)
+		}
 	case NameApprove, NameDeny:
 		if c.Code == "" || strings.ContainsFunc(c.Code, unicode.IsSpace) {
 			t.Fatalf("Parse(%q) code %q", text, c.Code)

@@ -34,6 +34,9 @@ type Env struct {
 	// store.ErrNotFound or store.ErrResolved.
 	Approve func(ctx context.Context, sessionKey, code string, approve bool, by string) (*store.Approval, error)
 	Now     func() time.Time
+	// Session acts on the requester session itself (/new, /reset,
+	// /compact, /model, /think).
+	Session SessionControl
 }
 
 // sendTimeout bounds /subagents send (SPEC §8: 30 s); tests shorten it.
@@ -74,6 +77,14 @@ func Handle(ctx context.Context, env Env, req Request) (reply string, handled bo
 		return h.approve(ctx, c), true
 	case NameStatus:
 		return h.status(ctx), true
+	case NameNew, NameReset:
+		return h.newSession(ctx), true
+	case NameCompact:
+		return h.compact(ctx, c.Arg), true
+	case NameModel:
+		return h.model(ctx, c.Arg), true
+	case NameThink:
+		return h.think(ctx, c.Arg), true
 	default:
 		return helpText, true
 	}
@@ -89,6 +100,10 @@ const helpText = `❓ Commands
 /approve <code> — let a supervised tool call run
 /deny <code> — refuse a supervised tool call
 /status — model, tokens and sub-agents of this conversation
+/new, /reset — start a fresh session here (sub-agents still running announce here)
+/compact [focus] — summarise the older turns now to free context
+/model [provider/model|default] — show or set this conversation's model
+/think [off|low|medium|high|default] — show or set this conversation's thinking
 /help — this list`
 
 type handler struct {
@@ -407,6 +422,11 @@ func (h handler) status(ctx context.Context) string {
 	model := "-"
 	if h.env.Config != nil {
 		model = dash(h.env.Config.AgentModel(h.env.AgentID))
+	}
+	if h.env.Session != nil {
+		if set, err := h.env.Session.Settings(ctx, h.req.SessionKey); err == nil && set.Model != "" {
+			model = set.Model + " (this conversation)"
+		}
 	}
 	var in, out int64
 	if h.env.Store != nil {

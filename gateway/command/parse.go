@@ -15,6 +15,11 @@ const (
 	NameDeny      = "deny"
 	NameStatus    = "status"
 	NameHelp      = "help"
+	NameNew       = "new"
+	NameReset     = "reset"
+	NameCompact   = "compact"
+	NameModel     = "model"
+	NameThink     = "think"
 )
 
 // /subagents actions.
@@ -54,7 +59,12 @@ const (
 	usageSend      = "Usage: /subagents send <id|#> <message>"
 	usageApprove   = "Usage: /approve <code>"
 	usageDeny      = "Usage: /deny <code>"
+	usageModel     = "Usage: /model [provider/model|default]"
+	usageThink     = "Usage: /think [off|low|medium|high|default]"
 )
+
+// ArgDefault clears a conversation's /model or /think choice.
+const ArgDefault = "default"
 
 // Command is one parsed chat command.
 type Command struct {
@@ -65,6 +75,7 @@ type Command struct {
 	Tools   bool   // log: include tool calls and results
 	Message string // send: the message, inner whitespace kept
 	Code    string // approve, deny: the approval code
+	Arg     string // compact: the focus (inner whitespace kept); model: the ref; think: the level (lower case); "" = show
 }
 
 // String renders c in canonical form; Parse(c.String()) gives c back.
@@ -86,6 +97,10 @@ func (c Command) String() string {
 		return s
 	case NameApprove, NameDeny:
 		return "/" + c.Name + " " + c.Code
+	case NameCompact, NameModel, NameThink:
+		if c.Arg != "" {
+			return "/" + c.Name + " " + c.Arg
+		}
 	}
 	return "/" + c.Name
 }
@@ -100,6 +115,12 @@ var names = map[string]string{
 	"status":    NameStatus,
 	"help":      NameHelp,
 	"commands":  NameHelp,
+	"new":       NameNew,
+	"reset":     NameReset,
+	"compact":   NameCompact,
+	"model":     NameModel,
+	"think":     NameThink,
+	"thinking":  NameThink,
 }
 
 // actions maps accepted /subagents actions (lower case) to canonical ones.
@@ -153,9 +174,23 @@ func Parse(text string) (Command, error) {
 			}
 			return c, &UsageError{usageDeny}
 		}
+	case NameCompact:
+		c.Arg = strings.TrimFunc(rest, unicode.IsSpace)
+	case NameModel, NameThink:
+		arg, more := next(rest)
+		if strings.TrimSpace(more) != "" {
+			if c.Name == NameModel {
+				return c, &UsageError{usageModel}
+			}
+			return c, &UsageError{usageThink}
+		}
+		c.Arg = arg
+		if c.Name == NameThink || strings.EqualFold(arg, ArgDefault) {
+			c.Arg = strings.ToLower(arg)
+		}
 	}
-	// /stop, /status and /help ignore trailing words; /approve and /deny
-	// ignore a reason after the code.
+	// /stop, /status, /help, /new and /reset ignore trailing words;
+	// /approve and /deny ignore a reason after the code.
 	return c, nil
 }
 

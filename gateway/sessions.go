@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// sessionControl is the gateway's command.SessionControl: /new, /reset,
+// /compact, /model and /think on a conversation's requester session.
+type sessionControl struct {
+	g       *Gateway
+	agentID string
+	origin  channels.Origin
+}
+
+// locked loads the session of key and runs fn holding its turn lock, so a
+// turn of that session in progress ends first.
+func (c sessionControl) locked(ctx context.Context, key string, fn func(s *sessionState) error) error {
+	wctx, cancel := context.WithTimeout(ctx, sessionWait)
+	defer cancel()
+	s, err := c.g.acquire(wctx, c.agentID, key, c.origin)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return errSessionBusy
+	}
+	if err != nil {
+		return err
+	}
+	defer c.g.release(s)
+	return fn(s)
+}
+
+// sessionWait bounds how long a session command waits for a running turn.
+const sessionWait = 2 * time.Minute
+
+// NewSession gives the conversation a new session id and transcript; the
+// old transcript stays on disk (and is recorded in session_resets). Runs
+// the old session spawned keep the conversation's key and announce here.
+func (c sessionControl) NewSession(ctx context.Context, key string) error {
+	return c.locked(ctx, key, func(s *sessionState) error {
+		g := c.g
+		now := g.clock.Now()
+		id := uuid.NewString()
+		path := g.db.TranscriptPath(s.agentID, id)
+		sess, err := agent.LoadSession(key, id, s.agentID, "", path, now)
+		if err != nil {
+			return err
+		}
+		if err := g.db.ResetSession(ctx, key, id, path, now); err != nil {
+			sess.Close()
+			return err
+		}
+		old := s.sess
+		s.sess, s.row.ID, s.row.TranscriptPath = sess, id, path
+		if old != nil {
+			old.Close()
+		}
+		g.log.Info("new session started", zap.String("sessionKey", key), zap.String("sessionId", id))
+		return nil
+	})
+}
+
+// Compact summarises the session's older turns with its model now.
+func (c sessionControl) Compact(ctx context.Context, key, focus string) (before, after int, err error) {
+	err = c.locked(ctx, key, func(s *sessionState) error {
+		g := c.g
+		ref, _, err := g.effective(ctx, s.agentID, key)
+		if err != nil {
+			return err
+		}
+		model, ok := g.catalog.Lookup(ref)
+		if !ok {
+			return fmt.Errorf("model %s is not configured", ref)
+		}
+		reg := g.baseTools(s.agentID)
+		for _, t := range g.subs.SessionTools(0) {
+			reg.Add(t)
+		}
+		res, err := s.sess.Compact(ctx, agent.Turn{Model: model, System: g.systemPrompt(s.agentID, c.origin), Tools: reg,
+			Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(s.agentID, model.Ref, u) }}, focus, 0)
+		before, after = res.Before, res.After
+		if err == nil {
+			if uerr := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); uerr != nil {
+				g.log.Warn("could not record usage", zap.Error(uerr))
+			}
+		}
+		return err
+	})
+	return before, after, err
+}
+
+func (c sessionControl) Settings(ctx context.Context, key string) (store.ConversationSettings, error) {
+	return c.g.db.ConversationSettings(ctx, key)
+}
+
+func (c sessionControl) SetSettings(ctx context.Context, key string, s store.ConversationSettings) error {
+	return c.g.db.SetConversationSettings(ctx, key, s)
+}
+
+// effective returns the model ref and thinking level a turn of key uses:
+// the conversation's own (/model, /think), else the agent's.
+func (g *Gateway) effective(ctx context.Context, agentID, key string) (model, thinking string, err error) {
+	set, err := g.db.ConversationSettings(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	model, thinking = set.Model, set.Thinking
+	if model == "" {
+		model = g.cfg().AgentModel(agentID)
+	}
+	if thinking == "" {
+		thinking = g.cfg().AgentThinking(agentID)
+	}
+	if _, ok := g.catalog.Lookup(model); !ok && set.Model != "" {
+		// The chosen model left the config (a reload): the agent's again.
+		model = g.cfg().AgentModel(agentID)
+	}
+	return model, thinking, nil
+}
+
+// errSessionBusy: a session command waited too long for a turn to end.
+var errSessionBusy = errors.New("a turn of this conversation is still running; try again when it has answered")
