@@ -2,7 +2,7 @@
 GO ?= go
 STATE_DIR ?= $(HOME)/.herald
 
-.PHONY: help run build test test-go fuzz bench load chaos lint release
+.PHONY: help run build test test-go fuzz bench load load-sessions chaos lint release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ M ?= 100
 LATENCY ?= 5s
 load: ## load a real gateway through the web API: S conversations × M sub-agents, fake model with LATENCY per call (docs/performance.md)
 	$(GO) run ./cmd/herald-load -s $(S) -m $(M) -latency $(LATENCY) $(LOADFLAGS)
+
+N ?= 10000
+load-sessions: ## bounded memory: 2 waves of N conversations × 3 turns, RSS and open files before and after idle sessions leave memory (docs/performance.md)
+	$(GO) run ./cmd/herald-load -sessions $(N) -turns 3 -waves 2 -timeout 30m $(LOADFLAGS)
 
 K ?= 20
 CHAOS_LATENCY ?= 1s

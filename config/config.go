@@ -36,8 +36,17 @@ type Config struct {
 	Security Security  `json:"security"`
 	Channels Channels  `json:"channels"`
 	MCP      MCP       `json:"mcp"`
+	Session  Session   `json:"session"`
 
 	src *source // where the config came from and where each key path is; never secrets
+}
+
+// Session configures requester sessions in memory.
+type Session struct {
+	// IdleMinutes: a conversation idle this long leaves memory (its
+	// transcript file is closed) and is loaded again on its next message;
+	// default 30.
+	IdleMinutes int `json:"idleMinutes"`
 }
 
 // Gateway configures the daemon itself.

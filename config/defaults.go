@@ -6,6 +6,7 @@ const (
 	DefaultLogLevel             = "info"
 	DefaultLogFormat            = "json"
 	DefaultShutdownGraceSeconds = 10
+	DefaultSessionIdleMinutes   = 30
 	DefaultMainConcurrent       = 4
 	DefaultMaxIterations        = 30
 	DefaultApprovalTimeout      = 300
@@ -115,6 +116,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setStr(&g.LogLevel, DefaultLogLevel)
 	setStr(&g.LogFormat, DefaultLogFormat)
 	setInt(&g.ShutdownGraceSeconds, DefaultShutdownGraceSeconds)
+	setInt(&c.Session.IdleMinutes, DefaultSessionIdleMinutes)
 
 	if len(c.Models.Providers) == 0 {
 		var ref string

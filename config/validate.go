@@ -111,6 +111,7 @@ func (v *validator) gateway() {
 	v.enum("gateway.logLevel", g.LogLevel, logLevels)
 	v.enum("gateway.logFormat", g.LogFormat, logFormats)
 	v.nonNegative("gateway.shutdownGraceSeconds", g.ShutdownGraceSeconds)
+	v.nonNegative("session.idleMinutes", v.c.Session.IdleMinutes)
 	if _, err := listenIsLoopback(g.HTTP.Listen); err != nil {
 		v.add("gateway.http.listen", "%v", err)
 	}

@@ -292,6 +292,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, ch := range g.channelSet() {
 		g.launchChannel(ch)
 	}
+	g.bg.Add(1)
+	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.server.Serve(g.listener) }()
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),

@@ -96,6 +96,8 @@ func (m *metrics) register(g *Gateway) {
 		laneGauge(g.subs.Lane(), "subagent", true), laneGauge(g.subs.Lane(), "subagent", false),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_subagent_spawns_total", Help: "Sub-agent runs spawned since start."},
 			func() float64 { return float64(g.subs.Spawned()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_sessions_loaded", Help: "Requester sessions in memory (idle ones leave after session.idleMinutes)."},
+			func() float64 { return float64(g.loadedSessions()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_outbox_pending", Help: "Messages waiting for delivery."},
 			func() float64 {
 				p, _, _, _ := g.db.OutboxStats(context.Background())

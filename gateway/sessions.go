@@ -128,3 +128,67 @@ func (g *Gateway) effective(ctx context.Context, agentID, key string) (model, th
 
 // errSessionBusy: a session command waited too long for a turn to end.
 var errSessionBusy = errors.New("a turn of this conversation is still running; try again when it has answered")
+
+// EvictIdle drops from memory the requester sessions that no turn or
+// command has used since before now − session.idleMinutes, closing their
+// transcript files; the next message of such a conversation loads it again
+// from its transcript. A session in use is skipped. It returns how many
+// were evicted. The janitor calls it every minute (or half the idle time).
+func (g *Gateway) EvictIdle(now time.Time) int {
+	idle := time.Duration(g.cfg().Session.IdleMinutes) * time.Minute
+	g.mu.Lock()
+	candidates := make([]*sessionState, 0, len(g.sessions))
+	for _, s := range g.sessions {
+		candidates = append(candidates, s)
+	}
+	g.mu.Unlock()
+	n := 0
+	for _, s := range candidates {
+		select {
+		case s.use <- struct{}{}: // not in use: ours now
+		default:
+			continue
+		}
+		if s.evicted || now.Sub(s.idle) < idle {
+			s.unlock()
+			continue
+		}
+		s.evicted = true
+		g.mu.Lock()
+		if g.sessions[s.key] == s {
+			delete(g.sessions, s.key)
+		}
+		g.mu.Unlock()
+		if s.sess != nil {
+			if err := s.sess.Close(); err != nil {
+				g.log.Warn("close transcript of an idle session", zap.String("sessionKey", s.key), zap.Error(err))
+			}
+		}
+		s.unlock()
+		n++
+	}
+	if n > 0 {
+		g.log.Debug("idle sessions left memory", zap.Int("sessions", n), zap.Duration("idle", idle))
+	}
+	return n
+}
+
+// janitor evicts idle sessions until ctx ends.
+func (g *Gateway) janitor(ctx context.Context) {
+	for {
+		every := min(time.Minute, time.Duration(g.cfg().Session.IdleMinutes)*time.Minute/2)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(every, time.Second)):
+		}
+		g.EvictIdle(g.clock.Now())
+	}
+}
+
+// loadedSessions is how many requester sessions are in memory.
+func (g *Gateway) loadedSessions() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.sessions)
+}

@@ -3,6 +3,11 @@
 //
 //	go run ./cmd/herald-load -s 100 -m 100 -latency 5s
 //	make load S=100 M=100 LATENCY=5s
+//
+// With -sessions it measures bounded memory instead: waves of N distinct
+// conversations, each -turns turns, against session.idleMinutes 1, with
+// RSS and open files when a wave is answered and after its sessions left
+// memory (make load-sessions N=10000).
 package main
 
 import (
@@ -27,6 +32,9 @@ func main() {
 	flag.StringVar(&o.Dir, "dir", "", "keep config, state and gateway.log here (default: a temp dir, removed)")
 	flag.StringVar(&o.ProfileDir, "profile", "", "write cpu.pprof, heap.pprof and goroutine.pprof of the gateway here")
 	quiet := flag.Bool("q", false, "print only the summary line")
+	sessions := flag.Int("sessions", 0, "measure bounded memory: this many distinct conversations per wave (instead of the sub-agent load)")
+	turns := flag.Int("turns", 3, "with -sessions: turns per conversation")
+	waves := flag.Int("waves", 2, "with -sessions: waves of new conversations")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "herald-load: unexpected argument %q\n", flag.Arg(0))
@@ -38,6 +46,22 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *sessions > 0 {
+		so := load.SessionOptions{Conversations: *sessions, Turns: *turns, Waves: *waves, Bin: o.Bin, Dir: o.Dir, Log: o.Log}
+		sctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		samples, err := load.Sessions(sctx, so)
+		for i, s := range samples {
+			fmt.Printf("sessions: wave=%d conversations=%d turns=%d answered-in=%s loaded=%d rss=%.1fMiB fds=%d | evicted-after=%s rss=%.1fMiB fds=%d\n",
+				i+1, so.Conversations, so.Turns, s.Answer.Round(time.Millisecond), s.SessionsLoaded, float64(s.Loaded.RSS)/(1<<20), s.Loaded.FDs,
+				s.EvictWait.Round(time.Second), float64(s.Evicted.RSS)/(1<<20), s.Evicted.FDs)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	res, err := load.Run(ctx, o)
 	fmt.Println(res)
 	if err != nil {

@@ -15,6 +15,7 @@ type Config struct {
 	// children per session (the total per root is the same).
 	Subagents, Children int
 	GraceSeconds        int
+	MaxQueued           int    // agents.defaults.maxQueued; 0 = the default
 	Channels            string // more members of "channels" (web is on), verbatim JSON5
 	Extra               string // more top-level JSON5 members, verbatim
 }
@@ -30,13 +31,20 @@ func (c Config) Write(path string) error {
   agents: {
     defaults: {
       model: "fake/m",
-      maxConcurrent: %d,
+      maxConcurrent: %d,%s
       subagents: { maxConcurrent: %d, maxChildrenPerSession: %d, maxTotalSpawns: %d },
     },
   },
   channels: { web: { enabled: true }, %s },
   %s
 }
-`, c.Listen, max(c.GraceSeconds, 1), c.ModelURL, max(c.MainConcurrent, 1), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Channels, c.Extra)
+`, c.Listen, max(c.GraceSeconds, 1), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Channels, c.Extra)
 	return os.WriteFile(path, []byte(src), 0o600)
+}
+
+func maxQueued(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" maxQueued: %d,", n)
 }
