@@ -80,8 +80,15 @@ func TestE2ESessionCommands(t *testing.T) {
 	if err != nil || after.ID == before.ID || after.TranscriptPath == before.TranscriptPath {
 		t.Fatalf("session row after /new: %+v, %v (before id %s)", after, err, before.ID)
 	}
-	if old, err := os.ReadFile(before.TranscriptPath); err != nil || !strings.Contains(string(old), "PELICAN") {
+	resets, err := tg.G.Store().SessionResets(ctx, key)
+	if err != nil || len(resets) != 1 || resets[0].OldSessionID != before.ID || !strings.HasPrefix(resets[0].OldTranscript, before.TranscriptPath+".reset.") {
+		t.Fatalf("session resets = %+v, %v", resets, err)
+	}
+	if old, err := os.ReadFile(resets[0].OldTranscript); err != nil || !strings.Contains(string(old), "PELICAN") {
 		t.Errorf("the old transcript is not kept: %v", err)
+	}
+	if _, err := os.Stat(before.TranscriptPath); !os.IsNotExist(err) {
+		t.Errorf("the old transcript is still in place: %v", err)
 	}
 	n = tg.LLM.Count()
 	seq = webPost(t, tg.URL, client, "what was the word?")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,15 +55,30 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
-		if err := g.db.ResetSession(ctx, key, id, path, now); err != nil {
+		// The old transcript is closed and archived as <path>.reset.<UTC ts>.
+		oldPath := s.row.TranscriptPath
+		if s.sess != nil {
+			s.sess.Close()
+		}
+		archived, err := store.ArchiveTranscriptAs(oldPath, "reset", now)
+		if err == nil {
+			if err = g.db.ResetSession(ctx, key, id, path, archived, now); err != nil && archived != "" {
+				_ = os.Rename(archived, oldPath) // keep the conversation as it was
+			}
+		}
+		if err != nil {
 			sess.Close()
+			if old, lerr := agent.LoadSession(key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
+				s.sess = old
+			} else {
+				s.evicted = true // load it again on the next message
+				g.mu.Lock()
+				delete(g.sessions, key)
+				g.mu.Unlock()
+			}
 			return err
 		}
-		old := s.sess
 		s.sess, s.row.ID, s.row.TranscriptPath = sess, id, path
-		if old != nil {
-			old.Close()
-		}
 		g.log.Info("new session started", zap.String("sessionKey", key), zap.String("sessionId", id))
 		return nil
 	})

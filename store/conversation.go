@@ -35,14 +35,18 @@ func (d *DB) SetConversationSettings(ctx context.Context, key string, s Conversa
 }
 
 // ResetSession gives the requester session key a new session id and
-// transcript (/new, /reset), recording the old ones, in one transaction.
-// Its sub-agent runs keep their requester key and announce as before.
-func (d *DB) ResetSession(ctx context.Context, key, newID, newPath string, at time.Time) error {
+// transcript (/new, /reset), recording the old id and archivedPath (where
+// the old transcript now is), in one transaction. Its sub-agent runs keep
+// their requester key and announce as before.
+func (d *DB) ResetSession(ctx context.Context, key, newID, newPath, archivedPath string, at time.Time) error {
 	err := d.tx(ctx, func(c conn) error {
 		var oldID, oldPath string
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&oldID, &oldPath) },
 			`SELECT id, transcript_path FROM sessions WHERE key = ?`, key); err != nil {
 			return err
+		}
+		if archivedPath != "" {
+			oldPath = archivedPath
 		}
 		if _, err := c.exec(`INSERT INTO session_resets (session_key, old_session_id, old_transcript, new_session_id, reset_at)
 			VALUES (?, ?, ?, ?, ?)`, key, oldID, oldPath, newID, at.UnixMilli()); err != nil {
@@ -53,4 +57,31 @@ func (d *DB) ResetSession(ctx context.Context, key, newID, newPath string, at ti
 		return err
 	})
 	return d.wrap("reset session "+key, err)
+}
+
+// SessionReset is one /new or /reset of a conversation.
+type SessionReset struct {
+	OldSessionID, OldTranscript, NewSessionID string
+	At                                        time.Time
+}
+
+// SessionResets lists the resets of the conversation key, oldest first.
+func (d *DB) SessionResets(ctx context.Context, key string) ([]SessionReset, error) {
+	rows, err := d.reader(ctx).query(`SELECT old_session_id, old_transcript, new_session_id, reset_at
+		FROM session_resets WHERE session_key = ? ORDER BY reset_at, rowid`, key)
+	if err != nil {
+		return nil, d.wrap("session resets of "+key, err)
+	}
+	defer rows.Close()
+	var out []SessionReset
+	for rows.Next() {
+		var r SessionReset
+		var at int64
+		if err := rows.Scan(&r.OldSessionID, &r.OldTranscript, &r.NewSessionID, &at); err != nil {
+			return nil, d.wrap("session resets of "+key, err)
+		}
+		r.At = time.UnixMilli(at).UTC()
+		out = append(out, r)
+	}
+	return out, d.wrap("session resets of "+key, rows.Err())
 }

@@ -218,6 +218,12 @@ const archiveStamp = "2006-01-02T15-04-05Z"
 // path. A missing file is not an error: newPath is "" then. An existing
 // archive of the same name is never overwritten: ".1", ".2", ... is added.
 func ArchiveTranscript(path string, at time.Time) (newPath string, err error) {
+	return ArchiveTranscriptAs(path, "deleted", at)
+}
+
+// ArchiveTranscriptAs is ArchiveTranscript with another reason in the name:
+// <path>.<reason>.<timestamp> ("reset" after /new and /reset).
+func ArchiveTranscriptAs(path, reason string, at time.Time) (newPath string, err error) {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -226,7 +232,7 @@ func ArchiveTranscript(path string, at time.Time) (newPath string, err error) {
 	} else if err != nil {
 		return "", fmt.Errorf("archive transcript %s: %w", path, err)
 	}
-	base := path + ".deleted." + at.UTC().Format(archiveStamp)
+	base := path + "." + reason + "." + at.UTC().Format(archiveStamp)
 	for i := 0; i < 1000; i++ {
 		newPath = base
 		if i > 0 {
