@@ -124,6 +124,10 @@ type Turn struct {
 	Authorize     Authorizer
 	Steer         <-chan Steer // optional
 	OnUsage       func(Usage)  // called after each model call
+	// OnText, if set, streams: it gets the text of the current model call
+	// written so far as it arrives (from a Streamer provider; others call
+	// it once with the whole text). Each model call starts again from "".
+	OnText func(text string)
 	Logger        *zap.Logger
 	Clock         Clock
 	// Resume continues a turn cut short (a crash, a drain) from the
@@ -259,10 +263,21 @@ func (s *Session) complete(ctx context.Context, t Turn, res *Result) (*Response,
 		if err != nil {
 			return nil, err
 		}
-		return t.Model.Provider.Complete(ctx, Request{
+		req := Request{
 			Model: t.Model.ID, System: t.System, Messages: msgs, Tools: t.Tools.Specs(),
 			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
-		})
+		}
+		if t.OnText == nil {
+			return t.Model.Provider.Complete(ctx, req)
+		}
+		if st, ok := t.Model.Provider.(Streamer); ok {
+			return st.Stream(ctx, req, t.OnText)
+		}
+		resp, err := t.Model.Provider.Complete(ctx, req)
+		if err == nil && resp.Text != "" {
+			t.OnText(resp.Text)
+		}
+		return resp, err
 	}
 	resp, err := call(false)
 	if err != nil && errors.Is(err, ErrContextLength) && ctx.Err() == nil {

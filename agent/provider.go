@@ -106,6 +106,12 @@ type Provider interface {
 	Complete(ctx context.Context, req Request) (*Response, error)
 }
 
+// Streamer is a Provider that can stream: onText gets the reply's text
+// written so far (cumulative) as it arrives; the Response is as Complete's.
+type Streamer interface {
+	Stream(ctx context.Context, req Request, onText func(text string)) (*Response, error)
+}
+
 // ProviderError is a provider failure that is not worth retrying (or that
 // stayed after every retry). Message is the provider's own message.
 type ProviderError struct {

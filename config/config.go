@@ -229,7 +229,8 @@ type Access struct {
 // Slack configures the Slack channel.
 type Slack struct {
 	Enabled       bool   `json:"enabled"`
-	Mode          string `json:"mode"` // socket (default) | http
+	Streaming     string `json:"streaming"` // edit (default) | off: the reply shown while it is written (SPEC §16)
+	Mode          string `json:"mode"`      // socket (default) | http
 	BotToken      Secret `json:"botToken"`
 	AppToken      Secret `json:"appToken"`      // socket mode
 	SigningSecret Secret `json:"signingSecret"` // http mode
@@ -242,6 +243,7 @@ type Slack struct {
 // Telegram configures the Telegram channel.
 type Telegram struct {
 	Enabled       bool   `json:"enabled"`
+	Streaming     string `json:"streaming"` // edit (default) | off: the reply shown while it is written (SPEC §16)
 	BotToken      Secret `json:"botToken"`
 	APIURL        string `json:"apiUrl"`        // default https://api.telegram.org
 	WebhookURL    string `json:"webhookUrl"`    // set = webhook mode, else long polling
@@ -256,6 +258,7 @@ type Telegram struct {
 // Matrix configures the Matrix channel.
 type Matrix struct {
 	Enabled       bool   `json:"enabled"`
+	Streaming     string `json:"streaming"` // edit (default) | off: the reply shown while it is written (SPEC §16)
 	Homeserver    string `json:"homeserver"`
 	UserID        string `json:"userId"`
 	AccessToken   Secret `json:"accessToken"`
@@ -268,8 +271,9 @@ type Matrix struct {
 
 // Web configures the local web chat.
 type Web struct {
-	Enabled *bool  `json:"enabled"` // default true
-	Token   Secret `json:"token"`   // required when gateway.http.listen is not loopback
+	Enabled   *bool  `json:"enabled"`   // default true
+	Streaming string `json:"streaming"` // edit (default) | off: SSE delta events while the reply is written (SPEC §16)
+	Token     Secret `json:"token"`     // required when gateway.http.listen is not loopback
 	// RateLimit bounds each web client's posts (default 60 a minute, 20 at once).
 	RateLimit WebRateLimit `json:"rateLimit"`
 }
@@ -278,4 +282,23 @@ type Web struct {
 type WebRateLimit struct {
 	PerMinute int `json:"perMinute"` // default 60; negative = no limit
 	Burst     int `json:"burst"`     // default 20
+}
+
+// ChannelStreaming is channels.<name>.streaming: "edit" (the default) or "off".
+func (c *Config) ChannelStreaming(name string) string {
+	var v string
+	switch name {
+	case "slack":
+		v = c.Channels.Slack.Streaming
+	case "telegram":
+		v = c.Channels.Telegram.Streaming
+	case "matrix":
+		v = c.Channels.Matrix.Streaming
+	case "web":
+		v = c.Channels.Web.Streaming
+	}
+	if v == "" {
+		return "edit"
+	}
+	return v
 }

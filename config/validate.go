@@ -24,6 +24,7 @@ var (
 	groupPolicies  = []string{"allowlist", "open", "disabled"}
 	channelNames   = []string{"slack", "telegram", "matrix", "web"}
 	chatTypes      = []string{"dm", "group"}
+	streamingModes = []string{"edit", "off"}
 
 	agentIDRe       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
 	matrixUserRe    = regexp.MustCompile(`^@[^:\s]+:\S+$`)
@@ -112,6 +113,9 @@ func (v *validator) gateway() {
 	v.enum("gateway.logFormat", g.LogFormat, logFormats)
 	v.nonNegative("gateway.shutdownGraceSeconds", g.ShutdownGraceSeconds)
 	v.nonNegative("session.idleMinutes", v.c.Session.IdleMinutes)
+	for _, ch := range channelNames {
+		v.enum("channels."+ch+".streaming", v.c.ChannelStreaming(ch), streamingModes)
+	}
 	if _, err := listenIsLoopback(g.HTTP.Listen); err != nil {
 		v.add("gateway.http.listen", "%v", err)
 	}

@@ -128,12 +128,30 @@ type timedProvider struct {
 var ErrModelTimeout = errors.New("no answer from the model")
 
 func (t timedProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
+	return t.call(ctx, func(ctx context.Context) (*agent.Response, error) { return t.p.Complete(ctx, req) })
+}
+
+// Stream streams through the provider when it can (else one Complete).
+func (t timedProvider) Stream(ctx context.Context, req agent.Request, onText func(string)) (*agent.Response, error) {
+	return t.call(ctx, func(ctx context.Context) (*agent.Response, error) {
+		if st, ok := t.p.(agent.Streamer); ok {
+			return st.Stream(ctx, req, onText)
+		}
+		resp, err := t.p.Complete(ctx, req)
+		if err == nil && resp.Text != "" {
+			onText(resp.Text)
+		}
+		return resp, err
+	})
+}
+
+func (t timedProvider) call(ctx context.Context, do func(context.Context) (*agent.Response, error)) (*agent.Response, error) {
 	start := time.Now()
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if t.timeout > 0 {
 		cctx, cancel = context.WithTimeoutCause(ctx, t.timeout, ErrModelTimeout)
 	}
-	resp, err := t.p.Complete(cctx, req)
+	resp, err := do(cctx)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), ErrModelTimeout) {
 		err = fmt.Errorf("%w: provider %s did not answer within %s (models.providers.%s.timeoutSeconds)", ErrModelTimeout, t.id, t.timeout, t.id)

@@ -84,6 +84,13 @@ type Reply struct {
 	Delay time.Duration
 	// StopReason overrides the stop/finish reason.
 	StopReason string
+	// StreamDelay is waited before each piece of a streamed text (a
+	// "stream": true request), so a test sees the text arrive over time.
+	StreamDelay time.Duration
+	// BeforePiece, if set, is called before each piece i (from 0) of a
+	// streamed text is written, so a test can hold the stream until it has
+	// seen the previous piece arrive.
+	BeforePiece func(i int)
 }
 
 // Handler decides the reply to one call. It is called concurrently.
@@ -218,11 +225,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "", problem)
 		return
 	}
-	if c.Stream && s.api == APIAnthropic {
-		s.writeError(w, http.StatusBadRequest, "", "llmtest: streaming is not supported by the Anthropic fake")
-		return
-	}
-
 	rep := s.handler(c)
 	if rep.Delay > 0 {
 		t := time.NewTimer(rep.Delay)
@@ -258,6 +260,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var out any
 	switch {
+	case s.api == APIAnthropic && c.Stream:
+		writeAnthropicStream(w, r, c, rep, id)
+		return
 	case s.api == APIAnthropic:
 		out = encodeAnthropic(c, rep, id)
 	case c.Stream:

@@ -59,7 +59,13 @@ func writeOpenAIStream(w http.ResponseWriter, c Call, r Reply, id int) {
 		}
 	}
 	chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
-	for _, piece := range splitText(r.Text, 3) {
+	for n, piece := range splitText(r.Text, 3) {
+		if r.BeforePiece != nil {
+			r.BeforePiece(n)
+		}
+		if r.StreamDelay > 0 {
+			time.Sleep(r.StreamDelay) // test pacing of the fake's output, not a synchronisation
+		}
 		chunk(map[string]any{"content": piece}, nil, nil)
 	}
 	for i, tc := range r.ToolCalls {

@@ -107,7 +107,35 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if !send() {
+	// sendLive writes the live state when it changed: "event: typing" with
+	// {"active": bool}, and "event: delta" with {"text": the reply so far}.
+	// These events carry no id: they are not part of the conversation.
+	var shown liveState
+	sendLive := func() bool {
+		st := a.hub.liveOf(client)
+		if st.typing == shown.typing && st.draft == shown.draft {
+			return true
+		}
+		buf.Reset()
+		if st.typing != shown.typing {
+			data, _ := json.Marshal(map[string]bool{"active": st.typing})
+			buf.WriteString("event: typing\ndata: ")
+			buf.Write(data)
+			buf.WriteString("\n\n")
+		}
+		if st.draft != shown.draft && st.draft != "" {
+			data, _ := json.Marshal(map[string]string{"text": st.draft})
+			buf.WriteString("event: delta\ndata: ")
+			buf.Write(data)
+			buf.WriteString("\n\n")
+		}
+		shown = st
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send() || !sendLive() {
 		return
 	}
 	heartbeat := time.NewTicker(a.opts.Heartbeat)
@@ -119,7 +147,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 		case <-a.streamsCtx.Done():
 			return
 		case <-wake:
-			if !send() {
+			if !send() || !sendLive() {
 				return
 			}
 		case <-heartbeat.C:

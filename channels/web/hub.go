@@ -9,6 +9,7 @@ import "sync"
 type hub struct {
 	mu   sync.Mutex
 	subs map[string]map[chan struct{}]struct{} // client → wake channels
+	live map[string]liveState                  // client → typing and draft (SPEC §16)
 }
 
 func newHub() *hub {
@@ -48,4 +49,38 @@ func (h *hub) notify(client string) {
 		default:
 		}
 	}
+}
+
+// liveState is what a client's chat shows while a turn runs: that the
+// agent is writing, and the reply so far. It is not stored: a stream that
+// connects late gets the current state, not its history.
+type liveState struct {
+	typing bool
+	draft  string
+	ver    int64 // increases with every change
+}
+
+// setLive changes the live state of client and wakes its streams.
+func (h *hub) setLive(client string, change func(*liveState)) {
+	h.mu.Lock()
+	if h.live == nil {
+		h.live = make(map[string]liveState)
+	}
+	st := h.live[client]
+	change(&st)
+	st.ver++
+	if !st.typing && st.draft == "" {
+		delete(h.live, client) // nothing to show: keep no state per idle client
+	} else {
+		h.live[client] = st
+	}
+	h.mu.Unlock()
+	h.notify(client)
+}
+
+// liveOf returns the live state of client.
+func (h *hub) liveOf(client string) liveState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live[client]
 }

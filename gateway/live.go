@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// typingEvery repeats a typing notice while a turn runs (Telegram's lasts
+// 5 s, Matrix's is sent with a 30 s timeout).
+const typingEvery = 4 * time.Second
+
+// liveCallTimeout bounds one typing or draft call to a platform.
+const liveCallTimeout = 5 * time.Second
+
+// liveReply shows a running turn in its chat (SPEC §16): typing while it
+// runs and, on a channel that drafts, the reply as the model writes it. One
+// goroutine, owned by the turn (stop waits for it), makes every platform
+// call, so a slow platform never holds up the model's stream; drafts are
+// throttled to the channel's DraftEvery and only the latest text is sent.
+type liveReply struct {
+	ch      channels.Channel
+	to      channels.Origin
+	log     *zap.Logger
+	typer   channels.Typer
+	drafter channels.Drafter
+
+	mu    sync.Mutex
+	text  string // the latest text of the reply; guarded by mu
+	dirty bool   // text not yet drafted; guarded by mu
+	ref   string // what the last Draft returned; guarded by mu
+
+	wake chan struct{}
+	quit chan struct{}
+	done chan struct{}
+}
+
+// startLive starts showing a turn at to; nil when the channel shows
+// nothing live or channels.<name>.streaming is "off".
+func (g *Gateway) startLive(to channels.Origin, log *zap.Logger) *liveReply {
+	ch := g.channel(to.Channel)
+	if ch == nil || g.cfg().ChannelStreaming(string(to.Channel)) == "off" {
+		return nil
+	}
+	l := &liveReply{ch: ch, to: to, log: log, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	l.typer, _ = ch.(channels.Typer)
+	l.drafter, _ = ch.(channels.Drafter)
+	if l.typer == nil && l.drafter == nil {
+		return nil
+	}
+	go l.run()
+	return l
+}
+
+// onText is the turn's agent.Turn.OnText: it records the text and wakes
+// the loop; it never blocks the model's stream.
+func (l *liveReply) onText(text string) {
+	l.mu.Lock()
+	l.text, l.dirty = text, true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// textHook is onText when the channel drafts, else nil (no streaming).
+func (l *liveReply) textHook() func(string) {
+	if l == nil || l.drafter == nil {
+		return nil
+	}
+	return l.onText
+}
+
+// stop ends the live view (typing off) and waits for the loop; it returns
+// the draft's ref for the final delivery ("" when nothing was drafted).
+func (l *liveReply) stop() string {
+	if l == nil {
+		return ""
+	}
+	close(l.quit)
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ref
+}
+
+func (l *liveReply) run() {
+	defer close(l.done)
+	typing := func(on bool) {
+		if l.typer == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), liveCallTimeout)
+		defer cancel()
+		if err := l.typer.Typing(ctx, l.to, on); err != nil {
+			l.log.Debug("typing notice failed", zap.Bool("on", on), zap.Error(err))
+		}
+	}
+	typing(true)
+	defer typing(false)
+	tick := time.NewTicker(typingEvery)
+	defer tick.Stop()
+	var last time.Time
+	var pending <-chan time.Time // a throttled draft waiting for its time
+	for {
+		select {
+		case <-l.quit:
+			return
+		case <-tick.C:
+			typing(true)
+		case <-l.wake:
+			if wait := l.drafter.DraftEvery() - time.Since(last); wait > 0 {
+				if pending == nil {
+					pending = time.After(wait)
+				}
+				continue
+			}
+			last = time.Now()
+			l.draft()
+		case <-pending:
+			pending = nil
+			last = time.Now()
+			l.draft()
+		}
+	}
+}
+
+// draft sends the latest text, if it changed since the last draft.
+func (l *liveReply) draft() {
+	l.mu.Lock()
+	text, dirty, ref := l.text, l.dirty, l.ref
+	l.dirty = false
+	l.mu.Unlock()
+	if !dirty || text == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), liveCallTimeout)
+	defer cancel()
+	newRef, err := l.drafter.Draft(ctx, l.to, ref, text)
+	if err != nil {
+		l.log.Debug("draft update failed", zap.Error(err))
+		return
+	}
+	l.mu.Lock()
+	l.ref = newRef
+	l.mu.Unlock()
+}
