@@ -128,8 +128,8 @@ type Turn struct {
 	// written so far as it arrives (from a Streamer provider; others call
 	// it once with the whole text). Each model call starts again from "".
 	OnText func(text string)
-	Logger        *zap.Logger
-	Clock         Clock
+	Logger *zap.Logger
+	Clock  Clock
 	// Resume continues a turn cut short (a crash, a drain) from the
 	// history: the input is already there and is not added again; tool
 	// calls whose results are in the history are not made again.
