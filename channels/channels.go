@@ -81,6 +81,9 @@ type Message struct {
 	ID string
 	// Part and Parts number a part given to PartSender.SendPart (1-based).
 	Part, Parts int
+	// DraftRef is the platform id of a draft of this message (a Drafter's
+	// ref): the first part replaces the draft instead of being posted.
+	DraftRef string
 }
 
 // PartSender is implemented by channels whose messages the outbox splits

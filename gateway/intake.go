@@ -131,7 +131,8 @@ func (g *Gateway) resumeOwed(ctx context.Context) error {
 func (g *Gateway) complete(ctx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
 	var reply *store.OutboxItem
 	if strings.TrimSpace(text) != "" {
-		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID}
+		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
+			DraftRef: it.DraftRef}
 	}
 	if _, err := g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now()); err != nil {
 		log.Error("could not complete the turn; it stays owed", zap.Int64("intakeId", it.ID), zap.Error(err))

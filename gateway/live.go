@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
 )
 
 // typingEvery repeats a typing notice while a turn runs (Telegram's lasts
@@ -23,6 +25,8 @@ const liveCallTimeout = 5 * time.Second
 // call, so a slow platform never holds up the model's stream; drafts are
 // throttled to the channel's DraftEvery and only the latest text is sent.
 type liveReply struct {
+	g       *Gateway
+	intake  int64 // the owed message whose turn this shows
 	ch      channels.Channel
 	to      channels.Origin
 	log     *zap.Logger
@@ -37,16 +41,20 @@ type liveReply struct {
 	wake chan struct{}
 	quit chan struct{}
 	done chan struct{}
+	once sync.Once
 }
 
-// startLive starts showing a turn at to; nil when the channel shows
-// nothing live or channels.<name>.streaming is "off".
-func (g *Gateway) startLive(to channels.Origin, log *zap.Logger) *liveReply {
+// startLive starts showing the turn of the owed message it in its chat;
+// nil when the channel shows nothing live or channels.<name>.streaming is
+// "off". A turn resumed after a crash goes on with the draft it had.
+func (g *Gateway) startLive(it store.Intake, log *zap.Logger) *liveReply {
+	to := it.Origin
 	ch := g.channel(to.Channel)
 	if ch == nil || g.cfg().ChannelStreaming(string(to.Channel)) == "off" {
 		return nil
 	}
-	l := &liveReply{ch: ch, to: to, log: log, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	l := &liveReply{g: g, intake: it.ID, ch: ch, to: to, log: log, ref: it.DraftRef,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	l.typer, _ = ch.(channels.Typer)
 	l.drafter, _ = ch.(channels.Drafter)
 	if l.typer == nil && l.drafter == nil {
@@ -82,7 +90,7 @@ func (l *liveReply) stop() string {
 	if l == nil {
 		return ""
 	}
-	close(l.quit)
+	l.once.Do(func() { close(l.quit) })
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -114,39 +122,71 @@ func (l *liveReply) run() {
 		case <-tick.C:
 			typing(true)
 		case <-l.wake:
+			if last.IsZero() {
+				// The first draft waits DraftEvery too: a reply written
+				// faster than that is simply posted when it is done.
+				last = time.Now()
+			}
 			if wait := l.drafter.DraftEvery() - time.Since(last); wait > 0 {
 				if pending == nil {
 					pending = time.After(wait)
 				}
 				continue
 			}
-			last = time.Now()
-			l.draft()
+			pending = l.draftAt(&last)
 		case <-pending:
-			pending = nil
-			last = time.Now()
-			l.draft()
+			pending = l.draftAt(&last)
 		}
 	}
 }
 
-// draft sends the latest text, if it changed since the last draft.
-func (l *liveReply) draft() {
+// draftAt drafts now and returns when to try again (nil: when new text
+// comes): a failed draft is retried after DraftEvery, a rate-limited one
+// after the platform's Retry-After.
+func (l *liveReply) draftAt(last *time.Time) <-chan time.Time {
+	backoff, failed := l.draft()
+	*last = time.Now().Add(backoff)
+	if !failed {
+		return nil
+	}
+	return time.After(l.drafter.DraftEvery() + backoff)
+}
+
+// draft sends the latest text, if it changed since the last draft. It
+// returns how much longer than DraftEvery to wait before the next one (a
+// platform's Retry-After) and whether it failed.
+func (l *liveReply) draft() (backoff time.Duration, failed bool) {
 	l.mu.Lock()
 	text, dirty, ref := l.text, l.dirty, l.ref
 	l.dirty = false
 	l.mu.Unlock()
 	if !dirty || text == "" {
-		return
+		return 0, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), liveCallTimeout)
 	defer cancel()
 	newRef, err := l.drafter.Draft(ctx, l.to, ref, text)
 	if err != nil {
+		l.mu.Lock()
+		l.dirty = true // the next draft sends the latest text again
+		l.mu.Unlock()
+		var ra *channels.RetryAfterError
+		if errors.As(err, &ra) {
+			l.log.Info("draft update rate limited", zap.Duration("retryAfter", ra.After))
+			return ra.After, true
+		}
 		l.log.Debug("draft update failed", zap.Error(err))
-		return
+		return 0, true
 	}
 	l.mu.Lock()
 	l.ref = newRef
 	l.mu.Unlock()
+	if newRef != "" && newRef != ref {
+		// Kept with the owed message: a turn resumed after a crash edits
+		// this draft, and the final reply replaces it.
+		if err := l.g.db.SetIntakeDraft(ctx, l.intake, newRef); err != nil {
+			l.log.Warn("could not record the draft of the reply", zap.Error(err))
+		}
+	}
+	return 0, false
 }

@@ -153,7 +153,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	if ps, ok := ch.(channels.PartSender); ok {
 		err = d.sendParts(sctx, ch, ps, it, log)
 	} else {
-		err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10)})
+		err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), DraftRef: it.DraftRef})
 	}
 	cancel()
 	// A send can take long (a channel waiting out a short rate limit itself,
@@ -197,7 +197,12 @@ func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps chann
 	bg := context.WithoutCancel(ctx)
 	for p := it.PartsSent; p < len(parts); p++ {
 		msg := channels.Message{Kind: it.Kind, Text: parts[p], RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), Part: p + 1, Parts: len(parts)}
-		if it.SendingPart == p {
+		if p == 0 {
+			msg.DraftRef = it.DraftRef // the first part replaces the draft
+		}
+		// Editing a draft into the final text is idempotent: an uncertain
+		// edit is simply made again.
+		if it.SendingPart == p && msg.DraftRef == "" {
 			action := d.uncertain(ctx, ch, it, msg, log)
 			d.g.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
 			if action != "resend" {

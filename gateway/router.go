@@ -211,7 +211,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	}
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
 		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
-	live := g.startLive(in.Origin, log)
+	live := g.startLive(it, log)
 	defer live.stop()
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
@@ -221,6 +221,9 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
 		OnText: live.textHook(),
 	}, in.Text)
+	if ref := live.stop(); ref != "" {
+		it.DraftRef = ref // the reply replaces the draft
+	}
 	if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
 		log.Warn("could not record usage", zap.Error(err))
 	}

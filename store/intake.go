@@ -25,16 +25,19 @@ type Intake struct {
 	CreatedAt  time.Time
 	StartedAt  time.Time // zero until its turn first started
 	DoneAt     time.Time // zero while the turn is owed
+	// DraftRef is the platform id of the draft the turn shows while its
+	// reply is written ("" = none), set by SetIntakeDraft.
+	DraftRef string
 }
 
-const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at`
+const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref`
 
 func scanIntake(rows *sql.Rows, in *Intake) error {
 	var pid sql.NullString
 	var origin string
 	var created, started, done sql.NullInt64
 	if err := rows.Scan(&in.ID, &in.SessionKey, &in.AgentID, &pid, &origin, &in.SenderName, &in.Text, &in.Mentioned,
-		&created, &started, &done); err != nil {
+		&created, &started, &done, &in.DraftRef); err != nil {
 		return err
 	}
 	in.PlatformID = pid.String
@@ -136,4 +139,11 @@ func (d *DB) OwedIntake(ctx context.Context) ([]Intake, error) {
 		return nil, d.wrap("owed intake", err)
 	}
 	return out, nil
+}
+
+// SetIntakeDraft records the platform id of the draft the owed message's
+// turn shows, so a resumed turn edits the same draft.
+func (d *DB) SetIntakeDraft(ctx context.Context, id int64, ref string) error {
+	_, err := d.writer(ctx).exec(`UPDATE intake SET draft_ref = ? WHERE id = ?`, ref, id)
+	return d.wrap("set intake draft", err)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
-	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id`
+	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref`
 
 func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var runID sql.NullString
@@ -19,7 +19,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var created, next, delivered, failed sql.NullInt64
 	var partIDs string
 	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
-		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID); err != nil {
+		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef); err != nil {
 		return err
 	}
 	o.PartIDs = nil
@@ -46,6 +46,7 @@ type outboxRow struct {
 	text      string
 	createdAt time.Time
 	nextAt    time.Time
+	draftRef  string
 }
 
 // newOutboxRow applies the defaults: CreatedAt now, NextAttemptAt CreatedAt.
@@ -55,7 +56,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 		return nil, err
 	}
 	r := &outboxRow{dest: Destination(o.Origin), session: o.SessionKey, agent: o.AgentID, runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
-		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt)}
+		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt), draftRef: o.DraftRef}
 	if r.createdAt.IsZero() {
 		r.createdAt = nowMS()
 	}
@@ -68,9 +69,9 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
-	res, err := c.exec(`INSERT INTO outbox (dest, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		r.dest, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli())
+	res, err := c.exec(`INSERT INTO outbox (dest, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		r.dest, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef)
 	if err != nil {
 		return 0, err
 	}

@@ -138,6 +138,10 @@ type OutboxItem struct {
 	SendingPart int
 	// SessionKey and AgentID name whom the message speaks for (logs).
 	SessionKey, AgentID string
+	// DraftRef is the platform id of a draft of this message shown while it
+	// was written (SPEC §16): its first part replaces the draft instead of
+	// being posted anew. "" = none.
+	DraftRef string
 }
 
 // Approval statuses.

@@ -60,6 +60,17 @@ func (a *Adapter) SendPart(ctx context.Context, to channels.Origin, msg channels
 	if strings.TrimSpace(msg.Text) == "" {
 		return "", nil
 	}
+	if msg.DraftRef != "" && msg.Part <= 1 {
+		// The reply was shown as a draft while it was written: its first
+		// part becomes that message instead of a new one.
+		done, err := a.finishDraft(ctx, chatID, msg.DraftRef, msg.Text)
+		if err != nil {
+			return "", fmt.Errorf("telegram: finish the draft in %s: %w", to, err)
+		}
+		if done {
+			return msg.DraftRef, nil
+		}
+	}
 	id, err := a.sendPart(ctx, chatID, to.ThreadID, msg.Text)
 	if err != nil {
 		return "", fmt.Errorf("telegram: send part %d/%d to %s: %w", msg.Part, msg.Parts, to, err)

@@ -1,7 +1,8 @@
 // Package tgfake is a fake Telegram Bot API for tests: an httptest server
 // that speaks the real Bot API wire format (`{"ok":true,"result":…}` with
 // integer ids) for getMe, getUpdates (long polling, offsets), setWebhook,
-// getWebhookInfo, deleteWebhook and sendMessage, including forum-topic fields
+// getWebhookInfo, deleteWebhook, sendMessage, editMessageText and
+// sendChatAction, including forum-topic fields
 // (message_thread_id, is_topic_message) and injected failures (429 with
 // retry_after, 5xx, per-chat 4xx).
 //
@@ -71,6 +72,8 @@ type Server struct {
 	nextMsg      int
 	messages     map[msgKey]message // every message the fake knows, for replies
 	sent         []Sent
+	edits        []Edit
+	actions      []ChatAction
 	failNext     []*failure // nil entries let a call through
 	failPolls    []failure
 	failAllPolls *failure
@@ -416,6 +419,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeResult(w, true)
 	case "sendMessage":
 		s.sendMessage(w, params)
+	case "editMessageText":
+		s.editMessageText(w, params)
+	case "sendChatAction":
+		chatID, _ := strconv.ParseInt(params.Get("chat_id"), 10, 64)
+		thread, _ := strconv.Atoi(params.Get("message_thread_id"))
+		s.mu.Lock()
+		s.actions = append(s.actions, ChatAction{ChatID: chatID, ThreadID: thread, Action: params.Get("action")})
+		s.mu.Unlock()
+		writeResult(w, true)
 	default:
 		writeError(w, failure{status: http.StatusNotFound, description: "Not Found: method not found"})
 	}
@@ -535,6 +547,79 @@ func (s *Server) sendMessage(w http.ResponseWriter, p url.Values) {
 		ChatID: chatID, ThreadID: thread, Text: text, ReplyTo: replyTo,
 		ParseMode: p.Get("parse_mode"), MessageID: m.MessageID,
 	})
+	s.notifyLocked()
+	writeResult(w, m)
+}
+
+// Edit is one editMessageText the fake accepted.
+type Edit struct {
+	ChatID    int64
+	MessageID int
+	Text      string
+}
+
+// ChatAction is one sendChatAction the fake received.
+type ChatAction struct {
+	ChatID   int64
+	ThreadID int
+	Action   string
+}
+
+// Edits returns the accepted edits, in order.
+func (s *Server) Edits() []Edit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Edit(nil), s.edits...)
+}
+
+// ChatActions returns the chat actions received, in order.
+func (s *Server) ChatActions() []ChatAction {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ChatAction(nil), s.actions...)
+}
+
+// editMessageText changes a message the bot sent, as the Bot API does: an
+// unknown message and an unchanged text are 400s; injected failures (429
+// with retry_after included) apply as to sendMessage. Sent() then shows the
+// new text.
+func (s *Server) editMessageText(w http.ResponseWriter, p url.Values) {
+	chatID, _ := strconv.ParseInt(p.Get("chat_id"), 10, 64)
+	id, _ := strconv.Atoi(p.Get("message_id"))
+	text := p.Get("text")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.failNext) > 0 {
+		f := s.failNext[0]
+		s.failNext = s.failNext[1:]
+		if f != nil {
+			writeError(w, *f)
+			return
+		}
+	}
+	m, ok := s.messages[msgKey{chatID, id}]
+	switch {
+	case !ok || m.From == nil || m.From.ID != botUser().ID:
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: message to edit not found"})
+		return
+	case strings.TrimSpace(text) == "":
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: message text is empty"})
+		return
+	case len([]rune(text)) > 4096:
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: MESSAGE_TOO_LONG"})
+		return
+	case m.Text == text:
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"})
+		return
+	}
+	m.Text = text
+	s.messages[msgKey{chatID, id}] = m
+	for i := range s.sent {
+		if s.sent[i].ChatID == chatID && s.sent[i].MessageID == id {
+			s.sent[i].Text = text
+		}
+	}
+	s.edits = append(s.edits, Edit{ChatID: chatID, MessageID: id, Text: text})
 	s.notifyLocked()
 	writeResult(w, m)
 }
