@@ -68,6 +68,17 @@ func (a *Adapter) SendPart(ctx context.Context, to channels.Origin, msg channels
 	if strings.TrimSpace(msg.Text) == "" {
 		return "", nil
 	}
+	if msg.DraftRef != "" && msg.Part <= 1 {
+		// The reply was shown as a draft while it was written: its first
+		// part becomes that message (with the outbox metadata) instead of
+		// a new one.
+		switch err := a.update(ctx, to, msg.DraftRef, msg); {
+		case err == nil:
+			return msg.DraftRef, nil
+		case !errors.Is(err, errNoSuchMessage):
+			return "", fmt.Errorf("slack: finish the draft in %s: %w", to, err)
+		}
+	}
 	ts, err := a.post(ctx, to, msg)
 	if err != nil {
 		return "", fmt.Errorf("slack send part %d/%d to %s: %w", msg.Part, msg.Parts, to, err)

@@ -46,6 +46,43 @@ type Post struct {
 	Metadata string // the metadata form field (JSON), "" if none
 }
 
+// Update is one chat.update the fake accepted.
+type Update struct {
+	Channel, TS, Text string
+	Metadata          string
+}
+
+// Updates returns the accepted chat.update calls, in order.
+func (s *Server) Updates() []Update {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Update(nil), s.updates...)
+}
+
+// update answers chat.update like Slack: the bot's own message changes its
+// text (Posted then shows the new text); an unknown ts is message_not_found.
+func (s *Server) update(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	ch, ts, text := r.PostForm.Get("channel"), r.PostForm.Get("ts"), r.PostForm.Get("text")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.posts {
+		if s.posts[i].Channel == ch && s.posts[i].TS == ts {
+			s.posts[i].Text = text
+			if md := r.PostForm.Get("metadata"); md != "" {
+				s.posts[i].Metadata = md
+			}
+			s.updates = append(s.updates, Update{Channel: ch, TS: ts, Text: text, Metadata: r.PostForm.Get("metadata")})
+			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "channel": ch, "ts": ts, "text": text})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "message_not_found"})
+}
+
 // Server is the fake. Create it with New; it stops at test cleanup.
 type Server struct {
 	t  testing.TB
@@ -53,6 +90,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	posts      []Post
+	updates    []Update
 	postCalls  int
 	acks       []string
 	skip       int // successful calls before the failures start
@@ -89,6 +127,7 @@ func New(t testing.TB) *Server {
 	s.st = slacktest.NewTestServer(func(c slacktest.Customize) {
 		c.Handle("/auth.test", s.authTest)
 		c.Handle("/chat.postMessage", s.postMessage)
+		c.Handle("/chat.update", s.update)
 		c.Handle("/conversations.history", s.history)
 		c.Handle("/conversations.replies", s.replies)
 		c.Handle("/apps.connections.open", s.connectionsOpen)
