@@ -431,37 +431,58 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 	if strings.TrimSpace(msg.Text) == "" {
 		return nil
 	}
-	roomID := id.RoomID(to.ChatID)
-	root := id.EventID(to.ThreadID)
 	for i, part := range channels.Split(msg.Text, channels.LimitMatrix) {
-		content := &event.MessageEventContent{
-			MsgType:  event.MsgText,
-			Body:     part,
-			Mentions: &event.Mentions{},
-		}
-		if root != "" {
-			content.RelatesTo = &event.RelatesTo{
-				Type:          event.RelThread,
-				EventID:       root,
-				IsFallingBack: true,
-				InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
-			}
-		}
 		// A transaction id derived from the outbox item and part makes a
 		// re-send (after a crash between the homeserver accepting a part and
 		// the outbox marking it) return the event already sent instead of
 		// posting it twice (SPEC §12).
-		var req []mautrix.ReqSendEvent
+		txn := ""
 		if msg.ID != "" {
-			req = append(req, mautrix.ReqSendEvent{TransactionID: fmt.Sprintf("herald-%s-%d", msg.ID, i+1)})
+			txn = fmt.Sprintf("herald-%s-%d", msg.ID, i+1)
 		}
-		resp, err := a.client.SendMessageEvent(ctx, roomID, event.EventMessage, content, req...)
-		if err != nil {
-			return classifySendError(fmt.Sprintf("matrix: send part %d to %s", i+1, to), err)
+		if i == 0 && msg.DraftRef != "" {
+			// The reply was shown as a draft while it was written: the
+			// first part becomes its final text (an m.replace edit).
+			if err := a.edit(ctx, to, id.EventID(msg.DraftRef), part, txn); err != nil {
+				return fmt.Errorf("matrix: finish the draft: %w", err)
+			}
+			continue
 		}
-		a.noteOwnEvent(roomID, root, resp.EventID)
+		if _, err := a.sendText(ctx, to, part, txn); err != nil {
+			return fmt.Errorf("matrix: send part %d: %w", i+1, err)
+		}
 	}
 	return nil
+}
+
+// sendText posts text into the origin's room, in its thread when ThreadID
+// is set, and returns the event id.
+func (a *Adapter) sendText(ctx context.Context, to channels.Origin, text, txn string) (id.EventID, error) {
+	roomID := id.RoomID(to.ChatID)
+	root := id.EventID(to.ThreadID)
+	content := &event.MessageEventContent{
+		MsgType:  event.MsgText,
+		Body:     text,
+		Mentions: &event.Mentions{},
+	}
+	if root != "" {
+		content.RelatesTo = &event.RelatesTo{
+			Type:          event.RelThread,
+			EventID:       root,
+			IsFallingBack: true,
+			InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
+		}
+	}
+	var req []mautrix.ReqSendEvent
+	if txn != "" {
+		req = append(req, mautrix.ReqSendEvent{TransactionID: txn})
+	}
+	resp, err := a.client.SendMessageEvent(ctx, roomID, event.EventMessage, content, req...)
+	if err != nil {
+		return "", classifySendError("matrix: send to "+to.String(), err)
+	}
+	a.noteOwnEvent(roomID, root, resp.EventID)
+	return resp.EventID, nil
 }
 
 // threadTail is the latest event known in the thread, else its root.
