@@ -70,6 +70,7 @@ type Gateway struct {
 	outbox   *deliverer
 	approv   *approvals
 	mcp      *mcptools.Manager
+	panel    *panel
 
 	listener net.Listener
 	server   *http.Server
@@ -129,11 +130,12 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.outbox = newDeliverer(g)
 	g.approv = newApprovals(g)
 	g.newMCP()
+	g.panel = newPanel(g)
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
-		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens,
+		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.panel.changed,
 	})
 	if err := g.buildChannels(o.Channels); err != nil {
 		return fail(err)
@@ -260,6 +262,10 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
 				return SessionKey(route(g.cfg(), o), o)
 			},
+			OnStream: func(client string) {
+				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
+				g.panel.changed(SessionKey(route(g.cfg(), o), o))
+			},
 			Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("channels.web: %w", err)
@@ -292,8 +298,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, ch := range g.channelSet() {
 		g.launchChannel(ch)
 	}
-	g.bg.Add(1)
+	g.bg.Add(2)
 	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
+	go func() { defer g.bg.Done(); g.panel.run(g.bgCtx) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.server.Serve(g.listener) }()
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),

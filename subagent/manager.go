@@ -46,6 +46,10 @@ type Deps struct {
 	// OnUsage, if set, is told the usage of every model call of a run
 	// (announce step included) and of a delegate call, for the metrics.
 	OnUsage func(agentID, model string, u agent.Usage)
+	// OnChange, if set, is told the root session key of a run that was
+	// spawned, started or ended (the web chat's sub-agents panel). It must
+	// not block.
+	OnChange func(rootKey string)
 }
 
 // Manager runs sub-agents. Run state lives in the store; the Manager keeps
@@ -346,6 +350,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		return spawnError("could not record the run: %v", err)
 	}
 	m.enqueue(run)
+	m.changed(run.RootKey)
 	m.spawned.Add(1)
 	m.runLog(run).Info("sub-agent spawned", zap.String("model", model.Ref), zap.Int("depth", run.Depth))
 	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model.Ref, Warning: warning}
@@ -429,6 +434,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	defer cancel()
 	log := m.runLog(&run)
 
+	m.changed(run.RootKey)
 	if err := m.d.Store.StartRun(ctx, run.ID, run.StartedAt); err != nil {
 		log.Error("could not mark run running", zap.Error(err))
 	}
@@ -701,7 +707,14 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	if item != nil {
 		m.d.Notify()
 	}
+	m.changed(r.RootKey)
 	m.wakeArchiver()
+}
+
+func (m *Manager) changed(rootKey string) {
+	if m.d.OnChange != nil {
+		m.d.OnChange(rootKey)
+	}
 }
 
 // usageFromTranscript sums the usage recorded on transcript lines.

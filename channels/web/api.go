@@ -216,6 +216,9 @@ func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
 	if entries == nil {
 		entries = []Entry{}
 	}
+	for i := range entries {
+		entries[i] = withHTML(entries[i])
+	}
 	writeJSON(w, http.StatusOK, listResponse{Messages: entries})
 }
 

@@ -50,6 +50,9 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 	// Subscribe before the first read so nothing appended in between is missed.
 	wake, unsubscribe := a.hub.subscribe(client)
 	defer unsubscribe()
+	if a.opts.OnStream != nil {
+		a.opts.OnStream(client)
+	}
 
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's WriteTimeout
@@ -84,7 +87,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			buf.Reset()
 			for _, e := range entries {
-				data, err := json.Marshal(e)
+				data, err := json.Marshal(withHTML(e))
 				if err != nil {
 					log.Error("web entry not encoded", zap.Int64("seq", e.Seq), zap.Error(err))
 					return false
@@ -108,12 +111,13 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// sendLive writes the live state when it changed: "event: typing" with
-	// {"active": bool}, and "event: delta" with {"text": the reply so far}.
+	// {"active": bool}, "event: delta" with {"text": the reply so far} and
+	// "event: subagents" with {"runs": [...]} for the panel.
 	// These events carry no id: they are not part of the conversation.
 	var shown liveState
 	sendLive := func() bool {
 		st := a.hub.liveOf(client)
-		if st.typing == shown.typing && st.draft == shown.draft {
+		if st.typing == shown.typing && st.draft == shown.draft && st.runs == shown.runs {
 			return true
 		}
 		buf.Reset()
@@ -127,6 +131,11 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 			data, _ := json.Marshal(map[string]string{"text": st.draft})
 			buf.WriteString("event: delta\ndata: ")
 			buf.Write(data)
+			buf.WriteString("\n\n")
+		}
+		if st.runs != shown.runs && st.runs != "" {
+			buf.WriteString("event: subagents\ndata: ")
+			buf.WriteString(st.runs)
 			buf.WriteString("\n\n")
 		}
 		shown = st

@@ -57,7 +57,8 @@ func (h *hub) notify(client string) {
 type liveState struct {
 	typing bool
 	draft  string
-	ver    int64 // increases with every change
+	runs   string // the sub-agents panel, JSON {"runs":[…]}; "" = none
+	ver    int64  // increases with every change
 }
 
 // setLive changes the live state of client and wakes its streams.
@@ -69,7 +70,7 @@ func (h *hub) setLive(client string, change func(*liveState)) {
 	st := h.live[client]
 	change(&st)
 	st.ver++
-	if !st.typing && st.draft == "" {
+	if !st.typing && st.draft == "" && st.runs == "" {
 		delete(h.live, client) // nothing to show: keep no state per idle client
 	} else {
 		h.live[client] = st

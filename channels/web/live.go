@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/heraldhq/herald/channels"
@@ -29,3 +30,28 @@ func (a *Adapter) Draft(_ context.Context, to channels.Origin, _ string, text st
 
 // DraftEvery: the page can take a delta every 100 ms.
 func (a *Adapter) DraftEvery() time.Duration { return 100 * time.Millisecond }
+
+// RunView is one sub-agent run as the web chat's panel shows it.
+type RunView struct {
+	RunID     string    `json:"runId"`
+	Label     string    `json:"label"`
+	Status    string    `json:"status"` // queued, running, success, error, timeout, stopped, unknown
+	CreatedAt time.Time `json:"createdAt"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	EndedAt   time.Time `json:"endedAt,omitzero"`
+	Tokens    int64     `json:"tokens"`
+}
+
+// SetSubagents replaces the client's sub-agents panel (newest first); the
+// event streams send it as an "event: subagents", also to a stream that
+// connects later.
+func (a *Adapter) SetSubagents(client string, runs []RunView) {
+	if runs == nil {
+		runs = []RunView{}
+	}
+	b, err := json.Marshal(map[string][]RunView{"runs": runs})
+	if err != nil {
+		return
+	}
+	a.hub.setLive(client, func(st *liveState) { st.runs = string(b) })
+}

@@ -22,6 +22,9 @@ type Entry struct {
 	Text  string    `json:"text"`
 	RunID string    `json:"runId,omitempty"`
 	At    time.Time `json:"at"`
+	// HTML is an assistant reply's Markdown rendered safely (set when it
+	// is served, not stored).
+	HTML string `json:"html,omitempty"`
 	// Key makes Append idempotent per client: the outbox item an entry
 	// delivers ("outbox:<id>"). Not shown to clients.
 	Key string `json:"-"`

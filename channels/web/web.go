@@ -57,6 +57,9 @@ type Options struct {
 	// OnRateLimited, if set, is called for each post refused by RateLimit
 	// (the gateway counts them).
 	OnRateLimited func(client string)
+	// OnStream, if set, is told when a client opens an event stream (the
+	// gateway then sends it the sub-agents panel). It must not block.
+	OnStream func(client string)
 }
 
 // Adapter is the web chat channel.

@@ -231,7 +231,7 @@ func TestListMessages(t *testing.T) {
 		}
 		wantKeys := [][]string{
 			{"at", "role", "seq", "text"},
-			{"at", "role", "seq", "text"},
+			{"at", "html", "role", "seq", "text"}, // an assistant reply also comes rendered
 			{"at", "role", "runId", "seq", "text"},
 			{"at", "role", "seq", "text"},
 		}
@@ -828,3 +828,4 @@ func TestEndStreamsClosesOpenStreams(t *testing.T) {
 		t.Fatal("the event stream stayed open after EndStreams")
 	}
 }
+

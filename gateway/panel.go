@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
+)
+
+// panelRuns is how many runs the web chat's sub-agents panel shows.
+const panelRuns = 20
+
+// panel feeds the web chat's sub-agents panel: run changes mark their web
+// conversation, and one goroutine (owned by the gateway) reads each marked
+// conversation's runs and hands them to the web channel. Marks coalesce,
+// so a burst of spawns costs one read.
+type panel struct {
+	g     *Gateway
+	mu    sync.Mutex
+	dirty map[string]bool // web session keys to refresh; guarded by mu
+	wake  chan struct{}
+}
+
+func newPanel(g *Gateway) *panel {
+	return &panel{g: g, dirty: make(map[string]bool), wake: make(chan struct{}, 1)}
+}
+
+// changed is subagent.Deps.OnChange: it never blocks.
+func (p *panel) changed(rootKey string) {
+	if p.g.web == nil || !strings.Contains(rootKey, ":web:dm:") {
+		return
+	}
+	p.mu.Lock()
+	p.dirty[rootKey] = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run refreshes marked conversations until ctx ends.
+func (p *panel) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		}
+		p.mu.Lock()
+		keys := p.dirty
+		p.dirty = make(map[string]bool)
+		p.mu.Unlock()
+		for key := range keys {
+			p.refresh(ctx, key)
+		}
+	}
+}
+
+func (p *panel) refresh(ctx context.Context, key string) {
+	_, client, ok := strings.Cut(key, ":web:dm:")
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	runs, err := p.g.subs.Runs(rctx, key)
+	if err != nil {
+		p.g.log.Debug("sub-agents panel not refreshed", zap.String("sessionKey", key), zap.Error(err))
+		return
+	}
+	if len(runs) == 0 {
+		return // no panel until the conversation spawns
+	}
+	views := make([]web.RunView, 0, min(len(runs), panelRuns))
+	for i := range runs[:min(len(runs), panelRuns)] {
+		r := &runs[i]
+		status := subagent.DisplayStatus(r)
+		if r.Status == store.StatusAnnouncing {
+			status = store.StatusRunning
+		}
+		views = append(views, web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
+			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut})
+	}
+	p.g.web.SetSubagents(client, views)
+}
