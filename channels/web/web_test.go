@@ -828,4 +828,3 @@ func TestEndStreamsClosesOpenStreams(t *testing.T) {
 		t.Fatal("the event stream stayed open after EndStreams")
 	}
 }
-
