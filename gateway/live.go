@@ -16,6 +16,9 @@ import (
 // 5 s, Matrix's is sent with a 30 s timeout).
 const typingEvery = 4 * time.Second
 
+// editDraftEvery: a Drafter this slow or slower posts and edits messages.
+const editDraftEvery = 500 * time.Millisecond
+
 // liveCallTimeout bounds one typing or draft call to a platform.
 const liveCallTimeout = 5 * time.Second
 
@@ -122,9 +125,11 @@ func (l *liveReply) run() {
 		case <-tick.C:
 			typing(true)
 		case <-l.wake:
-			if last.IsZero() {
-				// The first draft waits DraftEvery too: a reply written
-				// faster than that is simply posted when it is done.
+			if last.IsZero() && l.drafter.DraftEvery() >= editDraftEvery {
+				// On a channel that drafts by posting and editing messages,
+				// the first draft waits DraftEvery too: a reply written
+				// faster than that is simply posted when it is done. (The
+				// web chat's deltas cost nothing and start at once.)
 				last = time.Now()
 			}
 			if wait := l.drafter.DraftEvery() - time.Since(last); wait > 0 {

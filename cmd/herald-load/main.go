@@ -35,6 +35,8 @@ func main() {
 	sessions := flag.Int("sessions", 0, "measure bounded memory: this many distinct conversations per wave (instead of the sub-agent load)")
 	turns := flag.Int("turns", 3, "with -sessions: turns per conversation")
 	waves := flag.Int("waves", 2, "with -sessions: waves of new conversations")
+	ttft := flag.Int("ttft", 0, "measure time to the first streamed token: this many conversations, one message each (instead of the sub-agent load)")
+	streamDelay := flag.Duration("stream-delay", 200*time.Millisecond, "with -ttft: the fake model's pause between streamed pieces")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "herald-load: unexpected argument %q\n", flag.Arg(0))
@@ -46,6 +48,19 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *ttft > 0 {
+		tctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		r, err := load.TTFT(tctx, load.TTFTOptions{Conversations: *ttft, Latency: o.Latency, StreamDelay: *streamDelay, Bin: o.Bin, Dir: o.Dir, Log: o.Log})
+		fmt.Printf("ttft: conversations=%d model-first-piece=%s stream-delay=%s first-delta p50=%s p95=%s (%d of %d streamed) final p50=%s p95=%s\n",
+			*ttft, o.Latency, *streamDelay, load.Percentile(r.First, 50).Round(time.Millisecond), load.Percentile(r.First, 95).Round(time.Millisecond),
+			len(r.First), len(r.Final), load.Percentile(r.Final, 50).Round(time.Millisecond), load.Percentile(r.Final, 95).Round(time.Millisecond))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *sessions > 0 {
 		so := load.SessionOptions{Conversations: *sessions, Turns: *turns, Waves: *waves, Bin: o.Bin, Dir: o.Dir, Log: o.Log}
 		sctx, cancel := context.WithTimeout(ctx, o.Timeout)

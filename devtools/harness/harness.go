@@ -245,7 +245,8 @@ func (w *Web) Messages(ctx context.Context, client string, after int64) ([]Messa
 
 // Events follows GET /api/events for one conversation and calls fn with
 // each entry, stamped with the time it arrived, until ctx ends or the
-// stream breaks. ready is closed once the stream is open.
+// stream breaks; a "delta" event (the reply so far) comes as a Message
+// with Role "delta". ready is closed once the stream is open.
 func (w *Web) Events(ctx context.Context, client string, ready chan<- struct{}, fn func(Message, time.Time)) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.Base+"/api/events?client="+url.QueryEscape(client), nil)
 	if err != nil {
@@ -265,13 +266,29 @@ func (w *Web) Events(ctx context.Context, client string, ready chan<- struct{}, 
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	name := "" // the event's name; "" for stored messages
 	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		line := sc.Text()
+		if line == "" {
+			name = ""
+			continue
+		}
+		if n, ok := strings.CutPrefix(line, "event:"); ok {
+			name = strings.TrimSpace(n)
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data:")
 		if !ok {
 			continue
 		}
 		var m Message
-		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &m); err != nil || m.Seq == 0 {
+		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &m); err != nil {
+			continue
+		}
+		switch {
+		case name == "delta":
+			m.Role = "delta" // the reply written so far, in Text
+		case name != "" || m.Seq == 0:
 			continue
 		}
 		fn(m, time.Now())

@@ -39,6 +39,8 @@ type ModelOptions struct {
 	// FailEvery makes every n-th call answer HTTP 500 (0: never), so the
 	// gateway's retries are part of the run.
 	FailEvery int
+	// StreamDelay is waited between the pieces of a streamed answer.
+	StreamDelay time.Duration
 }
 
 // Model is a running scripted fake model.
@@ -108,6 +110,7 @@ func (m *Model) answer(c llmtest.Call) llmtest.Reply {
 		r = llmtest.Reply{Status: http.StatusInternalServerError, Message: "fake model: injected failure"}
 	}
 	r.Delay = m.opts.Latency
+	r.StreamDelay = m.opts.StreamDelay
 	return r
 }
 
