@@ -64,3 +64,43 @@ func TestE2ETelegramStreamsByEditing(t *testing.T) {
 	}
 	tg.waitDelivered(t, 1)
 }
+
+// TestE2ETelegramDraftSurvivesARestart: the gateway stops while a reply is
+// half drafted on Telegram; after the restart the owed turn runs again and
+// its reply replaces that same draft: one message, with the final text,
+// not a half-written one next to a new one.
+func TestE2ETelegramDraftSurvivesARestart(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	dir := t.TempDir()
+	cfg := strings.Replace(fmt.Sprintf(telegramE2EConfig, tgToken, tf.URL()), "shutdownGraceSeconds: 5", "shutdownGraceSeconds: 1", 1)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	t.Run("stopped mid-stream", func(t *testing.T) {
+		newTestGatewayIn(t, dir, cfg, func(c llmtest.Call) llmtest.Reply {
+			return llmtest.Reply{Text: "a first attempt, cut off by the stop before it ends", BeforePiece: func(i int) {
+				if i == 1 {
+					<-release // held until the request ends: the gateway stops meanwhile
+				}
+			}}
+		})
+		tf.SendText(tgAlice, "private", 0, tgAlice, "write slowly")
+		deadline := time.Now().Add(e2eWait)
+		for len(tf.Sent()) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no draft on Telegram")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// The subtest's end stops the gateway with the turn cut mid-reply.
+	})
+	if s := tf.Sent(); len(s) != 1 || s[0].Text == "a first attempt, cut off by the stop before it ends" {
+		t.Fatalf("before the restart Telegram has %+v; want one half-written draft", s)
+	}
+	const final = "the whole answer, after the restart"
+	tg := newTestGatewayIn(t, dir, cfg, func(c llmtest.Call) llmtest.Reply { return llmtest.Reply{Text: final} })
+	tg.waitDelivered(t, 1)
+	s := tf.Sent()
+	if len(s) != 1 || s[0].Text != final {
+		t.Errorf("after the restart Telegram has %+v; want the draft edited into %q and nothing else", s, final)
+	}
+}

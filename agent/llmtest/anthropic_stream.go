@@ -49,8 +49,8 @@ func writeAnthropicStream(w http.ResponseWriter, r *http.Request, c Call, rep Re
 		case "text":
 			event("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "text", "text": ""}})
 			for n, piece := range splitText(block["text"].(string), 3) {
-				if rep.BeforePiece != nil {
-					rep.BeforePiece(n)
+				if rep.BeforePiece != nil && !waitPiece(r, rep.BeforePiece, n) {
+					return
 				}
 				if rep.StreamDelay > 0 {
 					select {
@@ -72,4 +72,19 @@ func writeAnthropicStream(w http.ResponseWriter, r *http.Request, c Call, rep Re
 	event("message_delta", map[string]any{"delta": map[string]any{"stop_reason": msg["stop_reason"], "stop_sequence": nil},
 		"usage": map[string]any{"output_tokens": usage["output_tokens"]}})
 	event("message_stop", map[string]any{})
+}
+
+// waitPiece runs a test's BeforePiece hook for piece n and reports whether
+// to go on: false when the request ended first (the caller hung up, e.g. a
+// gateway shutting down), so a hook that waits for the test never holds
+// the fake server's handler.
+func waitPiece(r *http.Request, before func(int), n int) bool {
+	done := make(chan struct{})
+	go func() { defer close(done); before(n) }()
+	select {
+	case <-done:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }

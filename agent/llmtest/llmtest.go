@@ -266,7 +266,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case s.api == APIAnthropic:
 		out = encodeAnthropic(c, rep, id)
 	case c.Stream:
-		writeOpenAIStream(w, c, rep, id)
+		writeOpenAIStream(w, r, c, rep, id)
 		return
 	default:
 		out = encodeOpenAI(c, rep, id)

@@ -27,7 +27,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serveHTTP
 // text in a few pieces, each tool call's name then arguments, the finish
 // reason), a usage chunk when stream_options.include_usage asks for it, and
 // "data: [DONE]".
-func writeOpenAIStream(w http.ResponseWriter, c Call, r Reply, id int) {
+func writeOpenAIStream(w http.ResponseWriter, hr *http.Request, c Call, r Reply, id int) {
 	var req struct {
 		StreamOptions struct {
 			IncludeUsage bool `json:"include_usage"`
@@ -60,8 +60,8 @@ func writeOpenAIStream(w http.ResponseWriter, c Call, r Reply, id int) {
 	}
 	chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
 	for n, piece := range splitText(r.Text, 3) {
-		if r.BeforePiece != nil {
-			r.BeforePiece(n)
+		if r.BeforePiece != nil && !waitPiece(hr, r.BeforePiece, n) {
+			return
 		}
 		if r.StreamDelay > 0 {
 			time.Sleep(r.StreamDelay) // test pacing of the fake's output, not a synchronisation
