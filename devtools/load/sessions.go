@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,52 +37,13 @@ type SessionSample struct {
 // Sessions runs the measure and returns one sample per wave.
 func Sessions(ctx context.Context, o SessionOptions) ([]SessionSample, error) {
 	o.Conversations, o.Turns, o.Waves = max(o.Conversations, 1), max(o.Turns, 1), max(o.Waves, 1)
-	logf := func(format string, a ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, format+"\n", a...)
-		}
-	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "herald-sessions-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	bin := o.Bin
-	if bin == "" {
-		logf("building herald …")
-		b, err := harness.BuildHerald(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		bin = b
-	}
-	model, err := harness.StartModel(harness.ModelOptions{})
+	r, err := startRig(ctx, o.Dir, o.Bin, o.Log, harness.ModelOptions{}, harness.Config{MainConcurrent: 16, GraceSeconds: 5,
+		MaxQueued: o.Conversations * o.Turns, Extra: "session: { idleMinutes: 1 },"})
 	if err != nil {
 		return nil, err
 	}
-	defer model.Close()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: 16, GraceSeconds: 5,
-		MaxQueued: o.Conversations * o.Turns, Extra: "session: { idleMinutes: 1 },"}
-	if err := cfg.Write(cfgPath); err != nil {
-		return nil, err
-	}
-	gw, err := harness.StartGateway(bin, cfgPath, filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log"), "http://"+addr)
-	if err != nil {
-		return nil, err
-	}
-	defer gw.Term(15 * time.Second)
-	if err := gw.WaitReady(ctx); err != nil {
-		return nil, err
-	}
+	defer r.close()
+	gw, logf := r.gw, r.logf
 	web := harness.NewWeb(gw.Base, 64)
 	var out []SessionSample
 	answered := 0

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -41,51 +39,13 @@ func Percentile(d []time.Duration, p int) time.Duration {
 func TTFT(ctx context.Context, o TTFTOptions) (TTFTResult, error) {
 	var res TTFTResult
 	o.Conversations = max(o.Conversations, 1)
-	logf := func(format string, a ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, format+"\n", a...)
-		}
-	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "herald-ttft-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	bin := o.Bin
-	if bin == "" {
-		logf("building herald …")
-		b, err := harness.BuildHerald(ctx, dir)
-		if err != nil {
-			return res, err
-		}
-		bin = b
-	}
-	model, err := harness.StartModel(harness.ModelOptions{Latency: o.Latency, StreamDelay: o.StreamDelay})
+	r, err := startRig(ctx, o.Dir, o.Bin, o.Log, harness.ModelOptions{Latency: o.Latency, StreamDelay: o.StreamDelay},
+		harness.Config{MainConcurrent: o.Conversations, GraceSeconds: 5})
 	if err != nil {
 		return res, err
 	}
-	defer model.Close()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		return res, err
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations, GraceSeconds: 5}
-	if err := cfg.Write(cfgPath); err != nil {
-		return res, err
-	}
-	gw, err := harness.StartGateway(bin, cfgPath, filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log"), "http://"+addr)
-	if err != nil {
-		return res, err
-	}
-	defer gw.Term(15 * time.Second)
-	if err := gw.WaitReady(ctx); err != nil {
-		return res, err
-	}
+	defer r.close()
+	gw, logf := r.gw, r.logf
 	web := harness.NewWeb(gw.Base, o.Conversations*2)
 	var (
 		mu           sync.Mutex
