@@ -75,7 +75,7 @@ func (d *DB) ResolveApproval(ctx context.Context, code, status, by string, at ti
 	var a Approval
 	err := d.tx(ctx, func(c conn) error {
 		if err := c.queryRow(func(rows *sql.Rows) error { return scanApproval(rows, &a) },
-			`SELECT `+approvalCols+` FROM approvals WHERE code = ?`, code); err != nil {
+			`SELECT `+approvalCols+` FROM approvals WHERE code = ?`+c.forUpdate(), code); err != nil {
 			return err
 		}
 		if a.Status != ApprovalPending {

@@ -42,7 +42,7 @@ func (d *DB) ResetSession(ctx context.Context, key, newID, newPath, archivedPath
 	err := d.tx(ctx, func(c conn) error {
 		var oldID, oldPath string
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&oldID, &oldPath) },
-			`SELECT id, transcript_path FROM sessions WHERE key = ?`, key); err != nil {
+			`SELECT id, transcript_path FROM sessions WHERE key = ?`+c.forUpdate(), key); err != nil {
 			return err
 		}
 		if archivedPath != "" {

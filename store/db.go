@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,9 @@ const DBFile = "herald.db"
 // busyTimeout is how long a statement waits for another connection's lock.
 const busyTimeout = 5 * time.Second
 
+// noLimit is a LIMIT that keeps every row, in both SQL dialects.
+const noLimit = math.MaxInt64
+
 // readerConns bounds the read pool; reads never block the writer in WAL mode.
 const readerConns = 4
 
@@ -40,6 +44,9 @@ type DB struct {
 	r  *sql.DB // query_only connections for reads
 	ws *stmtCache
 	rs *stmtCache
+
+	// pg is set for PostgreSQL (postgres.go): w and r are then one pool.
+	pg *pgBackend
 
 	closeOnce sync.Once
 	closeErr  error
@@ -84,7 +91,7 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		d.w.Close()
 		return nil, err
 	}
-	if err := migrate(ctx, d.w, path, migrations); err != nil {
+	if err := migrate(ctx, d.w, path, migrations, false); err != nil {
 		d.w.Close()
 		return nil, err
 	}
@@ -264,6 +271,9 @@ func (d *DB) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if d.pg != nil {
+		return d.pg.wrap(op, err)
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		code := se.Code()
@@ -283,6 +293,10 @@ func (d *DB) wrap(op string, err error) error {
 // Close closes both connection pools, checkpointing the WAL first.
 func (d *DB) Close() error {
 	d.closeOnce.Do(func() {
+		if d.pg != nil {
+			d.closeErr = d.pg.close(d)
+			return
+		}
 		if d.w != nil {
 			// Best effort: fold the WAL back so operators see one file.
 			_, _ = d.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -313,11 +327,16 @@ func (d *DB) StateDir() string { return d.dir }
 // Path returns the absolute path of herald.db.
 func (d *DB) Path() string { return d.path }
 
-// TranscriptPath returns <stateDir>/transcripts/<agentId>/<sessionId>.jsonl.
-// Path separators and ".." in the ids are replaced so the result stays
-// inside the state dir.
+// TranscriptPath returns <stateDir>/transcripts/<agentId>/<sessionId>.jsonl
+// (on PostgreSQL the same name without the state dir: the transcript's
+// lines are rows, not a file). Path separators and ".." in the ids are
+// replaced so the result stays inside the state dir.
 func (d *DB) TranscriptPath(agentID, sessionID string) string {
-	return filepath.Join(d.dir, "transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
+	rel := filepath.Join("transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
+	if d.pg != nil {
+		return rel
+	}
+	return filepath.Join(d.dir, rel)
 }
 
 func safeName(s string) string {
@@ -328,15 +347,26 @@ func safeName(s string) string {
 	return s
 }
 
-// stmtCache keeps one prepared statement per query text.
+// stmtCache keeps one prepared statement per query text. Queries are
+// written for SQLite; on PostgreSQL pg is set and each is rebound once
+// (pgRebind) before it is prepared.
 type stmtCache struct {
 	db *sql.DB
+	pg bool
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
 }
 
 func newStmtCache(db *sql.DB) *stmtCache {
 	return &stmtCache{db: db, m: make(map[string]*sql.Stmt)}
+}
+
+// dialect returns q as the cache's database reads it.
+func (c *stmtCache) dialect(q string) string {
+	if c.pg {
+		return pgRebind(q)
+	}
+	return q
 }
 
 // get returns the statement for q, preparing it on the pool if needed. The
@@ -346,7 +376,7 @@ func (c *stmtCache) get(ctx context.Context, q string) (*sql.Stmt, error) {
 	if s, ok := c.peek(q); ok {
 		return s, nil
 	}
-	s, err := c.db.PrepareContext(ctx, q)
+	s, err := c.db.PrepareContext(ctx, c.dialect(q))
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +430,7 @@ func (c conn) stmt(q string) (*sql.Stmt, error) {
 			return c.tx.StmtContext(c.ctx, s), nil
 		}
 		*c.miss = append(*c.miss, q)
-		return c.tx.PrepareContext(c.ctx, q)
+		return c.tx.PrepareContext(c.ctx, c.cache.dialect(q))
 	}
 	return c.cache.get(c.ctx, q)
 }
@@ -447,6 +477,35 @@ func (c conn) queryRow(scan func(*sql.Rows) error, q string, args ...any) error 
 		return err
 	}
 	return rows.Close()
+}
+
+// forUpdate is the row-lock clause for a SELECT in a write transaction:
+// none on SQLite, whose write transactions are already serialised (BEGIN
+// IMMEDIATE on the one writer connection).
+func (c conn) forUpdate() string {
+	if c.cache.pg {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// lock serialises the write transactions that name the same key, for the
+// rest of the transaction: a read-then-write on rows that do not exist yet
+// (a count against a limit, the next sequence number). A no-op on SQLite.
+func (c conn) lock(key string) error {
+	if !c.cache.pg || c.tx == nil {
+		return nil
+	}
+	_, err := c.tx.ExecContext(c.ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+	return err
+}
+
+// insertID runs an INSERT … ON CONFLICT DO NOTHING RETURNING id and returns
+// the new row's id, or ErrNotFound when a conflicting row kept it out.
+func (c conn) insertID(q string, args ...any) (int64, error) {
+	var id int64
+	err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) }, q, args...)
+	return id, err
 }
 
 func (d *DB) reader(ctx context.Context) conn { return conn{ctx: ctx, cache: d.rs} }
@@ -542,6 +601,9 @@ func nullString(s string) any {
 // Backup writes a consistent copy of the database to path (SQLite's
 // VACUUM INTO, safe while the gateway runs); path must not exist.
 func (d *DB) Backup(ctx context.Context, path string) error {
+	if d.pg != nil {
+		return errors.New("backup: the state is in PostgreSQL; back it up with pg_dump (docs/operations.md)")
+	}
 	if _, err := os.Stat(path); err == nil {
 		return fmt.Errorf("backup: %s already exists; choose a new file", path)
 	}

@@ -55,6 +55,7 @@ func TestOpenCreatesPrivateDirAndWAL(t *testing.T) {
 }
 
 func TestTranscriptPath(t *testing.T) {
+	sqliteOnly(t)
 	db := newTestDB(t)
 	tests := []struct{ agent, session, want string }{
 		{"main", "0b5e", "transcripts/main/0b5e.jsonl"},
@@ -127,13 +128,14 @@ func TestReopenKeepsDataAndDoesNotRemigrate(t *testing.T) {
 }
 
 func TestMigrateAppliesOnlyNewSteps(t *testing.T) {
+	sqliteOnly(t)
 	ctx := context.Background()
 	db := newTestDB(t)
 	// A step that fails when run twice proves it runs once.
 	steps := append(append([]migration{}, migrations...),
 		migration{version: len(migrations) + 1, name: "extra", sql: "CREATE TABLE extra (a INTEGER);"})
 	for i := 0; i < 2; i++ {
-		if err := migrate(ctx, db.w, db.Path(), steps); err != nil {
+		if err := migrate(ctx, db.w, db.Path(), steps, false); err != nil {
 			t.Fatalf("migrate pass %d: %v", i+1, err)
 		}
 	}
@@ -144,7 +146,7 @@ func TestMigrateAppliesOnlyNewSteps(t *testing.T) {
 	// A failing step rolls back both its schema change and its version row.
 	bad := append(append([]migration{}, steps...), migration{version: len(steps) + 1, name: "bad",
 		sql: "CREATE TABLE half (a INTEGER); SELECT * FROM no_such_table;"})
-	err := migrate(ctx, db.w, db.Path(), bad)
+	err := migrate(ctx, db.w, db.Path(), bad, false)
 	if err == nil || !strings.Contains(err.Error(), "bad") {
 		t.Fatalf("migrate with a failing step: %v, want an error naming it", err)
 	}
@@ -176,7 +178,7 @@ func TestLoadMigrations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ms, err := loadMigrations(tt.files)
+			ms, err := loadMigrations(tt.files, "migrations")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

@@ -1,27 +1,10 @@
 package store
 
 import (
-	"context"
-	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/channels"
 )
-
-// newTestDB opens a database in a fresh temp dir and closes it at cleanup.
-func newTestDB(tb testing.TB) *DB {
-	tb.Helper()
-	db, err := Open(context.Background(), tb.TempDir())
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			tb.Errorf("Close: %v", err)
-		}
-	})
-	return db
-}
 
 // t0 is a fixed time with sub-millisecond digits, so tests see truncation.
 var t0 = time.Date(2026, 11, 21, 20, 41, 26, 123456789, time.FixedZone("CET", 3600))

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,18 +59,15 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 		in.CreatedAt = nowMS()
 	}
 	err = d.tx(ctx, func(c conn) error {
-		res, err := c.exec(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
 			in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
 			in.Mentioned, in.CreatedAt.UnixMilli())
-		if err != nil {
-			return err
+		if err == nil {
+			added, in.ID = true, id
+			return nil
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 1 {
-			added = true
-			in.ID, err = res.LastInsertId()
+		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
 		return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },

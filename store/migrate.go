@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/postgres/*.sql
 var migrationFiles embed.FS
 
 // migration is one schema step. Version n is applied after n-1, once, in its
@@ -25,22 +25,26 @@ type migration struct {
 }
 
 // migrations are the embedded steps, ordered by version (file NNNN_name.sql).
-var migrations = embeddedMigrations(migrationFiles)
+var migrations = embeddedMigrations(migrationFiles, "migrations")
+
+// pgMigrations are PostgreSQL's steps (migrations/postgres): their own
+// numbering, starting from the whole schema of SQLite's first ten.
+var pgMigrations = embeddedMigrations(migrationFiles, "migrations/postgres")
 
 // embeddedMigrations reads the embedded migration files. It runs at package
 // init on files compiled into the binary, so a bad file name is a build-time
 // mistake that the tests catch; it reports it through an invalid migration
 // rather than a panic, and migrate refuses to run.
-func embeddedMigrations(fsys fs.FS) []migration {
-	ms, err := loadMigrations(fsys)
+func embeddedMigrations(fsys fs.FS, dir string) []migration {
+	ms, err := loadMigrations(fsys, dir)
 	if err != nil {
 		return []migration{{version: -1, name: "invalid", sql: err.Error()}}
 	}
 	return ms
 }
 
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
+func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
 		return nil, err
 	}
@@ -67,13 +71,23 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 	return ms, nil
 }
 
-// SchemaVersion is the newest schema version this binary knows.
+// SchemaVersion is the newest SQLite schema version this binary knows.
 func SchemaVersion() int { return len(migrations) }
+
+// SchemaVersion is the newest schema version this binary knows for the
+// database's driver.
+func (d *DB) SchemaVersion() int {
+	if d.pg != nil {
+		return len(pgMigrations)
+	}
+	return len(migrations)
+}
 
 // migrate applies every migration newer than the database's version. It is
 // safe against a second process migrating at the same time: each step
-// re-reads the version inside its BEGIN IMMEDIATE transaction.
-func migrate(ctx context.Context, db *sql.DB, dbPath string, ms []migration) error {
+// re-reads the version inside its BEGIN IMMEDIATE transaction (SQLite) or
+// after taking the migration lock (PostgreSQL, pg set).
+func migrate(ctx context.Context, db *sql.DB, dbPath string, ms []migration, pg bool) error {
 	for _, m := range ms {
 		if m.version <= 0 {
 			return fmt.Errorf("migrate state database %s: embedded migrations are invalid: %s", dbPath, m.sql)
@@ -81,13 +95,13 @@ func migrate(ctx context.Context, db *sql.DB, dbPath string, ms []migration) err
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
-		applied_at INTEGER NOT NULL
+		applied_at BIGINT NOT NULL
 	)`); err != nil {
 		return fmt.Errorf("migrate state database %s: %w", dbPath, err)
 	}
 	known := len(ms)
 	for {
-		done, err := migrateStep(ctx, db, dbPath, ms, known)
+		done, err := migrateStep(ctx, db, dbPath, ms, known, pg)
 		if err != nil {
 			return err
 		}
@@ -98,7 +112,7 @@ func migrate(ctx context.Context, db *sql.DB, dbPath string, ms []migration) err
 }
 
 // migrateStep applies the next pending migration, if any.
-func migrateStep(ctx context.Context, db *sql.DB, dbPath string, ms []migration, known int) (done bool, err error) {
+func migrateStep(ctx context.Context, db *sql.DB, dbPath string, ms []migration, known int, pg bool) (done bool, err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("migrate state database %s: %w", dbPath, err)
@@ -108,6 +122,13 @@ func migrateStep(ctx context.Context, db *sql.DB, dbPath string, ms []migration,
 			_ = tx.Rollback()
 		}
 	}()
+	insert := "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)"
+	if pg {
+		insert = pgRebind(insert)
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('herald schema migration', 0))"); err != nil {
+			return false, fmt.Errorf("migrate state database %s: lock: %w", dbPath, err)
+		}
+	}
 	var cur int
 	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&cur); err != nil {
 		return false, fmt.Errorf("migrate state database %s: read version: %w", dbPath, err)
@@ -123,7 +144,7 @@ func migrateStep(ctx context.Context, db *sql.DB, dbPath string, ms []migration,
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 		return false, fmt.Errorf("migrate state database %s to version %d (%s): %w", dbPath, m.version, m.name, err)
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+	if _, err := tx.ExecContext(ctx, insert,
 		m.version, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("migrate state database %s to version %d (%s): %w", dbPath, m.version, m.name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,18 +70,12 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
-	res, err := c.exec(`INSERT INTO outbox (dest, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+	id, err := c.insertID(`INSERT INTO outbox (dest, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
 		r.dest, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef)
-	if err != nil {
-		return 0, err
+	if !errors.Is(err, ErrNotFound) {
+		return id, err
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, err
-	} else if n == 1 {
-		return res.LastInsertId()
-	}
-	var id int64
 	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) },
 		`SELECT id FROM outbox WHERE run_id = ?`, r.runID)
 	return id, err
@@ -113,7 +108,7 @@ func (d *DB) EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) {
 // due or not, oldest first (for operators and tests). limit ≤ 0 = no limit.
 func (d *DB) PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error) {
 	if limit <= 0 {
-		limit = -1
+		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
 		WHERE delivered_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT ?`, limit)
@@ -155,7 +150,7 @@ const pendingHead = `delivered_at IS NULL AND failed_at IS NULL AND NOT EXISTS (
 // limit ≤ 0 = no limit.
 func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxItem, error) {
 	if limit <= 0 {
-		limit = -1
+		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
 		WHERE `+pendingHead+` AND next_attempt_at <= ?
@@ -264,8 +259,12 @@ func (d *DB) BeginPart(ctx context.Context, id int64, part int) error {
 // Parts end in order; ending a part already ended changes nothing.
 func (d *DB) EndPart(ctx context.Context, id int64, part int, platformID string) error {
 	pid, _ := json.Marshal(platformID)
+	appendID := `json_insert(part_ids, '$[#]', json(?))`
+	if d.pg != nil {
+		appendID = `(part_ids::jsonb || jsonb_build_array(?::jsonb))::text`
+	}
 	n, err := d.writer(ctx).execN(`UPDATE outbox SET parts_sent = ?, sending_part = -1,
-		part_ids = json_insert(part_ids, '$[#]', json(?)) WHERE id = ? AND parts_sent = ?`, part+1, string(pid), id, part)
+		part_ids = `+appendID+` WHERE id = ? AND parts_sent = ?`, part+1, string(pid), id, part)
 	if err == nil && n == 0 {
 		return nil // already ended
 	}
@@ -284,7 +283,7 @@ func (d *DB) AbortPart(ctx context.Context, id int64) error {
 // = no limit.
 func (d *DB) ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]OutboxItem, error) {
 	if limit <= 0 {
-		limit = -1
+		limit = noLimit
 	}
 	where := ""
 	if pendingOnly {

@@ -148,6 +148,9 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	err = d.tx(ctx, func(c conn) error {
+		if err := c.lock("spawn:" + r.RootKey); err != nil {
+			return err
+		}
 		if err := checkSpawnLimits(c, r, lim); err != nil {
 			return err
 		}
@@ -180,7 +183,8 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 }
 
 // checkSpawnLimits counts inside the writer's transaction: with one writer
-// connection, nothing can insert a run between the count and the insert.
+// connection (SQLite) or the root's lock held (PostgreSQL), nothing can
+// insert a run of the same root between the count and the insert.
 func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
 	count := func(q string, arg string) (int, error) {
 		var n int

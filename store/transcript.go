@@ -21,13 +21,28 @@ const TranscriptVersion = 1
 
 // Transcript is an open JSONL transcript: a header line, then one line per
 // message. Every Append is one write(2) of one whole line straight to the
-// file, so a line is on disk (in the page cache) when Append returns and a
-// killed process loses nothing it appended. Safe for concurrent use.
+// file (or one committed row on PostgreSQL), so a line is stored when
+// Append returns and a killed process loses nothing it appended. Safe for
+// concurrent use.
 type Transcript struct {
 	path string
 	mu   sync.Mutex
-	f    *os.File // nil once closed
+	out  lineSink // nil once closed
 }
+
+// lineSink is where a transcript's lines go: a file or database rows.
+type lineSink interface {
+	write(line []byte) error // one whole line, its newline included
+	sync() error
+	close() error
+}
+
+// fileSink is a transcript file opened for appending.
+type fileSink struct{ f *os.File }
+
+func (s fileSink) write(line []byte) error { _, err := s.f.Write(line); return err }
+func (s fileSink) sync() error             { return s.f.Sync() }
+func (s fileSink) close() error            { return s.f.Close() }
 
 // OpenTranscript opens the transcript at path for appending, creating its
 // folders (0700) and the file (0600) as needed. A new or empty file gets the
@@ -47,8 +62,14 @@ func OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
 		f.Close()
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
-	t := &Transcript{path: path, f: f}
-	if size == 0 {
+	return newTranscript(path, fileSink{f}, size == 0, h)
+}
+
+// newTranscript wraps out, writing the header h (with its defaults) first
+// when the transcript is empty.
+func newTranscript(path string, out lineSink, empty bool, h TranscriptHeader) (*Transcript, error) {
+	t := &Transcript{path: path, out: out}
+	if empty {
 		if h.Type == "" {
 			h.Type = "session"
 		}
@@ -59,7 +80,7 @@ func OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
 			h.CreatedAt = time.Now().UTC()
 		}
 		if err := t.writeLine(h); err != nil {
-			f.Close()
+			out.close()
 			return nil, err
 		}
 	}
@@ -125,10 +146,10 @@ func (t *Transcript) writeLine(v any) error {
 	b = append(b, '\n')
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.f == nil {
+	if t.out == nil {
 		return fmt.Errorf("transcript %s: %w", t.path, os.ErrClosed)
 	}
-	if _, err := t.f.Write(b); err != nil {
+	if err := t.out.write(b); err != nil {
 		return fmt.Errorf("transcript %s: append: %w", t.path, err)
 	}
 	return nil
@@ -139,10 +160,10 @@ func (t *Transcript) writeLine(v any) error {
 func (t *Transcript) Sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.f == nil {
+	if t.out == nil {
 		return nil
 	}
-	if err := t.f.Sync(); err != nil {
+	if err := t.out.sync(); err != nil {
 		return fmt.Errorf("transcript %s: sync: %w", t.path, err)
 	}
 	return nil
@@ -152,11 +173,11 @@ func (t *Transcript) Sync() error {
 func (t *Transcript) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.f == nil {
+	if t.out == nil {
 		return nil
 	}
-	err := t.f.Close()
-	t.f = nil
+	err := t.out.close()
+	t.out = nil
 	if err != nil {
 		return fmt.Errorf("transcript %s: close: %w", t.path, err)
 	}
@@ -187,21 +208,34 @@ func ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
 		if err != nil {
 			return h, nil, fmt.Errorf("read transcript %s: %w", path, err)
 		}
-		if lineNo == 1 {
-			if err := json.Unmarshal(line, &h); err != nil {
-				return h, nil, fmt.Errorf("read transcript %s: line 1: header: %w: %w", path, ErrCorrupt, err)
-			}
-			continue
+		if entries, err = decodeLine(path, lineNo, line, &h, entries); err != nil {
+			return h, nil, err
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var e TranscriptEntry
-		if err := json.Unmarshal(line, &e); err != nil {
-			return h, nil, fmt.Errorf("read transcript %s: line %d: %w: %w", path, lineNo, ErrCorrupt, err)
-		}
-		entries = append(entries, e)
 	}
+	return endRead(path, h, entries)
+}
+
+// decodeLine decodes line lineNo of the transcript path: the header into
+// h, an entry appended to entries.
+func decodeLine(path string, lineNo int, line []byte, h *TranscriptHeader, entries []TranscriptEntry) ([]TranscriptEntry, error) {
+	if lineNo == 1 {
+		if err := json.Unmarshal(line, h); err != nil {
+			return entries, fmt.Errorf("read transcript %s: line 1: header: %w: %w", path, ErrCorrupt, err)
+		}
+		return entries, nil
+	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		return entries, nil
+	}
+	var e TranscriptEntry
+	if err := json.Unmarshal(line, &e); err != nil {
+		return entries, fmt.Errorf("read transcript %s: line %d: %w: %w", path, lineNo, ErrCorrupt, err)
+	}
+	return append(entries, e), nil
+}
+
+// endRead checks that a header was read.
+func endRead(path string, h TranscriptHeader, entries []TranscriptEntry) (TranscriptHeader, []TranscriptEntry, error) {
 	if h.Type == "" {
 		// Not one complete line: the file was created and the process died
 		// before its header was written. Nothing was ever recorded in it.

@@ -22,6 +22,9 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 	m.At = truncMS(m.At)
 	var seq int64
 	err := d.tx(ctx, func(c conn) error {
+		if err := c.lock("web:" + client); err != nil {
+			return err
+		}
 		for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
 			if q.val == "" {
 				continue
@@ -54,7 +57,7 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 // most limit of them (limit ≤ 0 = all).
 func (d *DB) WebAfter(ctx context.Context, client string, after int64, limit int) ([]WebMessage, error) {
 	if limit <= 0 {
-		limit = -1
+		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT seq, role, text, run_id, at FROM web_messages
 		WHERE client = ? AND seq > ? ORDER BY seq LIMIT ?`, client, after, limit)

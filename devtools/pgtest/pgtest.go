@@ -1,0 +1,196 @@
+// Package pgtest gives tests a real PostgreSQL server: a throwaway cluster
+// started by scripts/postgres.sh (Debian's postgresql package, run as the
+// postgres user when the tests run as root) in a temp dir on a loopback
+// port, one per test binary, stopped when the binary ends. Each caller of
+// URL gets a fresh, empty database on it.
+//
+// HERALD_TEST_POSTGRES_URL points the tests at a server of your own instead
+// (databases are created on it). Where PostgreSQL is not installed the tests
+// that need it are skipped, unless HERALD_REQUIRE_POSTGRES=1 (make test sets
+// it after installing the package): then they fail.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	once    sync.Once
+	baseURL string // the server's postgres database
+	dir     string // the cluster's folder; "" when not started here
+	script  string
+	err     error
+	dbs     atomic.Int64
+)
+
+// Main runs the tests of m and stops the cluster if one was started; use it
+// as TestMain's body: func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }.
+func Main(m *testing.M) int {
+	code := m.Run()
+	Stop()
+	return code
+}
+
+// Stop stops the cluster started by this process, if any.
+func Stop() {
+	if dir == "" {
+		return
+	}
+	if out, err := exec.Command("bash", script, "stop", dir).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: stop: %v: %s\n", err, out)
+	}
+	os.RemoveAll(dir)
+	dir = ""
+}
+
+// Available reports whether a server can be had (starting it if needed).
+func Available() bool {
+	once.Do(start)
+	return err == nil
+}
+
+// URL returns the URL of a new, empty database. When no server can be had
+// the test is skipped, or fails under HERALD_REQUIRE_POSTGRES=1.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	once.Do(start)
+	if err != nil {
+		if os.Getenv("HERALD_REQUIRE_POSTGRES") == "1" {
+			tb.Fatalf("PostgreSQL is required (HERALD_REQUIRE_POSTGRES=1): %v", err)
+		}
+		tb.Skipf("PostgreSQL not available: %v", err)
+	}
+	name := fmt.Sprintf("herald_test_%d_%d", os.Getpid(), dbs.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, cerr := pgx.Connect(ctx, baseURL)
+	if cerr != nil {
+		tb.Fatalf("pgtest: connect: %v", cerr)
+	}
+	defer conn.Close(ctx)
+	if _, cerr := conn.Exec(ctx, "CREATE DATABASE "+name); cerr != nil {
+		tb.Fatalf("pgtest: create database: %v", cerr)
+	}
+	u, _ := url.Parse(baseURL)
+	u.Path = "/" + name
+	return u.String()
+}
+
+func start() {
+	if u := os.Getenv("HERALD_TEST_POSTGRES_URL"); u != "" {
+		baseURL = u
+		return
+	}
+	root, rerr := repoRoot()
+	if rerr != nil {
+		err = rerr
+		return
+	}
+	script = filepath.Join(root, "scripts", "postgres.sh")
+	if out, berr := exec.Command("bash", script, "bindir").CombinedOutput(); berr != nil {
+		err = fmt.Errorf("%s (install it with scripts/postgres.sh install)", strings.TrimSpace(string(out)))
+		return
+	}
+	d, derr := os.MkdirTemp("", "herald-pg-")
+	if derr != nil {
+		err = derr
+		return
+	}
+	// The socket path must stay short and the folder reachable by the
+	// postgres user: /tmp/herald-pg-N.
+	os.Chmod(d, 0o755)
+	for attempt := 0; attempt < 3; attempt++ {
+		port, perr := freePort()
+		if perr != nil {
+			err = perr
+			break
+		}
+		out, serr := exec.Command("bash", script, "start", d, fmt.Sprint(port)).Output()
+		if serr == nil {
+			dir, baseURL, err = d, strings.TrimSpace(string(out)), nil
+			return
+		}
+		var ee *exec.ExitError
+		if errors.As(serr, &ee) {
+			serr = fmt.Errorf("%v: %s", serr, strings.TrimSpace(string(ee.Stderr)))
+		}
+		err = fmt.Errorf("start PostgreSQL: %w", serr)
+	}
+	os.RemoveAll(d)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// repoRoot is the folder holding go.mod, from the test's working dir up.
+func repoRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", errors.New("go.mod not found above the working dir")
+		}
+		d = up
+	}
+}
+
+// Installed reports, without starting anything, whether a server can be
+// had: HERALD_TEST_POSTGRES_URL is set or PostgreSQL's programs are found.
+func Installed() bool {
+	if os.Getenv("HERALD_TEST_POSTGRES_URL") != "" {
+		return true
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return false
+	}
+	return exec.Command("bash", filepath.Join(root, "scripts", "postgres.sh"), "bindir").Run() == nil
+}
+
+// Required reports whether HERALD_REQUIRE_POSTGRES=1 asks that tests fail
+// rather than skip without PostgreSQL.
+func Required() bool { return os.Getenv("HERALD_REQUIRE_POSTGRES") == "1" }
+
+// Rerun runs the test binary again with env added (KEY=value) and its
+// output passed through, and returns its exit code: how a package runs its
+// whole suite a second time on PostgreSQL.
+func Rerun(env ...string) int {
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: rerun: %v\n", err)
+		return 1
+	}
+	return 0
+}

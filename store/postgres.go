@@ -1,0 +1,256 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Drivers (config state.driver).
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+// pgConns bounds one process's connections to PostgreSQL.
+const pgConns = 16
+
+// pgOpTimeout bounds a transcript statement, whose file-like API has no
+// context of its own.
+const pgOpTimeout = 30 * time.Second
+
+// pgBackend is what a DB on PostgreSQL holds besides the database/sql pool
+// the queries share with SQLite: the pgx pool itself (advisory locks and
+// LISTEN need a connection of their own) and the URL without its password
+// for messages.
+type pgBackend struct {
+	pool *pgxpool.Pool
+	url  string
+}
+
+// OpenStore opens the state database of driver: SQLite in stateDir
+// (Open), or PostgreSQL at url (OpenPostgres) with stateDir for the
+// process's own files.
+func OpenStore(ctx context.Context, driver, url, stateDir string) (*DB, error) {
+	switch driver {
+	case "", DriverSQLite:
+		return Open(ctx, stateDir)
+	case DriverPostgres:
+		return OpenPostgres(ctx, url, stateDir)
+	}
+	return nil, fmt.Errorf("open state database: driver %q is not sqlite or postgres", driver)
+}
+
+// OpenPostgres connects to the PostgreSQL database at url (a postgres://
+// URL or a libpq key=value string), checks it and applies the schema
+// migrations this binary knows. stateDir still holds the process's own
+// files (herald.pid, workspaces); every piece of shared state, transcripts
+// included, is in the database.
+func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
+	if url == "" {
+		return nil, errors.New("open state database: state.url is empty (driver postgres needs a URL like postgres://user:pass@host/db)")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors can quote the URL, password included.
+		return nil, fmt.Errorf("open state database: state.url is not a PostgreSQL URL or key=value string (%s)", redactPGError(err, url))
+	}
+	cfg.MaxConns = pgConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = "herald"
+	shown := redactURL(url)
+	dir := stateDir
+	if dir != "" {
+		if dir, err = filepath.Abs(stateDir); err != nil {
+			return nil, fmt.Errorf("open state database: state dir %q: %w", stateDir, err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("open state database: %s: %w: %w", dir, ErrReadOnly, err)
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %s", shown, redactPGError(err, url))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open state database %s: %s", shown, redactPGError(err, url))
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	d := &DB{dir: dir, path: shown, w: sqlDB, r: sqlDB, pg: &pgBackend{pool: pool, url: shown}}
+	d.ws = newStmtCache(sqlDB)
+	d.ws.pg = true
+	d.rs = d.ws
+	if err := pgCreateMigrationsTable(ctx, sqlDB); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("migrate state database %s: %w", shown, err)
+	}
+	if err := migrate(ctx, sqlDB, shown, pgMigrations, true); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// pgCreateMigrationsTable creates schema_migrations under the migration
+// lock: two replicas starting at once must not both create it.
+func pgCreateMigrationsTable(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('herald schema migration', 0))"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_at BIGINT NOT NULL
+	)`); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Driver returns the database's driver: DriverSQLite or DriverPostgres.
+func (d *DB) Driver() string {
+	if d.pg != nil {
+		return DriverPostgres
+	}
+	return DriverSQLite
+}
+
+// Pool returns the pgx pool of a PostgreSQL store (nil on SQLite), for the
+// features only PostgreSQL has: advisory locks held by a connection,
+// LISTEN/NOTIFY.
+func (d *DB) Pool() *pgxpool.Pool {
+	if d.pg == nil {
+		return nil
+	}
+	return d.pg.pool
+}
+
+func (b *pgBackend) close(d *DB) error {
+	if d.rs != nil {
+		d.rs.close()
+	}
+	err := d.w.Close()
+	b.pool.Close()
+	if err != nil {
+		return fmt.Errorf("close state database %s: %w", b.url, err)
+	}
+	return nil
+}
+
+// PostgreSQL error codes this package tells apart.
+const (
+	pgUniqueViolation     = "23505"
+	pgReadOnlyTransaction = "25006"
+	pgInsufficientPriv    = "42501"
+)
+
+// wrap adds the operation to err and maps PostgreSQL's codes to this
+// package's sentinels.
+func (b *pgBackend) wrap(op string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case pgUniqueViolation:
+			return fmt.Errorf("%s: %w: %w", op, ErrExists, err)
+		case pgReadOnlyTransaction, pgInsufficientPriv:
+			return fmt.Errorf("%s: state database %s: %w: %w", op, b.url, ErrReadOnly, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// pgRebind turns a query written for SQLite into PostgreSQL's: ? → $1, $2,
+// … (outside quoted text) and the word rowid → seq (the identity column
+// that stands in for it in PostgreSQL's schema).
+func pgRebind(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	quoted := false
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c == '\'':
+			quoted = !quoted
+		case c == '?' && !quoted:
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		case !quoted && strings.HasPrefix(q[i:], "rowid") && wordEdge(q, i-1) && wordEdge(q, i+5):
+			b.WriteString("seq")
+			i += 4
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// wordEdge reports whether q[i] is outside q or not part of an identifier.
+func wordEdge(q string, i int) bool {
+	if i < 0 || i >= len(q) {
+		return true
+	}
+	c := q[i]
+	return !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+}
+
+// redactURL returns a postgres:// URL without its password, or only the
+// host and database of a key=value string, for messages and logs.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	var kept []string
+	for _, f := range strings.Fields(s) {
+		if k, _, ok := strings.Cut(f, "="); ok && (k == "host" || k == "port" || k == "dbname" || k == "user") {
+			kept = append(kept, f)
+		}
+	}
+	return strings.Join(kept, " ")
+}
+
+// redactPGError returns err's text with any password of url taken out.
+func redactPGError(err error, rawURL string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(rawURL); perr == nil {
+		if p, has := u.User.Password(); has && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+		if p := u.Query().Get("password"); p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	for _, f := range strings.Fields(rawURL) {
+		if k, v, ok := strings.Cut(f, "="); ok && k == "password" && v != "" {
+			msg = strings.ReplaceAll(msg, v, "xxxxx")
+		}
+	}
+	return msg
+}
