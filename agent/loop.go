@@ -55,9 +55,15 @@ var ErrHistory = errors.New("conversation history cannot be read")
 // last line is left out (and cut when the file is opened for writing);
 // any other read error is ErrHistory — never a silent fresh start.
 func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
+	return LoadSessionFrom(store.FileTranscripts{}, key, id, agentID, parentKey, path, now)
+}
+
+// LoadSessionFrom is LoadSession with the transcript in ts (files, or rows
+// of a PostgreSQL store).
+func LoadSessionFrom(ts store.Transcripts, key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
 	var history []Message
 	var pendingCalls []ToolCall
-	_, entries, err := store.ReadTranscript(path)
+	_, entries, err := ts.ReadTranscript(path)
 	switch {
 	case err == nil:
 		msgs := contextFromTranscript(entries)
@@ -69,7 +75,7 @@ func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Sess
 	default:
 		return nil, fmt.Errorf("session %s: %w: %w", key, ErrHistory, err)
 	}
-	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
+	tr, err := ts.OpenTranscript(path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
 	if err != nil {
 		return nil, fmt.Errorf("open transcript of %s: %w", key, err)
 	}

@@ -37,6 +37,7 @@ type Config struct {
 	Channels Channels  `json:"channels"`
 	MCP      MCP       `json:"mcp"`
 	Session  Session   `json:"session"`
+	State    State     `json:"state"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -49,12 +50,28 @@ type Session struct {
 	IdleMinutes int `json:"idleMinutes"`
 }
 
+// State chooses where Herald's state lives (SPEC §14).
+type State struct {
+	// Driver: "sqlite" (default: herald.db in the state dir, one process)
+	// or "postgres" (URL; any number of replicas may share it).
+	Driver string `json:"driver"`
+	// URL: the PostgreSQL connection URL (postgres://user:pass@host/db or
+	// a key=value string); a secret, usually "${HERALD_DATABASE_URL}".
+	URL Secret `json:"url"`
+	// LeaseSeconds: how long a replica's leases last without a heartbeat;
+	// a replica that dies loses them after this long. Default 15.
+	LeaseSeconds int `json:"leaseSeconds"`
+}
+
 // Gateway configures the daemon itself.
 type Gateway struct {
 	HTTP                 HTTP   `json:"http"`
 	LogLevel             string `json:"logLevel"`             // debug|info|warn|error; default info
 	LogFormat            string `json:"logFormat"`            // json|console; default json
 	ShutdownGraceSeconds int    `json:"shutdownGraceSeconds"` // default 10
+	// ReplicaID names this process among the replicas sharing a PostgreSQL
+	// state (leases, logs); default <hostname>-<pid>.
+	ReplicaID string `json:"replicaId"`
 }
 
 // HTTP configures the gateway's HTTP listener.

@@ -7,6 +7,8 @@ const (
 	DefaultLogFormat            = "json"
 	DefaultShutdownGraceSeconds = 10
 	DefaultSessionIdleMinutes   = 30
+	DefaultStateDriver          = "sqlite"
+	DefaultLeaseSeconds         = 15
 	DefaultMainConcurrent       = 4
 	DefaultMaxIterations        = 30
 	DefaultApprovalTimeout      = 300
@@ -117,6 +119,8 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setStr(&g.LogFormat, DefaultLogFormat)
 	setInt(&g.ShutdownGraceSeconds, DefaultShutdownGraceSeconds)
 	setInt(&c.Session.IdleMinutes, DefaultSessionIdleMinutes)
+	setStr(&c.State.Driver, DefaultStateDriver)
+	setInt(&c.State.LeaseSeconds, DefaultLeaseSeconds)
 
 	if len(c.Models.Providers) == 0 {
 		var ref string

@@ -2,6 +2,8 @@ package config
 
 import (
 	"cmp"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -181,4 +183,13 @@ func (g Group) RequiresMention() bool {
 func (c *Config) ListenerIsLoopback() bool {
 	loop, err := listenIsLoopback(c.Gateway.HTTP.Listen)
 	return err == nil && loop
+}
+
+// ReplicaID is gateway.replicaId, or <hostname>-<pid> when unset.
+func (c *Config) ReplicaID() string {
+	if c.Gateway.ReplicaID != "" {
+		return c.Gateway.ReplicaID
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", cmp.Or(host, "herald"), os.Getpid())
 }

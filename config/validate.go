@@ -107,12 +107,22 @@ func (c *Config) Validate() error {
 	return (&Problems{File: file, List: v.probs}).errOrNil()
 }
 
+var stateDrivers = []string{"sqlite", "postgres"}
+
 func (v *validator) gateway() {
 	g := v.c.Gateway
 	v.enum("gateway.logLevel", g.LogLevel, logLevels)
 	v.enum("gateway.logFormat", g.LogFormat, logFormats)
 	v.nonNegative("gateway.shutdownGraceSeconds", g.ShutdownGraceSeconds)
 	v.nonNegative("session.idleMinutes", v.c.Session.IdleMinutes)
+	v.enum("state.driver", v.c.State.Driver, stateDrivers)
+	v.atLeast("state.leaseSeconds", v.c.State.LeaseSeconds, 2)
+	switch {
+	case v.c.State.Driver == "postgres" && v.c.State.URL == "":
+		v.add("state.url", "driver postgres needs a URL, like \"${HERALD_DATABASE_URL}\" with HERALD_DATABASE_URL=postgres://user:pass@host/db")
+	case v.c.State.Driver != "postgres" && v.c.State.URL != "":
+		v.add("state.url", "is only read with driver \"postgres\" (driver is %q)", v.c.State.Driver)
+	}
 	for _, ch := range channelNames {
 		v.enum("channels."+ch+".streaming", v.c.ChannelStreaming(ch), streamingModes)
 	}

@@ -27,7 +27,7 @@ const doctorTimeout = 20 * time.Second
 // and each enabled Slack, Telegram and Matrix channel against its real
 // endpoint. It starts nothing and changes nothing.
 func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels.Check {
-	out := []channels.Check{checkState(ctx, stateDir)}
+	out := []channels.Check{checkState(ctx, cfg, stateDir)}
 	ids := make([]string, 0, len(cfg.Models.Providers))
 	for id := range cfg.Models.Providers {
 		ids = append(ids, id)
@@ -53,22 +53,33 @@ func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels
 	return out
 }
 
-func checkState(ctx context.Context, stateDir string) channels.Check {
+func checkState(ctx context.Context, cfg *config.Config, stateDir string) channels.Check {
 	c := channels.Check{Name: "state dir"}
-	db, err := store.Open(ctx, stateDir)
+	pg := cfg.State.Driver == store.DriverPostgres
+	if pg {
+		c.Name = "state database"
+	}
+	db, err := store.OpenStore(ctx, cfg.State.Driver, cfg.State.URL.Value(), stateDir)
 	if err != nil {
 		c.Status, c.Detail = channels.CheckFail, err.Error()
 		c.Fix = "give the user running herald write access to " + stateDir + " (or pass --state-dir), or restore herald.db from a backup"
+		if pg {
+			c.Fix = "check state.url (host, port, user, password, database) and that PostgreSQL accepts connections from this host"
+		}
 		return c
 	}
 	defer db.Close()
+	where := stateDir + " writable"
+	if pg {
+		where = "PostgreSQL " + db.Path() + " reachable, schema up to date"
+	}
 	pending, delivered, failed, err := db.OutboxStats(ctx)
 	if err != nil {
 		c.Status, c.Detail = channels.CheckFail, err.Error()
 		return c
 	}
 	c.Status = channels.CheckOK
-	c.Detail = fmt.Sprintf("%s writable; outbox %d pending, %d delivered, %d failed", stateDir, pending, delivered, failed)
+	c.Detail = fmt.Sprintf("%s; outbox %d pending, %d delivered, %d failed", where, pending, delivered, failed)
 	if failed > 0 {
 		c.Status, c.Fix = channels.CheckWarn, "`herald outbox list` shows the failed messages and their last error"
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/agent/llmtest"
-	"github.com/heraldhq/herald/store"
 )
 
 // TestE2ELongConversationNeverHitsTheWindow: a person sends 200 long
@@ -46,7 +45,7 @@ func TestE2ELongConversationNeverHitsTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, entries, err := store.ReadTranscript(s.TranscriptPath)
+	_, entries, err := tg.G.Store().ReadTranscript(s.TranscriptPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,17 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/mcptools/mcptest"
+	"github.com/heraldhq/herald/devtools/pgtest"
 )
 
-// TestMain lets the test binary serve as a stdio MCP server (mcptest).
-func TestMain(m *testing.M) { mcptest.Main(m) }
+// TestMain serves MCP when the binary is started as the stdio test server;
+// else the suite runs on SQLite and again on PostgreSQL (pgtest.RunBoth).
+func TestMain(m *testing.M) {
+	if os.Getenv(mcptest.EnvServe) != "" {
+		mcptest.Main(m) // serves, then exits
+	}
+	os.Exit(pgtest.RunBoth(m, "gateway"))
+}
 
 const mcpConfig = `{
   gateway: { http: { listen: "127.0.0.1:0" } },

@@ -44,10 +44,7 @@ func seedOutboxTo(t *testing.T, to channels.Origin, text string, partsSent, send
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openTestStore(t, dir)
 	defer db.Close()
 	it := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: text}
 	if _, err := db.EnqueueOutbox(ctx, it); err != nil {

@@ -2,8 +2,8 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -59,7 +59,7 @@ func TestE2ESessionCommands(t *testing.T) {
 	if _, err := fmt.Sscanf(compacted.Text, "🧹 Compacted: %d → %d tokens.", &b, &a); err != nil || a >= b {
 		t.Errorf("/compact said %q", compacted.Text)
 	}
-	_, entries, err := store.ReadTranscript(before.TranscriptPath)
+	_, entries, err := tg.G.Store().ReadTranscript(before.TranscriptPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,11 @@ func TestE2ESessionCommands(t *testing.T) {
 	if err != nil || len(resets) != 1 || resets[0].OldSessionID != before.ID || !strings.HasPrefix(resets[0].OldTranscript, before.TranscriptPath+".reset.") {
 		t.Fatalf("session resets = %+v, %v", resets, err)
 	}
-	if old, err := os.ReadFile(resets[0].OldTranscript); err != nil || !strings.Contains(string(old), "PELICAN") {
+	var old strings.Builder
+	if err := tg.G.Store().TailTranscript(ctx, resets[0].OldTranscript, false, &old); err != nil || !strings.Contains(old.String(), "PELICAN") {
 		t.Errorf("the old transcript is not kept: %v", err)
 	}
-	if _, err := os.Stat(before.TranscriptPath); !os.IsNotExist(err) {
+	if _, _, err := tg.G.Store().ReadTranscript(before.TranscriptPath); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the old transcript is still in place: %v", err)
 	}
 	n = tg.LLM.Count()

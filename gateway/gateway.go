@@ -105,7 +105,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	g.metrics = newMetrics()
 
-	db, err := store.Open(ctx, o.StateDir)
+	db, err := store.OpenStore(ctx, cfg.State.Driver, cfg.State.URL.Value(), o.StateDir)
 	if err != nil {
 		return nil, err
 	}

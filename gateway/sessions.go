@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,7 +50,7 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 		now := g.clock.Now()
 		id := uuid.NewString()
 		path := g.db.TranscriptPath(s.agentID, id)
-		sess, err := agent.LoadSession(key, id, s.agentID, "", path, now)
+		sess, err := agent.LoadSessionFrom(g.db, key, id, s.agentID, "", path, now)
 		if err != nil {
 			return err
 		}
@@ -60,15 +59,15 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 		if s.sess != nil {
 			s.sess.Close()
 		}
-		archived, err := store.ArchiveTranscriptAs(oldPath, "reset", now)
+		archived, err := g.db.ArchiveTranscriptAs(oldPath, "reset", now)
 		if err == nil {
 			if err = g.db.ResetSession(ctx, key, id, path, archived, now); err != nil && archived != "" {
-				_ = os.Rename(archived, oldPath) // keep the conversation as it was
+				_ = g.db.UnarchiveTranscript(archived, oldPath) // keep the conversation as it was
 			}
 		}
 		if err != nil {
 			sess.Close()
-			if old, lerr := agent.LoadSession(key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
+			if old, lerr := agent.LoadSessionFrom(g.db, key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
 				s.sess = old
 			} else {
 				s.evicted = true // load it again on the next message

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/providers"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/gateway"
 	"github.com/heraldhq/herald/store"
 )
@@ -77,6 +78,9 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("validate test config: %v", err)
+	}
+	if pgtest.OnPostgres() && cfg.State.Driver == "sqlite" {
+		cfg.State.Driver, cfg.State.URL = store.DriverPostgres, config.Secret(stateURL(t, stateDir))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -424,4 +428,44 @@ func (tg *testGW) metric(t *testing.T, sample string) float64 {
 		}
 	}
 	return 0
+}
+
+// pgURLs maps a state dir to its PostgreSQL database in the PostgreSQL run
+// of the suite, so a gateway restarted on a state dir finds its state.
+var pgURLs sync.Map
+
+// stateURL is the database URL of the gateway on stateDir (PostgreSQL run).
+func stateURL(t *testing.T, stateDir string) string {
+	if u, ok := pgURLs.Load(stateDir); ok {
+		return u.(string)
+	}
+	u, _ := pgURLs.LoadOrStore(stateDir, pgtest.URL(t))
+	return u.(string)
+}
+
+// openTestStore opens the store a gateway on stateDir uses (SQLite in the
+// dir, or its PostgreSQL database), for a test that seeds or inspects it.
+func openTestStore(t *testing.T, stateDir string) *store.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var db *store.DB
+	var err error
+	if pgtest.OnPostgres() {
+		db, err = store.OpenPostgres(ctx, stateURL(t, stateDir), stateDir)
+	} else {
+		db, err = store.Open(ctx, stateDir)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// sqliteOnly skips, in the PostgreSQL run, a test about SQLite's files
+// (transcript files, open file handles).
+func sqliteOnly(t *testing.T) {
+	if pgtest.OnPostgres() {
+		t.Skip("about SQLite's files")
+	}
 }

@@ -2,41 +2,18 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/heraldhq/herald/devtools/pgtest"
 )
 
-// testDriverEnv selects the backend newTestDB opens. The package's tests
-// are the store's contract: TestMain runs them on SQLite, then runs the
-// test binary again with HERALD_TEST_STORE=postgres against a throwaway
-// PostgreSQL cluster (skipped where PostgreSQL is not installed, unless
-// HERALD_REQUIRE_POSTGRES=1).
-const testDriverEnv = "HERALD_TEST_STORE"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(testDriverEnv) == DriverPostgres {
-		os.Exit(pgtest.Main(m))
-	}
-	code := m.Run()
-	if code != 0 {
-		os.Exit(code)
-	}
-	if !pgtest.Installed() {
-		fmt.Println("store: PostgreSQL is not installed; the contract suite ran on SQLite only (scripts/postgres.sh install)")
-		if pgtest.Required() {
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	fmt.Println("store: the contract suite again, on PostgreSQL")
-	os.Exit(pgtest.Rerun(testDriverEnv + "=" + DriverPostgres))
-}
+// The package's tests are the store's contract: they run on SQLite, then
+// again on a throwaway PostgreSQL cluster (pgtest.RunBoth).
+func TestMain(m *testing.M) { os.Exit(pgtest.RunBoth(m, "store")) }
 
 // onPostgres reports whether this run is the PostgreSQL one.
-func onPostgres() bool { return os.Getenv(testDriverEnv) == DriverPostgres }
+func onPostgres() bool { return pgtest.OnPostgres() }
 
 // sqliteOnly skips a test of SQLite's files in the PostgreSQL run.
 func sqliteOnly(tb testing.TB) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -187,12 +188,14 @@ const tailPoll = 250 * time.Millisecond
 // until ctx ends (nil then). No transcript → ErrNotFound (when following, it
 // waits for one instead).
 func (d *DB) TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error {
-	var next func() ([][]byte, error)
 	if d.pg == nil {
-		next = fileLines(path)
-	} else {
-		next = d.rowLines(ctx, path)
+		return tail(ctx, path, follow, w, fileLines(path))
 	}
+	return tail(ctx, path, follow, w, d.rowLines(ctx, path))
+}
+
+// tail writes what next gives to w, and with follow goes on polling.
+func tail(ctx context.Context, path string, follow bool, w io.Writer, next func() ([][]byte, error)) error {
 	seen := false
 	for {
 		lines, err := next()
@@ -282,4 +285,50 @@ func (d *DB) rowLines(ctx context.Context, path string) func() ([][]byte, error)
 		}
 		return out, nil
 	}
+}
+
+// FileTranscripts keeps transcripts as JSONL files named by their paths,
+// without a database: what tools and tests that work on files use.
+type FileTranscripts struct{}
+
+var _ Transcripts = FileTranscripts{}
+
+// TranscriptPath is <agentId>/<sessionId>.jsonl under transcripts/ in the
+// working dir; callers with a state dir use DB.TranscriptPath.
+func (FileTranscripts) TranscriptPath(agentID, sessionID string) string {
+	return filepath.Join("transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
+}
+
+func (FileTranscripts) OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
+	return OpenTranscript(path, h)
+}
+
+func (FileTranscripts) ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
+	return ReadTranscript(path)
+}
+
+func (FileTranscripts) ArchiveTranscript(path string, at time.Time) (string, error) {
+	return ArchiveTranscript(path, at)
+}
+
+func (FileTranscripts) ArchiveTranscriptAs(path, reason string, at time.Time) (string, error) {
+	return ArchiveTranscriptAs(path, reason, at)
+}
+
+func (FileTranscripts) FindTranscript(path string) string { return FindTranscript(path) }
+
+func (FileTranscripts) TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error {
+	return tail(ctx, path, follow, w, fileLines(path))
+}
+
+// UnarchiveTranscript moves an archived transcript back to path (undoing
+// ArchiveTranscriptAs when what it was archived for failed).
+func (d *DB) UnarchiveTranscript(archived, path string) error {
+	if d.pg == nil {
+		return os.Rename(archived, path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+	defer cancel()
+	_, err := d.writer(ctx).exec(`UPDATE transcript_lines SET name = ? WHERE name = ?`, path, archived)
+	return d.wrap("unarchive transcript "+archived, err)
 }

@@ -295,7 +295,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	if !ok {
 		return "", fmt.Errorf("model %s is no longer configured", run.Model)
 	}
-	sess, err := agent.LoadSession(run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
+	sess, err := agent.LoadSessionFrom(m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
 		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), m.d.Clock.Now())
 	if err != nil {
 		return "", err
@@ -321,7 +321,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 
 // History returns the child transcript's messages.
 func (m *Manager) History(run *store.Run) ([]agent.Message, error) {
-	_, entries, err := store.ReadTranscript(m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
+	_, entries, err := m.d.Store.ReadTranscript(m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func (m *Manager) archiveDue(ctx context.Context) error {
 	for i := range due {
 		r := &due[i]
 		now := m.d.Clock.Now()
-		newPath, err := store.ArchiveTranscript(m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID), now)
+		newPath, err := m.d.Store.ArchiveTranscript(m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID), now)
 		if err != nil {
 			return fmt.Errorf("archive transcript of run %s: %w", r.ID, err)
 		}

@@ -484,7 +484,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		res.Error = err.Error()
 		return res
 	}
-	sess, err := agent.LoadSession(key, id, agentID, cc.SessionKey, path, now)
+	sess, err := agent.LoadSessionFrom(m.d.Store, key, id, agentID, cc.SessionKey, path, now)
 	if err != nil {
 		res.Error = err.Error()
 		return res

@@ -45,6 +45,9 @@ Commands:
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
   sessions list           list sessions
+  transcripts tail [-f] <sessionKey>
+                          print the session's transcript as JSONL (from the file, or from
+                          PostgreSQL with state.driver postgres); -f: keep printing new lines
   backup FILE             write a consistent copy of the state database to FILE (safe while running)
   outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
   (list commands, mcp list included, take --json; runs/sessions/outbox list take --limit N)
@@ -72,6 +75,7 @@ type flags struct {
 	channels                              listFlag // init: channels to configure
 	provider                              string   // init: model provider
 	force                                 bool     // init: overwrite an existing config
+	follow                                bool     // transcripts tail: keep printing
 }
 
 // listFlag is a flag that may be repeated or hold a comma-separated list.
@@ -104,6 +108,8 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.Var(&f.channels, "channel", "init: a channel to configure (web, slack, telegram, matrix); repeat or comma-separate")
 	fs.StringVar(&f.provider, "provider", "", "init: the model provider (anthropic, openai, openai-compatible, demo)")
 	fs.BoolVar(&f.force, "force", false, "init: overwrite an existing config file")
+	fs.BoolVar(&f.follow, "f", false, "transcripts tail: keep printing lines as they are appended")
+	fs.BoolVar(&f.follow, "follow", false, "transcripts tail: keep printing lines as they are appended")
 	// Accept flags before and after positional words.
 	var rest []string
 	for {
@@ -150,6 +156,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listRuns(ctx, db, f, stdout) })
 	case cmd == "runs" && len(rest) == 2 && rest[0] == "info":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return runInfo(ctx, db, rest[1], stdout) })
+	case cmd == "transcripts" && len(rest) == 2 && rest[0] == "tail":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return tailTranscript(ctx, db, rest[1], f.follow, stdout) })
 	case cmd == "mcp" && len(rest) == 1 && rest[0] == "list":
 		return mcpList(f, stdout, stderr)
 	case cmd == "backup" && len(rest) == 1:
@@ -167,6 +175,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "herald: unknown command %q\n\n%s", strings.Join(args, " "), usage)
 	return 2
+}
+
+// tailTranscript prints the transcript of the session key as JSONL; with
+// follow it goes on until SIGINT/SIGTERM.
+func tailTranscript(ctx context.Context, db *store.DB, key string, follow bool, w io.Writer) error {
+	s, err := db.GetSession(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no session %q (herald sessions list shows the keys)", key)
+	}
+	if err != nil {
+		return err
+	}
+	path := s.TranscriptPath
+	if path == "" {
+		path = db.TranscriptPath(s.AgentID, s.ID)
+	}
+	if !follow {
+		if found := db.FindTranscript(path); found != "" {
+			path = found
+		}
+		return db.TailTranscript(ctx, path, false, w)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return db.TailTranscript(ctx, path, true, w)
+}
+
+// openState opens the state database the config names.
+func openState(ctx context.Context, cfg *config.Config, f *flags) (*store.DB, error) {
+	return store.OpenStore(ctx, cfg.State.Driver, cfg.State.URL.Value(), config.ResolveStateDir(f.stateDir, nil))
 }
 
 // loadConfig resolves, loads and validates the config; problems go to stderr.
@@ -281,9 +319,15 @@ func runGateway(f *flags, stderr io.Writer) int {
 	return 0
 }
 
+// withStore opens the state of the config (state.driver: the SQLite file in
+// the state dir, or PostgreSQL) and runs fn on it.
 func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) error) int {
+	cfg, _, ok := loadConfig(f, stderr)
+	if !ok {
+		return 1
+	}
 	ctx := context.Background()
-	db, err := store.Open(ctx, config.ResolveStateDir(f.stateDir, nil))
+	db, err := openState(ctx, cfg, f)
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: %v\n", err)
 		return 1
@@ -344,7 +388,7 @@ func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Run:        %s\nStatus:     %s\nOutcome:    %s\nAgent:      %s\nModel:      %s\nLabel:      %s\nTask:       %s\nSession:    %s\nSessionId:  %s\nRequester:  %s\nOrigin:     %s\nTranscript: %s\nCreated:    %s\nStarted:    %s\nEnded:      %s\nRuntime:    %s\nTokens:     in %d / out %d\nCleanup:    %s\nArchive:    %s\nNote:       %s\n",
 		r.ID, r.Status, cmp.Or(r.Outcome, "-"), r.AgentID, r.Model, cmp.Or(r.Label, "-"), r.Task, r.ChildKey,
-		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(store.FindTranscript(db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
+		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(db.FindTranscript(db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
 		ts(r.CreatedAt), ts(r.StartedAt), ts(r.EndedAt), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
 		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), cmp.Or(r.Note, "-"))
 	return nil

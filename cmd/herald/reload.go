@@ -17,7 +17,6 @@ import (
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
-	"github.com/heraldhq/herald/store"
 )
 
 // pidFile is where a running gateway writes its process id, in its state dir.
@@ -60,7 +59,7 @@ func watchReloads(g *gateway.Gateway, f *flags, log *zap.Logger, stop <-chan str
 // reloadCmd is `herald reload`: check the config here first, then signal the
 // state dir's running gateway and report what it did.
 func reloadCmd(f *flags, stdout, stderr io.Writer) int {
-	_, path, ok := loadConfig(f, stderr)
+	cfg, path, ok := loadConfig(f, stderr)
 	if !ok {
 		fmt.Fprintln(stderr, "herald: not reloading: the running gateway keeps its config")
 		return 1
@@ -72,7 +71,7 @@ func reloadCmd(f *flags, stdout, stderr io.Writer) int {
 		return 1
 	}
 	ctx := context.Background()
-	db, err := store.Open(ctx, stateDir)
+	db, err := openState(ctx, cfg, f)
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: %v\n", err)
 		return 1

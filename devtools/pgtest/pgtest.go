@@ -194,3 +194,34 @@ func Rerun(env ...string) int {
 	}
 	return 0
 }
+
+// StoreEnv, set to "postgres", tells a test binary that this run of its
+// suite is the PostgreSQL one (RunBoth sets it for the second run).
+const StoreEnv = "HERALD_TEST_STORE"
+
+// OnPostgres reports whether this run of the suite is the PostgreSQL one.
+func OnPostgres() bool { return os.Getenv(StoreEnv) == "postgres" }
+
+// RunBoth is a TestMain body for a package whose tests are a contract both
+// stores must keep: the tests run on SQLite, then the binary runs again
+// with StoreEnv=postgres against a throwaway cluster (stopped after). A
+// package's test helpers read OnPostgres to open the store. Without
+// PostgreSQL the second run is skipped with a line saying so (a failure
+// under HERALD_REQUIRE_POSTGRES=1).
+func RunBoth(m *testing.M, pkg string) int {
+	if OnPostgres() {
+		return Main(m)
+	}
+	if code := m.Run(); code != 0 {
+		return code
+	}
+	if !Installed() {
+		fmt.Printf("%s: PostgreSQL is not installed; the suite ran on SQLite only (scripts/postgres.sh install)\n", pkg)
+		if Required() {
+			return 1
+		}
+		return 0
+	}
+	fmt.Printf("%s: the suite again, on PostgreSQL\n", pkg)
+	return Rerun(StoreEnv + "=postgres")
+}
