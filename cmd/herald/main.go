@@ -157,7 +157,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case cmd == "runs" && len(rest) == 2 && rest[0] == "info":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return runInfo(ctx, db, rest[1], stdout) })
 	case cmd == "transcripts" && len(rest) == 2 && rest[0] == "tail":
-		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return tailTranscript(ctx, db, rest[1], f.follow, stdout) })
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error {
+			return tailTranscript(ctx, db, rest[1], f.follow, stdout)
+		})
 	case cmd == "mcp" && len(rest) == 1 && rest[0] == "list":
 		return mcpList(f, stdout, stderr)
 	case cmd == "backup" && len(rest) == 1:
