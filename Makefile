@@ -18,7 +18,7 @@ release: ## static binaries (no cgo, -trimpath, VERSION stamped) for PLATFORMS i
 build: ## build bin/herald
 	$(GO) build -trimpath -ldflags="-s -w" -o bin/herald ./cmd/herald
 
-test: ## install what the tests need (Chromium, Dendrite), then run every test and a short fuzz
+test: ## install what the tests need (Chromium, Dendrite, PostgreSQL), then run every test and a short fuzz
 	bash scripts/test.sh
 
 test-go: ## only the Go tests, with what is already installed

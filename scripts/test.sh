@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, and what .ci/run calls): installs
-# what the tests need, runs every Go test, then a bounded fuzz of the chat
+# what the tests need (Chromium, Dendrite, PostgreSQL), runs every Go test, then a bounded fuzz of the chat
 # command parser. Needs the Go module proxy and Debian's packages (and, when
 # npx is present, the npm registry for the reference MCP server).
 set -euo pipefail
@@ -11,6 +11,11 @@ bash scripts/chromium.sh
 
 echo "== Dendrite (a real Matrix homeserver) for the Matrix integration tests"
 bash scripts/dendrite.sh build
+
+echo "== PostgreSQL (Debian's package) for the store's contract suite and the replica tests"
+bash scripts/postgres.sh install
+# The tests start their own throwaway clusters; here a missing server is a failure, not a skip.
+export HERALD_REQUIRE_POSTGRES=1
 
 echo "== the reference MCP server (@modelcontextprotocol/server-everything) when npx is present"
 bash scripts/mcp-everything.sh
