@@ -31,6 +31,7 @@ type Options struct {
 	Bin           string        // a built herald binary; built when empty
 	Dir           string        // working dir (config, state, log); a temp dir when empty
 	ProfileDir    string        // when set, CPU, heap and goroutine profiles are written here
+	PostgresURL   string        // when set, the gateway's state is this PostgreSQL database (state.driver postgres)
 	Log           io.Writer     // progress lines; nil for none
 }
 
@@ -53,9 +54,13 @@ type Result struct {
 
 // String is the one summary line.
 func (r Result) String() string {
-	return fmt.Sprintf("load: S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s model-floor=%s "+
+	store := "sqlite"
+	if r.PostgresURL != "" {
+		store = "postgres"
+	}
+	return fmt.Sprintf("load: store=%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s model-floor=%s "+
 		"ready=%s idleRSS=%.1fMiB peakRSS=%.1fMiB peakFDs=%d cpu=%s cpu/run=%.3fms modelCalls=%d",
-		r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
+		store, r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
 		r.PostToAll.Round(time.Millisecond), r.FirstAnnounce.Round(time.Millisecond), r.ModelFloor,
 		r.StartToReady.Round(100*time.Microsecond), mib(r.IdleRSS), mib(r.PeakRSS), r.PeakFDs,
 		r.CPU.Round(time.Millisecond), r.GatewayOverheadMs, r.ModelCalls)
@@ -111,6 +116,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	cfgPath := filepath.Join(dir, "herald.json5")
 	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations,
 		Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5}
+	if o.PostgresURL != "" {
+		cfg.Extra = fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
+	}
 	if err := cfg.Write(cfgPath); err != nil {
 		return res, err
 	}
