@@ -55,7 +55,7 @@ type Gateway struct {
 	log      *zap.Logger
 	clock    agent.Clock
 
-	db       *store.DB
+	db       store.Store
 	catalog  *agent.Catalog
 	provOpts providers.Options
 	subs     *subagent.Manager
@@ -175,7 +175,7 @@ func (g *Gateway) newProvider(id string, p config.Provider) (agent.Provider, err
 func (g *Gateway) Addr() string { return g.listener.Addr().String() }
 
 // Store gives read access to the state (operator commands, tests).
-func (g *Gateway) Store() *store.DB { return g.db }
+func (g *Gateway) Store() store.Store { return g.db }
 
 func (g *Gateway) workspace(agentID string) string {
 	return g.cfg().AgentWorkspace(agentID, g.stateDir)

@@ -13,7 +13,7 @@ import (
 // matrixSyncStore keeps the Matrix /sync tokens in the store (SPEC §12:
 // Matrix next_batch persisted), so a restart continues from the last
 // token instead of skipping what arrived while the gateway was down.
-type matrixSyncStore struct{ db *store.DB }
+type matrixSyncStore struct{ db store.KV }
 
 var _ mautrix.SyncStore = matrixSyncStore{}
 
@@ -37,7 +37,7 @@ func (m matrixSyncStore) LoadNextBatch(ctx context.Context, userID id.UserID) (s
 
 // telegramOffsets keeps the Telegram getUpdates offset in the store (SPEC
 // §12: Telegram update_id, offset persisted).
-type telegramOffsets struct{ db *store.DB }
+type telegramOffsets struct{ db store.KV }
 
 func (t telegramOffsets) LoadOffset(ctx context.Context) (int, error) {
 	v, found, err := t.db.GetKV(ctx, "telegram.offset")

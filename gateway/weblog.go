@@ -8,7 +8,7 @@ import (
 )
 
 // webLog keeps the web chat's conversations in the store.
-type webLog struct{ db *store.DB }
+type webLog struct{ db store.WebLog }
 
 var _ web.Log = webLog{}
 

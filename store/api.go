@@ -1,57 +1,121 @@
 package store
 
-// The method set other packages rely on. Bodies are filled in by the SQLite
-// implementation (db.go); this file fixes the contract.
-//
-//	Open(ctx, stateDir) (*DB, error)         create dir, open herald.db (WAL, busy timeout, foreign keys), migrate;
-//	                                         a corrupt file → error wrapping ErrCorrupt; unwritable dir → ErrReadOnly
-//	(*DB).Close() error
-//	(*DB).StateDir() string
-//	(*DB).TranscriptPath(agentID, sessionID) string   <stateDir>/transcripts/<agentId>/<sessionId>.jsonl
-//
-// Sessions:
-//	EnsureSession(ctx, *Session) (created bool, err)   insert if Key absent; on return *Session holds the stored row
-//	GetSession(ctx, key) (*Session, error)             ErrNotFound
-//	ListSessions(ctx, SessionFilter) ([]Session, error)
-//	AddSessionUsage(ctx, key, in, out int64) error
-//	MarkSessionDeleted(ctx, key, at) error
-//
-// Runs:
-//	CreateRun(ctx, *Run, child *Session) error        run row + child session row, one transaction
-//	SpawnRun(ctx, *Run, child, SpawnLimits) error       CreateRun with maxChildrenPerSession/maxTotalSpawns checked in its transaction (*LimitError)
-//	StartRun(ctx, runID, at) error                    queued → running
-//	SetRunStatus(ctx, runID, status) error
-//	FinishRun(ctx, *Run, announce *OutboxItem) error  run's end fields + (if non-nil) the outbox row, one transaction
-//	GetRun(ctx, runID) (*Run, error)
-//	GetRunByChildKey(ctx, key) (*Run, error)
-//	ListRuns(ctx, RunFilter) ([]Run, error)            newest first
-//	CountSpawns(ctx, rootKey) (int, error)
-//	DueArchives(ctx, now) ([]Run, error)               ArchiveAt ≤ now, not archived
-//	NextArchiveAt(ctx) (time.Time, bool, error)
-//	MarkArchived(ctx, runID, at) error                 also marks the child session deleted
-//
-// Outbox:
-//	EnqueueOutbox(ctx, *OutboxItem) (id int64, err)    duplicate RunID → returns the existing id, no new row
-//	DueOutbox(ctx, now, limit) ([]OutboxItem, error)   the oldest pending item per destination with NextAttemptAt ≤ now
-//	PendingOutbox(ctx, limit) ([]OutboxItem, error)     every pending item, oldest first
-//	NextOutboxAt(ctx) (time.Time, bool, error)
-//	MarkDelivered(ctx, id, at) error
-//	MarkRetry(ctx, id, next, errText) error           attempts++
-//	MarkFailed(ctx, id, at, errText) error
-//	OutboxStats(ctx) (pending, delivered, failed int, err)
-//
-// Approvals:
-//	CreateApproval(ctx, *Approval) error
-//	GetApproval(ctx, code) (*Approval, error)
-//	ResolveApproval(ctx, code, status, by, at) (*Approval, error)   ErrNotFound, ErrResolved
-//	PendingApprovals(ctx) ([]Approval, error)
-//
-// Web chat log:
-//	AppendWeb(ctx, client, *WebMessage) (seq int64, err)   seq per client, increasing; same RunID twice → the first seq, no new row
-//	WebAfter(ctx, client, after int64, limit int) ([]WebMessage, error)
-//
-// Transcripts (transcript.go):
-//	OpenTranscript(path, TranscriptHeader) (*Transcript, error)   creates dirs; writes the header if the file is new
-//	(*Transcript).Append(TranscriptEntry) error                   one JSON line, written through (no user-space buffer)
-//	(*Transcript).Close() error
-//	ReadTranscript(path) (TranscriptHeader, []TranscriptEntry, error)   tolerates a torn last line
+import (
+	"context"
+	"time"
+)
+
+// The store's contract, one interface per aggregate. *DB implements every
+// one of them on SQLite and on PostgreSQL (the package's tests run on both:
+// pgtest.RunBoth); consumers declare the aggregates they use. Open and
+// OpenPostgres (or OpenStore, by config) create a *DB.
+
+// Sessions are conversation histories' rows (the history itself is in
+// Transcripts) and per-conversation settings.
+type Sessions interface {
+	EnsureSession(ctx context.Context, s *Session) (created bool, err error) // insert if Key absent; *s holds the stored row
+	GetSession(ctx context.Context, key string) (*Session, error)            // ErrNotFound
+	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)    // newest first
+	AddSessionUsage(ctx context.Context, key string, in, out int64) error
+	MarkSessionDeleted(ctx context.Context, key string, at time.Time) error
+	ResetSession(ctx context.Context, key, newID, newPath, archivedPath string, at time.Time) error // /new, /reset: one transaction
+	SessionResets(ctx context.Context, key string) ([]SessionReset, error)
+	ConversationSettings(ctx context.Context, key string) (ConversationSettings, error)
+	SetConversationSettings(ctx context.Context, key string, s ConversationSettings) error
+}
+
+// Runs are sub-agent runs; a run's end and its announce are one transaction.
+type Runs interface {
+	CreateRun(ctx context.Context, r *Run, child *Session) error                 // run + child session, one transaction
+	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error // CreateRun with the limits checked in its transaction (*LimitError)
+	RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error)
+	StartRun(ctx context.Context, runID string, at time.Time) error // queued → running; ErrNotQueued
+	SetRunStatus(ctx context.Context, runID, status string) error
+	SetRunNote(ctx context.Context, runID, status, note string) error
+	FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error // the run's end + its outbox row, one transaction
+	AddRunUsage(ctx context.Context, runID string, in, out, cacheRead, cacheWrite int64) error
+	GetRun(ctx context.Context, runID string) (*Run, error)
+	GetRunByChildKey(ctx context.Context, key string) (*Run, error)
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error) // newest first
+	CountSpawns(ctx context.Context, rootKey string) (int, error)
+	DueArchives(ctx context.Context, now time.Time) ([]Run, error)
+	NextArchiveAt(ctx context.Context) (time.Time, bool, error)
+	MarkArchived(ctx context.Context, runID string, at time.Time) error // also marks the child session deleted
+}
+
+// Turns is the intake: every inbound message, stored before it is
+// acknowledged; its turn is owed until CompleteIntake puts the reply in the
+// outbox.
+type Turns interface {
+	AddIntake(ctx context.Context, in *Intake) (added bool, err error) // a re-delivered platform id adds nothing
+	StartIntake(ctx context.Context, id int64, at time.Time) error
+	CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, error)
+	OwedIntake(ctx context.Context) ([]Intake, error) // arrival order
+	SetIntakeDraft(ctx context.Context, id int64, ref string) error
+}
+
+// Outbox is every message to a platform, delivered in order per destination.
+type Outbox interface {
+	EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) // a known RunID returns the existing row
+	DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxItem, error)
+	PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
+	GetOutbox(ctx context.Context, id int64) (*OutboxItem, error)
+	NextOutboxAt(ctx context.Context) (time.Time, bool, error)
+	MarkDelivered(ctx context.Context, id int64, at time.Time) error
+	MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error
+	MarkFailed(ctx context.Context, id int64, at time.Time, errText string) error
+	BeginPart(ctx context.Context, id int64, part int) error
+	EndPart(ctx context.Context, id int64, part int, platformID string) error
+	AbortPart(ctx context.Context, id int64) error
+	OutboxStats(ctx context.Context) (pending, delivered, failed int, err error)
+	ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]OutboxItem, error)
+}
+
+// Approvals are tool calls waiting for /approve or /deny.
+type Approvals interface {
+	CreateApproval(ctx context.Context, a *Approval) error
+	GetApproval(ctx context.Context, code string) (*Approval, error)
+	ResolveApproval(ctx context.Context, code, status, by string, at time.Time) (*Approval, error) // ErrNotFound, ErrResolved
+	PendingApprovals(ctx context.Context) ([]Approval, error)
+}
+
+// WebLog is the web chat's conversations, numbered per client.
+type WebLog interface {
+	AppendWeb(ctx context.Context, client string, m *WebMessage) (int64, error) // a known RunID or Key returns the first seq
+	WebAfter(ctx context.Context, client string, after int64, limit int) ([]WebMessage, error)
+}
+
+// KV is small named values (platform offsets, the last reload).
+type KV interface {
+	GetKV(ctx context.Context, key string) (value string, found bool, err error)
+	SetKV(ctx context.Context, key, value string) error
+}
+
+// Leases are named roles held by one replica at a time.
+type Leases interface {
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) // ErrLeaseHeld
+	ReleaseLease(ctx context.Context, name, holder string) error
+	GetLease(ctx context.Context, name string) (Lease, error)
+}
+
+// Store is every aggregate and the database's own methods.
+type Store interface {
+	Sessions
+	Runs
+	Turns
+	Outbox
+	Approvals
+	WebLog
+	KV
+	Leases
+	Transcripts
+	UnarchiveTranscript(archived, path string) error
+	Backup(ctx context.Context, path string) error // SQLite only
+	Driver() string                                // DriverSQLite or DriverPostgres
+	StateDir() string
+	Path() string // the SQLite file, or the PostgreSQL URL without its password
+	SchemaVersion() int
+	Close() error
+}
+
+var _ Store = (*DB)(nil)

@@ -1,7 +1,10 @@
-// Package store is Herald's embedded persistence: one SQLite database in the
-// state dir (WAL, schema migrations) holding sessions, sub-agent runs, the
-// announce outbox, archive deadlines, approvals and the web chat log; and the
-// JSONL transcripts under transcripts/<agentId>/<sessionId>.jsonl.
+// Package store is Herald's persistence: sessions, sub-agent runs, the
+// intake of owed turns, the announce outbox, archive deadlines, approvals,
+// the web chat log, leases and the JSONL transcripts. Its contract is the
+// interfaces in api.go; *DB keeps them in one SQLite database in the state
+// dir (WAL, schema migrations; transcripts as files under
+// transcripts/<agentId>/<sessionId>.jsonl) or in PostgreSQL (postgres.go;
+// transcripts as rows), with the same queries.
 //
 // It must not import gateway, subagent, agent or any channels/<name> package.
 package store

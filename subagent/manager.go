@@ -26,10 +26,19 @@ import (
 // LaneName is the name of the sub-agent lane.
 const LaneName = "subagent"
 
+// Store is the part of the state a Manager uses: runs and their child
+// sessions and transcripts, announces into the outbox.
+type Store interface {
+	store.Runs
+	store.Sessions
+	store.Outbox
+	store.Transcripts
+}
+
 // Deps is what a Manager needs from the gateway.
 type Deps struct {
 	Config  *config.Config // the config at start; SetConfig replaces it
-	Store   *store.DB
+	Store   Store
 	Catalog *agent.Catalog
 	// Tools returns the built-in (non-session) tools of an agent.
 	Tools func(agentID string) *agent.Registry

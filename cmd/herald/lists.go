@@ -21,7 +21,7 @@ func writeJSON(w io.Writer, v any) error {
 
 // listOutbox is `herald outbox list [--pending] [--json]`: the outbox,
 // newest first, with each item's state, destination and attempts.
-func listOutbox(ctx context.Context, db *store.DB, f *flags, w io.Writer) error {
+func listOutbox(ctx context.Context, db store.Outbox, f *flags, w io.Writer) error {
 	items, err := db.ListOutbox(ctx, f.pending, f.limit)
 	if err != nil {
 		return err

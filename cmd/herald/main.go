@@ -181,7 +181,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // tailTranscript prints the transcript of the session key as JSONL; with
 // follow it goes on until SIGINT/SIGTERM.
-func tailTranscript(ctx context.Context, db *store.DB, key string, follow bool, w io.Writer) error {
+func tailTranscript(ctx context.Context, db interface {
+	store.Sessions
+	store.Transcripts
+}, key string, follow bool, w io.Writer) error {
 	s, err := db.GetSession(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("no session %q (herald sessions list shows the keys)", key)
@@ -387,7 +390,7 @@ func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) e
 	return 0
 }
 
-func listRuns(ctx context.Context, db *store.DB, f *flags, w io.Writer) error {
+func listRuns(ctx context.Context, db store.Runs, f *flags, w io.Writer) error {
 	runs, err := db.ListRuns(ctx, store.RunFilter{Limit: f.limit})
 	if err != nil {
 		return err
@@ -409,7 +412,10 @@ func listRuns(ctx context.Context, db *store.DB, f *flags, w io.Writer) error {
 	return tw.Flush()
 }
 
-func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
+func runInfo(ctx context.Context, db interface {
+	store.Runs
+	store.Transcripts
+}, id string, w io.Writer) error {
 	runs, err := db.ListRuns(ctx, store.RunFilter{})
 	if err != nil {
 		return err
@@ -441,7 +447,7 @@ func runInfo(ctx context.Context, db *store.DB, id string, w io.Writer) error {
 	return nil
 }
 
-func listSessions(ctx context.Context, db *store.DB, f *flags, w io.Writer) error {
+func listSessions(ctx context.Context, db store.Sessions, f *flags, w io.Writer) error {
 	sessions, err := db.ListSessions(ctx, store.SessionFilter{Limit: f.limit})
 	if err != nil {
 		return err

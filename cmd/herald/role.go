@@ -17,7 +17,7 @@ const gatewayLease = "gateway"
 
 // role is this replica's claim on the gateway role.
 type role struct {
-	db  *store.DB
+	db  store.Leases
 	id  string
 	ttl time.Duration
 	log *zap.Logger

@@ -26,7 +26,7 @@ type Request struct {
 // needs a missing one says it is not available instead of failing.
 type Env struct {
 	Subagents *subagent.Manager
-	Store     *store.DB
+	Store     store.Sessions
 	Config    *config.Config
 	AgentID   string                       // the session's agent
 	AbortTurn func(sessionKey string) bool // cancels the session's running turn; reports whether one was running
