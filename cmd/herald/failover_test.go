@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/devtools/harness"
 	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/store"
@@ -22,7 +23,10 @@ type replica struct {
 	web *harness.Web
 }
 
-func startReplica(t *testing.T, bin, dbURL, modelURL, name string) *replica {
+// failoverToken is the fake Telegram bot's token.
+const failoverToken = "123456:failover"
+
+func startReplica(t *testing.T, bin, dbURL, modelURL, tgURL, name string) *replica {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -30,7 +34,8 @@ func startReplica(t *testing.T, bin, dbURL, modelURL, name string) *replica {
 	}
 	addr := freeAddr(t)
 	cfg := harness.Config{Listen: addr, ModelURL: modelURL, MainConcurrent: 8, Subagents: 8, Children: 8, GraceSeconds: 5,
-		Extra: fmt.Sprintf("state: { driver: \"postgres\", url: %q, leaseSeconds: 2 },", dbURL)}
+		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }", failoverToken, tgURL),
+		Extra:    fmt.Sprintf("state: { driver: \"postgres\", url: %q, leaseSeconds: 2 },", dbURL)}
 	cfgPath := filepath.Join(dir, "herald.json5")
 	if err := cfg.Write(cfgPath); err != nil {
 		t.Fatal(err)
@@ -69,11 +74,12 @@ func (r *replica) logSays(t *testing.T, s string) {
 }
 
 // TestFailoverToStandby: two gateway processes on one PostgreSQL state. One
-// takes the gateway role, the other stands by; messages are acknowledged by
-// the first, which is SIGKILLed while their turns and sub-agent runs are in
-// flight. The standby takes over once the lease expires and every
-// acknowledged message is answered exactly once, every run announced
-// exactly once, in the conversation the person sees from the new replica.
+// takes the gateway role, the other stands by; web and Telegram messages are
+// acknowledged by the first, which is SIGKILLed while their turns and
+// sub-agent runs are in flight. The standby takes over once the lease
+// expires and every acknowledged message is answered exactly once, every
+// run announced exactly once, in the conversation the person sees from the
+// new replica; Telegram is polled by one process at a time throughout.
 func TestFailoverToStandby(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	bin := buildHerald(t)
@@ -85,12 +91,13 @@ func TestFailoverToStandby(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	a := startReplica(t, bin, dbURL, model.URL, "a")
+	tf := tgfake.New(t, failoverToken)
+	a := startReplica(t, bin, dbURL, model.URL, tf.URL(), "a")
 	if err := a.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a.logSays(t, "took the gateway role")
-	b := startReplica(t, bin, dbURL, model.URL, "b")
+	b := startReplica(t, bin, dbURL, model.URL, tf.URL(), "b")
 	b.logSays(t, "standby: another replica has the gateway role")
 
 	const clients = 6
@@ -102,6 +109,7 @@ func TestFailoverToStandby(t *testing.T) {
 	if _, err := a.web.Post(ctx, "spawner", "SPAWN 3 job"); err != nil {
 		t.Fatal(err)
 	}
+	tf.SendText(777, "private", 0, 42, "SAY tg1")
 	// Kill the holder once the sub-agents are running: their runs, and
 	// the turns still waiting for the model, are in flight.
 	db, err := store.OpenPostgres(ctx, dbURL, t.TempDir())
@@ -131,6 +139,7 @@ func TestFailoverToStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("takeover: the standby was ready %v after the SIGKILL (leaseSeconds 2)", time.Since(killed).Round(time.Millisecond))
+	tf.SendText(777, "private", 0, 42, "SAY tg2")
 
 	// Every acknowledged message answered once, seen from the new replica.
 	for i := range clients {
@@ -174,8 +183,18 @@ func TestFailoverToStandby(t *testing.T) {
 			t.Errorf("run %s ended %s after the takeover", r.Label, r.Status)
 		}
 	}
+	// Telegram: each message answered once, by whichever replica held the
+	// role, and never two pollers at once.
+	deadline = time.Now().Add(60 * time.Second)
+	for tgAnswers(tf, "ack tg1") == 0 || tgAnswers(tf, "ack tg2") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Telegram messages not answered: %+v", tf.Sent())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
 	// A clean stop hands the role over at once: the lease is released.
-	c := startReplica(t, bin, dbURL, model.URL, "c")
+	c := startReplica(t, bin, dbURL, model.URL, tf.URL(), "c")
 	c.logSays(t, "standby: another replica has the gateway role")
 	if err := b.Term(30 * time.Second); err != nil {
 		t.Fatal(err)
@@ -188,6 +207,33 @@ func TestFailoverToStandby(t *testing.T) {
 	if n := count(waitMessages(t, ctx, c.web, "c0", func([]harness.Message) bool { return true }), "assistant", "ack m0"); n != 1 {
 		t.Errorf("after the switchover c0 shows %d answers, want 1", n)
 	}
+	tf.SendText(777, "private", 0, 42, "SAY tg3")
+	deadline = time.Now().Add(60 * time.Second)
+	for tgAnswers(tf, "ack tg3") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Telegram message after the switchover not answered: %+v", tf.Sent())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, w := range []string{"ack tg1", "ack tg2", "ack tg3"} {
+		if n := tgAnswers(tf, w); n != 1 {
+			t.Errorf("Telegram got %q %d times, want once", w, n)
+		}
+	}
+	if n := tf.Conflicts(); n != 0 {
+		t.Errorf("%d getUpdates conflicts: two replicas polled Telegram at once", n)
+	}
+}
+
+// tgAnswers counts the messages the fake Telegram got with text.
+func tgAnswers(tf *tgfake.Server, text string) int {
+	n := 0
+	for _, s := range tf.Sent() {
+		if s.Text == text {
+			n++
+		}
+	}
+	return n
 }
 
 func count(ms []harness.Message, role, text string) int {

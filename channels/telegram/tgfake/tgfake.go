@@ -81,6 +81,10 @@ type Server struct {
 	webhookURL   string
 	webhookSec   string
 	polls        int
+	// poll ends the long poll in progress (closed by the next one, as the
+	// real Bot API ends it with 409 when a second getUpdates comes in).
+	poll      chan struct{}
+	conflicts int
 }
 
 type msgKey struct {
@@ -180,6 +184,15 @@ func (s *Server) Polls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.polls
+}
+
+// Conflicts counts long polls ended by another getUpdates while they were
+// waiting: two bot instances polling at once (Telegram answers the first
+// 409 "terminated by other getUpdates request").
+func (s *Server) Conflicts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conflicts
 }
 
 // SendText queues a text message update, as if user fromID wrote text in
@@ -459,7 +472,19 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p url.Values
 		writeError(w, failure{status: http.StatusConflict, description: "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"})
 		return
 	}
+	if s.poll != nil {
+		close(s.poll) // a second poller: the first one ends with 409
+	}
+	mine := make(chan struct{})
+	s.poll = mine
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.poll == mine {
+			s.poll = nil
+		}
+		s.mu.Unlock()
+	}()
 
 	deadline := time.NewTimer(time.Duration(timeout) * time.Second)
 	defer deadline.Stop()
@@ -484,6 +509,12 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p url.Values
 		case <-ch:
 		case <-deadline.C:
 			timeout = 0
+		case <-mine:
+			s.mu.Lock()
+			s.conflicts++
+			s.mu.Unlock()
+			writeError(w, failure{status: http.StatusConflict, description: "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"})
+			return
 		case <-r.Context().Done():
 			return
 		}

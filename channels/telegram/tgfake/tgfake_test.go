@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 )
 
 type response struct {
@@ -86,3 +87,35 @@ func TestFailuresUseBotAPIErrors(t *testing.T) {
 }
 
 func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// A second getUpdates while one is waiting ends the first with 409, as
+// Telegram does when two bot instances poll.
+func TestSecondPollerEndsTheFirstWithConflict(t *testing.T) {
+	s := New(t, "1:tok")
+	first := make(chan int, 1)
+	go func() {
+		code, _ := call(t, s, "1:tok", "getUpdates", url.Values{"timeout": {"30"}})
+		first <- code
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Polls() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first poll never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if code, _ := call(t, s, "1:tok", "getUpdates", url.Values{"timeout": {"0"}}); code != http.StatusOK {
+		t.Errorf("second poll: %d, want 200", code)
+	}
+	select {
+	case code := <-first:
+		if code != http.StatusConflict {
+			t.Errorf("first poll ended with %d, want 409", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first poll was not ended by the second")
+	}
+	if n := s.Conflicts(); n != 1 {
+		t.Errorf("Conflicts = %d, want 1", n)
+	}
+}

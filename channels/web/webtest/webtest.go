@@ -176,11 +176,13 @@ func Screenshot(ctx context.Context, path string) error {
 	return os.WriteFile(path, png, 0o644)
 }
 
+// selector matches the page's messages of role (every role when ""); the
+// bubble of a reply still being written (.draft) is not a message yet.
 func selector(role string) string {
 	if role == "" {
-		return "#messages .msg"
+		return "#messages .msg:not(.draft)"
 	}
-	return "#messages .msg." + strings.TrimPrefix(role, ".")
+	return "#messages .msg." + strings.TrimPrefix(role, ".") + ":not(.draft)"
 }
 
 func textsJS(role string) string {
