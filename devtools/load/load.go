@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +47,8 @@ type Result struct {
 	SpawnToAll        time.Duration // the model's first spawn answer → the last announce
 	PostToAll         time.Duration // the first POST → the last announce
 	FirstAnnounce     time.Duration // the first POST → the first announce
+	AnnounceP50       time.Duration // the POSTs → each announce, median
+	AnnounceP99       time.Duration // … 99th percentile
 	CPU               time.Duration // gateway CPU from the first POST to the last announce
 	ModelCalls        int64
 	ModelFloor        time.Duration // what the model alone needs from the first spawn: a work turn and an announce step
@@ -58,10 +61,11 @@ func (r Result) String() string {
 	if r.PostgresURL != "" {
 		store = "postgres"
 	}
-	return fmt.Sprintf("load: store=%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s model-floor=%s "+
+	return fmt.Sprintf("load: store=%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s p50=%s p99=%s model-floor=%s "+
 		"ready=%s idleRSS=%.1fMiB peakRSS=%.1fMiB peakFDs=%d cpu=%s cpu/run=%.3fms modelCalls=%d",
 		store, r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
-		r.PostToAll.Round(time.Millisecond), r.FirstAnnounce.Round(time.Millisecond), r.ModelFloor,
+		r.PostToAll.Round(time.Millisecond), r.FirstAnnounce.Round(time.Millisecond),
+		r.AnnounceP50.Round(time.Millisecond), r.AnnounceP99.Round(time.Millisecond), r.ModelFloor,
 		r.StartToReady.Round(100*time.Microsecond), mib(r.IdleRSS), mib(r.PeakRSS), r.PeakFDs,
 		r.CPU.Round(time.Millisecond), r.GatewayOverheadMs, r.ModelCalls)
 }
@@ -155,6 +159,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		mu                   sync.Mutex
 		announced            int
 		firstAnn, lastAnn    time.Time
+		annAt                []time.Time
 		allDone              = make(chan struct{})
 		streams              sync.WaitGroup
 		streamCtx, endStream = context.WithCancel(ctx)
@@ -174,6 +179,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 					firstAnn = at
 				}
 				lastAnn = at
+				annAt = append(annAt, at)
 				if announced == res.Runs {
 					close(allDone)
 				}
@@ -253,6 +259,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if !lastAnn.IsZero() {
 		res.PostToAll = lastAnn.Sub(posted)
 		res.FirstAnnounce = firstAnn.Sub(posted)
+		lat := make([]time.Duration, len(annAt))
+		for i, at := range annAt {
+			lat[i] = at.Sub(posted)
+		}
+		slices.Sort(lat)
+		res.AnnounceP50, res.AnnounceP99 = Percentile(lat, 50), Percentile(lat, 99)
 		if fs := model.FirstSpawn(); !fs.IsZero() {
 			res.SpawnToAll = lastAnn.Sub(fs)
 		}
