@@ -31,9 +31,8 @@ const pgConns = 16
 const pgOpTimeout = 30 * time.Second
 
 // pgBackend is what a DB on PostgreSQL holds besides the database/sql pool
-// the queries share with SQLite: the pgx pool itself (advisory locks and
-// LISTEN need a connection of their own) and the URL without its password
-// for messages.
+// the queries share with SQLite: the pgx pool under it (closed with it) and
+// the URL without its password for messages.
 type pgBackend struct {
 	pool *pgxpool.Pool
 	url  string
@@ -130,16 +129,6 @@ func (d *DB) Driver() string {
 		return DriverPostgres
 	}
 	return DriverSQLite
-}
-
-// Pool returns the pgx pool of a PostgreSQL store (nil on SQLite), for the
-// features only PostgreSQL has: advisory locks held by a connection,
-// LISTEN/NOTIFY.
-func (d *DB) Pool() *pgxpool.Pool {
-	if d.pg == nil {
-		return nil
-	}
-	return d.pg.pool
 }
 
 func (b *pgBackend) close(d *DB) error {
