@@ -143,3 +143,24 @@ func waitWebReply(t *testing.T, tg *testGW, client, text string) {
 		t.Fatalf("web client %s never got %q; conversation: %q", client, text, got)
 	}
 }
+
+// TestReloadReportsStateNeedsRestart: where the state lives and the
+// replica's name are read at start; a reload that changes them says a
+// restart is needed and keeps the gateway running on what it opened.
+func TestReloadReportsStateNeedsRestart(t *testing.T) {
+	tg := newTestGateway(t, webE2EConfig, nil)
+	changed := strings.Replace(webE2EConfig, "gateway: { shutdownGraceSeconds: 5 },",
+		`gateway: { shutdownGraceSeconds: 5, replicaId: "elsewhere" }, state: { leaseSeconds: 30 },`, 1)
+	res := tg.G.Reload(context.Background(), func() (*config.Config, error) {
+		cfg, err := config.Parse("reloaded.json5", []byte(changed), func(string) (string, bool) { return "", false })
+		if err != nil {
+			return nil, err
+		}
+		return cfg, cfg.Validate()
+	})
+	if res.Result != "ok" || !slices.Contains(res.NeedsRestart, "state") || !slices.Contains(res.NeedsRestart, "gateway.replicaId") {
+		t.Fatalf("reload changing state and replicaId = %+v, want both in needsRestart", res)
+	}
+	seq := webPost(t, tg.URL, "after", "hello")
+	waitWeb(t, tg, "after", seq, "assistant", func(string) bool { return true })
+}

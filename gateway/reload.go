@@ -125,6 +125,8 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	restart("gateway.logLevel", old.Gateway.LogLevel, next.Gateway.LogLevel)
 	restart("gateway.logFormat", old.Gateway.LogFormat, next.Gateway.LogFormat)
 	restart("channels.web", old.Channels.Web, next.Channels.Web)
+	restart("gateway.replicaId", old.Gateway.ReplicaID, next.Gateway.ReplicaID)
+	restart("state", old.State, next.State)
 
 	g.conf.Store(next)
 	if cat != nil {
