@@ -71,7 +71,7 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 		session = cc.SessionKey
 	}
 	ap := &store.Approval{Code: newCode(), SessionKey: session, RunID: cc.RunID, Tool: call.Name, Args: string(call.Args),
-		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(timeout)}
+		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(timeout), Replica: a.g.cluster.id}
 	if err := a.g.db.CreateApproval(ctx, ap); err != nil {
 		return fmt.Errorf("tool %s needs approval, but the request could not be recorded: %v", call.Name, err)
 	}
@@ -167,26 +167,80 @@ func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approv
 	if err != nil {
 		return nil, err
 	}
+	if a.deliver(code, approve) {
+		return ap, nil
+	}
+	if ap.Replica != a.g.cluster.id && a.g.cluster.alive(ctx, ap.Replica) {
+		// The tool call waits on another replica: tell it.
+		a.g.cluster.send(ctx, "approval", code)
+		return ap, nil
+	}
+	return ap, errors.Join(store.ErrResolved, errors.New("the tool call that asked is no longer waiting"))
+}
+
+// deliver hands a decision to the tool call of this replica waiting for
+// code; false when none waits here.
+func (a *approvals) deliver(code string, approve bool) bool {
 	a.mu.Lock()
 	ch, ok := a.waiting[code]
 	a.mu.Unlock()
 	if ok {
-		ch <- approve
-	} else {
-		return ap, errors.Join(store.ErrResolved, errors.New("the tool call that asked is no longer waiting"))
+		select {
+		case ch <- approve:
+		default: // decided already
+		}
 	}
-	return ap, nil
+	return ok
 }
 
-// expireStale marks approvals left pending by a previous process expired:
-// the calls that asked died with it.
-func (a *approvals) expireStale(ctx context.Context) error {
-	pending, err := a.g.db.PendingApprovals(ctx)
+// decided is told by another replica that approval code was resolved
+// there: a tool call of this replica waiting for it reads the decision.
+func (a *approvals) decided(code string) {
+	a.mu.Lock()
+	_, ok := a.waiting[code]
+	a.mu.Unlock()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ap, err := a.g.db.GetApproval(ctx, code)
 	if err != nil {
+		a.log.Warn("could not read an approval resolved on another replica", zap.String("code", code), zap.Error(err))
+		return
+	}
+	switch ap.Status {
+	case store.ApprovalApproved:
+		a.deliver(code, true)
+	case store.ApprovalDenied:
+		a.deliver(code, false)
+	}
+}
+
+// expireStale marks approvals left pending by a replica that is gone (on
+// SQLite: by a previous process) expired: the calls that asked died with
+// it. With mine (at start), this replica's own from before a restart too.
+func (a *approvals) expireStale(ctx context.Context, mine bool) error {
+	pending, err := a.g.db.PendingApprovals(ctx)
+	if err != nil || len(pending) == 0 {
 		return err
 	}
+	alive := map[string]bool{}
 	var errs []error
 	for _, ap := range pending {
+		if ap.Replica == a.g.cluster.id && !mine {
+			continue
+		}
+		if ap.Replica != a.g.cluster.id {
+			up, ok := alive[ap.Replica]
+			if !ok {
+				up = a.g.cluster.alive(ctx, ap.Replica)
+				alive[ap.Replica] = up
+			}
+			if up {
+				continue
+			}
+		}
 		if _, err := a.g.db.ResolveApproval(ctx, ap.Code, store.ApprovalExpired, "restart", a.g.clock.Now()); err != nil && !errors.Is(err, store.ErrResolved) {
 			errs = append(errs, err)
 		}

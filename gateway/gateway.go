@@ -46,6 +46,9 @@ type Options struct {
 	Clock agent.Clock
 	// HTTPReadTimeout bounds reading one request, body included; 0 = 30 s.
 	HTTPReadTimeout time.Duration
+	// OnLeaseLost, if set, is called when this replica lost its lease on a
+	// PostgreSQL state (herald exits at once); by default Run returns.
+	OnLeaseLost func(reason string)
 }
 
 // Gateway is one running Herald daemon.
@@ -71,6 +74,7 @@ type Gateway struct {
 	approv   *approvals
 	mcp      *mcptools.Manager
 	panel    *panel
+	cluster  *cluster
 
 	listener net.Listener
 	server   *http.Server
@@ -114,6 +118,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		db.Close()
 		return nil, err
 	}
+	g.cluster = newCluster(g, o.OnLeaseLost)
 	g.provOpts = o.Providers
 	g.provOpts.Logger = o.Logger
 	g.catalog, err = agent.NewCatalog(cfg, g.newProvider)
@@ -136,6 +141,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Tools: g.baseTools, Workspace: g.workspace,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.panel.changed,
+		Replica: g.cluster.id, Peers: g.peers(),
 	})
 	if err := g.buildChannels(o.Channels); err != nil {
 		return fail(err)
@@ -255,7 +261,7 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 		if !cfg.WebEnabled() {
 			return nil, nil
 		}
-		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{g.db},
+		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{db: g.db, told: g.cluster.tellWeb},
 			RateLimit:     web.RateLimit{PerMinute: max(c.Web.RateLimit.PerMinute, 0), Burst: c.Web.RateLimit.Burst},
 			OnRateLimited: func(string) { g.metrics.refused.WithLabelValues("web", "rate_limited").Inc() },
 			SessionKey: func(client string) string {
@@ -280,15 +286,27 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 // serves until ctx ends; then it shuts down in order within the configured
 // grace period. A clean shutdown returns nil.
 func (g *Gateway) Run(ctx context.Context) error {
-	if err := g.approv.expireStale(ctx); err != nil {
+	if err := g.cluster.join(ctx); err != nil {
+		return fmt.Errorf("join the replicas: %w", err)
+	}
+	listening := make(chan struct{})
+	g.bg.Add(1)
+	go func() { defer g.bg.Done(); g.cluster.listen(g.bgCtx, listening) }()
+	if err := g.approv.expireStale(ctx, true); err != nil {
 		g.log.Warn("could not expire stale approvals", zap.Error(err))
 	}
 	g.startMCP()
 	if err := g.subs.Start(ctx); err != nil {
 		g.mcp.Close()
+		g.bgCancel()
+		g.bg.Wait()
+		g.cluster.leave()
 		return err
 	}
 	if err := g.resumeOwed(ctx); err != nil {
+		g.bgCancel()
+		g.bg.Wait()
+		g.cluster.leave()
 		return err
 	}
 	outboxCtx, stopOutbox := context.WithCancel(context.Background())
@@ -296,11 +314,19 @@ func (g *Gateway) Run(ctx context.Context) error {
 	go func() { defer close(outboxDone); g.outbox.run(outboxCtx) }()
 	g.stopOutbox = func() { stopOutbox(); <-outboxDone }
 	for _, ch := range g.channelSet() {
-		g.launchChannel(ch)
+		g.launchChannel(ch) // not a channel another replica may run
 	}
-	g.bg.Add(2)
+	g.cluster.elect(ctx) // takes and starts those nobody runs
+	g.bg.Add(4)
 	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.panel.run(g.bgCtx) }()
+	go func() { defer g.bg.Done(); g.cluster.run(g.bgCtx) }()
+	go func() { defer g.bg.Done(); g.cluster.teller(g.bgCtx) }()
+	select { // notifications sent from now on reach this replica
+	case <-listening:
+	case <-time.After(5 * time.Second):
+		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.server.Serve(g.listener) }()
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),
@@ -309,6 +335,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
+	case reason := <-g.cluster.lost:
+		err = fmt.Errorf("lost the replica lease (%s)", reason)
 	case err = <-serveErr:
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
@@ -338,7 +366,11 @@ func (g *Gateway) channelSet() map[channels.Name]channels.Channel {
 
 // launchChannel starts ch in the background (startChannel) with its own
 // context, so a reload that replaces ch can end a retry loop still running.
+// A channel one replica at a time runs starts only where it is led.
 func (g *Gateway) launchChannel(ch channels.Channel) {
+	if !g.cluster.runs(ch.Name()) {
+		return
+	}
 	ctx, cancel := context.WithCancel(g.bgCtx)
 	g.chMu.Lock()
 	g.chStop[ch.Name()] = cancel
@@ -389,9 +421,8 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = g.server.Shutdown(hctx)
 	hcancel()
-	if dropped := g.mainLane.Shutdown(ctx); dropped > 0 {
-		g.log.Info("queued turns stay owed for the next start", zap.Int("turns", dropped))
-	}
+	g.mainLane.Shutdown(ctx)
+	g.logOwed()
 	g.subs.Shutdown(ctx)
 	g.mcp.Close()
 	g.stopOutbox() // the delivery loop ends before the last pass
@@ -420,10 +451,33 @@ func (g *Gateway) shutdown(ctx context.Context) {
 		}
 	}
 	g.mu.Unlock()
+	g.cluster.leave()
 	if err := g.db.Close(); err != nil {
 		g.log.Error("close store", zap.Error(err))
 	}
 	g.log.Info("gateway stopped")
+}
+
+// logOwed logs how many turns this replica leaves owed in the store (cut,
+// queued, or waiting behind their session's turn): the next start, or
+// another replica, answers them.
+func (g *Gateway) logOwed() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	owed, err := g.db.OwedIntake(ctx)
+	if err != nil {
+		g.log.Warn("could not count the owed turns", zap.Error(err))
+		return
+	}
+	n := 0
+	for _, it := range owed {
+		if it.ClaimedBy == "" || it.ClaimedBy == g.cluster.id {
+			n++
+		}
+	}
+	if n > 0 {
+		g.log.Info("queued turns stay owed for the next start", zap.Int("turns", n))
+	}
 }
 
 // cfg is the current config. A reload replaces it; code reads it when it

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -52,6 +53,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	sort.Strings(names)
 	for _, n := range names {
 		status := "ok"
+		if !g.cluster.runs(channels.Name(n)) {
+			// One replica at a time runs it; this one stands by.
+			checks["channel:"+n] = "standby: runs on replica " + cmp.Or(g.cluster.holder(ctx, channels.Name(n)), "(being elected)")
+			continue
+		}
 		if h, ok := chans[channels.Name(n)].(channels.Healther); ok {
 			if err := h.Health(); err != nil {
 				status = err.Error()
@@ -69,7 +75,7 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	if !ready {
 		code = http.StatusServiceUnavailable
 	}
-	body := map[string]any{"ready": ready, "checks": checks}
+	body := map[string]any{"ready": ready, "checks": checks, "replicaId": g.cluster.id}
 	if g.mcpChecks(checks) {
 		body["degraded"] = true
 	}

@@ -78,7 +78,7 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		return &channels.BusyError{RetryAfter: busyRetry, Reason: fmt.Sprintf("%d turns queued", queued)}
 	}
 	it := &store.Intake{SessionKey: key, AgentID: agentID, Origin: in.Origin, SenderName: in.SenderName,
-		Text: in.Text, Mentioned: in.Mentioned, CreatedAt: in.At}
+		Text: in.Text, Mentioned: in.Mentioned, CreatedAt: in.At, ClaimedBy: g.cluster.id}
 	if in.Origin.MessageID != "" {
 		it.PlatformID = in.Origin.ChatID + "/" + in.Origin.MessageID
 	}
@@ -92,9 +92,21 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		log.Info("platform re-delivered a stored message; not run again", zap.String("platformId", it.PlatformID))
 		return nil
 	}
+	if it.ClaimedBy == "" {
+		// The session has an owed turn (here or on another replica): this
+		// one follows it, on the replica that runs it (CompleteIntake).
+		log.Debug("message stored behind its session's owed turn", zap.Int64("intakeId", it.ID))
+		return nil
+	}
 	log.Debug("message stored", zap.Int64("intakeId", it.ID), zap.Int("chars", len(in.Text)))
 	g.enqueueTurn(*it, log)
 	return nil
+}
+
+// turnLog is the logger of an owed turn.
+func (g *Gateway) turnLog(it store.Intake) *zap.Logger {
+	return g.log.With(zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID),
+		zap.String("channel", string(it.Origin.Channel)))
 }
 
 // enqueueTurn puts the owed turn of it on the main lane. A lane that is
@@ -107,11 +119,13 @@ func (g *Gateway) enqueueTurn(it store.Intake, log *zap.Logger) {
 	}
 }
 
-// resumeOwed queues every owed turn, in arrival order, before any channel
-// delivers a new message: what was acknowledged before a crash, a restart
-// or a drain is answered first.
+// resumeOwed claims and queues the owed turns that no live replica runs —
+// this replica's own from before a restart included — in arrival order,
+// before any channel delivers a new message: what was acknowledged before
+// a crash, a restart or a drain is answered first. A session's later owed
+// messages follow its first one (complete).
 func (g *Gateway) resumeOwed(ctx context.Context) error {
-	owed, err := g.db.OwedIntake(ctx)
+	owed, err := g.db.ClaimOwed(ctx, g.cluster.id, true, 0)
 	if err != nil {
 		return fmt.Errorf("read owed turns: %w", err)
 	}
@@ -120,8 +134,7 @@ func (g *Gateway) resumeOwed(ctx context.Context) error {
 	}
 	g.log.Info("resuming owed turns", zap.Int("turns", len(owed)))
 	for _, it := range owed {
-		g.enqueueTurn(it, g.log.With(zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID),
-			zap.String("channel", string(it.Origin.Channel))))
+		g.enqueueTurn(it, g.turnLog(it))
 	}
 	return nil
 }
@@ -134,12 +147,16 @@ func (g *Gateway) complete(ctx context.Context, it store.Intake, kind channels.K
 		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
 			DraftRef: it.DraftRef}
 	}
-	if _, err := g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now()); err != nil {
+	_, next, err := g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now())
+	if err != nil {
 		log.Error("could not complete the turn; it stays owed", zap.Int64("intakeId", it.ID), zap.Error(err))
 		return
 	}
 	if reply != nil {
 		g.outbox.wakeUp()
+	}
+	if next != nil { // the session's next message, claimed for this replica
+		g.enqueueTurn(*next, g.turnLog(*next))
 	}
 }
 

@@ -34,20 +34,29 @@ type deliverer struct {
 	log  *zap.Logger
 	wake chan struct{}
 
-	// mu makes reading what is due and claiming its destination one step,
-	// so a destination has at most one send in flight and a message is
-	// never sent by two passes.
+	// mu makes claiming what is due and counting the sends in flight one
+	// step. A claimed item is the oldest pending one of its destination and
+	// no other replica's, so a destination has at most one send in flight
+	// across the replicas and a message is never sent by two passes.
 	mu       sync.Mutex
-	inflight map[string]bool // destinations with a send in flight
+	inflight int  // sends in flight (≤ maxSends)
+	started  bool // the first pass (which takes back this replica's own claims) was made
 	sends    sync.WaitGroup
 }
 
 func newDeliverer(g *Gateway) *deliverer {
-	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1), inflight: make(map[string]bool)}
+	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1)}
 }
 
-// wakeUp asks for a delivery pass now.
+// wakeUp asks for a delivery pass now, here and on the other replicas (an
+// item may be for a channel another replica runs).
 func (d *deliverer) wakeUp() {
+	d.wakeLocal()
+	d.g.cluster.tellOutbox()
+}
+
+// wakeLocal asks for a delivery pass of this replica now.
+func (d *deliverer) wakeLocal() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -56,7 +65,8 @@ func (d *deliverer) wakeUp() {
 
 // run makes delivery passes until ctx ends. Sends it started go on (each
 // with its own deadline): shutdown stops the loop first, then makes the
-// last pass with flush, which waits for them.
+// last pass with flush, which waits for them. With other replicas it looks
+// at least every poll for items they left or could not send.
 func (d *deliverer) run(ctx context.Context) {
 	for {
 		full := d.pass(ctx)
@@ -67,6 +77,9 @@ func (d *deliverer) run(ctx context.Context) {
 			continue
 		}
 		wait := time.Minute
+		if d.g.cluster.shared {
+			wait = d.g.cluster.poll()
+		}
 		if next, ok, err := d.g.db.NextOutboxAt(ctx); err == nil && ok {
 			wait = min(wait, max(next.Sub(d.g.clock.Now()), 5*time.Millisecond))
 		}
@@ -95,43 +108,59 @@ func (d *deliverer) flush(ctx context.Context) {
 	}
 }
 
-// pass starts a send for every due message: the store returns only the
-// oldest pending message of each destination, so a destination's messages
-// go out in order, and each send runs on its own so a slow, failing or
-// rate-limited chat never holds up another. It reports whether more may be
-// due right away.
+// pass claims the due messages and starts a send for each: the store
+// hands out only the oldest pending message of each destination, so a
+// destination's messages go out in order, and each send runs on its own so
+// a slow, failing or rate-limited chat never holds up another. It reports
+// whether more may be due right away.
 func (d *deliverer) pass(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	items, err := d.g.db.DueOutbox(ctx, d.g.clock.Now(), outboxBatch)
+	room := maxSends - d.inflight
+	if room <= 0 {
+		d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", d.inflight))
+		return false
+	}
+	limit := min(outboxBatch, room)
+	items, err := d.g.db.ClaimOutbox(ctx, d.g.cluster.id, d.channelNames(), d.g.clock.Now(), !d.started, limit)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("read outbox", zap.Error(err))
 		}
 		return false
 	}
+	d.started = true
 	for i := range items {
 		it := items[i]
-		dest := store.Destination(it.Origin)
-		if d.inflight[dest] {
-			continue
-		}
-		if len(d.inflight) >= maxSends {
-			d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", len(d.inflight)))
-			break
-		}
-		d.inflight[dest] = true
+		d.inflight++
 		d.sends.Add(1)
 		go func() {
 			defer d.sends.Done()
 			d.deliver(ctx, d.g.channel(it.Origin.Channel), &it)
 			d.mu.Lock()
-			delete(d.inflight, dest)
+			d.inflight--
 			d.mu.Unlock()
-			d.wakeUp() // the next message to this destination may be due
+			d.wakeLocal() // the next message to this destination may be due
 		}()
 	}
-	return len(items) == outboxBatch
+	return len(items) == limit
+}
+
+// channelNames are the channels whose messages this replica sends: every
+// channel on SQLite (one not enabled gets its messages retried, with an
+// error, until it is); the channels it runs when replicas share the state
+// (another replica sends the rest).
+func (d *deliverer) channelNames() []string {
+	if !d.g.cluster.shared {
+		return nil
+	}
+	var out []string
+	for name := range d.g.channelSet() {
+		if d.g.cluster.runs(name) {
+			out = append(out, string(name))
+		}
+	}
+	return out
 }
 
 func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) {

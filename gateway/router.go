@@ -29,6 +29,7 @@ type sessionState struct {
 	sess    *agent.Session
 	cancel  context.CancelFunc
 	evicted bool      // set (holding use) when the janitor dropped it from g.sessions
+	fresh   bool      // loaded and not used yet; guarded by use
 	idle    time.Time // when the last turn or command let it go; guarded by use
 }
 
@@ -45,7 +46,9 @@ func (s *sessionState) lock(ctx context.Context) error {
 func (s *sessionState) unlock() { <-s.use }
 
 // acquire returns the loaded session of key, locked for the caller; a
-// session the janitor evicted meanwhile is loaded again.
+// session the janitor evicted meanwhile is loaded again. With other
+// replicas, a session whose last turn or command ran on another one is
+// loaded again from the store: what this replica had loaded is stale.
 func (g *Gateway) acquire(ctx context.Context, agentID, key string, origin channels.Origin) (*sessionState, error) {
 	for {
 		s, err := g.session(ctx, agentID, key, origin)
@@ -55,10 +58,41 @@ func (g *Gateway) acquire(ctx context.Context, agentID, key string, origin chann
 		if err := s.lock(ctx); err != nil {
 			return nil, err
 		}
-		if !s.evicted {
-			return s, nil
+		if s.evicted {
+			s.unlock()
+			continue
 		}
-		s.unlock()
+		if g.cluster.shared {
+			moved, err := g.db.HoldSession(ctx, key, g.cluster.id)
+			if err != nil {
+				s.unlock()
+				return nil, err
+			}
+			if moved && !s.fresh {
+				g.log.Debug("session ran on another replica; loading it again", zap.String("sessionKey", key))
+				g.evict(s)
+				s.unlock()
+				continue
+			}
+		}
+		s.fresh = false
+		return s, nil
+	}
+}
+
+// evict drops a session the caller has locked from memory, closing its
+// transcript; the next turn loads it again.
+func (g *Gateway) evict(s *sessionState) {
+	g.mu.Lock()
+	if g.sessions[s.key] == s {
+		delete(g.sessions, s.key)
+	}
+	g.mu.Unlock()
+	s.evicted = true
+	if s.sess != nil {
+		if err := s.sess.Close(); err != nil {
+			g.log.Warn("close a session's transcript", zap.String("sessionKey", s.key), zap.Error(err))
+		}
 	}
 }
 
@@ -71,7 +105,7 @@ func (g *Gateway) release(s *sessionState) {
 func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
-		AbortTurn: g.abortTurn, Approve: g.approv.resolve, Now: g.clock.Now,
+		AbortTurn: g.cluster.abort, Approve: g.approv.resolve, Now: g.clock.Now,
 		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin},
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
@@ -123,7 +157,7 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	if err != nil {
 		return nil, err
 	}
-	s = &sessionState{key: key, agentID: agentID, row: row, sess: sess, use: make(chan struct{}, 1), idle: now}
+	s = &sessionState{key: key, agentID: agentID, row: row, sess: sess, use: make(chan struct{}, 1), idle: now, fresh: true}
 	g.mu.Lock()
 	if other, ok := g.sessions[key]; ok { // loaded by someone else meanwhile
 		g.mu.Unlock()

@@ -168,17 +168,7 @@ func (g *Gateway) EvictIdle(now time.Time) int {
 			s.unlock()
 			continue
 		}
-		s.evicted = true
-		g.mu.Lock()
-		if g.sessions[s.key] == s {
-			delete(g.sessions, s.key)
-		}
-		g.mu.Unlock()
-		if s.sess != nil {
-			if err := s.sess.Close(); err != nil {
-				g.log.Warn("close transcript of an idle session", zap.String("sessionKey", s.key), zap.Error(err))
-			}
-		}
+		g.evict(s)
 		s.unlock()
 		n++
 	}

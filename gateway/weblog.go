@@ -7,14 +7,22 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// webLog keeps the web chat's conversations in the store.
-type webLog struct{ db store.WebLog }
+// webLog keeps the web chat's conversations in the store. told (optional)
+// is called after a new entry is stored, so streams of the client open on
+// other replicas wake up.
+type webLog struct {
+	db   store.WebLog
+	told func(client string)
+}
 
 var _ web.Log = webLog{}
 
 func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
 	m := store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Key: e.Key}
 	seq, err := l.db.AppendWeb(ctx, client, &m)
+	if err == nil && l.told != nil {
+		l.told(client)
+	}
 	if err == nil {
 		e.Seq = seq
 		if e.At.IsZero() {

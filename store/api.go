@@ -22,6 +22,7 @@ type Sessions interface {
 	SessionResets(ctx context.Context, key string) ([]SessionReset, error)
 	ConversationSettings(ctx context.Context, key string) (ConversationSettings, error)
 	SetConversationSettings(ctx context.Context, key string, s ConversationSettings) error
+	HoldSession(ctx context.Context, key, holder string) (moved bool, err error) // moved: another replica held it
 }
 
 // Runs are sub-agent runs; a run's end and its announce are one transaction.
@@ -41,6 +42,7 @@ type Runs interface {
 	DueArchives(ctx context.Context, now time.Time) ([]Run, error)
 	NextArchiveAt(ctx context.Context) (time.Time, bool, error)
 	MarkArchived(ctx context.Context, runID string, at time.Time) error // also marks the child session deleted
+	ClaimRuns(ctx context.Context, holder string, mine bool) ([]Run, error)
 }
 
 // Turns is the intake: every inbound message, stored before it is
@@ -49,7 +51,8 @@ type Runs interface {
 type Turns interface {
 	AddIntake(ctx context.Context, in *Intake) (added bool, err error) // a re-delivered platform id adds nothing
 	StartIntake(ctx context.Context, id int64, at time.Time) error
-	CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, error)
+	CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, *Intake, error) // returns the session's next turn, claimed
+	ClaimOwed(ctx context.Context, holder string, mine bool, limit int) ([]Intake, error)
 	OwedIntake(ctx context.Context) ([]Intake, error) // arrival order
 	SetIntakeDraft(ctx context.Context, id int64, ref string) error
 }
@@ -58,6 +61,7 @@ type Turns interface {
 type Outbox interface {
 	EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) // a known RunID returns the existing row
 	DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxItem, error)
+	ClaimOutbox(ctx context.Context, holder string, chans []string, now time.Time, mine bool, limit int) ([]OutboxItem, error)
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
 	GetOutbox(ctx context.Context, id int64) (*OutboxItem, error)
 	NextOutboxAt(ctx context.Context) (time.Time, bool, error)
@@ -96,6 +100,15 @@ type Leases interface {
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) // ErrLeaseHeld
 	ReleaseLease(ctx context.Context, name, holder string) error
 	GetLease(ctx context.Context, name string) (Lease, error)
+	LiveReplicas(ctx context.Context) ([]string, error)
+	ReplicaOf(ctx context.Context, what, key string) (string, error) // "approval", "run" or "session"
+}
+
+// Bus carries wake-ups between the replicas of a PostgreSQL state
+// (LISTEN/NOTIFY); on SQLite it carries nothing.
+type Bus interface {
+	Notify(ctx context.Context, channel, payload string) error
+	Listen(ctx context.Context, channel string, ready func(), fn func(payload string)) // until ctx ends
 }
 
 // Store is every aggregate and the database's own methods.
@@ -108,6 +121,7 @@ type Store interface {
 	WebLog
 	KV
 	Leases
+	Bus
 	Transcripts
 	UnarchiveTranscript(archived, path string) error
 	Backup(ctx context.Context, path string) error // SQLite only

@@ -9,13 +9,13 @@ import (
 )
 
 const approvalCols = `code, session_key, run_id, tool, args, origin, status, created_at, expires_at,
-	resolved_at, resolved_by`
+	resolved_at, resolved_by, replica`
 
 func scanApproval(rows *sql.Rows, a *Approval) error {
 	var origin string
 	var created, expires, resolved sql.NullInt64
 	if err := rows.Scan(&a.Code, &a.SessionKey, &a.RunID, &a.Tool, &a.Args, &origin, &a.Status,
-		&created, &expires, &resolved, &a.ResolvedBy); err != nil {
+		&created, &expires, &resolved, &a.ResolvedBy, &a.Replica); err != nil {
 		return err
 	}
 	a.CreatedAt, a.ExpiresAt, a.ResolvedAt = fromMS(created), fromMS(expires), fromMS(resolved)
@@ -39,9 +39,9 @@ func (d *DB) CreateApproval(ctx context.Context, a *Approval) error {
 	if err != nil {
 		return fmt.Errorf("create approval %s: %w", a.Code, err)
 	}
-	_, err = d.writer(ctx).exec(`INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = d.writer(ctx).exec(`INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.Code, a.SessionKey, a.RunID, a.Tool, a.Args, origin, a.Status, a.CreatedAt.UnixMilli(),
-		msOrNull(a.ExpiresAt), msOrNull(a.ResolvedAt), a.ResolvedBy)
+		msOrNull(a.ExpiresAt), msOrNull(a.ResolvedAt), a.ResolvedBy, a.Replica)
 	if err != nil {
 		return d.wrap("create approval "+a.Code, err)
 	}

@@ -29,16 +29,22 @@ type Intake struct {
 	// DraftRef is the platform id of the draft the turn shows while its
 	// reply is written ("" = none), set by SetIntakeDraft.
 	DraftRef string
+	// ClaimedBy is the replica that runs the turn ("" = none yet). Only the
+	// oldest owed message of a session is claimed, so a session has one
+	// turn at a time across replicas. Set it on AddIntake to claim the
+	// message when it is its session's oldest owed one; AddIntake clears it
+	// when it is not.
+	ClaimedBy string
 }
 
-const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref`
+const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref, claimed_by`
 
 func scanIntake(rows *sql.Rows, in *Intake) error {
 	var pid sql.NullString
 	var origin string
 	var created, started, done sql.NullInt64
 	if err := rows.Scan(&in.ID, &in.SessionKey, &in.AgentID, &pid, &origin, &in.SenderName, &in.Text, &in.Mentioned,
-		&created, &started, &done, &in.DraftRef); err != nil {
+		&created, &started, &done, &in.DraftRef, &in.ClaimedBy); err != nil {
 		return err
 	}
 	in.PlatformID = pid.String
@@ -49,6 +55,10 @@ func scanIntake(rows *sql.Rows, in *Intake) error {
 // AddIntake stores an inbound message as owed and sets in.ID. When a
 // message with the same channel and PlatformID is already stored, nothing
 // is added, in.ID is the stored one's and added is false: a re-delivery.
+// With in.ClaimedBy set, the new message is claimed for that replica if it
+// is the oldest owed message of its session; otherwise in.ClaimedBy is
+// cleared and the message waits for the turn before it (CompleteIntake
+// passes it on).
 func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) {
 	origin, err := originJSON(in.Origin)
 	if err != nil {
@@ -58,20 +68,35 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 	if in.CreatedAt.IsZero() {
 		in.CreatedAt = nowMS()
 	}
+	holder := in.ClaimedBy
 	err = d.tx(ctx, func(c conn) error {
+		in.ClaimedBy = ""
+		// Messages of one session are stored one at a time, so ids grow in
+		// the order the session's turns run.
+		if err := c.lock("session:" + in.SessionKey); err != nil {
+			return err
+		}
 		id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
 			in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
 			in.Mentioned, in.CreatedAt.UnixMilli())
-		if err == nil {
-			added, in.ID = true, id
-			return nil
+		if errors.Is(err, ErrNotFound) {
+			return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
+				`SELECT id FROM intake WHERE channel = ? AND platform_id = ?`, string(in.Origin.Channel), in.PlatformID)
 		}
-		if !errors.Is(err, ErrNotFound) {
+		if err != nil {
 			return err
 		}
-		return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
-			`SELECT id FROM intake WHERE channel = ? AND platform_id = ?`, string(in.Origin.Channel), in.PlatformID)
+		added, in.ID = true, id
+		if holder == "" {
+			return nil
+		}
+		n, err := c.execN(`UPDATE intake SET claimed_by = ? WHERE id = ? AND NOT EXISTS (
+			SELECT 1 FROM intake e WHERE e.session_key = ? AND e.id < ? AND e.done_at IS NULL)`, holder, id, in.SessionKey, id)
+		if n == 1 {
+			in.ClaimedBy = holder
+		}
+		return err
 	})
 	if err != nil {
 		return false, d.wrap("add intake", err)
@@ -89,33 +114,63 @@ func (d *DB) StartIntake(ctx context.Context, id int64, at time.Time) error {
 // CompleteIntake ends an owed turn: the reply (nil for none) goes into the
 // outbox and the message is marked done, in one transaction, so a crash
 // leaves either both or neither. It returns the outbox id (0 for none).
-// Completing a message already done adds nothing.
-func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, error) {
+// Completing a message already done adds nothing. When the message was
+// claimed, the session's next owed message (if any, and unclaimed) is
+// claimed for the same replica in the same transaction and returned: its
+// turn is the next one to run.
+func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, *Intake, error) {
 	var row *outboxRow
 	if reply != nil {
 		r, err := newOutboxRow(reply)
 		if err != nil {
-			return 0, fmt.Errorf("complete intake %d: %w", id, err)
+			return 0, nil, fmt.Errorf("complete intake %d: %w", id, err)
 		}
 		row = r
 	}
 	var outID int64
+	var next *Intake
 	err := d.tx(ctx, func(c conn) error {
-		n, err := c.execN(`UPDATE intake SET done_at = ? WHERE id = ? AND done_at IS NULL`, msOrNow(at), id)
-		if err != nil || n == 0 || row == nil {
+		next = nil
+		var key, holder string
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder) },
+			`SELECT session_key, claimed_by FROM intake WHERE id = ?`, id); err != nil {
 			return err
 		}
-		outID, err = row.insert(c)
+		if err := c.lock("session:" + key); err != nil {
+			return err
+		}
+		n, err := c.execN(`UPDATE intake SET done_at = ? WHERE id = ? AND done_at IS NULL`, msOrNow(at), id)
+		if err != nil || n == 0 {
+			return err
+		}
+		if row != nil {
+			if outID, err = row.insert(c); err != nil {
+				return err
+			}
+		}
+		if holder == "" {
+			return nil
+		}
+		var in Intake
+		err = c.queryRow(func(rows *sql.Rows) error { return scanIntake(rows, &in) },
+			`UPDATE intake SET claimed_by = ? WHERE id = (SELECT MIN(id) FROM intake WHERE session_key = ? AND done_at IS NULL)
+				AND claimed_by = '' RETURNING `+intakeCols, holder, key)
+		switch {
+		case err == nil:
+			next = &in
+		case errors.Is(err, ErrNotFound):
+			err = nil
+		}
 		return err
 	})
 	if err != nil {
-		return 0, d.wrap(fmt.Sprintf("complete intake %d", id), err)
+		return 0, nil, d.wrap(fmt.Sprintf("complete intake %d", id), err)
 	}
 	if reply != nil && outID != 0 {
 		reply.ID = outID
 		row.apply(reply)
 	}
-	return outID, nil
+	return outID, next, nil
 }
 
 // OwedIntake returns the messages whose turn is owed, in arrival order.

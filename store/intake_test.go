@@ -37,15 +37,15 @@ func TestIntakeOwedUntilCompletedWithItsReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	reply := &OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "answer"}
-	id, err := db.CompleteIntake(ctx, a.ID, reply, time.Now())
+	id, _, err := db.CompleteIntake(ctx, a.ID, reply, time.Now())
 	if err != nil || id == 0 {
 		t.Fatalf("CompleteIntake = %d, %v", id, err)
 	}
 	// Completing twice adds no second reply.
-	if id2, err := db.CompleteIntake(ctx, a.ID, &OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "answer"}, time.Now()); err != nil || id2 != 0 {
+	if id2, _, err := db.CompleteIntake(ctx, a.ID, &OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "answer"}, time.Now()); err != nil || id2 != 0 {
 		t.Fatalf("second CompleteIntake = %d, %v; want 0, nil", id2, err)
 	}
-	if _, err := db.CompleteIntake(ctx, other.ID, nil, time.Now()); err != nil {
+	if _, _, err := db.CompleteIntake(ctx, other.ID, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	owed, _ = db.OwedIntake(ctx)

@@ -12,7 +12,7 @@ import (
 )
 
 const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
-	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref`
+	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref, claimed_by`
 
 func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var runID sql.NullString
@@ -20,7 +20,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var created, next, delivered, failed sql.NullInt64
 	var partIDs string
 	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
-		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef); err != nil {
+		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef, &o.ClaimedBy); err != nil {
 		return err
 	}
 	o.PartIDs = nil
@@ -39,6 +39,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 // outboxRow is a new outbox item with its defaults applied, ready to insert.
 type outboxRow struct {
 	dest      string
+	channel   string
 	session   string
 	agent     string
 	runID     any
@@ -56,7 +57,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &outboxRow{dest: Destination(o.Origin), session: o.SessionKey, agent: o.AgentID, runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
+	r := &outboxRow{dest: Destination(o.Origin), channel: string(o.Origin.Channel), session: o.SessionKey, agent: o.AgentID, runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
 		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt), draftRef: o.DraftRef}
 	if r.createdAt.IsZero() {
 		r.createdAt = nowMS()
@@ -70,9 +71,9 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
-	id, err := c.insertID(`INSERT INTO outbox (dest, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
-		r.dest, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef)
+	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef)
 	if !errors.Is(err, ErrNotFound) {
 		return id, err
 	}
@@ -199,7 +200,7 @@ func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
 // MarkDelivered records that a channel accepted the item. Marking an item
 // delivered twice keeps the first time. ErrNotFound.
 func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, ?) WHERE id = ?`,
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, ?), claimed_by = '' WHERE id = ?`,
 		msOrNow(at), id)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d delivered", id), n, err)
 }
@@ -208,7 +209,7 @@ func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
 // ErrNotFound.
 func (d *DB) MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error {
 	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?,
-		last_error = ? WHERE id = ?`, msOrNow(next), errText, id)
+		last_error = ?, claimed_by = '' WHERE id = ?`, msOrNow(next), errText, id)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d retry", id), n, err)
 }
 
@@ -216,7 +217,7 @@ func (d *DB) MarkRetry(ctx context.Context, id int64, next time.Time, errText st
 // and leaves the pending set; ErrNotFound.
 func (d *DB) MarkFailed(ctx context.Context, id int64, at time.Time, errText string) error {
 	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1,
-		failed_at = COALESCE(failed_at, ?), last_error = ? WHERE id = ?`, msOrNow(at), errText, id)
+		failed_at = COALESCE(failed_at, ?), last_error = ?, claimed_by = '' WHERE id = ?`, msOrNow(at), errText, id)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d failed", id), n, err)
 }
 

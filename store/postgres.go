@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -242,4 +243,68 @@ func redactPGError(err error, rawURL string) string {
 		}
 	}
 	return msg
+}
+
+// Notify sends payload to the replicas listening on channel (PostgreSQL's
+// NOTIFY, delivered to listeners when it is sent, at most 8000 bytes). A
+// no-op on SQLite, where one process runs.
+func (d *DB) Notify(ctx context.Context, channel, payload string) error {
+	if d.pg == nil {
+		return nil
+	}
+	_, err := d.pg.pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload)
+	if err != nil {
+		return fmt.Errorf("notify %s: %w", channel, err)
+	}
+	return nil
+}
+
+// Listen calls fn with the payload of every notification sent on channel
+// until ctx ends, on a connection of its own. When the connection is lost
+// it connects again after a pause; what was sent meanwhile is not seen, so
+// a listener also polls. ready (optional) is called each time the listener
+// is in place. On SQLite, where nothing is ever sent, it returns at once.
+func (d *DB) Listen(ctx context.Context, channel string, ready func(), fn func(payload string)) {
+	if d.pg == nil {
+		return
+	}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx, channel, ready, fn)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			backoff = min(backoff*2, 5*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+}
+
+func (d *DB) listenOnce(ctx context.Context, channel string, ready func(), fn func(payload string)) error {
+	conn, err := pgx.ConnectConfig(ctx, d.pg.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		fn(n.Payload)
+	}
 }

@@ -110,6 +110,9 @@ type Run struct {
 	CostUSD        float64   // < 0 = no cost configured
 	ArchiveAt      time.Time // zero = never
 	ArchivedAt     time.Time // zero = not yet
+	// Owner is the replica (gateway.replicaId) that queued or runs it; a
+	// replica whose lease lapsed leaves it to another (SPEC §14).
+	Owner string
 }
 
 // RunFilter selects runs for ListRuns. Empty fields match anything.
@@ -145,6 +148,9 @@ type OutboxItem struct {
 	// was written (SPEC §16): its first part replaces the draft instead of
 	// being posted anew. "" = none.
 	DraftRef string
+	// ClaimedBy is the replica sending it ("" = none): ClaimOutbox sets it,
+	// MarkDelivered, MarkRetry and MarkFailed clear it.
+	ClaimedBy string
 }
 
 // Approval statuses.
@@ -168,6 +174,7 @@ type Approval struct {
 	ExpiresAt  time.Time
 	ResolvedAt time.Time
 	ResolvedBy string
+	Replica    string // the replica whose tool call waits for the decision
 }
 
 // WebMessage is one message in a web chat client's conversation (SPEC §9).

@@ -134,9 +134,31 @@ func pick(runs []store.Run, target string) (*store.Run, error) {
 	return found, nil
 }
 
-// Stop stops a run and every run below it. It returns how many live runs
-// were stopped. A stopped run posts no announce.
+// Stop stops a run and every run below it, on whichever replica they run.
+// It returns how many live runs were stopped (or, on other replicas, asked
+// to stop). A stopped run posts no announce.
 func (m *Manager) Stop(ctx context.Context, runID string) int {
+	n, stopped := m.StopLocal(ctx, runID)
+	if m.d.Peers == nil {
+		return n
+	}
+	r, err := m.d.Store.GetRun(ctx, runID)
+	if err != nil {
+		return n
+	}
+	remote := m.remoteBelow(ctx, r.ChildKey)
+	if !stopped && m.elsewhere(ctx, r) {
+		remote++
+	}
+	if remote > 0 {
+		m.d.Peers.Tell(ctx, "stop", runID)
+	}
+	return n + remote
+}
+
+// StopLocal stops a run and the runs below it that live on this replica;
+// stopped reports whether the run itself was live here.
+func (m *Manager) StopLocal(ctx context.Context, runID string) (n int, stopped bool) {
 	m.mu.Lock()
 	lr, ok := m.live[runID]
 	var key string
@@ -147,20 +169,69 @@ func (m *Manager) Stop(ctx context.Context, runID string) int {
 	if !ok {
 		r, err := m.d.Store.GetRun(ctx, runID)
 		if err != nil {
-			return 0
+			return 0, false
 		}
 		key = r.ChildKey
 	}
-	n := m.StopBelow(ctx, key)
+	n = m.StopBelowLocal(ctx, key)
 	if m.stopOne(runID) {
 		n++
+		stopped = true
+	}
+	return n, stopped
+}
+
+// elsewhere reports whether r is live on another replica that is alive.
+func (m *Manager) elsewhere(ctx context.Context, r *store.Run) bool {
+	if r.Status == store.StatusDone || r.Owner == "" || r.Owner == m.d.Replica {
+		return false
+	}
+	return m.d.Peers.Alive(ctx, r.Owner)
+}
+
+// remoteBelow counts the live runs below sessionKey that other live
+// replicas run.
+func (m *Manager) remoteBelow(ctx context.Context, sessionKey string) int {
+	runs, err := m.Runs(ctx, sessionKey)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	alive := map[string]bool{}
+	for i := range runs {
+		r := &runs[i]
+		if r.Status == store.StatusDone || r.Owner == "" || r.Owner == m.d.Replica {
+			continue
+		}
+		up, ok := alive[r.Owner]
+		if !ok {
+			up = m.d.Peers.Alive(ctx, r.Owner)
+			alive[r.Owner] = up
+		}
+		if up {
+			n++
+		}
 	}
 	return n
 }
 
-// StopBelow stops every live run below sessionKey, at every depth, and
-// returns how many it stopped.
+// StopBelow stops every live run below sessionKey, at every depth, on
+// whichever replica it runs, and returns how many it stopped (or asked
+// another replica to stop).
 func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
+	n := m.StopBelowLocal(ctx, sessionKey)
+	if m.d.Peers == nil {
+		return n
+	}
+	if remote := m.remoteBelow(ctx, sessionKey); remote > 0 {
+		m.d.Peers.Tell(ctx, "stopbelow", sessionKey)
+		n += remote
+	}
+	return n
+}
+
+// StopBelowLocal stops the live runs of this replica below sessionKey.
+func (m *Manager) StopBelowLocal(ctx context.Context, sessionKey string) int {
 	m.mu.Lock()
 	byParent := make(map[string][]string)
 	for id, lr := range m.live {
@@ -242,6 +313,15 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	reply := make(chan agent.SteerReply, 1)
 	m.mu.Lock()
 	lr, live := m.live[run.ID]
+	m.mu.Unlock()
+	if !live && m.d.Peers != nil {
+		if cur, err := m.d.Store.GetRun(ctx, run.ID); err == nil && m.elsewhere(ctx, cur) {
+			return SendResult{Status: "error", RunID: run.ID, Error: fmt.Sprintf("the sub-agent is running on another replica (%s), "+
+				"which steering messages do not reach; send the message again once it is announced and it will run one more turn", cur.Owner)}
+		}
+	}
+	m.mu.Lock()
+	lr, live = m.live[run.ID]
 	if live && !lr.stopped && lr.run.Status == store.StatusAnnouncing {
 		m.mu.Unlock()
 		return SendResult{Status: "error", Error: ErrFinishing.Error(), RunID: run.ID}

@@ -55,10 +55,26 @@ type Deps struct {
 	// OnUsage, if set, is told the usage of every model call of a run
 	// (announce step included) and of a delegate call, for the metrics.
 	OnUsage func(agentID, model string, u agent.Usage)
+	// Replica is this gateway's gateway.replicaId: the owner of the runs it
+	// spawns or adopts. Default "local".
+	Replica string
+	// Peers reach the other replicas of a shared state (nil: none).
+	Peers Peers
 	// OnChange, if set, is told the root session key of a run that was
 	// spawned, started or ended (the web chat's sub-agents panel). It must
 	// not block.
 	OnChange func(rootKey string)
+}
+
+// Peers are the other replicas of a PostgreSQL state (SPEC §14): a run
+// lives in the memory of the replica that owns it, so stopping it from
+// another replica is a message to that one.
+type Peers interface {
+	// Tell sends kind and arg to the other replicas; it does not wait for
+	// them. Kinds: "stop" (arg a run id), "stopbelow" (arg a session key).
+	Tell(ctx context.Context, kind, arg string)
+	// Alive reports whether replica holds its lease.
+	Alive(ctx context.Context, replica string) bool
 }
 
 // Manager runs sub-agents. Run state lives in the store; the Manager keeps
@@ -104,6 +120,9 @@ func New(d Deps) *Manager {
 	if d.Notify == nil {
 		d.Notify = func() {}
 	}
+	if d.Replica == "" {
+		d.Replica = "local"
+	}
 	log := d.Logger.Named("subagent")
 	lim := d.Config.SubagentLimits(d.Config.DefaultAgentID())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,15 +156,28 @@ func (m *Manager) Spawned() int64 { return m.spawned.Load() }
 // Lane exposes the sub-agent lane (for metrics).
 func (m *Manager) Lane() *lane.Lane { return m.lane }
 
-// Start recovers after a restart — runs that were running or announcing are
-// announced with Status unknown, queued runs are queued again — and starts
-// the archiver.
+// Start recovers after a restart — runs this replica left running or
+// announcing are announced with Status unknown, queued runs are queued
+// again (Adopt) — and starts the archiver.
 func (m *Manager) Start(ctx context.Context) error {
-	runs, err := m.d.Store.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusQueued, store.StatusRunning, store.StatusAnnouncing}})
-	if err != nil {
-		return fmt.Errorf("recover runs: %w", err)
+	if _, err := m.Adopt(ctx, true); err != nil {
+		return err
 	}
-	slices.Reverse(runs) // oldest first, so queued runs keep their order
+	m.bg.Add(1)
+	go m.archiver()
+	return nil
+}
+
+// Adopt takes over the live runs no live replica owns (on SQLite: every
+// one but this process's; with mine, this replica's own from before a
+// restart too): queued ones are queued here, oldest first; running or
+// announcing ones died with their replica and are announced with Status
+// unknown, once. It returns how many it took.
+func (m *Manager) Adopt(ctx context.Context, mine bool) (int, error) {
+	runs, err := m.d.Store.ClaimRuns(ctx, m.d.Replica, mine)
+	if err != nil {
+		return 0, fmt.Errorf("recover runs: %w", err)
+	}
 	for i := range runs {
 		r := runs[i]
 		if r.Status == store.StatusQueued {
@@ -153,16 +185,14 @@ func (m *Manager) Start(ctx context.Context) error {
 			continue
 		}
 		if err := m.finishUnknown(ctx, &r); err != nil {
-			return err
+			return i, err
 		}
 	}
 	if len(runs) > 0 {
-		m.log.Info("recovered sub-agent runs", zap.Int("runs", len(runs)))
+		m.log.Info("recovered sub-agent runs", zap.Int("runs", len(runs)), zap.String("replicaId", m.d.Replica))
 		m.d.Notify()
 	}
-	m.bg.Add(1)
-	go m.archiver()
-	return nil
+	return len(runs), nil
 }
 
 // finishUnknown ends a run the gateway lost track of (it died mid-run).
@@ -338,6 +368,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		Status:         store.StatusQueued,
 		CreatedAt:      now,
 		CostUSD:        -1,
+		Owner:          m.d.Replica,
 	}
 	child := &store.Session{
 		Key: run.ChildKey, ID: childID, AgentID: target, Kind: store.KindSubagent,

@@ -264,3 +264,8 @@ func ValidClient(id string) bool {
 // EndStreams closes every open /api/events stream (clients reconnect with
 // Last-Event-ID); the gateway calls it when its HTTP server shuts down.
 func (a *Adapter) EndStreams() { a.endStreams() }
+
+// Wake tells client's open event streams that its conversation has new
+// entries in the Log: another process (a replica sharing the Log) appended
+// them.
+func (a *Adapter) Wake(client string) { a.hub.notify(client) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,14 +25,16 @@ type replica struct {
 // failoverToken is the fake Telegram bot's token.
 const failoverToken = "123456:failover"
 
-func startReplica(t *testing.T, bin, dbURL, modelURL, tgURL, name string) *replica {
+// startReplicaID starts a replica named id (gateway.replicaId; "" = the
+// default) in its own dir.
+func startReplicaID(t *testing.T, bin, dbURL, modelURL, tgURL, name, id string) *replica {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cfg := harness.Config{Listen: addr, ModelURL: modelURL, MainConcurrent: 8, Subagents: 8, Children: 8, GraceSeconds: 5,
+	cfg := harness.Config{Listen: addr, ModelURL: modelURL, MainConcurrent: 8, Subagents: 8, Children: 8, GraceSeconds: 5, ReplicaID: id,
 		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }", failoverToken, tgURL),
 		Extra:    fmt.Sprintf("state: { driver: \"postgres\", url: %q, leaseSeconds: 2 },", dbURL)}
 	cfgPath := filepath.Join(dir, "herald.json5")
@@ -53,34 +54,17 @@ func startReplica(t *testing.T, bin, dbURL, modelURL, tgURL, name string) *repli
 	return &replica{Gateway: g, web: harness.NewWeb(g.Base, 16)}
 }
 
-// logSays waits until the replica's log has a line containing s.
-func (r *replica) logSays(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(r.Log)
-		if strings.Contains(string(b), s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log of %s never said %q:\n%s", r.Base, s, r.Tail(20))
-		}
-		select {
-		case <-r.Exited():
-			t.Fatalf("%s exited before its log said %q:\n%s", r.Base, s, r.Tail(20))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// TestFailoverToStandby: two gateway processes on one PostgreSQL state. One
-// takes the gateway role, the other stands by; web and Telegram messages are
-// acknowledged by the first, which is SIGKILLed while their turns and
-// sub-agent runs are in flight. The standby takes over once the lease
-// expires and every acknowledged message is answered exactly once, every
-// run announced exactly once, in the conversation the person sees from the
-// new replica; Telegram is polled by one process at a time throughout.
-func TestFailoverToStandby(t *testing.T) {
+// TestReplicasShareWorkAndFailOver: three gateway processes on one
+// PostgreSQL state, all serving. Web clients post to all three and read
+// their conversations (and live event streams) from another; one
+// conversation's messages go to three replicas at once and are answered
+// in order; Telegram is long-polled by the one replica elected for it. That
+// replica is SIGKILLed while turns and its sub-agent runs are in flight:
+// another takes the poll over within leaseSeconds (2 s) and change, and
+// the survivors take its owed turns and runs, so every acknowledged
+// message is answered exactly once and every run announced exactly once.
+// A clean stop then hands the poll over at once; never two pollers.
+func TestReplicasShareWorkAndFailOver(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	bin := buildHerald(t)
 	model, err := harness.StartModel(harness.ModelOptions{Latency: 400 * time.Millisecond})
@@ -90,67 +74,111 @@ func TestFailoverToStandby(t *testing.T) {
 	defer model.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
-	tf := tgfake.New(t, failoverToken)
-	a := startReplica(t, bin, dbURL, model.URL, tf.URL(), "a")
-	if err := a.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.logSays(t, "took the gateway role")
-	b := startReplica(t, bin, dbURL, model.URL, tf.URL(), "b")
-	b.logSays(t, "standby: another replica has the gateway role")
-
-	const clients = 6
-	for i := range clients {
-		if _, err := a.web.Post(ctx, fmt.Sprintf("c%d", i), fmt.Sprintf("SAY m%d", i)); err != nil {
-			t.Fatalf("message %d not acknowledged: %v", i, err)
-		}
-	}
-	if _, err := a.web.Post(ctx, "spawner", "SPAWN 3 job"); err != nil {
-		t.Fatal(err)
-	}
-	tf.SendText(777, "private", 0, 42, "SAY tg1")
-	// Kill the holder once the sub-agents are running: their runs, and
-	// the turns still waiting for the model, are in flight.
 	db, err := store.OpenPostgres(ctx, dbURL, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		runs, err := db.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusRunning}})
-		if err != nil {
+
+	tf := tgfake.New(t, failoverToken)
+	reps := map[string]*replica{}
+	var order []string
+	for _, id := range []string{"gw-a", "gw-b", "gw-c"} {
+		reps[id] = startReplicaID(t, bin, dbURL, model.URL, tf.URL(), id, id)
+		order = append(order, id)
+	}
+	for _, id := range order {
+		if err := reps[id].WaitReady(ctx); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	poller := leaseHolder(t, ctx, db, "channel:telegram", "")
+	t.Logf("Telegram is polled by %s", poller)
+	var survivors []string
+	for _, id := range order {
+		if id != poller {
+			survivors = append(survivors, id)
+		}
+	}
+	victim, x, y := reps[poller], reps[survivors[0]], reps[survivors[1]]
+
+	// A live event stream on one replica sees a reply to a message posted
+	// on another (LISTEN/NOTIFY).
+	live := make(chan string, 16)
+	streamReady := make(chan struct{})
+	go func() {
+		_ = y.web.Events(ctx, "watch", streamReady, func(m harness.Message, _ time.Time) {
+			if m.Role == "assistant" {
+				live <- m.Text
+			}
+		})
+	}()
+	<-streamReady
+
+	const clients = 9
+	for i := range clients {
+		r := reps[order[i%3]]
+		if _, err := r.web.Post(ctx, fmt.Sprintf("c%d", i), fmt.Sprintf("SAY m%d", i)); err != nil {
+			t.Fatalf("message %d not acknowledged: %v", i, err)
+		}
+	}
+	if _, err := x.web.Post(ctx, "watch", "SAY elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	// One conversation, three messages to three replicas: one turn at a
+	// time, in the order they were acknowledged.
+	for i, id := range order {
+		if _, err := reps[id].web.Post(ctx, "ordered", fmt.Sprintf("SAY o%d", i+1)); err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no sub-agent run started")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	if err := a.Kill(); err != nil {
+	if _, err := victim.web.Post(ctx, "spawner", "SPAWN 3 job"); err != nil {
+		t.Fatal(err)
+	}
+	tf.SendText(777, "private", 0, 42, "SAY tg1")
+	select {
+	case got := <-live:
+		if got != "ack elsewhere" {
+			t.Errorf("the stream on %s got %q, want the reply to the message posted on %s", survivors[1], got, survivors[0])
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the event stream on %s never showed the reply to a message posted on %s", survivors[1], survivors[0])
+	}
+
+	// Kill the poller once its sub-agents run: their runs, and its turns
+	// still waiting for the model, are in flight.
+	waitUntil(t, 30*time.Second, "a sub-agent run of "+poller+" running", func() bool {
+		runs, err := db.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusRunning}})
+		return err == nil && len(runs) > 0 && runs[0].Owner == poller
+	})
+	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	if err := b.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("takeover: the standby was ready %v after the SIGKILL (leaseSeconds 2)", time.Since(killed).Round(time.Millisecond))
+	next := leaseHolder(t, ctx, db, "channel:telegram", poller)
+	t.Logf("takeover: %s polls Telegram %v after %s was SIGKILLed (leaseSeconds 2)", next, time.Since(killed).Round(time.Millisecond), poller)
 	tf.SendText(777, "private", 0, 42, "SAY tg2")
 
-	// Every acknowledged message answered once, seen from the new replica.
+	// Every acknowledged message answered once, seen from a survivor.
 	for i := range clients {
 		client, want := fmt.Sprintf("c%d", i), fmt.Sprintf("ack m%d", i)
-		msgs := waitMessages(t, ctx, b.web, client, func(ms []harness.Message) bool { return count(ms, "assistant", want) > 0 })
+		msgs := waitMessages(t, ctx, x.web, client, func(ms []harness.Message) bool { return count(ms, "assistant", want) > 0 })
 		if n := count(msgs, "assistant", want); n != 1 {
 			t.Errorf("%s: %q answered %d times, want once: %+v", client, want, n, msgs)
 		}
 	}
+	msgs := waitMessages(t, ctx, y.web, "ordered", func(ms []harness.Message) bool { return count(ms, "assistant", "ack o3") > 0 })
+	var answers []string
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			answers = append(answers, m.Text)
+		}
+	}
+	if fmt.Sprint(answers) != "[ack o1 ack o2 ack o3]" {
+		t.Errorf("one conversation over three replicas answered %q, want o1, o2, o3 once each in order", answers)
+	}
 	// Every sub-agent run announced once.
-	msgs := waitMessages(t, ctx, b.web, "spawner", func(ms []harness.Message) bool {
+	msgs = waitMessages(t, ctx, x.web, "spawner", func(ms []harness.Message) bool {
 		seen := map[string]bool{}
 		for _, m := range ms {
 			if l := harness.AnnouncedLabel(m.Text); l != "" {
@@ -178,43 +206,24 @@ func TestFailoverToStandby(t *testing.T) {
 		t.Errorf("%d runs stored, want 3", len(runs))
 	}
 	for _, r := range runs {
-		t.Logf("run %s: %s, outcome %s", r.Label, r.Status, r.Outcome)
-		if r.Status != store.StatusDone {
-			t.Errorf("run %s ended %s after the takeover", r.Label, r.Status)
+		t.Logf("run %s: %s, outcome %s, owner %s", r.Label, r.Status, r.Outcome, r.Owner)
+		if r.Status != store.StatusDone || r.Owner == poller {
+			t.Errorf("run %s ended %s, owned by %s, after the takeover", r.Label, r.Status, r.Owner)
 		}
 	}
-	// Telegram: each message answered once, by whichever replica held the
-	// role, and never two pollers at once.
-	deadline = time.Now().Add(60 * time.Second)
-	for tgAnswers(tf, "ack tg1") == 0 || tgAnswers(tf, "ack tg2") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Telegram messages not answered: %+v", tf.Sent())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, 60*time.Second, "Telegram messages answered", func() bool {
+		return tgAnswers(tf, "ack tg1") > 0 && tgAnswers(tf, "ack tg2") > 0
+	})
 
-	// A clean stop hands the role over at once: the lease is released.
-	c := startReplica(t, bin, dbURL, model.URL, tf.URL(), "c")
-	c.logSays(t, "standby: another replica has the gateway role")
-	if err := b.Term(30 * time.Second); err != nil {
+	// A clean stop hands the poll over at once: the leases are given up.
+	if err := reps[next].Term(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("switchover: the standby was ready %v after the holder stopped cleanly", time.Since(stopped).Round(time.Millisecond))
-	if n := count(waitMessages(t, ctx, c.web, "c0", func([]harness.Message) bool { return true }), "assistant", "ack m0"); n != 1 {
-		t.Errorf("after the switchover c0 shows %d answers, want 1", n)
-	}
+	last := leaseHolder(t, ctx, db, "channel:telegram", next)
+	t.Logf("switchover: %s polls Telegram %v after %s stopped cleanly", last, time.Since(stopped).Round(time.Millisecond), next)
 	tf.SendText(777, "private", 0, 42, "SAY tg3")
-	deadline = time.Now().Add(60 * time.Second)
-	for tgAnswers(tf, "ack tg3") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Telegram message after the switchover not answered: %+v", tf.Sent())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, 60*time.Second, "the Telegram message after the switchover answered", func() bool { return tgAnswers(tf, "ack tg3") > 0 })
 	for _, w := range []string{"ack tg1", "ack tg2", "ack tg3"} {
 		if n := tgAnswers(tf, w); n != 1 {
 			t.Errorf("Telegram got %q %d times, want once", w, n)
@@ -222,6 +231,34 @@ func TestFailoverToStandby(t *testing.T) {
 	}
 	if n := tf.Conflicts(); n != 0 {
 		t.Errorf("%d getUpdates conflicts: two replicas polled Telegram at once", n)
+	}
+}
+
+// leaseHolder waits until a live replica other than not holds the lease
+// name and returns it.
+func leaseHolder(t *testing.T, ctx context.Context, db *store.DB, name, not string) string {
+	t.Helper()
+	var holder string
+	waitUntil(t, 30*time.Second, "a holder of "+name, func() bool {
+		l, err := db.GetLease(ctx, name)
+		if err != nil || l.Holder == not || !l.ExpiresAt.After(time.Now()) {
+			return false
+		}
+		holder = l.Holder
+		return true
+	})
+	return holder
+}
+
+// waitUntil polls cond until it holds, failing the test after limit.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -207,40 +207,6 @@ func tailTranscript(ctx context.Context, db interface {
 	return db.TailTranscript(ctx, path, true, w)
 }
 
-// takeGatewayRole waits (as a standby) until this replica holds the
-// gateway lease of the PostgreSQL state, then keeps it renewed. A lost
-// lease ends the process at once: owed turns stay in the store for the
-// replica that takes over, as after a crash. release gives the lease up.
-func takeGatewayRole(ctx context.Context, cfg *config.Config, f *flags, log *zap.Logger, stderr io.Writer) (release func(), ok bool) {
-	db, err := openState(ctx, cfg, f)
-	if err != nil {
-		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)
-		return nil, false
-	}
-	r := &role{db: db, id: cfg.ReplicaID(), ttl: time.Duration(cfg.State.LeaseSeconds) * time.Second, log: log}
-	if err := r.acquire(ctx); err != nil {
-		db.Close()
-		return func() {}, true // SIGINT/SIGTERM while standing by
-	}
-	hctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.hold(hctx, func(reason string) {
-			log.Error("lost the gateway role; exiting at once so that one replica runs at a time (owed work stays in the store)",
-				zap.String("reason", reason))
-			_ = log.Sync()
-			os.Exit(1)
-		})
-	}()
-	return func() {
-		cancel()
-		<-done
-		r.release()
-		db.Close()
-	}, true
-}
-
 // openState opens the state database the config names.
 func openState(ctx context.Context, cfg *config.Config, f *flags) (*store.DB, error) {
 	return store.OpenStore(ctx, cfg.State.Driver, cfg.State.URL.Value(), config.ResolveStateDir(f.stateDir, nil))
@@ -339,16 +305,15 @@ func runGateway(f *flags, stderr io.Writer) int {
 	}
 	if cfg.State.Driver == store.DriverPostgres {
 		log = log.With(zap.String("replicaId", cfg.ReplicaID()))
-		release, ok := takeGatewayRole(ctx, cfg, f, log, stderr)
-		if !ok {
-			return 1
-		}
-		defer release()
-		if ctx.Err() != nil {
-			return 0 // stopped while standing by
-		}
 	}
-	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log})
+	// A replica that lost its lease exits at once: the others take its
+	// work over, and it must not go on with it meanwhile.
+	lost := func(reason string) {
+		fmt.Fprintf(stderr, "herald: lost the replica lease (%s); exiting so that no work runs twice\n", reason)
+		_ = log.Sync()
+		os.Exit(1)
+	}
+	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log, OnLeaseLost: lost})
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)
 		return 1

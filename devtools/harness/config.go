@@ -18,13 +18,14 @@ type Config struct {
 	MaxQueued           int    // agents.defaults.maxQueued; 0 = the default
 	Channels            string // more members of "channels" (web is on), verbatim JSON5
 	Extra               string // more top-level JSON5 members, verbatim
+	ReplicaID           string // gateway.replicaId; "" = the default (hostname-pid)
 }
 
 // Write writes the config as JSON5 to path.
 func (c Config) Write(path string) error {
 	src := fmt.Sprintf(`// Written by herald's dev tools (devtools/harness).
 {
-  gateway: { http: { listen: %q }, shutdownGraceSeconds: %d },
+  gateway: { http: { listen: %q }, shutdownGraceSeconds: %d%s },
   models: { providers: {
     fake: { api: "openai", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] },
   } },
@@ -38,8 +39,15 @@ func (c Config) Write(path string) error {
   channels: { web: { enabled: true }, %s },
   %s
 }
-`, c.Listen, max(c.GraceSeconds, 1), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Channels, c.Extra)
+`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Channels, c.Extra)
 	return os.WriteFile(path, []byte(src), 0o600)
+}
+
+func replicaID(id string) string {
+	if id == "" {
+		return ""
+	}
+	return fmt.Sprintf(", replicaId: %q", id)
 }
 
 func maxQueued(n int) string {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ type Options struct {
 	Dir           string        // working dir (config, state, log); a temp dir when empty
 	ProfileDir    string        // when set, CPU, heap and goroutine profiles are written here
 	PostgresURL   string        // when set, the gateway's state is this PostgreSQL database (state.driver postgres)
+	Replicas      int           // gateway processes sharing PostgresURL (default 1); conversations are spread over them
 	Log           io.Writer     // progress lines; nil for none
 }
 
@@ -53,6 +55,7 @@ type Result struct {
 	ModelCalls        int64
 	ModelFloor        time.Duration // what the model alone needs from the first spawn: a work turn and an announce step
 	GatewayOverheadMs float64       // CPU per sub-agent run
+	PerReplica        []int         // with replicas: runs each one ran to their end
 }
 
 // String is the one summary line.
@@ -61,9 +64,13 @@ func (r Result) String() string {
 	if r.PostgresURL != "" {
 		store = "postgres"
 	}
-	return fmt.Sprintf("load: store=%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s p50=%s p99=%s model-floor=%s "+
+	perReplica := ""
+	if r.Replicas > 1 {
+		perReplica = fmt.Sprintf(" replicas=%d runs/replica=%v", r.Replicas, r.PerReplica)
+	}
+	return fmt.Sprintf("load: store=%s%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s p50=%s p99=%s model-floor=%s "+
 		"ready=%s idleRSS=%.1fMiB peakRSS=%.1fMiB peakFDs=%d cpu=%s cpu/run=%.3fms modelCalls=%d",
-		store, r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
+		store, perReplica, r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
 		r.PostToAll.Round(time.Millisecond), r.FirstAnnounce.Round(time.Millisecond),
 		r.AnnounceP50.Round(time.Millisecond), r.AnnounceP99.Round(time.Millisecond), r.ModelFloor,
 		r.StartToReady.Round(100*time.Microsecond), mib(r.IdleRSS), mib(r.PeakRSS), r.PeakFDs,
@@ -76,7 +83,10 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // (the gateway failed, or not every announce arrived before the timeout);
 // the Result holds what was measured until then.
 func Run(ctx context.Context, o Options) (Result, error) {
-	o.Conversations, o.SubAgents = max(o.Conversations, 1), max(o.SubAgents, 0)
+	o.Conversations, o.SubAgents, o.Replicas = max(o.Conversations, 1), max(o.SubAgents, 0), max(o.Replicas, 1)
+	if o.Replicas > 1 && o.PostgresURL == "" {
+		return Result{Options: o}, errors.New("load: replicas share a PostgreSQL state: set PostgresURL (-postgres)")
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Minute
 	}
@@ -113,19 +123,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer model.Close()
 
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		return res, err
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations,
-		Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5}
-	if o.PostgresURL != "" {
-		cfg.Extra = fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
-	}
-	if err := cfg.Write(cfgPath); err != nil {
-		return res, err
-	}
 	var extra []string
 	pprofAddr := ""
 	if o.ProfileDir != "" {
@@ -134,27 +131,71 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		extra = append(extra, "--pprof", pprofAddr)
 	}
-	start := time.Now()
-	gw, err := harness.StartGateway(bin, cfgPath, filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log"), "http://"+addr, extra...)
-	if err != nil {
-		return res, err
-	}
+	// The replicas: the first one is sampled and profiled; CPU is summed.
+	gws := make([]*harness.Gateway, o.Replicas)
 	defer func() {
-		if err := gw.Term(15 * time.Second); err != nil {
-			logf("stopping the gateway: %v", err)
+		for _, gw := range gws {
+			if gw == nil {
+				continue
+			}
+			if err := gw.Term(15 * time.Second); err != nil {
+				logf("stopping a gateway: %v", err)
+			}
 		}
 	}()
-	if err := gw.WaitReady(ctx); err != nil {
-		return res, err
+	start := time.Now()
+	for i := range gws {
+		gwDir := dir
+		if o.Replicas > 1 {
+			gwDir = filepath.Join(dir, fmt.Sprintf("replica-%d", i))
+			if err := os.MkdirAll(gwDir, 0o700); err != nil {
+				return res, err
+			}
+		}
+		addr, err := harness.FreeAddr()
+		if err != nil {
+			return res, err
+		}
+		cfgPath := filepath.Join(gwDir, "herald.json5")
+		cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations,
+			Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5}
+		if o.PostgresURL != "" {
+			cfg.Extra = fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
+		}
+		if o.Replicas > 1 {
+			cfg.ReplicaID = fmt.Sprintf("load-%d", i)
+		}
+		if err := cfg.Write(cfgPath); err != nil {
+			return res, err
+		}
+		args := extra
+		if i > 0 {
+			args = nil
+		}
+		gws[i], err = harness.StartGateway(bin, cfgPath, filepath.Join(gwDir, "state"), filepath.Join(gwDir, "gateway.log"), "http://"+addr, args...)
+		if err != nil {
+			return res, err
+		}
+	}
+	for _, gw := range gws {
+		if err := gw.WaitReady(ctx); err != nil {
+			return res, err
+		}
 	}
 	res.StartToReady = time.Since(start)
+	gw := gws[0]
 	pid := gw.Pid()
 	if p, err := harness.ReadProc(pid); err == nil {
 		res.IdleRSS, res.PeakRSS, res.PeakFDs = p.RSS, p.RSS, p.FDs
 	}
 
-	// One event stream per conversation, open before anything is posted.
-	web := harness.NewWeb(gw.Base, o.Conversations*2)
+	// One event stream per conversation, open before anything is posted,
+	// on the replica its messages go to.
+	webs := make([]*harness.Web, len(gws))
+	for i, g := range gws {
+		webs[i] = harness.NewWeb(g.Base, o.Conversations*2/len(gws)+2)
+	}
+	web := func(i int) *harness.Web { return webs[i%len(webs)] }
 	var (
 		mu                   sync.Mutex
 		announced            int
@@ -168,7 +209,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	for i := range o.Conversations {
 		ready := make(chan struct{})
 		streams.Go(func() {
-			err := web.Events(streamCtx, client(i), ready, func(m harness.Message, at time.Time) {
+			err := web(i).Events(streamCtx, client(i), ready, func(m harness.Message, at time.Time) {
 				if m.Role != "announce" {
 					return
 				}
@@ -216,7 +257,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	})
 	defer func() { endSample(); sampler.Wait() }()
 
-	cpu0, _ := harness.ReadProc(pid)
+	cpu0 := cpuOf(gws)
 	var profiles sync.WaitGroup
 	if o.ProfileDir != "" {
 		profiles.Go(func() { takeProfiles(ctx, o, pprofAddr, model, logf) })
@@ -232,7 +273,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			if o.SubAgents == 0 {
 				text = fmt.Sprintf("SAY t%d", i)
 			}
-			if _, err := web.Post(ctx, client(i), text); err != nil {
+			if _, err := web(i).Post(ctx, client(i), text); err != nil {
 				errs <- err
 			}
 		})
@@ -253,7 +294,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	case <-ctx.Done():
 		runErr = fmt.Errorf("not every announce arrived within %s", o.Timeout)
 	}
-	cpu1, _ := harness.ReadProc(pid)
+	cpu1 := cpuOf(gws)
 	mu.Lock()
 	res.Announced = announced
 	if !lastAnn.IsZero() {
@@ -270,7 +311,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	mu.Unlock()
-	res.CPU = cpu1.CPU - cpu0.CPU
+	res.CPU = cpu1 - cpu0
+	if o.Replicas > 1 {
+		for _, g := range gws {
+			b, _ := os.ReadFile(g.Log)
+			res.PerReplica = append(res.PerReplica, strings.Count(string(b), `"msg":"sub-agent run ended"`))
+		}
+	}
 	if res.Runs > 0 {
 		res.GatewayOverheadMs = float64(res.CPU.Microseconds()) / 1000 / float64(res.Runs)
 	}
@@ -280,6 +327,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 }
 
 func client(i int) string { return fmt.Sprintf("load-%d", i) }
+
+// cpuOf sums the CPU time the gateways used so far.
+func cpuOf(gws []*harness.Gateway) time.Duration {
+	var sum time.Duration
+	for _, g := range gws {
+		if p, err := harness.ReadProc(g.Pid()); err == nil {
+			sum += p.CPU
+		}
+	}
+	return sum
+}
 
 // takeProfiles writes a CPU profile of the whole load and heap and
 // goroutine profiles while the runs are in flight (half a latency into

@@ -1,0 +1,440 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/matrix"
+	"github.com/heraldhq/herald/channels/telegram"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
+)
+
+// Replicas (SPEC §14, docs/scaling.md). On a PostgreSQL state any number
+// of gateways run at once, each under its gateway.replicaId:
+//
+//   - each holds the lease "replica:<id>", renewed every third of
+//     state.leaseSeconds; the owed turns, sub-agent runs and outbox items it
+//     claimed are its own while the lease lives, and free for the others
+//     once it lapsed (a SIGKILL) or was given up (a clean stop);
+//   - each claims free work every poll (and when told), with FOR UPDATE
+//     SKIP LOCKED: owed turns that head their session (one turn per session
+//     across the cluster), runs left by a dead replica, due outbox items
+//     that head their destination on the channels it runs;
+//   - a channel that must have one client at a time (Telegram long polling,
+//     Matrix /sync) runs on the replica holding the lease "channel:<name>";
+//     every other channel runs on every replica;
+//   - wake-ups travel over LISTEN/NOTIFY on the channel "herald": an outbox
+//     item another replica should send, a web client's new message, /stop,
+//     /subagents stop and /approve for work living on another replica.
+//
+// On SQLite one process runs: it holds everything and no lease is needed.
+
+// busChannel is the NOTIFY channel the replicas talk on.
+const busChannel = "herald"
+
+// busMsg is one notification between replicas.
+type busMsg struct {
+	From string `json:"from"`
+	Kind string `json:"kind"` // outbox | claims | web | abort | stop | stopbelow | approval
+	Arg  string `json:"arg,omitempty"`
+}
+
+// cluster is this replica's part in a shared state.
+type cluster struct {
+	g      *Gateway
+	id     string
+	ttl    time.Duration
+	shared bool // PostgreSQL: other replicas may run
+	log    *zap.Logger
+	wake   chan struct{} // a claim pass now
+	tell   chan struct{} // an outbox wake-up to pass on (coalesced)
+	lost   chan string   // the replica lease or a channel lease was lost
+	// onLost, if set, is called instead of ending Run when a lease is lost.
+	onLost func(reason string)
+
+	mu  sync.Mutex
+	led map[channels.Name]bool // exclusive channels this replica runs; guarded by mu
+
+	heartbeatStop context.CancelFunc
+	heartbeatDone chan struct{}
+}
+
+func newCluster(g *Gateway, onLost func(string)) *cluster {
+	cfg := g.cfg()
+	return &cluster{g: g, id: cfg.ReplicaID(), ttl: time.Duration(cfg.State.LeaseSeconds) * time.Second,
+		shared: g.db.Driver() == store.DriverPostgres, log: g.log.Named("cluster"),
+		wake: make(chan struct{}, 1), tell: make(chan struct{}, 1), lost: make(chan string, 1), onLost: onLost,
+		led: make(map[channels.Name]bool)}
+}
+
+// poll is how often a replica looks for work others left and for channel
+// roles: a fifth of the lease, between 100 ms and 1 s, so a takeover comes
+// within about leaseSeconds + poll of the dead replica's last renewal.
+func (c *cluster) poll() time.Duration { return min(max(c.ttl/5, 100*time.Millisecond), time.Second) }
+
+// join takes this replica's lease and keeps it renewed until leave.
+func (c *cluster) join(ctx context.Context) error {
+	c.heartbeatDone = make(chan struct{})
+	if !c.shared {
+		close(c.heartbeatDone)
+		c.heartbeatStop = func() {}
+		return nil
+	}
+	if _, err := c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
+		close(c.heartbeatDone)
+		return err
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	c.heartbeatStop = stop
+	go func() { defer close(c.heartbeatDone); c.heartbeat(hctx) }()
+	c.log.Info("joined the replicas", zap.String("replicaId", c.id), zap.Duration("lease", c.ttl))
+	return nil
+}
+
+// leave stops renewing and gives the leases up, so the others take this
+// replica's channels and what is left of its work at once.
+func (c *cluster) leave() {
+	c.heartbeatStop()
+	<-c.heartbeatDone
+	if !c.shared {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.mu.Lock()
+	names := make([]channels.Name, 0, len(c.led))
+	for n := range c.led {
+		names = append(names, n)
+	}
+	c.mu.Unlock()
+	for _, n := range names {
+		if err := c.g.db.ReleaseLease(ctx, "channel:"+string(n), c.id); err != nil {
+			c.log.Warn("could not give up a channel lease; another replica takes it when it expires", zap.String("channel", string(n)), zap.Error(err))
+		}
+	}
+	if err := c.g.db.ReleaseLease(ctx, store.ReplicaLease(c.id), c.id); err != nil {
+		c.log.Warn("could not give up the replica lease; the others take over when it expires", zap.Error(err))
+	}
+	c.send(ctx, "claims", "")
+}
+
+// heartbeat renews the replica lease and the channel leases every third
+// of their length. A lease another replica took, or no renewal for half
+// its length, is lost: the replica must stop working at once, before
+// another takes its work over.
+func (c *cluster) heartbeat(ctx context.Context) {
+	every := c.ttl / 3
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := c.renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			last = time.Now()
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, store.ErrLeaseHeld):
+			c.lose(err.Error())
+			return
+		case time.Since(last) >= c.ttl/2:
+			c.lose("no renewal for " + time.Since(last).Round(time.Millisecond).String() + ": " + err.Error())
+			return
+		default:
+			c.log.Warn("cannot renew the replica lease; retrying", zap.String("replicaId", c.id), zap.Error(err))
+		}
+	}
+}
+
+func (c *cluster) renew(ctx context.Context) error {
+	if _, err := c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	names := make([]channels.Name, 0, len(c.led))
+	for n := range c.led {
+		names = append(names, n)
+	}
+	c.mu.Unlock()
+	for _, n := range names {
+		if _, err := c.g.db.AcquireLease(ctx, "channel:"+string(n), c.id, c.ttl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cluster) lose(reason string) {
+	c.log.Error("lost a lease: this replica stops at once so that no work runs twice (what it held stays in the store for the others)",
+		zap.String("replicaId", c.id), zap.String("reason", reason))
+	if c.onLost != nil {
+		c.onLost(reason)
+		return
+	}
+	select {
+	case c.lost <- reason:
+	default:
+	}
+}
+
+// exclusive reports whether only one replica at a time may run the
+// channel: Telegram long polling (a second poller gets 409) and Matrix
+// /sync. Webhooks, Slack and the web chat run on every replica.
+func (g *Gateway) exclusive(name channels.Name) bool {
+	switch name {
+	case telegram.Name:
+		return g.cfg().Channels.Telegram.WebhookURL == ""
+	case matrix.Name:
+		return true
+	}
+	return false
+}
+
+// runs reports whether this replica runs the channel: always, unless it
+// is exclusive and another replica holds it.
+func (c *cluster) runs(name channels.Name) bool {
+	if !c.shared || !c.g.exclusive(name) {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.led[name]
+}
+
+// elect takes the lease of every exclusive channel nobody holds and starts
+// the channel here.
+func (c *cluster) elect(ctx context.Context) {
+	if !c.shared {
+		return
+	}
+	for name, ch := range c.g.channelSet() {
+		if !c.g.exclusive(name) || c.runs(name) {
+			continue
+		}
+		if _, err := c.g.db.AcquireLease(ctx, "channel:"+string(name), c.id, c.ttl); err != nil {
+			if !errors.Is(err, store.ErrLeaseHeld) && ctx.Err() == nil {
+				c.log.Warn("cannot read a channel lease", zap.String("channel", string(name)), zap.Error(err))
+			}
+			continue
+		}
+		c.mu.Lock()
+		c.led[name] = true
+		c.mu.Unlock()
+		c.log.Info("this replica runs the channel now", zap.String("channel", string(name)), zap.String("replicaId", c.id))
+		c.g.launchChannel(ch)
+		c.g.outbox.wakeUp()
+	}
+}
+
+// holder names the replica running an exclusive channel ("" = none).
+func (c *cluster) holder(ctx context.Context, name channels.Name) string {
+	l, err := c.g.db.GetLease(ctx, "channel:"+string(name))
+	if err != nil || !l.ExpiresAt.After(time.Now()) {
+		return ""
+	}
+	return l.Holder
+}
+
+// wakeUp asks for a claim pass now.
+func (c *cluster) wakeUp() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run claims what other replicas left — owed turns, sub-agent runs,
+// pending approvals — and exclusive channels nobody runs, every poll and
+// when told, until ctx ends.
+func (c *cluster) run(ctx context.Context) {
+	if !c.shared {
+		return
+	}
+	t := time.NewTicker(c.poll())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.wake:
+		}
+		c.claim(ctx)
+	}
+}
+
+func (c *cluster) claim(ctx context.Context) {
+	g := c.g
+	g.mu.Lock()
+	draining := g.draining
+	g.mu.Unlock()
+	if draining {
+		return
+	}
+	c.elect(ctx)
+	owed, err := g.db.ClaimOwed(ctx, c.id, false, max(g.maxQueued()-queued(g), 0))
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("could not claim owed turns", zap.Error(err))
+	}
+	if len(owed) > 0 {
+		c.log.Info("took over owed turns", zap.Int("turns", len(owed)))
+	}
+	for _, it := range owed {
+		g.enqueueTurn(it, g.turnLog(it))
+	}
+	if _, err := g.subs.Adopt(ctx, false); err != nil && ctx.Err() == nil {
+		c.log.Warn("could not take over sub-agent runs", zap.Error(err))
+	}
+	if err := g.approv.expireStale(ctx, false); err != nil && ctx.Err() == nil {
+		c.log.Warn("could not expire approvals of a dead replica", zap.Error(err))
+	}
+}
+
+func queued(g *Gateway) int {
+	q, _ := g.mainLane.Stats()
+	return q
+}
+
+// listen handles what the other replicas say, until ctx ends; ready is
+// closed once the listener is in place (at once on SQLite).
+func (c *cluster) listen(ctx context.Context, ready chan<- struct{}) {
+	var once sync.Once
+	isReady := func() { once.Do(func() { close(ready) }) }
+	if !c.shared {
+		isReady()
+		return
+	}
+	c.g.db.Listen(ctx, busChannel, isReady, func(payload string) {
+		var m busMsg
+		if err := json.Unmarshal([]byte(payload), &m); err != nil || m.From == c.id {
+			return
+		}
+		c.handle(ctx, m)
+	})
+	isReady()
+}
+
+func (c *cluster) handle(ctx context.Context, m busMsg) {
+	g := c.g
+	switch m.Kind {
+	case "outbox":
+		g.outbox.wakeLocal()
+	case "claims":
+		c.wakeUp()
+		g.outbox.wakeLocal()
+	case "web":
+		if g.web != nil {
+			g.web.Wake(m.Arg)
+		}
+	case "abort":
+		g.abortTurn(m.Arg)
+	case "stop":
+		g.subs.StopLocal(ctx, m.Arg)
+	case "stopbelow":
+		g.subs.StopBelowLocal(ctx, m.Arg)
+	case "approval":
+		g.approv.decided(m.Arg)
+	}
+}
+
+// send tells the other replicas kind and arg; a failure is logged (they
+// poll as well).
+func (c *cluster) send(ctx context.Context, kind, arg string) {
+	if !c.shared {
+		return
+	}
+	b, _ := json.Marshal(busMsg{From: c.id, Kind: kind, Arg: arg})
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := c.g.db.Notify(sctx, busChannel, string(b)); err != nil {
+		c.log.Warn("could not tell the other replicas", zap.String("kind", kind), zap.Error(err))
+	}
+}
+
+// tellOutbox passes an outbox wake-up on to the other replicas (one
+// notification at a time; wake-ups meanwhile are folded into the next).
+func (c *cluster) tellOutbox() {
+	if !c.shared {
+		return
+	}
+	select {
+	case c.tell <- struct{}{}:
+	default:
+	}
+}
+
+// teller sends the outbox wake-ups until ctx ends.
+func (c *cluster) teller(ctx context.Context) {
+	if !c.shared {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.tell:
+			c.send(ctx, "outbox", "")
+		}
+	}
+}
+
+// tellWeb wakes the event streams of a web client open on other replicas.
+func (c *cluster) tellWeb(client string) {
+	if c.shared {
+		c.send(context.Background(), "web", client)
+	}
+}
+
+// abort cancels the running turn of a session here and, with other
+// replicas, asks them to cancel it too (it runs where its message was
+// claimed). It reports whether a turn was cancelled here.
+func (c *cluster) abort(key string) bool {
+	ok := c.g.abortTurn(key)
+	if !ok && c.shared {
+		c.send(context.Background(), "abort", key)
+	}
+	return ok
+}
+
+// peers is the cluster as the sub-agent manager sees it (nil on SQLite).
+type peers struct{ c *cluster }
+
+func (g *Gateway) peers() subagent.Peers {
+	if !g.cluster.shared {
+		return nil
+	}
+	return peers{g.cluster}
+}
+
+func (p peers) Tell(ctx context.Context, kind, arg string) { p.c.send(ctx, kind, arg) }
+
+func (p peers) Alive(ctx context.Context, replica string) bool { return p.c.alive(ctx, replica) }
+
+// alive reports whether replica holds its lease (on SQLite: whether it is
+// this process).
+func (c *cluster) alive(ctx context.Context, replica string) bool {
+	if replica == "" {
+		return false
+	}
+	if replica == c.id {
+		return true
+	}
+	if !c.shared {
+		return false
+	}
+	live, err := c.g.db.LiveReplicas(ctx)
+	return err == nil && slices.Contains(live, replica)
+}

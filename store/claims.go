@@ -1,0 +1,247 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Replicas share the work through the database (SPEC §14). A replica names
+// itself by gateway.replicaId and proves it is alive by renewing the lease
+// ReplicaLease(id). Owed turns, queued and running sub-agent runs and
+// outbox items carry the id of the replica working on them; a row whose
+// holder's lease has lapsed is free for another replica to claim. Claims
+// take rows with FOR UPDATE SKIP LOCKED on PostgreSQL, so replicas claiming
+// at once never take the same row and never wait on each other; SQLite has
+// one process, whose write transactions are serialised anyway.
+
+// ReplicaLease is the name of the lease that says replica id is alive.
+func ReplicaLease(id string) string { return "replica:" + id }
+
+// ErrNoHolder: a claim was asked for without a replica id.
+var ErrNoHolder = errors.New("claim: the replica id is empty")
+
+// free is the SQL condition that the row whose holder column is col may be
+// claimed by holder: nobody holds it, or a replica whose lease lapsed (on
+// SQLite, any replica but holder: one process runs). With mine, rows holder
+// itself holds are free too: a replica restarted under the same id takes
+// back what it held. The args fill its placeholders, in order.
+func (d *DB) free(col, holder string, mine bool) (string, []any) {
+	var b strings.Builder
+	var args []any
+	b.WriteString("(" + col + " = ''")
+	if mine {
+		b.WriteString(" OR " + col + " = ?")
+		args = append(args, holder)
+	}
+	if d.pg != nil {
+		now, _ := d.leaseNow()
+		b.WriteString(" OR (" + col + " <> ? AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = 'replica:' || " + col +
+			" AND l.expires_at > " + now + ")))")
+	} else {
+		b.WriteString(" OR " + col + " <> ?)")
+	}
+	args = append(args, holder)
+	return b.String(), args
+}
+
+// skipLocked is the row-lock clause of a claim: rows another transaction
+// is claiming are passed over, not waited for. None on SQLite.
+func (d *DB) skipLocked() string {
+	if d.pg != nil {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return ""
+}
+
+// LiveReplicas returns the ids of the replicas whose lease is alive,
+// sorted.
+func (d *DB) LiveReplicas(ctx context.Context) ([]string, error) {
+	now, args := d.leaseNow()
+	rows, err := d.reader(ctx).query(`SELECT holder FROM leases WHERE name LIKE 'replica:%' AND expires_at > `+now, args(1)...)
+	if err != nil {
+		return nil, d.wrap("live replicas", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, d.wrap("live replicas", err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap("live replicas", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ClaimOwed claims for holder up to limit owed messages that are the oldest
+// owed message of their session and free (see free; with mine, holder's own
+// too), oldest first. Their turns are holder's to run; the session's later
+// messages follow through CompleteIntake. limit ≤ 0 = no limit.
+func (d *DB) ClaimOwed(ctx context.Context, holder string, mine bool, limit int) ([]Intake, error) {
+	if holder == "" {
+		return nil, ErrNoHolder
+	}
+	if limit <= 0 {
+		limit = noLimit
+	}
+	cond, args := d.free("claimed_by", holder, mine)
+	q := `UPDATE intake SET claimed_by = ? WHERE id IN (
+		SELECT id FROM intake WHERE done_at IS NULL AND ` + cond + ` AND NOT EXISTS (
+			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
+		ORDER BY id LIMIT ?` + d.skipLocked() + `) RETURNING ` + intakeCols
+	all := append(append([]any{holder}, args...), limit)
+	var out []Intake
+	err := d.tx(ctx, func(c conn) error {
+		out = out[:0]
+		rows, err := c.query(q, all...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var in Intake
+			if err := scanIntake(rows, &in); err != nil {
+				return err
+			}
+			out = append(out, in)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, d.wrap("claim owed turns", err)
+	}
+	slices.SortFunc(out, func(a, b Intake) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// ClaimOutbox claims for holder up to limit outbox items that are due at
+// now, on one of chans (the channels holder runs; nil = any), the oldest pending item
+// of their destination and free (see free), oldest first. holder sends
+// them; MarkDelivered, MarkRetry or MarkFailed lets them go. A later item
+// to a destination waits until the earlier one is delivered or failed, on
+// whichever replica sends it. limit ≤ 0 = no limit.
+func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now time.Time, mine bool, limit int) ([]OutboxItem, error) {
+	if holder == "" {
+		return nil, ErrNoHolder
+	}
+	if chans != nil && len(chans) == 0 {
+		return nil, nil
+	}
+	if limit <= 0 {
+		limit = noLimit
+	}
+	cond, args := d.free("claimed_by", holder, mine)
+	onChans := ""
+	if chans != nil {
+		onChans = ` AND channel IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chans)), ", ") + `)`
+	}
+	q := `UPDATE outbox SET claimed_by = ? WHERE id IN (
+		SELECT id FROM outbox WHERE ` + pendingHead + ` AND next_attempt_at <= ?` + onChans + ` AND ` + cond + `
+		ORDER BY id LIMIT ?` + d.skipLocked() + `) RETURNING ` + outboxCols
+	all := []any{holder, msOrNow(now)}
+	for _, c := range chans {
+		all = append(all, c)
+	}
+	all = append(append(all, args...), limit)
+	var out []OutboxItem
+	err := d.tx(ctx, func(c conn) error {
+		out = out[:0]
+		rows, err := c.query(q, all...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var o OutboxItem
+			if err := scanOutbox(rows, &o); err != nil {
+				return err
+			}
+			out = append(out, o)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, d.wrap("claim outbox", err)
+	}
+	slices.SortFunc(out, func(a, b OutboxItem) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// ClaimRuns claims for holder the runs that are queued, running or
+// announcing and free (see free), oldest first: a replica that died left
+// them, and holder queues the queued ones again and announces the others
+// with Status unknown.
+func (d *DB) ClaimRuns(ctx context.Context, holder string, mine bool) ([]Run, error) {
+	if holder == "" {
+		return nil, ErrNoHolder
+	}
+	cond, args := d.free("owner", holder, mine)
+	q := `UPDATE runs SET owner = ? WHERE id IN (
+		SELECT id FROM runs WHERE status IN (?, ?, ?) AND ` + cond + d.skipLocked() + `) RETURNING ` + runCols
+	all := append([]any{holder, StatusQueued, StatusRunning, StatusAnnouncing}, args...)
+	var out []Run
+	err := d.tx(ctx, func(c conn) error {
+		rows, err := c.query(q, all...)
+		if err != nil {
+			return err
+		}
+		out, err = scanRuns(rows)
+		return err
+	})
+	if err != nil {
+		return nil, d.wrap("claim runs", err)
+	}
+	slices.SortFunc(out, func(a, b Run) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// HoldSession records that holder runs the next turn or command of the
+// session key. moved is true when another replica (or nobody) held it
+// before: what holder has loaded of the session may be stale.
+func (d *DB) HoldSession(ctx context.Context, key, holder string) (moved bool, err error) {
+	if holder == "" {
+		return false, ErrNoHolder
+	}
+	n, err := d.writer(ctx).execN(`UPDATE sessions SET holder = ? WHERE key = ? AND holder <> ?`, holder, key, holder)
+	if err != nil {
+		return false, d.wrap("hold session "+key, err)
+	}
+	return n > 0, nil
+}
+
+// ReplicaOf returns who holds the approval, run or session named by what
+// ("approval", "run", "session") and key; ErrNotFound.
+func (d *DB) ReplicaOf(ctx context.Context, what, key string) (string, error) {
+	var q string
+	switch what {
+	case "approval":
+		q = `SELECT replica FROM approvals WHERE code = ?`
+	case "run":
+		q = `SELECT owner FROM runs WHERE id = ?`
+	case "session":
+		q = `SELECT holder FROM sessions WHERE key = ?`
+	default:
+		return "", fmt.Errorf("replica of %q: unknown kind", what)
+	}
+	var holder string
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&holder) }, q, key)
+	if err != nil {
+		return "", d.wrap(fmt.Sprintf("replica of %s %s", what, key), err)
+	}
+	return holder, nil
+}
