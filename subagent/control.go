@@ -312,7 +312,7 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	}
 	reply := make(chan agent.SteerReply, 1)
 	m.mu.Lock()
-	lr, live := m.live[run.ID]
+	_, live := m.live[run.ID]
 	m.mu.Unlock()
 	if !live && m.d.Peers != nil {
 		if cur, err := m.d.Store.GetRun(ctx, run.ID); err == nil && m.elsewhere(ctx, cur) {
@@ -321,7 +321,7 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 		}
 	}
 	m.mu.Lock()
-	lr, live = m.live[run.ID]
+	lr, live := m.live[run.ID]
 	if live && !lr.stopped && lr.run.Status == store.StatusAnnouncing {
 		m.mu.Unlock()
 		return SendResult{Status: "error", Error: ErrFinishing.Error(), RunID: run.ID}
