@@ -249,9 +249,13 @@ func (c *cluster) holder(ctx context.Context, name channels.Name) string {
 }
 
 // wakeUp asks for a claim pass now.
-func (c *cluster) wakeUp() {
+func (c *cluster) wakeUp() { nudge(c.wake) }
+
+// nudge signals ch (a one-slot wake-up channel) without waiting: a signal
+// already pending stands for both.
+func nudge(ch chan struct{}) {
 	select {
-	case c.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -285,15 +289,19 @@ func (c *cluster) claim(ctx context.Context) {
 		return
 	}
 	c.elect(ctx)
-	owed, err := g.db.ClaimOwed(ctx, c.id, false, max(g.maxQueued()-queued(g), 0))
-	if err != nil && ctx.Err() == nil {
-		c.log.Warn("could not claim owed turns", zap.Error(err))
-	}
-	if len(owed) > 0 {
-		c.log.Info("took over owed turns", zap.Int("turns", len(owed)))
-	}
-	for _, it := range owed {
-		g.enqueueTurn(it, g.turnLog(it))
+	// Take no more than the main lane has room for; the rest wait in the
+	// store for this replica's next pass or another replica.
+	if room := g.maxQueued() - queued(g); room > 0 {
+		owed, err := g.db.ClaimOwed(ctx, c.id, false, room)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("could not claim owed turns", zap.Error(err))
+		}
+		if len(owed) > 0 {
+			c.log.Info("took over owed turns", zap.Int("turns", len(owed)))
+		}
+		for _, it := range owed {
+			g.enqueueTurn(it, g.turnLog(it))
+		}
 	}
 	if _, err := g.subs.Adopt(ctx, false); err != nil && ctx.Err() == nil {
 		c.log.Warn("could not take over sub-agent runs", zap.Error(err))
@@ -367,12 +375,8 @@ func (c *cluster) send(ctx context.Context, kind, arg string) {
 // tellOutbox passes an outbox wake-up on to the other replicas (one
 // notification at a time; wake-ups meanwhile are folded into the next).
 func (c *cluster) tellOutbox() {
-	if !c.shared {
-		return
-	}
-	select {
-	case c.tell <- struct{}{}:
-	default:
+	if c.shared {
+		nudge(c.tell)
 	}
 }
 

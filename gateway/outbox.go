@@ -56,12 +56,7 @@ func (d *deliverer) wakeUp() {
 }
 
 // wakeLocal asks for a delivery pass of this replica now.
-func (d *deliverer) wakeLocal() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *deliverer) wakeLocal() { nudge(d.wake) }
 
 // run makes delivery passes until ctx ends. Sends it started go on (each
 // with its own deadline): shutdown stops the loop first, then makes the

@@ -83,6 +83,29 @@ func (d *DB) LiveReplicas(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// claim runs the claim statement q (an UPDATE … RETURNING) in a write
+// transaction and scans the rows it claimed.
+func claim[T any](d *DB, ctx context.Context, q string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
+	var out []T
+	err := d.tx(ctx, func(c conn) error {
+		out = out[:0]
+		rows, err := c.query(q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v T
+			if err := scan(rows, &v); err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
 // ClaimOwed claims for holder up to limit owed messages that are the oldest
 // owed message of their session and free (see free; with mine, holder's own
 // too), oldest first. Their turns are holder's to run; the session's later
@@ -100,23 +123,7 @@ func (d *DB) ClaimOwed(ctx context.Context, holder string, mine bool, limit int)
 			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
 		ORDER BY id LIMIT ?` + d.skipLocked() + `) RETURNING ` + intakeCols
 	all := append(append([]any{holder}, args...), limit)
-	var out []Intake
-	err := d.tx(ctx, func(c conn) error {
-		out = out[:0]
-		rows, err := c.query(q, all...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var in Intake
-			if err := scanIntake(rows, &in); err != nil {
-				return err
-			}
-			out = append(out, in)
-		}
-		return rows.Err()
-	})
+	out, err := claim(d, ctx, q, all, scanIntake)
 	if err != nil {
 		return nil, d.wrap("claim owed turns", err)
 	}
@@ -153,23 +160,7 @@ func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now
 		all = append(all, c)
 	}
 	all = append(append(all, args...), limit)
-	var out []OutboxItem
-	err := d.tx(ctx, func(c conn) error {
-		out = out[:0]
-		rows, err := c.query(q, all...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var o OutboxItem
-			if err := scanOutbox(rows, &o); err != nil {
-				return err
-			}
-			out = append(out, o)
-		}
-		return rows.Err()
-	})
+	out, err := claim(d, ctx, q, all, scanOutbox)
 	if err != nil {
 		return nil, d.wrap("claim outbox", err)
 	}
