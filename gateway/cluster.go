@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -109,13 +110,7 @@ func (c *cluster) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c.mu.Lock()
-	names := make([]channels.Name, 0, len(c.led))
-	for n := range c.led {
-		names = append(names, n)
-	}
-	c.mu.Unlock()
-	for _, n := range names {
+	for _, n := range c.ledChannels() {
 		if err := c.g.db.ReleaseLease(ctx, "channel:"+string(n), c.id); err != nil {
 			c.log.Warn("could not give up a channel lease; another replica takes it when it expires", zap.String("channel", string(n)), zap.Error(err))
 		}
@@ -159,17 +154,18 @@ func (c *cluster) heartbeat(ctx context.Context) {
 	}
 }
 
+// ledChannels are the exclusive channels this replica runs.
+func (c *cluster) ledChannels() []channels.Name {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Collect(maps.Keys(c.led))
+}
+
 func (c *cluster) renew(ctx context.Context) error {
 	if _, err := c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	names := make([]channels.Name, 0, len(c.led))
-	for n := range c.led {
-		names = append(names, n)
-	}
-	c.mu.Unlock()
-	for _, n := range names {
+	for _, n := range c.ledChannels() {
 		if _, err := c.g.db.AcquireLease(ctx, "channel:"+string(n), c.id, c.ttl); err != nil {
 			return err
 		}

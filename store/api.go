@@ -101,7 +101,6 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, name, holder string) error
 	GetLease(ctx context.Context, name string) (Lease, error)
 	LiveReplicas(ctx context.Context) ([]string, error)
-	ReplicaOf(ctx context.Context, what, key string) (string, error) // "approval", "run" or "session"
 }
 
 // Bus carries wake-ups between the replicas of a PostgreSQL state

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -213,26 +212,4 @@ func (d *DB) HoldSession(ctx context.Context, key, holder string) (moved bool, e
 		return false, d.wrap("hold session "+key, err)
 	}
 	return n > 0, nil
-}
-
-// ReplicaOf returns who holds the approval, run or session named by what
-// ("approval", "run", "session") and key; ErrNotFound.
-func (d *DB) ReplicaOf(ctx context.Context, what, key string) (string, error) {
-	var q string
-	switch what {
-	case "approval":
-		q = `SELECT replica FROM approvals WHERE code = ?`
-	case "run":
-		q = `SELECT owner FROM runs WHERE id = ?`
-	case "session":
-		q = `SELECT holder FROM sessions WHERE key = ?`
-	default:
-		return "", fmt.Errorf("replica of %q: unknown kind", what)
-	}
-	var holder string
-	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&holder) }, q, key)
-	if err != nil {
-		return "", d.wrap(fmt.Sprintf("replica of %s %s", what, key), err)
-	}
-	return holder, nil
 }

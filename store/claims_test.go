@@ -194,8 +194,8 @@ func TestRunClaimsAndSessionHolders(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].ID != "run-0" || got[1].ID != "run-2" || got[0].Owner != "r2" {
 		t.Fatalf("r2 claims %+v, %v; want run-0 and run-2, oldest first", got, err)
 	}
-	if owner, _ := db.ReplicaOf(ctx, "run", "run-2"); owner != "r2" {
-		t.Errorf("run-2 owner %q, want r2", owner)
+	if r, _ := db.GetRun(ctx, "run-2"); r == nil || r.Owner != "r2" {
+		t.Errorf("run-2 owner %+v, want r2", r)
 	}
 
 	if _, err := db.EnsureSession(ctx, &Session{Key: "k", ID: "id-k", AgentID: "main", Kind: KindMain, CreatedAt: t0, UpdatedAt: t0}); err != nil {
