@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -214,6 +216,17 @@ func (a *approvals) decided(code string) {
 		a.deliver(code, true)
 	case store.ApprovalDenied:
 		a.deliver(code, false)
+	}
+}
+
+// recheck reads, for each tool call waiting here, whether its approval was
+// decided on another replica: a lost notification only delays the call.
+func (a *approvals) recheck() {
+	a.mu.Lock()
+	codes := slices.Collect(maps.Keys(a.waiting))
+	a.mu.Unlock()
+	for _, code := range codes {
+		a.decided(code)
 	}
 }
 

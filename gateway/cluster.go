@@ -305,6 +305,7 @@ func (c *cluster) claim(ctx context.Context) {
 	if err := g.approv.expireStale(ctx, false); err != nil && ctx.Err() == nil {
 		c.log.Warn("could not expire approvals of a dead replica", zap.Error(err))
 	}
+	g.approv.recheck()
 }
 
 func queued(g *Gateway) int {

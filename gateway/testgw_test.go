@@ -59,8 +59,9 @@ func newTestGateway(t *testing.T, cfgJSON5 string, h llmtest.Handler) *testGW {
 	return newTestGatewayIn(t, t.TempDir(), cfgJSON5, h)
 }
 
-// newTestGatewayIn is newTestGateway on a state dir the test prepared.
-func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler) *testGW {
+// newTestGatewayIn is newTestGateway on a state dir the test prepared;
+// edits change the parsed config before it is validated.
+func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler, edits ...func(*config.Config)) *testGW {
 	t.Helper()
 	// Registered first, so it runs last: after the gateway stopped and the
 	// fake LLM closed.
@@ -75,6 +76,9 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	cfg, err := config.Parse(t.Name()+".json5", []byte(cfgJSON5), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("parse test config: %v", err)
+	}
+	for _, edit := range edits {
+		edit(cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("validate test config: %v", err)

@@ -1,0 +1,184 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/devtools/pgtest"
+	"github.com/heraldhq/herald/store"
+)
+
+const replicaConfig = `{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  security: { toolPolicy: { default: "allow", tools: { read_file: "supervised" } } },
+}`
+
+// replicaModel: "hang" waits for minutes (until its call is cut); "spawn
+// two" starts sub-agents r1 and r2, which hang the same way; "read the
+// secret" calls the supervised read_file; a tool result is reported back;
+// anything else gets "plain answer to: <text>". Every call's last user text
+// is sent to seen.
+func replicaModel(seen chan<- string) llmtest.Handler {
+	return func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		select {
+		case seen <- last:
+		default:
+		}
+		if strings.Contains(c.System, "Sub-agent context") {
+			return llmtest.Reply{Text: "never", Delay: 10 * time.Minute}
+		}
+		if m := c.Messages[len(c.Messages)-1]; m.Role == agent.RoleTool || len(m.ToolResults) > 0 {
+			var parts []string
+			for _, r := range m.ToolResults {
+				parts = append(parts, r.Name+" => "+r.Content)
+			}
+			return llmtest.Reply{Text: "tool said: " + strings.Join(parts, " | ")}
+		}
+		switch last {
+		case "hang":
+			return llmtest.Reply{Text: "too late", Delay: 10 * time.Minute}
+		case "spawn two":
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{
+				{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"wait a long time","label":"r1"}`)},
+				{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"wait a long time","label":"r2"}`)},
+			}}
+		case "read the secret":
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "read_file", Args: json.RawMessage(`{"path":"secret.txt"}`)}}}
+		}
+		return llmtest.Reply{Text: "plain answer to: " + last}
+	}
+}
+
+// startReplicas starts n gateways in this process on one PostgreSQL
+// database, replicas gw-0 … gw-<n-1>, each with its own state dir and fake
+// model (handler h). It skips in the SQLite run of the suite: replicas
+// need PostgreSQL.
+func startReplicas(t *testing.T, n int, h llmtest.Handler) []*testGW {
+	t.Helper()
+	if !pgtest.OnPostgres() {
+		t.Skip("replicas share a PostgreSQL state (the PostgreSQL run of the suite)")
+	}
+	url := pgtest.URL(t)
+	var gws []*testGW
+	for i := range n {
+		dir := t.TempDir()
+		pgURLs.Store(dir, url)
+		gws = append(gws, newTestGatewayIn(t, dir, replicaConfig, h, func(c *config.Config) {
+			c.Gateway.ReplicaID = fmt.Sprintf("gw-%d", i)
+			c.State.LeaseSeconds = 2
+		}))
+	}
+	return gws
+}
+
+// waitSeen waits until the model got a call whose last user text is want.
+func waitSeen(t *testing.T, seen <-chan string, want string) {
+	t.Helper()
+	deadline := time.After(e2eWait)
+	for {
+		select {
+		case got := <-seen:
+			if got == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the model never got %q", want)
+		}
+	}
+}
+
+// TestE2EReplicasCommandsReachTheHolder: /stop, /subagents stop and
+// /approve sent to a replica other than the one running the turn, the
+// runs or the waiting tool call take effect there: the turn is cut (the
+// conversation answers its next message at once), the runs end stopped
+// and are counted in the reply, the approved tool runs.
+func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
+	seen := make(chan string, 64)
+	gws := startReplicas(t, 2, replicaModel(seen))
+	a, b := gws[0], gws[1]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := openTestStore(t, a.StateDir)
+	defer db.Close()
+
+	// /stop on b cuts the turn running on a.
+	webPost(t, a.URL, "ann", "hang")
+	waitSeen(t, seen, "hang")
+	webPost(t, b.URL, "ann", "/stop")
+	waitText(t, b, "ann", "⚙️ Agent was aborted. Stopped 0 sub-agents.")
+	webPost(t, b.URL, "ann", "after the stop")
+	// (The cut turn's message stays in the history, unanswered.)
+	if got := waitText(t, b, "ann", "plain answer to:"); !strings.HasSuffix(got, "after the stop") {
+		t.Errorf("the message after /stop got %q", got)
+	}
+	for _, m := range webMessages(t, a.URL, "ann", 0) {
+		if m.Text == "too late" {
+			t.Errorf("the stopped turn still answered: %+v", m)
+		}
+	}
+
+	// /subagents stop all on b stops the two runs living on a.
+	webPost(t, a.URL, "sam", "spawn two")
+	var runs []store.Run
+	if !waitFor(e2eWait, func() bool {
+		var err error
+		runs, err = db.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusRunning}})
+		return err == nil && len(runs) == 2
+	}) {
+		t.Fatalf("two running runs expected, have %+v", runs)
+	}
+	for _, r := range runs {
+		if r.Owner != "gw-0" {
+			t.Fatalf("run %s runs on %q, want gw-0 (where it was spawned)", r.Label, r.Owner)
+		}
+	}
+	webPost(t, b.URL, "sam", "/subagents stop all")
+	waitText(t, b, "sam", "⚙️ Stopped 2 subagents.")
+	if !waitFor(e2eWait, func() bool {
+		ended, err := db.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusDone}})
+		return err == nil && len(ended) == 2
+	}) {
+		t.Fatal("the runs on gw-0 did not end after /subagents stop all on gw-1")
+	}
+	for _, r := range runs {
+		got, err := db.GetRun(ctx, r.ID)
+		if err != nil || got.Outcome != store.OutcomeStopped {
+			t.Errorf("run %s: %+v, %v; want outcome stopped", r.Label, got, err)
+		}
+	}
+
+	// /approve on b lets the tool call waiting on a run.
+	for _, g := range gws {
+		ws := filepath.Join(g.StateDir, "workspace", "main")
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "secret.txt"), []byte("the answer is 42 on "+g.G.Addr()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	webPost(t, a.URL, "bea", "read the secret")
+	req := waitText(t, b, "bea", "🔐 Approval needed")
+	m := approvalCode.FindStringSubmatch(req)
+	if m == nil {
+		t.Fatalf("approval request without a code: %q", req)
+	}
+	webPost(t, b.URL, "bea", "/approve "+m[1])
+	waitText(t, b, "bea", "✅ Approved "+m[1]+": read_file will run.")
+	reply := waitText(t, b, "bea", "tool said:")
+	if want := "the answer is 42 on " + a.G.Addr(); !strings.Contains(reply, want) {
+		t.Errorf("the approved read_file did not run on gw-0, where its turn waited: %q (want %q)", reply, want)
+	}
+}
