@@ -25,9 +25,15 @@ type replica struct {
 // failoverToken is the fake Telegram bot's token.
 const failoverToken = "123456:failover"
 
+// pollTelegram is the channels config of a replica that long-polls the
+// fake Telegram at tgURL.
+func pollTelegram(tgURL string) string {
+	return fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }", failoverToken, tgURL)
+}
+
 // startReplicaID starts a replica named id (gateway.replicaId; "" = the
-// default) in its own dir.
-func startReplicaID(t *testing.T, bin, dbURL, modelURL, tgURL, name, id string) *replica {
+// default) in its own dir, with chans as more members of "channels".
+func startReplicaID(t *testing.T, bin, dbURL, modelURL, chans, name, id string) *replica {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -35,7 +41,7 @@ func startReplicaID(t *testing.T, bin, dbURL, modelURL, tgURL, name, id string) 
 	}
 	addr := freeAddr(t)
 	cfg := harness.Config{Listen: addr, ModelURL: modelURL, MainConcurrent: 8, Subagents: 8, Children: 8, GraceSeconds: 5, ReplicaID: id,
-		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }", failoverToken, tgURL),
+		Channels: chans,
 		Extra:    fmt.Sprintf("state: { driver: \"postgres\", url: %q, leaseSeconds: 2 },", dbURL)}
 	cfgPath := filepath.Join(dir, "herald.json5")
 	if err := cfg.Write(cfgPath); err != nil {
@@ -84,7 +90,7 @@ func TestReplicasShareWorkAndFailOver(t *testing.T) {
 	reps := map[string]*replica{}
 	var order []string
 	for _, id := range []string{"gw-a", "gw-b", "gw-c"} {
-		reps[id] = startReplicaID(t, bin, dbURL, model.URL, tf.URL(), id, id)
+		reps[id] = startReplicaID(t, bin, dbURL, model.URL, pollTelegram(tf.URL()), id, id)
 		order = append(order, id)
 	}
 	for _, id := range order {

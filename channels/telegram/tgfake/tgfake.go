@@ -226,14 +226,21 @@ func (s *Server) Pending() int {
 // empty), as Telegram does. It returns the response status.
 func (s *Server) PostUpdate(url, secret string, in In) int {
 	s.t.Helper()
-	s.mu.Lock()
-	_, raw := s.updateLocked(in)
-	s.mu.Unlock()
-	status, err := PostWebhook(context.Background(), url, secret, raw)
+	status, err := PostWebhook(context.Background(), url, secret, s.NewUpdate(in))
 	if err != nil {
 		s.t.Fatalf("tgfake: post update to %s: %v", url, err)
 	}
 	return status
+}
+
+// NewUpdate builds the update for in (a new update_id and message_id)
+// without queueing it, for a test that posts it to webhooks itself, once
+// or more, as Telegram redelivers.
+func (s *Server) NewUpdate(in In) json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, raw := s.updateLocked(in)
+	return raw
 }
 
 // PostWebhook POSTs a raw update JSON body to url with the secret header,
