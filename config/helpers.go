@@ -186,10 +186,14 @@ func (c *Config) ListenerIsLoopback() bool {
 }
 
 // ReplicaID is gateway.replicaId, or <hostname>-<pid> when unset.
-func (c *Config) ReplicaID() string {
+func (c *Config) ReplicaID() string { return c.ReplicaIDOf(os.Getpid()) }
+
+// ReplicaIDOf is the replica id of the gateway process pid on this host
+// run with this config: gateway.replicaId, or <hostname>-<pid>.
+func (c *Config) ReplicaIDOf(pid int) string {
 	if c.Gateway.ReplicaID != "" {
 		return c.Gateway.ReplicaID
 	}
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s-%d", cmp.Or(host, "herald"), os.Getpid())
+	return fmt.Sprintf("%s-%d", cmp.Or(host, "herald"), pid)
 }

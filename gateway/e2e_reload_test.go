@@ -119,7 +119,7 @@ func TestE2EReloadKeepsTurnsAndConnections(t *testing.T) {
 	if ok, rejected := tg.metric(t, `herald_config_reloads_total{result="ok"}`), tg.metric(t, `herald_config_reloads_total{result="rejected"}`); ok != 2 || rejected != 2 {
 		t.Errorf("herald_config_reloads_total ok=%v rejected=%v, want 2 and 2", ok, rejected)
 	}
-	last, found, err := gateway.LastReload(ctx, tg.G.Store())
+	last, found, err := gateway.LastReload(ctx, tg.G.Store(), tg.G.ReplicaID())
 	if err != nil || !found || last.Seq != 4 || last.Result != "ok" {
 		t.Errorf("recorded reload = %+v, %v, %v; want the fourth, ok", last, found, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/devtools/pgtest"
+	"github.com/heraldhq/herald/gateway"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -180,5 +181,24 @@ func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
 	reply := waitText(t, b, "bea", "tool said:")
 	if want := "the answer is 42 on " + a.G.Addr(); !strings.Contains(reply, want) {
 		t.Errorf("the approved read_file did not run on gw-0, where its turn waited: %q (want %q)", reply, want)
+	}
+}
+
+// TestE2EReplicasRecordTheirOwnReloads: replicas sharing a state record
+// their config reloads apart, so `herald reload` reports what the replica
+// it signalled did, not another's.
+func TestE2EReplicasRecordTheirOwnReloads(t *testing.T) {
+	gws := startReplicas(t, 2, replicaModel(make(chan string, 64)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, g := range gws {
+		g.G.Reload(ctx, func() (*config.Config, error) { return nil, fmt.Errorf("herald.json5:3:1: broken on gw-%d", i) })
+	}
+	for i, g := range gws {
+		res, ok, err := gateway.LastReload(ctx, g.G.Store(), g.G.ReplicaID())
+		want := fmt.Sprintf("herald.json5:3:1: broken on gw-%d", i)
+		if err != nil || !ok || res.Seq != 1 || res.Result != "rejected" || len(res.Errors) != 1 || res.Errors[0] != want {
+			t.Errorf("gw-%d's recorded reload = %+v, %v, %v; want its own rejection %q, the first", i, res, ok, err, want)
+		}
 	}
 }

@@ -183,6 +183,10 @@ func (g *Gateway) Addr() string { return g.listener.Addr().String() }
 // Store gives read access to the state (operator commands, tests).
 func (g *Gateway) Store() store.Store { return g.db }
 
+// ReplicaID is this gateway's replica id (gateway.replicaId or
+// <hostname>-<pid>): the holder of its leases and claims.
+func (g *Gateway) ReplicaID() string { return g.cluster.id }
+
 func (g *Gateway) workspace(agentID string) string {
 	return g.cfg().AgentWorkspace(agentID, g.stateDir)
 }

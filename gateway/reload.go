@@ -20,10 +20,11 @@ import (
 	"github.com/heraldhq/herald/config"
 )
 
-// ReloadKey is the store key under which the gateway records the outcome
-// of its last config reload (a ReloadResult as JSON), so `herald reload`
-// can report what the running gateway did with its signal.
-const ReloadKey = "config.reload"
+// ReloadKey is the store key under which replica records the outcome of
+// its last config reload (a ReloadResult as JSON), so `herald reload` can
+// report what the gateway it signalled did; one per replica, as replicas
+// share a PostgreSQL state.
+func ReloadKey(replica string) string { return "config.reload:" + replica }
 
 // ReloadResult is the outcome of one config reload.
 type ReloadResult struct {
@@ -210,7 +211,8 @@ func (g *Gateway) replaceChannel(ctx context.Context, name channels.Name, ch cha
 
 // recordReload stores res under ReloadKey with the next sequence number.
 func (g *Gateway) recordReload(ctx context.Context, res *ReloadResult) {
-	if prev, ok, err := g.db.GetKV(ctx, ReloadKey); err == nil && ok {
+	key := ReloadKey(g.cluster.id)
+	if prev, ok, err := g.db.GetKV(ctx, key); err == nil && ok {
 		var p ReloadResult
 		if json.Unmarshal([]byte(prev), &p) == nil {
 			res.Seq = p.Seq
@@ -219,25 +221,25 @@ func (g *Gateway) recordReload(ctx context.Context, res *ReloadResult) {
 	res.Seq++
 	b, err := json.Marshal(res)
 	if err == nil {
-		err = g.db.SetKV(ctx, ReloadKey, string(b))
+		err = g.db.SetKV(ctx, key, string(b))
 	}
 	if err != nil {
 		g.log.Warn("could not record the reload result", zap.Error(err))
 	}
 }
 
-// LastReload returns the outcome of the last reload recorded in the state
-// dir's store, and false when there was none.
+// LastReload returns the outcome of the last reload replica recorded in
+// the store, and false when there was none.
 func LastReload(ctx context.Context, db interface {
 	GetKV(ctx context.Context, key string) (string, bool, error)
-}) (ReloadResult, bool, error) {
+}, replica string) (ReloadResult, bool, error) {
 	var res ReloadResult
-	v, ok, err := db.GetKV(ctx, ReloadKey)
+	v, ok, err := db.GetKV(ctx, ReloadKey(replica))
 	if err != nil || !ok {
 		return res, false, err
 	}
 	if err := json.Unmarshal([]byte(v), &res); err != nil {
-		return res, false, fmt.Errorf("%s: %w", ReloadKey, err)
+		return res, false, fmt.Errorf("%s: %w", ReloadKey(replica), err)
 	}
 	return res, true, nil
 }

@@ -77,7 +77,8 @@ func reloadCmd(f *flags, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer db.Close()
-	before, _, err := gateway.LastReload(ctx, db)
+	replica := cfg.ReplicaIDOf(pid)
+	before, _, err := gateway.LastReload(ctx, db, replica)
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: %v\n", err)
 		return 1
@@ -88,7 +89,7 @@ func reloadCmd(f *flags, stdout, stderr io.Writer) int {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, ok, err := gateway.LastReload(ctx, db)
+		res, ok, err := gateway.LastReload(ctx, db, replica)
 		if err != nil {
 			fmt.Fprintf(stderr, "herald: %v\n", err)
 			return 1
