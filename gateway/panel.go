@@ -16,6 +16,11 @@ import (
 // panelRuns is how many runs the web chat's sub-agents panel shows.
 const panelRuns = 20
 
+// panelEvery is the least time between two refreshes of the panels: the
+// changes of a burst of runs (each starts, announces and ends) meanwhile
+// fold into one read per conversation.
+const panelEvery = time.Second
+
 // panel feeds the web chat's sub-agents panel: run changes mark their web
 // conversation, and one goroutine (owned by the gateway) reads each marked
 // conversation's runs and hands them to the web channel. Marks coalesce,
@@ -45,8 +50,11 @@ func (p *panel) changed(rootKey string) {
 	}
 }
 
-// run refreshes marked conversations until ctx ends.
+// run refreshes marked conversations, at most once per panelEvery, until
+// ctx ends.
 func (p *panel) run(ctx context.Context) {
+	pause := time.NewTimer(0)
+	defer pause.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -60,6 +68,12 @@ func (p *panel) run(ctx context.Context) {
 		for key := range keys {
 			p.refresh(ctx, key)
 		}
+		pause.Reset(panelEvery)
+		select {
+		case <-ctx.Done():
+			return
+		case <-pause.C:
+		}
 	}
 }
 
@@ -70,7 +84,7 @@ func (p *panel) refresh(ctx context.Context, key string) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	runs, err := p.g.subs.Runs(rctx, key)
+	runs, err := p.g.subs.RecentRuns(rctx, key, panelRuns)
 	if err != nil {
 		p.g.log.Debug("sub-agents panel not refreshed", zap.String("sessionKey", key), zap.Error(err))
 		return
@@ -78,8 +92,8 @@ func (p *panel) refresh(ctx context.Context, key string) {
 	if len(runs) == 0 {
 		return // no panel until the conversation spawns
 	}
-	views := make([]web.RunView, 0, min(len(runs), panelRuns))
-	for i := range runs[:min(len(runs), panelRuns)] {
+	views := make([]web.RunView, 0, len(runs))
+	for i := range runs {
 		r := &runs[i]
 		status := subagent.DisplayStatus(r)
 		if r.Status == store.StatusAnnouncing {

@@ -25,13 +25,21 @@ var ErrAmbiguous = errors.New("target matches more than one subagent")
 // Runs returns the runs below sessionKey (children, grandchildren …), newest
 // first, with live status and token counts filled in.
 func (m *Manager) Runs(ctx context.Context, sessionKey string) ([]store.Run, error) {
+	return m.RecentRuns(ctx, sessionKey, 0)
+}
+
+// RecentRuns is Runs limited to the newest limit runs (0 = all).
+func (m *Manager) RecentRuns(ctx context.Context, sessionKey string, limit int) ([]store.Run, error) {
 	sess, err := m.d.Store.GetSession(ctx, sessionKey)
 	var runs []store.Run
 	switch {
 	case err == nil && sess.Depth > 0:
 		runs, err = m.descendantsOf(ctx, sessionKey)
+		if limit > 0 && len(runs) > limit {
+			runs = runs[:limit]
+		}
 	case err == nil || errors.Is(err, store.ErrNotFound):
-		runs, err = m.d.Store.ListRuns(ctx, store.RunFilter{RootKey: sessionKey})
+		runs, err = m.d.Store.ListRuns(ctx, store.RunFilter{RootKey: sessionKey, Limit: limit})
 	}
 	if err != nil {
 		return nil, err

@@ -259,8 +259,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	cpu0 := cpuOf(gws)
 	var profiles sync.WaitGroup
+	profCtx, endProfiles := context.WithCancel(ctx)
+	defer endProfiles()
 	if o.ProfileDir != "" {
-		profiles.Go(func() { takeProfiles(ctx, o, pprofAddr, model, logf) })
+		profiles.Go(func() { takeProfiles(profCtx, o, pprofAddr, model, logf) })
 	}
 	defer profiles.Wait()
 	logf("posting %d conversations × %d sub-agents (model latency %s) …", o.Conversations, o.SubAgents, o.Latency)
@@ -294,6 +296,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	case <-ctx.Done():
 		runErr = fmt.Errorf("not every announce arrived within %s", o.Timeout)
 	}
+	endProfiles()
 	cpu1 := cpuOf(gws)
 	mu.Lock()
 	res.Announced = announced
@@ -339,9 +342,12 @@ func cpuOf(gws []*harness.Gateway) time.Duration {
 	return sum
 }
 
-// takeProfiles writes a CPU profile of the whole load and heap and
-// goroutine profiles while the runs are in flight (half a latency into
+// takeProfiles writes CPU profiles of the whole load, in slices of
+// cpuSlice until ctx ends (cpu-001.pprof, …; pprof merges them), and heap
+// and goroutine profiles while the runs are in flight (half a latency into
 // the announce steps).
+const cpuSlice = 2 * time.Second
+
 func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Model, logf func(string, ...any)) {
 	if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
 		logf("profiles: %v", err)
@@ -355,19 +361,23 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 			return
 		}
 		defer resp.Body.Close()
-		f, err := os.Create(filepath.Join(o.ProfileDir, file))
-		if err != nil {
-			logf("profile %s: %v", path, err)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			if ctx.Err() == nil {
+				logf("profile %s: %s %v", path, resp.Status, err)
+			}
 			return
 		}
-		defer f.Close()
-		if _, err := io.Copy(f, resp.Body); err != nil && !errors.Is(err, context.Canceled) {
+		if err := os.WriteFile(filepath.Join(o.ProfileDir, file), b, 0o644); err != nil {
 			logf("profile %s: %v", path, err)
 		}
 	}
 	var wg sync.WaitGroup
-	secs := max(1, int((4*o.Latency+2*time.Second)/time.Second))
-	wg.Go(func() { get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu.pprof") })
+	wg.Go(func() {
+		for i := 1; ctx.Err() == nil; i++ {
+			get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(cpuSlice/time.Second)), fmt.Sprintf("cpu-%03d.pprof", i))
+		}
+	})
 	// In flight: the first spawn answer plus 1.5 latencies.
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -382,5 +392,5 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 	get("/debug/pprof/heap", "heap.pprof")
 	get("/debug/pprof/goroutine", "goroutine.pprof")
 	wg.Wait()
-	logf("profiles in %s (go tool pprof -top %s/cpu.pprof)", o.ProfileDir, o.ProfileDir)
+	logf("profiles in %s (go tool pprof -top %s/cpu-*.pprof)", o.ProfileDir, o.ProfileDir)
 }
