@@ -25,7 +25,8 @@ const replicaConfig = `{
   security: { toolPolicy: { default: "allow", tools: { read_file: "supervised" } } },
 }`
 
-// replicaModel: "hang" waits for minutes (until its call is cut); "spawn
+// replicaModel: "hang" waits for minutes (until its call is cut), so a
+// message after it is answered only once the hung turn is stopped; "spawn
 // two" starts sub-agents r1 and r2, which hang the same way; "read the
 // secret" calls the supervised read_file; a tool result is reported back;
 // anything else gets "plain answer to: <text>". Every call's last user text
@@ -123,11 +124,6 @@ func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
 	// (The cut turn's message stays in the history, unanswered.)
 	if got := waitText(t, b, "ann", "plain answer to:"); !strings.HasSuffix(got, "after the stop") {
 		t.Errorf("the message after /stop got %q", got)
-	}
-	for _, m := range webMessages(t, a.URL, "ann", 0) {
-		if m.Text == "too late" {
-			t.Errorf("the stopped turn still answered: %+v", m)
-		}
 	}
 
 	// /subagents stop all on b stops the two runs living on a.
