@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,10 +231,24 @@ func TestReplicasShareWorkAndFailOver(t *testing.T) {
 	t.Logf("switchover: %s polls Telegram %v after %s stopped cleanly", last, time.Since(stopped).Round(time.Millisecond), next)
 	tf.SendText(777, "private", 0, 42, "SAY tg3")
 	waitUntil(t, 60*time.Second, "the Telegram message after the switchover answered", func() bool { return tgAnswers(tf, "ack tg3") > 0 })
+	// Telegram cannot be asked whether a send went through: a send cut by
+	// the kill after Telegram took it is sent again by the survivor that
+	// takes the item over (uncertainDelivery "resend", the default), and
+	// logged. Every other answer arrives exactly once.
+	resent := 0
+	for _, id := range survivors {
+		resent += strings.Count(reps[id].Tail(1<<20), "part whose delivery is uncertain sent again")
+	}
+	extra := 0
 	for _, w := range []string{"ack tg1", "ack tg2", "ack tg3"} {
-		if n := tgAnswers(tf, w); n != 1 {
-			t.Errorf("Telegram got %q %d times, want once", w, n)
+		n := tgAnswers(tf, w)
+		if n < 1 {
+			t.Errorf("Telegram never got %q", w)
 		}
+		extra += max(0, n-1)
+	}
+	if extra > resent {
+		t.Errorf("Telegram got %d answers more than once; %d sends were uncertain and sent again", extra, resent)
 	}
 	if n := tf.Conflicts(); n != 0 {
 		t.Errorf("%d getUpdates conflicts: two replicas polled Telegram at once", n)
