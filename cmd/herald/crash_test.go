@@ -346,12 +346,19 @@ func buildHerald(t *testing.T) string {
 // (renamed to <file>.deleted.<timestamp>).
 func transcriptOf(t *testing.T, stateDir string, r store.Run) string {
 	t.Helper()
-	base := filepath.Join(stateDir, "transcripts", r.AgentID, r.ChildSessionID+".jsonl")
-	matches, _ := filepath.Glob(base + "*")
+	base, matches := transcriptFiles(stateDir, r)
 	if len(matches) != 1 {
 		t.Fatalf("run %s (%s): want one transcript file %s[.deleted.*], found %v", r.Label, r.ID, base, matches)
 	}
 	return matches[0]
+}
+
+// transcriptFiles returns the path of run r's transcript and the files
+// there are for it (live or archived as .deleted.*).
+func transcriptFiles(stateDir string, r store.Run) (base string, files []string) {
+	base = filepath.Join(stateDir, "transcripts", r.AgentID, r.ChildSessionID+".jsonl")
+	files, _ = filepath.Glob(base + "*")
+	return base, files
 }
 
 // TestCrashKill9 kills a real gateway process with SIGKILL while sub-agent
@@ -787,12 +794,20 @@ func TestCrashKill9AnyMoment(t *testing.T) {
 		} else if head := "Status: " + want + "\n"; !strings.HasPrefix(found[0].Text, head) {
 			t.Errorf("%s: announce starts %q, want %q", l, found[0].Text[:min(40, len(found[0].Text))], head)
 		}
-		// A run killed just after it started may not have written its
-		// transcript's first line yet: nothing was lost, and the file reads
-		// as not found. Any other error is damage.
-		if _, _, err := store.ReadTranscript(transcriptOf(t, stateDir, r)); err != nil &&
-			!(before.Status == store.StatusRunning && errors.Is(err, store.ErrNotFound)) {
-			t.Errorf("%s: %v", l, err)
+		// A run killed just after it started may not have created its
+		// transcript, or written its first line, yet: nothing was lost,
+		// and there is no file or it reads as not found. Any other error
+		// is damage.
+		justStarted := before.Status == store.StatusRunning
+		base, files := transcriptFiles(stateDir, r)
+		switch {
+		case len(files) == 0 && justStarted:
+		case len(files) != 1:
+			t.Errorf("%s (%s at the kill): want one transcript file %s[.deleted.*], found %v", l, before.Status, base, files)
+		default:
+			if _, _, err := store.ReadTranscript(files[0]); err != nil && !(justStarted && errors.Is(err, store.ErrNotFound)) {
+				t.Errorf("%s: %v", l, err)
+			}
 		}
 	}
 }
