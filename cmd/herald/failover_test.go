@@ -61,6 +61,22 @@ func startReplicaID(t *testing.T, bin, dbURL, modelURL, chans, name, id string) 
 	return &replica{Gateway: g, web: harness.NewWeb(g.Base, 16)}
 }
 
+// startReplicas starts a replica for each id (named after it) with chans
+// as more members of "channels", and waits until every one is ready.
+func startReplicas(t *testing.T, ctx context.Context, bin, dbURL, modelURL, chans string, ids ...string) map[string]*replica {
+	t.Helper()
+	reps := map[string]*replica{}
+	for _, id := range ids {
+		reps[id] = startReplicaID(t, bin, dbURL, modelURL, chans, id, id)
+	}
+	for _, id := range ids {
+		if err := reps[id].WaitReady(ctx); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	return reps
+}
+
 // TestReplicasShareWorkAndFailOver: three gateway processes on one
 // PostgreSQL state, all serving. Web clients post to all three and read
 // their conversations (and live event streams) from another; one
@@ -88,17 +104,8 @@ func TestReplicasShareWorkAndFailOver(t *testing.T) {
 	defer db.Close()
 
 	tf := tgfake.New(t, failoverToken)
-	reps := map[string]*replica{}
-	var order []string
-	for _, id := range []string{"gw-a", "gw-b", "gw-c"} {
-		reps[id] = startReplicaID(t, bin, dbURL, model.URL, pollTelegram(tf.URL()), id, id)
-		order = append(order, id)
-	}
-	for _, id := range order {
-		if err := reps[id].WaitReady(ctx); err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-	}
+	order := []string{"gw-a", "gw-b", "gw-c"}
+	reps := startReplicas(t, ctx, bin, dbURL, model.URL, pollTelegram(tf.URL()), order...)
 	poller := leaseHolder(t, ctx, db, "channel:telegram", "")
 	t.Logf("Telegram is polled by %s", poller)
 	var survivors []string

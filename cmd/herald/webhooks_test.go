@@ -76,15 +76,7 @@ func TestReplicasWebhooksUnderLoad(t *testing.T) {
 	tf := tgfake.New(t, failoverToken)
 	sf := slackfake.New(t)
 	order := []string{"gw-a", "gw-b", "gw-c"}
-	reps := map[string]*replica{}
-	for _, id := range order {
-		reps[id] = startReplicaID(t, bin, dbURL, model.URL, webhookChannels(tf.URL(), sf.URL()), id, id)
-	}
-	for _, id := range order {
-		if err := reps[id].WaitReady(ctx); err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-	}
+	reps := startReplicas(t, ctx, bin, dbURL, model.URL, webhookChannels(tf.URL(), sf.URL()), order...)
 	const victimID = "gw-b"
 	victim := reps[victimID]
 
