@@ -330,6 +330,12 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	}
 	m.mu.Lock()
 	lr, live := m.live[run.ID]
+	if live && run.Status == store.StatusDone {
+		// The store has the run's end (the caller read it): its announce is
+		// committed and the live entry is only about to be dropped, so the
+		// message runs one more turn.
+		live = false
+	}
 	if live && !lr.stopped && lr.run.Status == store.StatusAnnouncing {
 		m.mu.Unlock()
 		return SendResult{Status: "error", Error: ErrFinishing.Error(), RunID: run.ID}

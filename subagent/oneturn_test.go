@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/store"
 )
 
 // Two messages sent at once to a finished run take turns: the transcript
@@ -94,5 +95,33 @@ func TestSpawnIsIdempotentPerToolCall(t *testing.T) {
 	runs, err := h.m.Runs(ctx, cc.SessionKey)
 	if err != nil || len(runs) != 2 {
 		t.Errorf("%d runs, %v; want 2", len(runs), err)
+	}
+}
+
+// A message sent in the moment between a run's end being committed and its
+// live entry being dropped runs one more turn: the caller read the end from
+// the store, so "still writing its announce" would be wrong (CI hit this).
+func TestSendJustAfterTheEndIsCommitted(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if c.LastUser() == "again?" {
+			return llmtest.Reply{Text: "once more"}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "short"})
+	done := h.waitDone(res.RunID)
+	// Put back the live entry end() drops right after its commit.
+	h.m.mu.Lock()
+	lr := &liveRun{run: *done, steer: make(chan agent.Steer, 16)}
+	lr.run.Status = store.StatusAnnouncing
+	h.m.live[done.ID] = lr
+	h.m.mu.Unlock()
+	sr := h.m.Send(ctx, done, "again?", 30*time.Second)
+	h.m.mu.Lock()
+	delete(h.m.live, done.ID)
+	h.m.mu.Unlock()
+	if sr.Status != "ok" || sr.Reply != "once more" {
+		t.Errorf("send = %+v, want one more turn answered", sr)
 	}
 }
