@@ -152,7 +152,7 @@ func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now
 		onChans = ` AND channel IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chans)), ", ") + `)`
 	}
 	q := `UPDATE outbox SET claimed_by = ? WHERE id IN (
-		SELECT id FROM outbox WHERE ` + pendingHead + ` AND next_attempt_at <= ?` + onChans + ` AND ` + cond + `
+		SELECT id FROM outbox WHERE ` + d.pendingHead() + ` AND next_attempt_at <= ?` + onChans + ` AND ` + cond + `
 		ORDER BY id LIMIT ?` + d.skipLocked() + `) RETURNING ` + outboxCols
 	all := []any{holder, msOrNow(now)}
 	for _, c := range chans {

@@ -139,10 +139,24 @@ func Destination(o channels.Origin) string {
 }
 
 // pendingHead selects pending items that are the oldest pending item of
-// their destination.
-const pendingHead = `delivered_at IS NULL AND failed_at IS NULL AND NOT EXISTS (
-	SELECT 1 FROM outbox e WHERE e.dest = outbox.dest AND e.id < outbox.id
-		AND e.delivered_at IS NULL AND e.failed_at IS NULL)`
+// their destination. It finds the heads through the (dest, id) index of
+// pending items, so a pass costs in destinations, not in backlog (the
+// earlier per-row NOT EXISTS took 2.3 ms on SQLite and 339 ms on
+// PostgreSQL per pass with 5,000 items pending, BenchmarkClaimOutboxBacklog).
+// SQLite walks the distinct destinations with a recursive skip-scan;
+// PostgreSQL plans a GROUP BY over the index better than that.
+func (d *DB) pendingHead() string {
+	if d.pg != nil {
+		return `id IN (SELECT min(id) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL GROUP BY dest)`
+	}
+	return `id IN (WITH RECURSIVE d(dest) AS (
+		SELECT min(dest) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL
+		UNION ALL
+		SELECT (SELECT min(o.dest) FROM outbox o WHERE o.delivered_at IS NULL AND o.failed_at IS NULL AND o.dest > d.dest)
+		FROM d WHERE d.dest IS NOT NULL)
+	SELECT (SELECT min(h.id) FROM outbox h WHERE h.delivered_at IS NULL AND h.failed_at IS NULL AND h.dest = d.dest)
+	FROM d WHERE d.dest IS NOT NULL)`
+}
 
 // DueOutbox returns up to limit pending items (neither delivered nor
 // failed) whose NextAttemptAt ≤ now and that are the oldest pending item
@@ -154,7 +168,7 @@ func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxI
 		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
-		WHERE `+pendingHead+` AND next_attempt_at <= ?
+		WHERE `+d.pendingHead()+` AND next_attempt_at <= ?
 		ORDER BY id LIMIT ?`, msOrNow(now), limit)
 	if err != nil {
 		return nil, d.wrap("due outbox", err)
@@ -190,7 +204,7 @@ func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
 func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
-		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+pendingHead)
+		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+d.pendingHead())
 	if err != nil {
 		return time.Time{}, false, d.wrap("next outbox", err)
 	}
