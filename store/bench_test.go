@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,39 @@ func BenchmarkRunLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkRunLifecycleConcurrent is BenchmarkRunLifecycle from 64
+// goroutines at once, as thousands of in-flight runs write: on SQLite their
+// transactions share commits (group.go).
+func BenchmarkRunLifecycleConcurrent(b *testing.B) {
+	db := newTestDB(b)
+	ctx := context.Background()
+	now := time.Now()
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, child := newRun("bench-" + strconv.FormatInt(seq.Add(1), 10))
+			if err := db.CreateRun(ctx, r, child); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.StartRun(ctx, r.ID, now); err != nil {
+				b.Fatal(err)
+			}
+			r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
+			r.EndedAt, r.ArchiveAt = now, now.Add(time.Hour)
+			ann := &OutboxItem{Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished"}
+			if err := db.FinishRun(ctx, r, ann); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.MarkDelivered(ctx, ann.ID, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkClaimOutboxBacklog is one delivery pass with a backlog: 100

@@ -48,6 +48,8 @@ type DB struct {
 	// pg is set for PostgreSQL (postgres.go): w and r are then one pool.
 	pg *pgBackend
 
+	group group // SQLite: concurrent write transactions commit together
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -418,7 +420,13 @@ type conn struct {
 	cache *stmtCache
 	tx    *sql.Tx   // nil outside a transaction
 	miss  *[]string // in a transaction: queries to prepare once it ends
+	// d is set on SQLite's writer outside a transaction: a write there
+	// joins the group commit (group.go) instead of committing alone.
+	d *DB
 }
+
+// grouped reports whether a write on c goes through the group commit.
+func (c conn) grouped() bool { return c.tx == nil && c.d != nil }
 
 func (c conn) stmt(q string) (*sql.Stmt, error) {
 	if c.tx != nil {
@@ -436,6 +444,14 @@ func (c conn) stmt(q string) (*sql.Stmt, error) {
 }
 
 func (c conn) exec(q string, args ...any) (sql.Result, error) {
+	if c.grouped() {
+		var res sql.Result
+		err := c.d.tx(c.ctx, func(t conn) (err error) {
+			res, err = t.exec(q, args...)
+			return err
+		})
+		return res, err
+	}
 	s, err := c.stmt(q)
 	if err != nil {
 		return nil, err
@@ -462,6 +478,9 @@ func (c conn) query(q string, args ...any) (*sql.Rows, error) {
 
 // queryRow runs q and scans its first row with scan; no row → ErrNotFound.
 func (c conn) queryRow(scan func(*sql.Rows) error, q string, args ...any) error {
+	if c.grouped() {
+		return c.d.tx(c.ctx, func(t conn) error { return t.queryRow(scan, q, args...) })
+	}
 	rows, err := c.query(q, args...)
 	if err != nil {
 		return err
@@ -509,11 +528,21 @@ func (c conn) insertID(q string, args ...any) (int64, error) {
 }
 
 func (d *DB) reader(ctx context.Context) conn { return conn{ctx: ctx, cache: d.rs} }
-func (d *DB) writer(ctx context.Context) conn { return conn{ctx: ctx, cache: d.ws} }
+func (d *DB) writer(ctx context.Context) conn {
+	if d.pg != nil {
+		return conn{ctx: ctx, cache: d.ws}
+	}
+	return conn{ctx: ctx, cache: d.ws, d: d}
+}
 
 // tx runs fn in one write transaction (BEGIN IMMEDIATE), committing when fn
-// returns nil (or an errCommitThen) and rolling back otherwise.
+// returns nil (or an errCommitThen) and rolling back otherwise. On SQLite
+// the transaction may share its commit with concurrent ones (group.go); fn
+// then runs to its end even if ctx is cancelled meanwhile.
 func (d *DB) tx(ctx context.Context, fn func(c conn) error) error {
+	if d.pg == nil {
+		return d.txGroup(ctx, fn)
+	}
 	var miss []string
 	defer func() {
 		// The connection is free again: cache what the transaction missed.
@@ -607,6 +636,7 @@ func (d *DB) Backup(ctx context.Context, path string) error {
 	if _, err := os.Stat(path); err == nil {
 		return fmt.Errorf("backup: %s already exists; choose a new file", path)
 	}
-	_, err := d.writer(ctx).exec(`VACUUM INTO ?`, path)
+	// Outside the group commit: VACUUM cannot run in a transaction.
+	_, err := conn{ctx: ctx, cache: d.ws}.exec(`VACUUM INTO ?`, path)
 	return d.wrap("backup to "+path, err)
 }
