@@ -130,8 +130,7 @@ func (p *anthropicProvider) params(req agent.Request) anthropic.MessageNewParams
 
 func anthropicTool(t agent.ToolSpec) *anthropic.ToolParam {
 	schema := anthropic.ToolInputSchemaParam{}
-	var m map[string]any
-	if len(t.Schema) > 0 && json.Unmarshal(t.Schema, &m) == nil {
+	if m := parseSchema(t.Schema); m != nil {
 		schema.Properties = m["properties"]
 		if req, ok := m["required"].([]any); ok {
 			for _, r := range req {
@@ -140,11 +139,15 @@ func anthropicTool(t agent.ToolSpec) *anthropic.ToolParam {
 				}
 			}
 		}
-		delete(m, "type")
-		delete(m, "properties")
-		delete(m, "required")
-		if len(m) > 0 {
-			schema.ExtraFields = m
+		for k, v := range m {
+			switch k {
+			case "type", "properties", "required":
+			default:
+				if schema.ExtraFields == nil {
+					schema.ExtraFields = map[string]any{}
+				}
+				schema.ExtraFields[k] = v
+			}
 		}
 	}
 	if schema.Properties == nil {

@@ -2,7 +2,6 @@ package providers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -132,8 +131,7 @@ func (p *openAIProvider) params(req agent.Request) openai.ChatCompletionNewParam
 		if t.Description != "" {
 			fd.Description = openai.String(t.Description)
 		}
-		var schema map[string]any
-		if len(t.Schema) > 0 && json.Unmarshal(t.Schema, &schema) == nil && len(schema) > 0 {
+		if schema := parseSchema(t.Schema); len(schema) > 0 {
 			fd.Parameters = schema
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
