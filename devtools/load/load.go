@@ -390,6 +390,7 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 		}
 	}
 	get("/debug/pprof/heap", "heap.pprof")
+	get("/debug/pprof/heap?debug=1", "memstats.txt") // ends with runtime.MemStats: stacks vs heap
 	get("/debug/pprof/goroutine", "goroutine.pprof")
 	wg.Wait()
 	logf("profiles in %s (go tool pprof -top %s/cpu-*.pprof)", o.ProfileDir, o.ProfileDir)
