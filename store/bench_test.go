@@ -10,63 +10,51 @@ import (
 	"github.com/heraldhq/herald/channels"
 )
 
-// BenchmarkRunLifecycle is the store work of one sub-agent run: CreateRun →
+// runLifecycle is the store work of one sub-agent run: CreateRun →
 // StartRun → FinishRun with its announce → MarkDelivered.
-func BenchmarkRunLifecycle(b *testing.B) {
-	db := newTestDB(b)
+func runLifecycle(b *testing.B, db *DB, id string) {
 	ctx := context.Background()
 	now := time.Now()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		r, child := newRun("bench-" + strconv.Itoa(i))
-		if err := db.CreateRun(ctx, r, child); err != nil {
-			b.Fatal(err)
-		}
-		if err := db.StartRun(ctx, r.ID, now); err != nil {
-			b.Fatal(err)
-		}
-		r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
-		r.EndedAt, r.ArchiveAt = now, now.Add(time.Hour)
-		ann := &OutboxItem{Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished"}
-		if err := db.FinishRun(ctx, r, ann); err != nil {
-			b.Fatal(err)
-		}
-		if err := db.MarkDelivered(ctx, ann.ID, now); err != nil {
-			b.Fatal(err)
-		}
+	r, child := newRun(id)
+	if err := db.CreateRun(ctx, r, child); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.StartRun(ctx, r.ID, now); err != nil {
+		b.Fatal(err)
+	}
+	r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
+	r.EndedAt, r.ArchiveAt = now, now.Add(time.Hour)
+	ann := &OutboxItem{Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished"}
+	if err := db.FinishRun(ctx, r, ann); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.MarkDelivered(ctx, ann.ID, now); err != nil {
+		b.Fatal(err)
 	}
 }
 
-// BenchmarkRunLifecycleConcurrent is BenchmarkRunLifecycle from 64
-// goroutines at once, as thousands of in-flight runs write: on SQLite their
-// transactions share commits (group.go).
+// BenchmarkRunLifecycle is one run's store work, one run at a time.
+func BenchmarkRunLifecycle(b *testing.B) {
+	db := newTestDB(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runLifecycle(b, db, "bench-"+strconv.Itoa(i))
+	}
+}
+
+// BenchmarkRunLifecycleConcurrent is the same from 32 goroutines per CPU at
+// once, as thousands of in-flight runs write: on SQLite their transactions
+// share commits (group.go).
 func BenchmarkRunLifecycleConcurrent(b *testing.B) {
 	db := newTestDB(b)
-	ctx := context.Background()
-	now := time.Now()
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(32)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			r, child := newRun("bench-" + strconv.FormatInt(seq.Add(1), 10))
-			if err := db.CreateRun(ctx, r, child); err != nil {
-				b.Fatal(err)
-			}
-			if err := db.StartRun(ctx, r.ID, now); err != nil {
-				b.Fatal(err)
-			}
-			r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
-			r.EndedAt, r.ArchiveAt = now, now.Add(time.Hour)
-			ann := &OutboxItem{Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished"}
-			if err := db.FinishRun(ctx, r, ann); err != nil {
-				b.Fatal(err)
-			}
-			if err := db.MarkDelivered(ctx, ann.ID, now); err != nil {
-				b.Fatal(err)
-			}
+			runLifecycle(b, db, "bench-"+strconv.FormatInt(seq.Add(1), 10))
 		}
 	})
 }
