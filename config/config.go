@@ -38,6 +38,7 @@ type Config struct {
 	MCP      MCP       `json:"mcp"`
 	Session  Session   `json:"session"`
 	State    State     `json:"state"`
+	Budgets  Budgets   `json:"budgets"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -86,10 +87,13 @@ type Models struct {
 
 // Provider is one model API.
 type Provider struct {
-	API     string  `json:"api"` // anthropic|openai|openai-compatible|demo
-	BaseURL string  `json:"baseUrl"`
-	APIKey  Secret  `json:"apiKey"`
-	Models  []Model `json:"models"`
+	API     string `json:"api"` // anthropic|openai|openai-compatible|demo
+	BaseURL string `json:"baseUrl"`
+	APIKey  Secret `json:"apiKey"`
+	// APIKeys are several keys used in turn (SPEC §20); set apiKey or
+	// apiKeys, not both.
+	APIKeys []Secret `json:"apiKeys"`
+	Models  []Model  `json:"models"`
 	// TimeoutSeconds bounds each model call to this provider (default 120).
 	TimeoutSeconds int `json:"timeoutSeconds"`
 }
@@ -118,12 +122,12 @@ type Agents struct {
 
 // AgentDefaults apply to every agent unless it overrides them.
 type AgentDefaults struct {
-	Model         string `json:"model"`         // provider/model
-	Thinking      string `json:"thinking"`      // off|low|medium|high
-	Workspace     string `json:"workspace"`     // default <stateDir>/workspace/<agentId>
-	MaxConcurrent int    `json:"maxConcurrent"` // the main lane; default 4
-	MaxQueued     int    `json:"maxQueued"`     // turns waiting for the main lane; past it "busy"; default 512
-	MaxIterations int    `json:"maxIterations"` // model turns per top-level turn; default 30
+	Model         ModelSetting `json:"model"`         // provider/model, or {primary, fallbacks}
+	Thinking      string       `json:"thinking"`      // off|low|medium|high
+	Workspace     string       `json:"workspace"`     // default <stateDir>/workspace/<agentId>
+	MaxConcurrent int          `json:"maxConcurrent"` // the main lane; default 4
+	MaxQueued     int          `json:"maxQueued"`     // turns waiting for the main lane; past it "busy"; default 512
+	MaxIterations int          `json:"maxIterations"` // model turns per top-level turn; default 30
 	// TurnTimeoutSeconds bounds a top-level turn (default 600).
 	TurnTimeoutSeconds int       `json:"turnTimeoutSeconds"`
 	Subagents          Subagents `json:"subagents"`
@@ -133,31 +137,31 @@ type AgentDefaults struct {
 // where 0 means something (no timeout, never archive). After Load, the
 // defaults' fields are all set; an agent's are set only where it overrides.
 type Subagents struct {
-	MaxConcurrent         *int     `json:"maxConcurrent"`         // default 8 (defaults only: the lane is shared)
-	MaxDepth              *int     `json:"maxDepth"`              // default 1
-	MaxChildrenPerSession *int     `json:"maxChildrenPerSession"` // default 5
-	MaxTotalSpawns        *int     `json:"maxTotalSpawns"`        // default 20
-	RunTimeoutSeconds     *int     `json:"runTimeoutSeconds"`     // default 300; 0 = none
-	ArchiveAfterMinutes   *int     `json:"archiveAfterMinutes"`   // default 60; 0 = never
-	MaxIterations         *int     `json:"maxIterations"`         // default 30
-	Model                 string   `json:"model"`
-	Thinking              string   `json:"thinking"`
-	AllowAgents           []string `json:"allowAgents"` // ["*"] = any; default: own id only
+	MaxConcurrent         *int         `json:"maxConcurrent"`         // default 8 (defaults only: the lane is shared)
+	MaxDepth              *int         `json:"maxDepth"`              // default 1
+	MaxChildrenPerSession *int         `json:"maxChildrenPerSession"` // default 5
+	MaxTotalSpawns        *int         `json:"maxTotalSpawns"`        // default 20
+	RunTimeoutSeconds     *int         `json:"runTimeoutSeconds"`     // default 300; 0 = none
+	ArchiveAfterMinutes   *int         `json:"archiveAfterMinutes"`   // default 60; 0 = never
+	MaxIterations         *int         `json:"maxIterations"`         // default 30
+	Model                 ModelSetting `json:"model"`
+	Thinking              string       `json:"thinking"`
+	AllowAgents           []string     `json:"allowAgents"` // ["*"] = any; default: own id only
 }
 
 // Agent is one configured persona.
 type Agent struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Default       bool      `json:"default"` // the agent unbound messages go to; default: the first
-	Model         string    `json:"model"`
-	Thinking      string    `json:"thinking"`
-	Workspace     string    `json:"workspace"`
-	SystemPrompt  string    `json:"systemPrompt"`
-	AllowedTools  []string  `json:"allowedTools"` // empty = all
-	MaxIterations int       `json:"maxIterations"`
-	Subagents     Subagents `json:"subagents"`
-	MCPServers    []string  `json:"mcpServers"` // MCP servers whose tools it gets; nil = every server
+	ID            string       `json:"id"`
+	Name          string       `json:"name"`
+	Default       bool         `json:"default"` // the agent unbound messages go to; default: the first
+	Model         ModelSetting `json:"model"`
+	Thinking      string       `json:"thinking"`
+	Workspace     string       `json:"workspace"`
+	SystemPrompt  string       `json:"systemPrompt"`
+	AllowedTools  []string     `json:"allowedTools"` // empty = all
+	MaxIterations int          `json:"maxIterations"`
+	Subagents     Subagents    `json:"subagents"`
+	MCPServers    []string     `json:"mcpServers"` // MCP servers whose tools it gets; nil = every server
 }
 
 // Binding routes inbound messages matching Match to an agent.

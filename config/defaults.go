@@ -97,7 +97,9 @@ func Default(env func(string) (string, bool)) *Config {
 		env = osLookupEnv
 	}
 	cfg := &Config{}
-	cfg.Models.Providers, cfg.Agents.Defaults.Model = autoProviders(env)
+	var ref string
+	cfg.Models.Providers, ref = autoProviders(env)
+	cfg.Agents.Defaults.Model = Ref(ref)
 	cfg.ApplyDefaults(env)
 	cfg.src = &source{file: "(built-in default config)"}
 	return cfg
@@ -125,7 +127,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	if len(c.Models.Providers) == 0 {
 		var ref string
 		c.Models.Providers, ref = autoProviders(env)
-		setStr(&c.Agents.Defaults.Model, ref)
+		setStr(&c.Agents.Defaults.Model.Primary, ref)
 	}
 	for id, p := range c.Models.Providers {
 		if p.API == "" && contains(knownAPIs, id) {
@@ -137,7 +139,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 		setInt(&p.TimeoutSeconds, DefaultProviderTimeoutSeconds)
 		c.Models.Providers[id] = p
 	}
-	if c.Agents.Defaults.Model == "" {
+	if c.Agents.Defaults.Model.Primary == "" && len(c.Agents.Defaults.Model.Fallbacks) == 0 {
 		// The only configured model needs no naming.
 		var refs []string
 		for id, p := range c.Models.Providers {
@@ -146,7 +148,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 			}
 		}
 		if len(refs) == 1 {
-			c.Agents.Defaults.Model = refs[0]
+			c.Agents.Defaults.Model = Ref(refs[0])
 		}
 	}
 

@@ -35,10 +35,7 @@ func (c *Config) DefaultAgentID() string {
 // AgentModel is the agent's model ref (provider/model): its own model, else
 // agents.defaults.model.
 func (c *Config) AgentModel(agentID string) string {
-	if a, ok := c.Agent(agentID); ok && a.Model != "" {
-		return a.Model
-	}
-	return c.Agents.Defaults.Model
+	return c.AgentModelSetting(agentID).Primary
 }
 
 // AgentThinking is the agent's thinking level: its own, else the default
@@ -85,7 +82,7 @@ type Limits struct {
 	RunTimeoutSeconds     int // 0 = no timeout
 	ArchiveAfterMinutes   int // 0 = never
 	MaxIterations         int
-	Model                 string   // "" = the caller's model
+	Model                 string   // the primary of the sub-agent model setting; "" = the caller's model
 	Thinking              string   // "" = the caller's thinking level
 	AllowAgents           []string // ["*"] = any agent
 }
@@ -125,7 +122,7 @@ func (c *Config) SubagentLimits(agentID string) Limits {
 		RunTimeoutSeconds:     pick(o.RunTimeoutSeconds, d.RunTimeoutSeconds, DefaultRunTimeoutSeconds),
 		ArchiveAfterMinutes:   pick(o.ArchiveAfterMinutes, d.ArchiveAfterMinutes, DefaultArchiveAfterMinutes),
 		MaxIterations:         pick(o.MaxIterations, d.MaxIterations, DefaultSubagentMaxIterations),
-		Model:                 cmp.Or(o.Model, d.Model),
+		Model:                 cmp.Or(o.Model.Primary, d.Model.Primary),
 		Thinking:              cmp.Or(o.Thinking, d.Thinking),
 	}
 	switch {

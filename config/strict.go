@@ -110,8 +110,15 @@ func (c *strictChecker) check(n *node, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == modelSettingType && n.kind == kindString {
+		return // a plain "provider/model" reference
+	}
 	switch t.Kind() {
 	case reflect.Struct:
+		if n.kind != kindObject && t == modelSettingType {
+			c.mismatch(n, path, "a \"provider/model\" string or {primary, fallbacks}")
+			return
+		}
 		if n.kind != kindObject {
 			c.mismatch(n, path, "an object")
 			return

@@ -100,6 +100,7 @@ func (c *Config) Validate() error {
 	v.security()
 	v.channels()
 	v.mcp()
+	v.budgets()
 	file := c.File()
 	if file == "" {
 		file = "config"
@@ -171,7 +172,15 @@ func (v *validator) models() {
 		case !contains(knownAPIs, p.API):
 			v.add(path+".api", "unknown api %q (want %s)", p.API, oneOf(knownAPIs))
 		}
-		if (p.API == "anthropic" || p.API == "openai") && p.APIKey == "" {
+		if p.APIKey != "" && len(p.APIKeys) > 0 {
+			v.add(path+".apiKeys", "set apiKey or apiKeys, not both (apiKeys holds every key, used in turn)")
+		}
+		for i, k := range p.APIKeys {
+			if strings.TrimSpace(k.Value()) == "" {
+				v.add(joinIndex(path+".apiKeys", i), "empty key (is its variable set?)")
+			}
+		}
+		if (p.API == "anthropic" || p.API == "openai") && p.APIKey == "" && len(p.APIKeys) == 0 {
 			v.add(path+".apiKey", "missing: the %s api needs an apiKey (e.g. \"${%s_API_KEY}\")", p.API, strings.ToUpper(p.API))
 		}
 		if p.API == "openai-compatible" && p.BaseURL == "" {
@@ -260,7 +269,7 @@ func (v *validator) subagents(path string, s Subagents, isDefaults bool, agentID
 	if s.MaxIterations != nil {
 		v.atLeast(path+".maxIterations", *s.MaxIterations, 1)
 	}
-	v.modelRef(path+".model", s.Model)
+	v.modelSetting(path+".model", s.Model)
 	v.enum(path+".thinking", s.Thinking, thinkingLevels)
 	for i, a := range s.AllowAgents {
 		if a != "*" && !agentIDs[a] {
@@ -277,7 +286,7 @@ func (v *validator) agents() {
 			ids[a.ID] = true
 		}
 	}
-	v.modelRef("agents.defaults.model", d.Model)
+	v.modelSetting("agents.defaults.model", d.Model)
 	v.enum("agents.defaults.thinking", d.Thinking, thinkingLevels)
 	v.atLeast("agents.defaults.maxConcurrent", d.MaxConcurrent, 1)
 	v.nonNegative("agents.defaults.maxQueued", d.MaxQueued)
@@ -308,10 +317,10 @@ func (v *validator) agents() {
 				v.add(path+".default", "more than one agent has default: true")
 			}
 		}
-		if a.Model == "" && d.Model == "" {
+		if a.Model.Primary == "" && d.Model.Primary == "" {
 			v.add(path+".model", "no model: set agents.defaults.model or this agent's model")
 		}
-		v.modelRef(path+".model", a.Model)
+		v.modelSetting(path+".model", a.Model)
 		v.enum(path+".thinking", a.Thinking, thinkingLevels)
 		v.nonNegative(path+".maxIterations", a.MaxIterations)
 		v.subagents(path+".subagents", a.Subagents, false, ids)
