@@ -18,7 +18,7 @@ func TestE2EDelegateUsesDefaults(t *testing.T) {
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m", maxTokens: 8192 }] } } },
   agents: {
     defaults: { model: "anthropic/m", thinking: "low", maxIterations: 2 },
-    list: [ { id: "main", systemPrompt: "MAIN" }, { id: "researcher", systemPrompt: "RESEARCHER" } ],
+    list: [ { id: "main", systemPrompt: "MAIN", subagents: { allowAgents: ["researcher"] } }, { id: "researcher", systemPrompt: "RESEARCHER" } ],
   },
   security: { toolPolicy: { default: "allow" } },
 }`, func(c llmtest.Call) llmtest.Reply {

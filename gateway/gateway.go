@@ -194,7 +194,22 @@ func (g *Gateway) workspace(agentID string) string {
 // baseTools are an agent's built-in tools and the tools of its MCP servers
 // that are up, limited to its allowedTools.
 func (g *Gateway) baseTools(agentID string) *agent.Registry {
+	return g.allowedOnly(agentID, agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...))
+}
+
+// topTools is the tool set of an agent's top-level turn: its base tools
+// and the session tools, all limited to its allowedTools (SPEC §17: the
+// session tools honour allowedTools too).
+func (g *Gateway) topTools(agentID string) *agent.Registry {
 	reg := agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...)
+	for _, t := range g.subs.SessionTools(0) {
+		reg.Add(t)
+	}
+	return g.allowedOnly(agentID, reg)
+}
+
+// allowedOnly limits reg to the agent's allowedTools (empty = all).
+func (g *Gateway) allowedOnly(agentID string, reg *agent.Registry) *agent.Registry {
 	if a, ok := g.cfg().Agent(agentID); ok && len(a.AllowedTools) > 0 {
 		reg = reg.Filter(func(name string, _ agent.Tool) bool { return slices.Contains(a.AllowedTools, name) })
 	}

@@ -239,10 +239,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		g.mu.Unlock()
 	}()
 
-	reg := g.baseTools(agentID)
-	for _, t := range g.subs.SessionTools(0) {
-		reg.Add(t)
-	}
+	reg := g.topTools(agentID)
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
 		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	live := g.startLive(it, log)

@@ -95,10 +95,7 @@ func (c sessionControl) Compact(ctx context.Context, key, focus string) (before,
 		if !ok {
 			return fmt.Errorf("model %s is not configured", ref)
 		}
-		reg := g.baseTools(s.agentID)
-		for _, t := range g.subs.SessionTools(0) {
-			reg.Add(t)
-		}
+		reg := g.topTools(s.agentID)
 		res, err := s.sess.Compact(ctx, agent.Turn{Model: model, System: g.systemPrompt(s.agentID, c.origin), Tools: reg,
 			Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(s.agentID, model.Ref, u) }}, focus, 0)
 		before, after = res.Before, res.After

@@ -446,7 +446,7 @@ func (m *Manager) delegateTool() agent.Tool {
 
 // DelegateResult is delegate's result.
 type DelegateResult struct {
-	Status string `json:"status"` // ok | error
+	Status string `json:"status"` // ok | forbidden | error
 	Result string `json:"result,omitempty"`
 	Error  string `json:"error,omitempty"`
 	Tokens struct {
@@ -467,6 +467,14 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	}
 	if strings.TrimSpace(task) == "" {
 		res.Error = `"task" is required`
+		return res
+	}
+	// The same rule as sessions_spawn (SPEC §17): the caller's own agent is
+	// always allowed, any other only through its subagents.allowAgents.
+	if lim := m.config().SubagentLimits(cc.AgentID); agentID != cc.AgentID && !lim.AllowsAgent(agentID) {
+		res.Status = "forbidden"
+		res.Error = fmt.Sprintf("agent %q is not allowed: agent %q may delegate only to %s", agentID, cc.AgentID,
+			cmp.Or(strings.Join(lim.AllowAgents, ", "), "itself (subagents.allowAgents is empty)"))
 		return res
 	}
 	model, ok := m.d.Catalog.Lookup(m.config().AgentModel(agentID))
@@ -490,8 +498,12 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		return res
 	}
 	defer sess.Close()
+	// The delegate gets its agent's tools within that agent's allowedTools,
+	// and never a tool the caller does not have itself: delegating cannot
+	// widen what the caller's allowedTools permit.
 	reg := m.d.Tools(agentID).Filter(func(name string, _ agent.Tool) bool {
-		return len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)
+		return (len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)) &&
+			(cc.Tools == nil || slices.Contains(cc.Tools, name))
 	})
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), AgentID: agentID,
