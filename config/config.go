@@ -39,6 +39,8 @@ type Config struct {
 	Session  Session   `json:"session"`
 	State    State     `json:"state"`
 	Budgets  Budgets   `json:"budgets"`
+	// Schedules are recurring and one-off runs (SPEC §19, schedules.go).
+	Schedules Schedules `json:"schedules"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }

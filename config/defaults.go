@@ -215,6 +215,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 		ch.Web.Enabled = boolp(true)
 	}
 	c.applyMCPDefaults()
+	c.applyScheduleDefaults()
 }
 
 func contains(list []string, s string) bool {

@@ -101,6 +101,7 @@ func (c *Config) Validate() error {
 	v.channels()
 	v.mcp()
 	v.budgets()
+	v.schedules()
 	file := c.File()
 	if file == "" {
 		file = "config"

@@ -27,6 +27,7 @@ import (
 	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
 )
@@ -75,6 +76,7 @@ type Gateway struct {
 	mcp      *mcptools.Manager
 	panel    *panel
 	cluster  *cluster
+	sched    *schedule.Scheduler
 
 	listener net.Listener
 	server   *http.Server
@@ -90,6 +92,7 @@ type Gateway struct {
 	draining   bool
 	commands   int    // chat commands running (≤ MaxCommands)
 	stopOutbox func() // ends the delivery loop and waits for it (set by Run)
+	stopSched  func() // ends the scheduler loop and waits for it (set by Run)
 }
 
 // New opens the state and builds every component; nothing runs until Run.
@@ -140,9 +143,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
-		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.panel.changed,
+		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(),
 	})
+	g.newScheduler()
 	if err := g.buildChannels(o.Channels); err != nil {
 		return fail(err)
 	}
@@ -328,6 +332,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.cluster.leave()
 		return err
 	}
+	stopSched, serr := g.startScheduler(ctx)
+	if serr != nil {
+		g.bgCancel()
+		g.bg.Wait()
+		g.cluster.leave()
+		return fmt.Errorf("schedules: %w", serr)
+	}
+	g.stopSched = stopSched
 	outboxCtx, stopOutbox := context.WithCancel(context.Background())
 	outboxDone := make(chan struct{})
 	go func() { defer close(outboxDone); g.outbox.run(outboxCtx) }()
@@ -440,6 +452,9 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = g.server.Shutdown(hctx)
 	hcancel()
+	if g.stopSched != nil {
+		g.stopSched() // no firing into lanes that are shutting down
+	}
 	g.mainLane.Shutdown(ctx)
 	g.logOwed()
 	g.subs.Shutdown(ctx)

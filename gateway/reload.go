@@ -136,6 +136,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	g.setToolOptions(next)
 	g.mainLane.SetMax(next.Agents.Defaults.MaxConcurrent)
 	g.subs.SetConfig(next)
+	g.reloadSchedules(ctx)
 	g.ApplyMCP(next.MCP.Servers)
 	for _, s := range swaps {
 		g.replaceChannel(ctx, s.name, s.ch)

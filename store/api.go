@@ -103,6 +103,21 @@ type Leases interface {
 	LiveReplicas(ctx context.Context) ([]string, error)
 }
 
+// Schedules are recurring and one-off runs (SPEC §19); a due time is
+// claimed in the transaction that records its run (FireDue).
+type Schedules interface {
+	AddSchedule(ctx context.Context, s *Schedule, max int) error // *LimitError, ErrExists
+	SyncConfigSchedules(ctx context.Context, list []Schedule) error
+	GetSchedule(ctx context.Context, id string) (*Schedule, error) // ErrNotFound
+	ListSchedules(ctx context.Context, sessionKey string) ([]Schedule, error)
+	PauseSchedule(ctx context.Context, id string) error
+	ResumeSchedule(ctx context.Context, id string, next time.Time) error
+	RemoveSchedule(ctx context.Context, id string) error
+	NextScheduleAt(ctx context.Context) (time.Time, bool, error)
+	CountSchedules(ctx context.Context) (ScheduleCounts, error)
+	FireDue(ctx context.Context, now time.Time, limit int, plan func(s *Schedule) Firing) ([]Fired, error)
+}
+
 // Bus carries wake-ups between the replicas of a PostgreSQL state
 // (LISTEN/NOTIFY); on SQLite it carries nothing.
 type Bus interface {
@@ -120,6 +135,7 @@ type Store interface {
 	WebLog
 	KV
 	Leases
+	Schedules
 	Bus
 	Transcripts
 	UnarchiveTranscript(archived, path string) error

@@ -17,19 +17,20 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
 	var origin string
-	var created, started, ended, archiveAt, archivedAt sql.NullInt64
+	var created, started, ended, archiveAt, archivedAt, due sql.NullInt64
 	if err := rows.Scan(&r.ID, &r.ChildKey, &r.ChildSessionID, &r.RequesterKey, &r.RootKey, &r.Depth,
 		&r.AgentID, &r.Task, &r.Label, &r.Model, &r.Thinking, &r.Cleanup, &r.TimeoutSeconds,
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
-		&archiveAt, &archivedAt, &r.Owner); err != nil {
+		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due); err != nil {
 		return err
 	}
+	r.ScheduleDue = fromMS(due)
 	r.CreatedAt, r.StartedAt, r.EndedAt = fromMS(created), fromMS(started), fromMS(ended)
 	r.ArchiveAt, r.ArchivedAt = fromMS(archiveAt), fromMS(archivedAt)
 	r.AllowedTools = nil
@@ -159,13 +160,7 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 				return fmt.Errorf("child session %s: %w", child.Key, err)
 			}
 		}
-		_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
-			r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
-			r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
-			msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
-			msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner)
+		err := insertRun(c, r, tools, origin)
 		if err != nil || r.SpawnCallID == "" {
 			return err
 		}
@@ -182,6 +177,18 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 	return nil
 }
 
+// insertRun inserts the run row r (tools and origin encoded).
+func insertRun(c conn, r *Run, tools any, origin string) error {
+	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
+		(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
+		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
+		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
+		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
+		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue))
+	return err
+}
+
 // checkSpawnLimits counts inside the writer's transaction: with one writer
 // connection (SQLite) or the root's lock held (PostgreSQL), nothing can
 // insert a run of the same root between the count and the insert.
@@ -193,7 +200,7 @@ func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
 	}
 	if lim.MaxChildren > 0 {
 		n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = ? AND status IN ('`+
-			StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`')`, r.RequesterKey)
+			StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`') AND schedule_id = ''`, r.RequesterKey)
 		if err != nil {
 			return err
 		}
@@ -202,7 +209,7 @@ func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
 		}
 	}
 	if lim.MaxTotal > 0 {
-		n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = ?`, r.RootKey)
+		n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = ? AND schedule_id = ''`, r.RootKey)
 		if err != nil {
 			return err
 		}
@@ -348,6 +355,11 @@ func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error 
 		if testHookFinishRun != nil {
 			if err := testHookFinishRun(); err != nil {
 				return err
+			}
+		}
+		if r.ScheduleID != "" {
+			if err := endScheduledRun(c, r); err != nil {
+				return fmt.Errorf("schedule %s: %w", r.ScheduleID, err)
 			}
 		}
 		if item == nil {

@@ -113,6 +113,10 @@ type Run struct {
 	// Owner is the replica (gateway.replicaId) that queued or runs it; a
 	// replica whose lease lapsed leaves it to another (SPEC §14).
 	Owner string
+	// ScheduleID and ScheduleDue name the schedule firing that made the
+	// run (SPEC §19); "" for a run spawned by sessions_spawn.
+	ScheduleID  string
+	ScheduleDue time.Time
 }
 
 // RunFilter selects runs for ListRuns. Empty fields match anything.

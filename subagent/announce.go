@@ -37,6 +37,9 @@ type Announce struct {
 	SessionKey string
 	SessionID  string
 	Transcript string
+	// Schedule is "<id> @ <due, RFC 3339 UTC>" for a scheduled run's
+	// firing (SPEC §19); "" otherwise.
+	Schedule string
 }
 
 // Render fills the announce template of SPEC §6.
@@ -57,6 +60,9 @@ func (a Announce) Render() string {
 		stats = append(stats, "est "+FormatCost(a.CostUSD))
 	}
 	stats = append(stats, "sessionKey "+a.SessionKey, "sessionId "+a.SessionID, "transcript "+a.Transcript)
+	if a.Schedule != "" {
+		stats = append(stats, "schedule "+a.Schedule)
+	}
 	b.WriteString("Stats: " + strings.Join(stats, " • "))
 	return b.String()
 }

@@ -271,24 +271,54 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 			return SpawnResult{Status: "accepted", RunID: r.ID, ChildSessionKey: r.ChildKey, ModelApplied: r.Model}
 		}
 	}
+	run, child, warning, fail := m.build(cc, p)
+	if fail != nil {
+		return *fail
+	}
+	lim := m.config().SubagentLimits(cc.AgentID)
+	model := run.Model
+	// The children and total-spawn limits are checked in the transaction
+	// that records the run, so two parallel spawns cannot both take the last
+	// slot and no lock is held across the store round trip.
+	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	if le := (*store.LimitError)(nil); errors.As(err, &le) {
+		if le.Limit == "maxTotalSpawns" {
+			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
+		}
+		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", le.Count, le.Max)
+	}
+	if err != nil {
+		return spawnError("could not record the run: %v", err)
+	}
+	m.enqueue(run)
+	m.changed(run.RootKey)
+	m.spawned.Add(1)
+	m.runLog(run).Info("sub-agent spawned", zap.String("model", model), zap.Int("depth", run.Depth))
+	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model, Warning: warning}
+}
+
+// build checks a spawn's arguments against the caller and the config and
+// makes its queued run and child session (not stored yet); fail is the
+// refusal.
+func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, child *store.Session, warning string, fail *SpawnResult) {
 	task := strings.TrimSpace(p.Task)
 	if task == "" {
-		return spawnError(`"task" is required: describe what the sub-agent should do`)
+		return nil, nil, "", spawnErrorP(`"task" is required: describe what the sub-agent should do`)
 	}
 	cfg := m.config()
 	lim := cfg.SubagentLimits(cc.AgentID)
 	if cc.Depth+1 > lim.MaxDepth {
-		return forbidden("depth exceeded: this session is at depth %d and maxDepth is %d, so it cannot spawn sub-agents; do the work yourself", cc.Depth, lim.MaxDepth)
+		return nil, nil, "", forbiddenP("depth exceeded: this session is at depth %d and maxDepth is %d, so it cannot spawn sub-agents; do the work yourself", cc.Depth, lim.MaxDepth)
 	}
 	target := cc.AgentID
 	if p.AgentID != "" {
 		target = p.AgentID
 	}
 	if _, ok := cfg.Agent(target); !ok {
-		return spawnError("unknown agentId %q; known agents: %s", target, strings.Join(m.agentIDs(), ", "))
+		return nil, nil, "", spawnErrorP("unknown agentId %q; known agents: %s", target, strings.Join(m.agentIDs(), ", "))
 	}
 	if target != cc.AgentID && !lim.AllowsAgent(target) { // its own agent is always allowed
-		return forbidden("agent %q is not allowed: agent %q may spawn only %s", target, cc.AgentID, strings.Join(lim.AllowAgents, ", "))
+		return nil, nil, "", forbiddenP("agent %q is not allowed: agent %q may spawn only %s", target, cc.AgentID, strings.Join(lim.AllowAgents, ", "))
 	}
 	allowed := p.AllowedTools
 	if len(allowed) == 0 {
@@ -296,7 +326,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	}
 	for _, name := range allowed {
 		if !slices.Contains(cc.Tools, name) {
-			return spawnError("unknown tool %q in allowedTools: it must be one of your tools (%s)", name, strings.Join(cc.Tools, ", "))
+			return nil, nil, "", spawnErrorP("unknown tool %q in allowedTools: it must be one of your tools (%s)", name, strings.Join(cc.Tools, ", "))
 		}
 	}
 	cleanup := p.Cleanup
@@ -305,12 +335,12 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		cleanup = "keep"
 	case "keep", "delete":
 	default:
-		return spawnError(`cleanup must be "keep" or "delete", not %q`, cleanup)
+		return nil, nil, "", spawnErrorP(`cleanup must be "keep" or "delete", not %q`, cleanup)
 	}
 	targetLim := cfg.SubagentLimits(target)
 	model, warning := m.resolveModel(p.Model, targetLim.Model, cc.Model)
 	if model == nil {
-		return spawnError("no usable model for the sub-agent: %s", warning)
+		return nil, nil, "", spawnErrorP("no usable model for the sub-agent: %s", warning)
 	}
 	// Thinking (SPEC §3): explicit > the target's subagents.thinking (its
 	// own, else the defaults') > the caller's own level; an invalid level is
@@ -347,7 +377,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 
 	now := m.d.Clock.Now()
 	childID := uuid.NewString()
-	run := &store.Run{
+	run = &store.Run{
 		ID:             uuid.NewString(),
 		ChildKey:       fmt.Sprintf("agent:%s:subagent:%s", target, uuid.NewString()),
 		ChildSessionID: childID,
@@ -370,30 +400,23 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		CostUSD:        -1,
 		Owner:          m.d.Replica,
 	}
-	child := &store.Session{
+	child = &store.Session{
 		Key: run.ChildKey, ID: childID, AgentID: target, Kind: store.KindSubagent,
 		ParentKey: cc.SessionKey, RootKey: rootKey, Depth: run.Depth, Label: run.Label,
 		Model: model.Ref, Origin: cc.Origin, TranscriptPath: m.d.Store.TranscriptPath(target, childID),
 		CreatedAt: now, UpdatedAt: now,
 	}
-	// The children and total-spawn limits are checked in the transaction
-	// that records the run, so two parallel spawns cannot both take the last
-	// slot and no lock is held across the store round trip.
-	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
-	if le := (*store.LimitError)(nil); errors.As(err, &le) {
-		if le.Limit == "maxTotalSpawns" {
-			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
-		}
-		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", le.Count, le.Max)
-	}
-	if err != nil {
-		return spawnError("could not record the run: %v", err)
-	}
-	m.enqueue(run)
-	m.changed(run.RootKey)
-	m.spawned.Add(1)
-	m.runLog(run).Info("sub-agent spawned", zap.String("model", model.Ref), zap.Int("depth", run.Depth))
-	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model.Ref, Warning: warning}
+	return run, child, warning, nil
+}
+
+func forbiddenP(format string, a ...any) *SpawnResult {
+	r := forbidden(format, a...)
+	return &r
+}
+
+func spawnErrorP(format string, a ...any) *SpawnResult {
+	r := spawnError(format, a...)
+	return &r
 }
 
 // resolveModel walks the model chain explicit > agent/defaults subagents
@@ -706,6 +729,9 @@ func (m *Manager) announceItem(r *store.Run, result, notes, status string) *stor
 		SessionKey: r.ChildKey, SessionID: r.ChildSessionID,
 		Transcript: m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID),
 	}
+	if r.ScheduleID != "" {
+		a.Schedule = r.ScheduleID + " @ " + r.ScheduleDue.UTC().Format(time.RFC3339)
+	}
 	return &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt,
 		SessionKey: r.RequesterKey, AgentID: r.AgentID}
 }
@@ -723,6 +749,11 @@ func (m *Manager) finishSkip(lr *liveRun, run *store.Run, outcome, result, note 
 
 func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string, u agent.Usage, announce bool) {
 	r := *run
+	if r.ScheduleID != "" && run.Note != "" && !strings.HasPrefix(note, run.Note) {
+		// A scheduled run's own note (how late a catch-up run is) opens
+		// its Notes.
+		note = strings.TrimSuffix(run.Note+"\n"+note, "\n")
+	}
 	r.Status, r.Outcome, r.EndedAt, r.Note, r.Result = store.StatusDone, outcome, m.d.Clock.Now(), note, result
 	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = u.Input, u.Output, u.CacheRead, u.CacheWrite
 	m.setCost(&r, u)

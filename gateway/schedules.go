@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/schedule"
+)
+
+// newScheduler builds the scheduler (SPEC §19): its firings are sub-agent
+// runs of g.subs, counted in herald_schedule_firings_total{result}, and
+// herald_schedules{state} counts the stored schedules.
+func (g *Gateway) newScheduler() {
+	firings := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_schedule_firings_total",
+		Help: "Schedule due times by result: started (a run), skipped (the previous run still ran), missed (no gateway ran; catchUp), failed (no run could be made)."},
+		[]string{"result"})
+	for _, r := range []string{schedule.ResultStarted, schedule.ResultSkipped, schedule.ResultMissed, schedule.ResultFailed} {
+		firings.WithLabelValues(r)
+	}
+	count := func(state string) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_schedules",
+			Help: "Stored schedules by state: active, paused, done (a one-off that fired).", ConstLabels: prometheus.Labels{"state": state}},
+			func() float64 {
+				c, err := g.db.CountSchedules(context.Background())
+				if err != nil {
+					return 0
+				}
+				switch state {
+				case "paused":
+					return float64(c.Paused)
+				case "done":
+					return float64(c.Done)
+				}
+				return float64(c.Active)
+			})
+	}
+	g.metrics.reg.MustRegister(firings, count("active"), count("paused"), count("done"))
+	g.sched = schedule.New(schedule.Deps{
+		Store: g.db, Runs: g.subs, Config: g.cfg(), Clock: g.clock, Logger: g.log,
+		SessionKey: SessionKey,
+		OnFiring:   func(result string, n int) { firings.WithLabelValues(result).Add(float64(n)) },
+	})
+}
+
+// startScheduler stores the config's schedules and starts firing; the
+// returned func stops the loop and waits for it.
+func (g *Gateway) startScheduler(ctx context.Context) (stop func(), err error) {
+	if err := g.sched.SyncConfig(ctx); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.sched.Run(sctx) }()
+	return func() { cancel(); <-done }, nil
+}
+
+// reloadSchedules applies a reloaded config's schedules.
+func (g *Gateway) reloadSchedules(ctx context.Context) {
+	if err := g.sched.SetConfig(ctx, g.cfg()); err != nil {
+		g.log.Error("could not apply schedules.list of the reloaded config", zap.Error(err))
+	}
+}
+
+// runChanged is told the root session of a run that was spawned, started
+// or ended: the web panel refreshes, and the scheduler looks again (a
+// catchUp "all" schedule waits for its previous run to end).
+func (g *Gateway) runChanged(rootKey string) {
+	g.panel.changed(rootKey)
+	if g.sched != nil {
+		g.sched.Wake()
+	}
+}

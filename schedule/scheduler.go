@@ -1,0 +1,262 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+)
+
+// Firing results (herald_schedule_firings_total{result}).
+const (
+	ResultStarted = "started" // a run was recorded and queued
+	ResultSkipped = "skipped" // the previous run still ran
+	ResultMissed  = "missed"  // passed over while no gateway ran (catchUp)
+	ResultFailed  = "failed"  // no run could be made (the agent or model is gone)
+)
+
+// Runs makes and starts the sub-agent runs of firings (*subagent.Manager).
+type Runs interface {
+	ScheduledRun(s *store.Schedule, due time.Time, note string) (*store.Run, *store.Session, error)
+	StartScheduled(r *store.Run)
+}
+
+// Clock is the scheduler's time; tests use a fake one.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Deps is what a Scheduler needs.
+type Deps struct {
+	Store  store.Schedules
+	Runs   Runs
+	Config *config.Config
+	Clock  Clock
+	Logger *zap.Logger
+	// SessionKey names the conversation of an agent at an origin
+	// (gateway.SessionKey): a config schedule's runs belong to it.
+	SessionKey func(agentID string, o channels.Origin) string
+	// OnFiring, if set, counts firings by result (metrics).
+	OnFiring func(result string, n int)
+	// Batch bounds the schedules fired in one transaction; default 100.
+	Batch int
+	// MaxWait bounds a sleep between passes (another replica may have
+	// added a schedule); default 5 s.
+	MaxWait time.Duration
+}
+
+// Scheduler fires due schedules. Any number of replicas may run one on a
+// shared PostgreSQL state: each due time is fired by one of them.
+type Scheduler struct {
+	d    Deps
+	log  *zap.Logger
+	conf atomic.Pointer[config.Config]
+	wake chan struct{}
+	mu   sync.Mutex // serialises passes of this process
+}
+
+// New returns a Scheduler; Run starts it.
+func New(d Deps) *Scheduler {
+	if d.Clock == nil {
+		d.Clock = systemClock{}
+	}
+	if d.Logger == nil {
+		d.Logger = zap.NewNop()
+	}
+	if d.Batch <= 0 {
+		d.Batch = 100
+	}
+	if d.MaxWait <= 0 {
+		d.MaxWait = 5 * time.Second
+	}
+	if d.OnFiring == nil {
+		d.OnFiring = func(string, int) {}
+	}
+	s := &Scheduler{d: d, log: d.Logger.Named("schedule"), wake: make(chan struct{}, 1)}
+	s.conf.Store(d.Config)
+	return s
+}
+
+func (s *Scheduler) config() *config.Config { return s.conf.Load() }
+
+// SetConfig applies a reloaded config and syncs its schedules.list.
+func (s *Scheduler) SetConfig(ctx context.Context, cfg *config.Config) error {
+	s.conf.Store(cfg)
+	err := s.SyncConfig(ctx)
+	s.Wake()
+	return err
+}
+
+// ConfigOrigin is the destination of a config schedule.
+func ConfigOrigin(d config.ScheduleDeliver) channels.Origin {
+	return channels.Origin{Channel: channels.Name(d.Channel), Account: d.Account, ChatID: d.Chat,
+		ChatType: d.ChatType, ThreadID: d.Thread}
+}
+
+// SyncConfig stores the config's schedules.list (new ones start from now;
+// unchanged ones keep their next due time).
+func (s *Scheduler) SyncConfig(ctx context.Context) error {
+	cfg := s.config()
+	now := s.d.Clock.Now()
+	list := make([]store.Schedule, 0, len(cfg.Schedules.List))
+	for i, l := range cfg.Schedules.List {
+		kind, expr := store.ScheduleCron, l.Cron
+		switch {
+		case l.Every != "":
+			kind, expr = store.ScheduleEvery, l.Every
+		case l.At != "":
+			kind, expr = store.ScheduleAt, l.At
+		}
+		w, err := Parse(kind, expr, l.Timezone)
+		if err != nil {
+			return fmt.Errorf("schedules.list[%d] (%s): %w", i, l.ID, err)
+		}
+		o := ConfigOrigin(l.Deliver)
+		key := ""
+		if s.d.SessionKey != nil {
+			key = s.d.SessionKey(l.AgentID, o)
+		}
+		next := w.First(now)
+		if kind == store.ScheduleAt && next.Before(now) {
+			next = time.Time{} // a one-off in the past: nothing to do
+		}
+		list = append(list, store.Schedule{
+			ID: l.ID, SessionKey: key, AgentID: l.AgentID, Kind: kind, Expr: w.Expr, Timezone: l.Timezone,
+			Task: l.Task, Origin: o, CatchUp: l.CatchUp, MaxFailures: l.MaxFailures, NextDue: next,
+			CreatedAt: now, CreatedBy: "config",
+		})
+	}
+	if err := s.d.Store.SyncConfigSchedules(ctx, list); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Wake makes the loop look at the schedules now (one was added, resumed,
+// or a run ended).
+func (s *Scheduler) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run fires due schedules until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-s.wake:
+		}
+		if _, err := s.Tick(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("could not fire due schedules; trying again", zap.Error(err))
+		}
+		wait := s.d.MaxWait
+		if next, ok, err := s.d.Store.NextScheduleAt(ctx); err == nil && ok {
+			if d := next.Sub(s.d.Clock.Now()); d < wait {
+				wait = max(d, time.Millisecond)
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+// Tick fires every schedule due at the clock's now and returns how many
+// runs it started.
+func (s *Scheduler) Tick(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	started := 0
+	for {
+		now := s.d.Clock.Now()
+		fired, err := s.d.Store.FireDue(ctx, now, s.d.Batch, func(sc *store.Schedule) store.Firing {
+			return s.plan(sc, now)
+		})
+		if err != nil {
+			return started, err
+		}
+		for _, f := range fired {
+			s.report(f)
+			if r := f.Firing.Run; r != nil {
+				s.d.Runs.StartScheduled(r)
+				started++
+			}
+		}
+		if len(fired) < s.d.Batch {
+			return started, nil
+		}
+	}
+}
+
+// plan turns Plan's decision into the store's firing, with the run made as
+// sessions_spawn would make it.
+func (s *Scheduler) plan(sc *store.Schedule, now time.Time) store.Firing {
+	w, err := Parse(sc.Kind, sc.Expr, sc.Timezone)
+	if err != nil {
+		// Stored by an older config or binary and no longer valid: stop it.
+		return store.Firing{Failed: true, Notice: s.notice(sc, fmt.Sprintf("⚠️ Schedule %s cannot fire: %v. Remove it with /schedule remove %s.", sc.ID, err, sc.ID))}
+	}
+	dec := Plan(w, sc, now)
+	f := store.Firing{Skipped: dec.Skipped, Missed: dec.Missed, Next: dec.Next}
+	if dec.Due.IsZero() {
+		return f
+	}
+	run, child, err := s.d.Runs.ScheduledRun(sc, dec.Due, dec.Note)
+	if err != nil {
+		f.Failed = true
+		f.Notice = s.notice(sc, fmt.Sprintf("⚠️ Schedule %s could not start its run due %s: %v", sc.ID, dec.Due.UTC().Format(time.RFC3339), err))
+		return f
+	}
+	f.Run, f.Child = run, child
+	return f
+}
+
+func (s *Scheduler) notice(sc *store.Schedule, text string) *store.OutboxItem {
+	return &store.OutboxItem{Origin: sc.Origin, Kind: channels.KindSystem, Text: text,
+		SessionKey: sc.SessionKey, AgentID: sc.AgentID, CreatedAt: s.d.Clock.Now()}
+}
+
+func (s *Scheduler) report(f store.Fired) {
+	sc := f.Schedule
+	log := s.log.With(zap.String("scheduleId", sc.ID), zap.String("sessionKey", sc.SessionKey),
+		zap.String("agentId", sc.AgentID), zap.String("channel", string(sc.Origin.Channel)))
+	if f.Firing.Run != nil {
+		s.d.OnFiring(ResultStarted, 1)
+	}
+	if n := f.Firing.Skipped; n > 0 {
+		s.d.OnFiring(ResultSkipped, n)
+		log.Info("schedule firing skipped: its previous run still runs", zap.String("activeRun", sc.ActiveRun))
+	}
+	if n := f.Firing.Missed; n > 0 {
+		s.d.OnFiring(ResultMissed, n)
+		log.Info("schedule due times missed while no gateway ran", zap.Int("missed", n), zap.String("catchUp", sc.CatchUp))
+	}
+	if f.Firing.Failed {
+		s.d.OnFiring(ResultFailed, 1)
+		log.Warn("schedule firing failed")
+	}
+	if f.Paused {
+		log.Warn("schedule paused after failed runs in a row", zap.Int("failures", sc.Failures))
+	}
+}
