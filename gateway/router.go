@@ -106,7 +106,7 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
 		AbortTurn: g.cluster.abort, Approve: g.approv.resolve, Now: g.clock.Now,
-		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin},
+		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin}, Schedules: g.sched,
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
 	if handled && reply != "" {

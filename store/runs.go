@@ -357,19 +357,19 @@ func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error 
 				return err
 			}
 		}
+		if item != nil {
+			id, err := item.insert(c)
+			if err != nil {
+				return fmt.Errorf("outbox: %w", err)
+			}
+			announce.ID = id
+		}
+		// After the announce, so a pause notice follows the run it is about.
 		if r.ScheduleID != "" {
 			if err := endScheduledRun(c, r); err != nil {
 				return fmt.Errorf("schedule %s: %w", r.ScheduleID, err)
 			}
 		}
-		if item == nil {
-			return nil
-		}
-		id, err := item.insert(c)
-		if err != nil {
-			return fmt.Errorf("outbox: %w", err)
-		}
-		announce.ID = id
 		return nil
 	})
 	if err != nil {

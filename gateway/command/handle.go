@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
 )
@@ -37,6 +38,15 @@ type Env struct {
 	// Session acts on the requester session itself (/new, /reset,
 	// /compact, /model, /think).
 	Session SessionControl
+	// Schedules runs /schedule and gives /status its next firing (SPEC §19).
+	Schedules Schedules
+}
+
+// Schedules is the part of the scheduler the commands use
+// (*schedule.Scheduler).
+type Schedules interface {
+	Command(ctx context.Context, c schedule.Conversation, args string) string
+	StatusLine(ctx context.Context, sessionKey string) string
 }
 
 // sendTimeout bounds /subagents send (SPEC §8: 30 s); tests shorten it.
@@ -85,6 +95,8 @@ func Handle(ctx context.Context, env Env, req Request) (reply string, handled bo
 		return h.model(ctx, c.Arg), true
 	case NameThink:
 		return h.think(ctx, c.Arg), true
+	case NameSchedule:
+		return h.schedule(ctx, c.Arg), true
 	default:
 		return helpText, true
 	}
@@ -104,6 +116,7 @@ const helpText = `❓ Commands
 /compact [focus] — summarise the older turns now to free context
 /model [provider/model|default] — show or set this conversation's model
 /think [off|low|medium|high|default] — show or set this conversation's thinking
+/schedule every|cron|in|at … <task> — a run announced here later; /schedule list|pause|resume|remove <id>
 /help — this list`
 
 type handler struct {
@@ -449,5 +462,19 @@ func (h handler) status(ctx context.Context) string {
 		active, done := count(runs)
 		lines = append(lines, fmt.Sprintf("🤖 Subagents: %d active · %d done", active, done))
 	}
+	if h.env.Schedules != nil {
+		if line := h.env.Schedules.StatusLine(ctx, h.req.SessionKey); line != "" {
+			lines = append(lines, line)
+		}
+	}
 	return strings.Join(lines, "\n")
+}
+
+// schedule runs /schedule (SPEC §19) in this conversation.
+func (h handler) schedule(ctx context.Context, args string) string {
+	if h.env.Schedules == nil {
+		return "⚠️ Schedules are not available in this gateway."
+	}
+	return h.env.Schedules.Command(ctx, schedule.Conversation{SessionKey: h.req.SessionKey, AgentID: h.env.AgentID,
+		Origin: h.req.Origin, By: h.req.SenderID}, args)
 }

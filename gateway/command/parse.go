@@ -20,6 +20,7 @@ const (
 	NameCompact   = "compact"
 	NameModel     = "model"
 	NameThink     = "think"
+	NameSchedule  = "schedule"
 )
 
 // /subagents actions.
@@ -97,7 +98,7 @@ func (c Command) String() string {
 		return s
 	case NameApprove, NameDeny:
 		return "/" + c.Name + " " + c.Code
-	case NameCompact, NameModel, NameThink:
+	case NameCompact, NameModel, NameThink, NameSchedule:
 		if c.Arg != "" {
 			return "/" + c.Name + " " + c.Arg
 		}
@@ -121,6 +122,8 @@ var names = map[string]string{
 	"model":     NameModel,
 	"think":     NameThink,
 	"thinking":  NameThink,
+	"schedule":  NameSchedule,
+	"schedules": NameSchedule,
 }
 
 // actions maps accepted /subagents actions (lower case) to canonical ones.
@@ -174,7 +177,7 @@ func Parse(text string) (Command, error) {
 			}
 			return c, &UsageError{usageDeny}
 		}
-	case NameCompact:
+	case NameCompact, NameSchedule:
 		c.Arg = strings.TrimFunc(rest, unicode.IsSpace)
 	case NameModel, NameThink:
 		arg, more := next(rest)

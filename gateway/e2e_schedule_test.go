@@ -1,0 +1,316 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// scheduleConfig allows 1 s intervals (a test-only minIntervalSeconds)
+// and at most 3 schedules per conversation.
+const scheduleConfig = `{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  schedules: { minIntervalSeconds: 1, maxPerConversation: 3 },
+}`
+
+// scheduleModel: a sub-agent whose task is "break" fails (a 400 from the
+// provider); "nothing new" answers ANNOUNCE_SKIP in its announce step;
+// any other task is announced with the result "all green".
+func scheduleModel() llmtest.Handler {
+	return func(c llmtest.Call) llmtest.Reply {
+		if !strings.Contains(c.System, "Sub-agent context") {
+			return llmtest.Reply{Text: "ok"}
+		}
+		announce := strings.Contains(c.LastUser(), "ANNOUNCE_SKIP")
+		switch {
+		case strings.Contains(c.System, "- Task: break"):
+			return llmtest.Reply{Status: 400, Message: "broken on purpose"}
+		case strings.Contains(c.System, "- Task: nothing new") && announce:
+			return llmtest.Reply{Text: "ANNOUNCE_SKIP"}
+		case announce:
+			return llmtest.Reply{Text: "Result:\nall green\n\nNotes:\n(none)"}
+		}
+		return llmtest.Reply{Text: "checked"}
+	}
+}
+
+var scheduleStatsRe = regexp.MustCompile(`• schedule (\S+) @ (\S+)$`)
+
+// scheduleAnnounces returns the client's announces of schedule id, in the
+// order the conversation shows them, with their due times.
+func scheduleAnnounces(t *testing.T, tg *testGW, client, id string) (texts []string, dues []time.Time) {
+	t.Helper()
+	for _, m := range webMessages(t, tg.URL, client, 0) {
+		if m.Role != "announce" {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(m.Text), "\n")
+		sm := scheduleStatsRe.FindStringSubmatch(lines[len(lines)-1])
+		if sm == nil || sm[1] != id {
+			continue
+		}
+		due, err := time.Parse(time.RFC3339, sm[2])
+		if err != nil {
+			t.Fatalf("announce's schedule due time %q is not RFC 3339: %v", sm[2], err)
+		}
+		texts, dues = append(texts, m.Text), append(dues, due)
+	}
+	return texts, dues
+}
+
+// checkOncePerDue: due times strictly increase (in order, none twice) on
+// whole seconds.
+func checkOncePerDue(t *testing.T, dues []time.Time) {
+	t.Helper()
+	for i := 1; i < len(dues); i++ {
+		if !dues[i].After(dues[i-1]) {
+			t.Fatalf("announces out of order or twice for one due time: %v", dues)
+		}
+		if d := dues[i].Sub(dues[i-1]); d%time.Second != 0 {
+			t.Fatalf("due times %v and %v are not whole seconds apart", dues[i-1], dues[i])
+		}
+	}
+}
+
+// TestE2EScheduleEveryThroughWebAPI: /schedule every 1s made in the web
+// chat is announced there once per due time, in order, with its Stats
+// field; /status shows the next firing; pause stops it; list, remove and
+// every kind of bad input answer as SPEC §19 says.
+func TestE2EScheduleEveryThroughWebAPI(t *testing.T) {
+	tg := newTestGateway(t, scheduleConfig, scheduleModel())
+	const client = "sched"
+
+	seq := webPost(t, tg.URL, client, "/schedule every 1s check the status page")
+	made := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "⏰") || strings.HasPrefix(s, "⚠️") })
+	m := regexp.MustCompile(`^⏰ Scheduled (s[0-9a-f]{7}): every 1s · next \d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)? UTC\.$`).FindStringSubmatch(made.Text)
+	if m == nil {
+		t.Fatalf("/schedule every answered %q", made.Text)
+	}
+	id := m[1]
+
+	var texts []string
+	var dues []time.Time
+	if !waitFor(e2eWait, func() bool {
+		texts, dues = scheduleAnnounces(t, tg, client, id)
+		return len(dues) >= 4
+	}) {
+		t.Fatalf("%d announces of %s within %s", len(dues), id, e2eWait)
+	}
+	checkOncePerDue(t, dues)
+	for _, text := range texts {
+		if !strings.HasPrefix(text, "Status: success\nTask: check the status page\n\nResult:\nall green") {
+			t.Errorf("announce:\n%s", text)
+		}
+	}
+
+	seq = webPost(t, tg.URL, client, "/status")
+	st := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "📊 Status") })
+	if !regexp.MustCompile(`\n⏰ Schedules: 1 · next \d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)? UTC \(` + id + `\)$`).MatchString(st.Text) {
+		t.Errorf("/status does not show the next firing:\n%s", st.Text)
+	}
+
+	seq = webPost(t, tg.URL, client, "/schedule pause "+id)
+	if got := waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text; got != "⏸️ Paused "+id+"." {
+		t.Fatalf("/schedule pause answered %q", got)
+	}
+	// Once paused, the store holds no run beyond those already recorded:
+	// every run of the schedule is announced once (a run still running at
+	// the pause announces later, but no new one starts).
+	seq = webPost(t, tg.URL, client, "/schedule list")
+	list := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "⏰ Schedules") }).Text
+	if want := "⏰ Schedules (this conversation)\n1) " + id + " · every 1s · paused · check the status page"; list != want {
+		t.Errorf("/schedule list answered\n%s\nwant\n%s", list, want)
+	}
+	sc, err := tg.G.Store().GetSchedule(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []store.Run
+	if !waitFor(e2eWait, func() bool {
+		runs = nil
+		for _, r := range tg.runsOf(t, "agent:main:web:dm:"+client) {
+			if r.ScheduleID == id {
+				runs = append(runs, r)
+			}
+		}
+		_, dues = scheduleAnnounces(t, tg, client, id)
+		return len(runs) == int(sc.Fired) && len(dues) == len(runs)
+	}) {
+		t.Fatalf("%d runs recorded, %d fired, %d announced", len(runs), sc.Fired, len(dues))
+	}
+	checkOncePerDue(t, dues)
+
+	for _, c := range []struct{ cmd, want string }{
+		{"/schedule every 500ms x", "⚠️ every 500ms is more often than allowed: the shortest interval is 1s. Usage: /schedule"},
+		{`/schedule cron "61 * * * *" x`, `⚠️ "61 * * * *" is not a cron expression`},
+		{"/schedule at 2020-01-01 09:00 x", "⚠️ 2020-01-01 09:00 UTC is in the past"},
+		{"/schedule in soon x", `⚠️ "soon" is not a duration`},
+		{"/schedule resume s0000000", `⚠️ no schedule "s0000000" in this conversation (see /schedule list). Usage: /schedule`},
+		{"/schedule every 1h", "⚠️ say what to do after the time. Usage: /schedule"},
+		{"/schedule tomorrow x", `⚠️ "tomorrow" is not every, cron, in or at. Usage: /schedule`},
+	} {
+		seq = webPost(t, tg.URL, client, c.cmd)
+		got := waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text
+		if !strings.HasPrefix(got, c.want) || strings.Contains(got, "\n") || !strings.Contains(got, "Usage: /schedule every") {
+			t.Errorf("%s answered %q, want one line starting %q with the usage", c.cmd, got, c.want)
+		}
+	}
+	// maxPerConversation 3: two more fit, the fourth does not.
+	for i, want := range []string{"⏰ Scheduled", "⏰ Scheduled", "⚠️ this conversation already has 3 schedules (schedules.maxPerConversation 3)"} {
+		seq = webPost(t, tg.URL, client, fmt.Sprintf("/schedule cron \"@daily\" report %d", i))
+		if got := waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text; !strings.HasPrefix(got, want) {
+			t.Errorf("schedule %d answered %q, want %q…", i+2, got, want)
+		}
+	}
+	// Another conversation sees none of them and cannot touch them.
+	seq = webPost(t, tg.URL, "other", "/schedule remove "+id)
+	if got := waitWeb(t, tg, "other", seq, "system", func(string) bool { return true }).Text; !strings.HasPrefix(got, "⚠️ no schedule") {
+		t.Errorf("another conversation removing %s: %q", id, got)
+	}
+	seq = webPost(t, tg.URL, client, "/schedule remove "+id)
+	if got := waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text; got != "🗑️ Removed "+id+"." {
+		t.Errorf("/schedule remove answered %q", got)
+	}
+	if v := tg.metric(t, `herald_schedule_firings_total{result="started"}`); v < 4 {
+		t.Errorf("herald_schedule_firings_total{result=\"started\"} = %v, want ≥ 4", v)
+	}
+	if v := tg.metric(t, `herald_schedules{state="active"}`); v != 2 {
+		t.Errorf("herald_schedules{state=\"active\"} = %v, want 2", v)
+	}
+}
+
+// TestE2EScheduleSkipAndFailures: a run whose announce step says
+// ANNOUNCE_SKIP posts nothing; failed runs are announced Status: error,
+// and after three in a row the schedule pauses and says so.
+func TestE2EScheduleSkipAndFailures(t *testing.T) {
+	tg := newTestGateway(t, scheduleConfig, scheduleModel())
+	const client = "sched-fail"
+	ctx := context.Background()
+
+	seq := webPost(t, tg.URL, client, "/schedule every 1s nothing new")
+	quiet := regexp.MustCompile(`^⏰ Scheduled (s[0-9a-f]{7}):`).FindStringSubmatch(waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text)
+	seq = webPost(t, tg.URL, client, "/schedule every 1s break")
+	broken := regexp.MustCompile(`^⏰ Scheduled (s[0-9a-f]{7}):`).FindStringSubmatch(waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text)
+	if quiet == nil || broken == nil {
+		t.Fatal("the schedules were not made")
+	}
+
+	paused := waitWeb(t, tg, client, 0, "system", func(s string) bool { return strings.HasPrefix(s, "⏸️ Schedule") })
+	if want := "⏸️ Schedule " + broken[1] + " paused after 3 failed runs in a row. Resume it with /schedule resume " + broken[1] + "."; paused.Text != want {
+		t.Errorf("pause notice %q, want %q", paused.Text, want)
+	}
+	texts, dues := scheduleAnnounces(t, tg, client, broken[1])
+	if len(texts) != 3 {
+		t.Fatalf("%d announces of the failing schedule, want 3", len(texts))
+	}
+	checkOncePerDue(t, dues)
+	for _, text := range texts {
+		if !strings.HasPrefix(text, "Status: error\nTask: break") || !strings.Contains(text, "broken on purpose") {
+			t.Errorf("failed run's announce:\n%s", text)
+		}
+	}
+	if sc, _ := tg.G.Store().GetSchedule(ctx, broken[1]); !sc.Paused || sc.Failures != 3 {
+		t.Errorf("failing schedule: paused %v, failures %d", sc.Paused, sc.Failures)
+	}
+
+	// The quiet schedule ran (its runs are done and successful) and posted
+	// nothing.
+	var done int
+	if !waitFor(e2eWait, func() bool {
+		done = 0
+		for _, r := range tg.runsOf(t, "agent:main:web:dm:"+client) {
+			if r.ScheduleID == quiet[1] && r.Status == store.StatusDone && r.Outcome == store.OutcomeSuccess {
+				done++
+			}
+		}
+		return done >= 2
+	}) {
+		t.Fatalf("%d quiet runs done", done)
+	}
+	if texts, _ := scheduleAnnounces(t, tg, client, quiet[1]); len(texts) != 0 {
+		t.Errorf("an ANNOUNCE_SKIP run posted:\n%s", texts[0])
+	}
+}
+
+// seedSchedule stores an every-1s schedule for web client c1 whose next
+// due time is `behind` ago, as a gateway that stopped that long ago left it.
+func seedSchedule(t *testing.T, catchUp string, behind time.Duration) string {
+	t.Helper()
+	dir := t.TempDir()
+	db := openTestStore(t, dir)
+	defer db.Close()
+	now := time.Now().Truncate(time.Second)
+	err := db.AddSchedule(context.Background(), &store.Schedule{ID: "late", SessionKey: "agent:main:web:dm:c1", AgentID: "main",
+		Kind: store.ScheduleEvery, Expr: "1s", Timezone: "UTC", Task: "check the status page", CatchUp: catchUp,
+		Origin: channels.Origin{Channel: "web", ChatID: "c1", ChatType: channels.ChatDM}, NextDue: now.Add(-behind)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestE2EScheduleCatchUpAfterDowntime: a gateway starting 10 s after the
+// last one stopped: catchUp latest fires one late run saying how late and
+// how many were missed, then on time again; all runs each missed due time,
+// in order, once.
+func TestE2EScheduleCatchUpAfterDowntime(t *testing.T) {
+	t.Run("latest", func(t *testing.T) {
+		tg := newTestGatewayIn(t, seedSchedule(t, "latest", 10*time.Second), scheduleConfig, scheduleModel())
+		var texts []string
+		var dues []time.Time
+		if !waitFor(e2eWait, func() bool { texts, dues = scheduleAnnounces(t, tg, "c1", "late"); return len(texts) >= 3 }) {
+			t.Fatalf("%d announces", len(texts))
+		}
+		checkOncePerDue(t, dues)
+		if !regexp.MustCompile(`\nNotes:\nLate: due \S+, started [0-9.]+m?s after it; (9|10|11) earlier due times since \S+ passed while no gateway ran \(catchUp latest: not run\)\.\n`).MatchString(texts[0]) {
+			t.Errorf("the catch-up run's announce does not say how late:\n%s", texts[0])
+		}
+		if strings.Contains(texts[len(texts)-1], "Late:") {
+			t.Errorf("a later run still says it is late:\n%s", texts[len(texts)-1])
+		}
+	})
+	t.Run("all", func(t *testing.T) {
+		tg := newTestGatewayIn(t, seedSchedule(t, "all", 5*time.Second), scheduleConfig, scheduleModel())
+		var dues []time.Time
+		if !waitFor(e2eWait, func() bool { _, dues = scheduleAnnounces(t, tg, "c1", "late"); return len(dues) >= 7 }) {
+			t.Fatalf("%d announces", len(dues))
+		}
+		checkOncePerDue(t, dues)
+		for i := 1; i < 6; i++ {
+			if d := dues[i].Sub(dues[i-1]); d != time.Second {
+				t.Fatalf("catchUp all skipped a due time between %v and %v", dues[i-1], dues[i])
+			}
+		}
+	})
+}
+
+// TestE2EScheduleTwoReplicas: two gateways on one PostgreSQL state fire
+// each due time of a 1 s schedule once between them.
+func TestE2EScheduleTwoReplicas(t *testing.T) {
+	gws := startReplicas(t, 2, scheduleModel())
+	err := gws[0].G.Store().AddSchedule(context.Background(), &store.Schedule{ID: "shared", SessionKey: "agent:main:web:dm:r1",
+		AgentID: "main", Kind: store.ScheduleEvery, Expr: "1s", Timezone: "UTC", Task: "check the status page",
+		Origin: channels.Origin{Channel: "web", ChatID: "r1", ChatType: channels.ChatDM}, NextDue: time.Now().Add(time.Second)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dues []time.Time
+	if !waitFor(e2eWait, func() bool { _, dues = scheduleAnnounces(t, gws[1], "r1", "shared"); return len(dues) >= 6 }) {
+		t.Fatalf("%d announces", len(dues))
+	}
+	checkOncePerDue(t, dues)
+	owners := map[string]int{}
+	for _, r := range gws[0].runsOf(t, "agent:main:web:dm:r1") {
+		owners[r.Owner]++
+	}
+	t.Logf("runs by replica: %v", owners)
+}
