@@ -31,12 +31,23 @@ type Model struct {
 type Catalog struct {
 	mu     sync.RWMutex
 	models map[string]*Model // guarded by mu
+	health *Health           // guarded by mu; kept by Replace
+}
+
+// Health is the catalog's record of failing models (cooldowns).
+func (c *Catalog) Health() *Health {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.health == nil {
+		c.health = NewHealth()
+	}
+	return c.health
 }
 
 // NewCatalog builds a catalog from the configured providers, constructing one
 // Provider per provider id with newProvider.
 func NewCatalog(cfg *config.Config, newProvider func(id string, p config.Provider) (Provider, error)) (*Catalog, error) {
-	c := &Catalog{models: make(map[string]*Model)}
+	c := &Catalog{models: make(map[string]*Model), health: NewHealth()}
 	for id, p := range cfg.Models.Providers {
 		prov, err := newProvider(id, p)
 		if err != nil {

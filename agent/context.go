@@ -274,6 +274,11 @@ func (s *Session) compact(ctx context.Context, t Turn, focus string, keep, budge
 		prompt += "\nAbove all, keep: " + f
 	}
 	summarise := func(maxRender int) (*Response, error) {
+		if t.BeforeCall != nil {
+			if err := t.BeforeCall(ctx, t.Model); err != nil {
+				return nil, err
+			}
+		}
 		return t.Model.Provider.Complete(ctx, Request{
 			Model: t.Model.ID, System: "You write faithful, compact summaries of conversations.",
 			Messages:  []Message{{Role: RoleUser, Text: prompt + "\n\n<conversation>\n" + render(s.History[:cut], maxRender) + "</conversation>"}},
@@ -290,6 +295,9 @@ func (s *Session) compact(ctx context.Context, t Turn, focus string, keep, budge
 	c.Usage = resp.Usage
 	if t.OnUsage != nil {
 		t.OnUsage(resp.Usage)
+	}
+	if t.OnCall != nil {
+		t.OnCall(t.Model, resp.Usage)
 	}
 	summary := strings.TrimSpace(resp.Text)
 	if summary == "" {

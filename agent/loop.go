@@ -130,6 +130,19 @@ type Turn struct {
 	Authorize     Authorizer
 	Steer         <-chan Steer // optional
 	OnUsage       func(Usage)  // called after each model call
+	// OnCall, if set, is called after each model call with the model that
+	// answered it (a fallback's, when one answered) and its usage: spend is
+	// counted at that model's cost.
+	OnCall func(m *Model, u Usage)
+	// Fallbacks are tried in order when Model fails with a retryable error
+	// after its retries (SPEC §20); Health (if set) moves models that keep
+	// failing to the end of the chain and learns from each call.
+	Fallbacks []*Model
+	Health    *Health
+	// BeforeCall, if set, is asked before every model call, compaction
+	// summaries included (budgets, SPEC §20); an error ends the turn with
+	// it and no call is made.
+	BeforeCall func(ctx context.Context, m *Model) error
 	// OnText, if set, streams: it gets the text of the current model call
 	// written so far as it arrives (from a Streamer provider; others call
 	// it once with the whole text). Each model call starts again from "".
@@ -147,6 +160,11 @@ type Result struct {
 	Text       string // the final assistant text
 	Usage      Usage  // summed over the turn's model calls
 	Iterations int
+	// AnsweredBy is the ref of the model that made the turn's last call.
+	AnsweredBy string
+	// Fallback is the last FallbackNote of the turn ("Answered by …: …
+	// failed (HTTP 529 overloaded)."), "" when the primary answered.
+	Fallback string
 }
 
 // Run adds input as a user message and loops model call → tools until the
@@ -203,7 +221,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, fmt.Errorf("%w (%d)", ErrMaxIterations, maxIter)
 		}
 		res.Iterations++
-		resp, err := s.complete(ctx, t, &res)
+		resp, answered, err := s.completeChain(ctx, t, &res)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return res, ctxErr
@@ -211,11 +229,15 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, err
 		}
 		res.Usage = res.Usage.Add(resp.Usage)
+		res.AnsweredBy = answered.Ref
 		if t.OnUsage != nil {
 			t.OnUsage(resp.Usage)
 		}
+		if t.OnCall != nil {
+			t.OnCall(answered, resp.Usage)
+		}
 		msg := Message{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls}
-		if err := s.append(msg, &resp.Usage, t.Model.Ref, t.Clock); err != nil {
+		if err := s.append(msg, &resp.Usage, answered.Ref, t.Clock); err != nil {
 			return res, err
 		}
 		if resp.Text != "" {
@@ -258,6 +280,58 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, nil
 		}
 	}
+}
+
+// completeChain makes one model call with t.Model, or — when it fails with
+// a retryable error after its retries — with each fallback in turn
+// (models that cool down last). A streamed reply falls back only before
+// its first text. It returns the model that answered.
+func (s *Session) completeChain(ctx context.Context, t Turn, res *Result) (*Response, *Model, error) {
+	models := t.Health.order(append([]*Model{t.Model}, t.Fallbacks...))
+	var failures []string
+	for i, m := range models {
+		if t.BeforeCall != nil {
+			if err := t.BeforeCall(ctx, m); err != nil {
+				return nil, m, err
+			}
+		}
+		tm := t
+		tm.Model = m
+		wrote := false
+		if t.OnText != nil {
+			tm.OnText = func(text string) {
+				if text != "" {
+					wrote = true
+				}
+				t.OnText(text)
+			}
+		}
+		resp, err := s.complete(ctx, tm, res)
+		if err == nil {
+			t.Health.Succeeded(m.Ref)
+			if len(failures) > 0 {
+				res.Fallback = FallbackNote(m.Ref, failures)
+				t.logger().Info("a fallback model answered", zap.String("sessionKey", s.Key), zap.String("model", m.Ref),
+					zap.String("note", res.Fallback))
+			}
+			return resp, m, nil
+		}
+		if ctx.Err() != nil || !Retryable(err) {
+			return nil, m, err
+		}
+		reason := FailureReason(err)
+		t.Health.Failed(m.Ref, reason)
+		if wrote || i == len(models)-1 {
+			if len(failures) > 0 {
+				err = fmt.Errorf("%s; then %s failed: %w", strings.Join(failures, ", "), m.Ref, err)
+			}
+			return nil, m, err
+		}
+		failures = append(failures, fmt.Sprintf("%s failed (%s)", m.Ref, reason))
+		t.logger().Warn("model call failed; trying the next model of the chain", zap.String("sessionKey", s.Key),
+			zap.String("model", m.Ref), zap.String("next", models[i+1].Ref), zap.String("reason", reason))
+	}
+	return nil, t.Model, errors.New("no model to call") // unreachable: models holds t.Model
 }
 
 // complete makes one model call with the history fitted into the context

@@ -121,6 +121,14 @@ type ProviderError struct {
 	// ContextLength marks the provider's "the request is longer than the
 	// model's context window" error (errors.Is(err, ErrContextLength)).
 	ContextLength bool
+	// Retryable: a 429, a 5xx (529 overloaded included) or a failed
+	// connection, still failing after the provider's retries — a fallback
+	// model may answer instead (SPEC §20).
+	Retryable bool
+	// Auth: the key was refused (401/403) — with several keys, every key.
+	Auth bool
+	// ConnectionFailed: no answer at all (refused, reset, DNS).
+	ConnectionFailed bool
 }
 
 // ErrContextLength is a provider's refusal of a request longer than the

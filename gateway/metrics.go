@@ -125,7 +125,7 @@ type timedProvider struct {
 }
 
 // ErrModelTimeout is a model call that got no answer within its deadline.
-var ErrModelTimeout = errors.New("no answer from the model")
+var ErrModelTimeout = agent.ErrCallTimeout
 
 func (t timedProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	return t.call(ctx, func(ctx context.Context) (*agent.Response, error) { return t.p.Complete(ctx, req) })

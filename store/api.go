@@ -138,6 +138,7 @@ type Store interface {
 	Schedules
 	Bus
 	Transcripts
+	Spend
 	UnarchiveTranscript(archived, path string) error
 	Backup(ctx context.Context, path string) error // SQLite only
 	Driver() string                                // DriverSQLite or DriverPostgres

@@ -62,6 +62,9 @@ func writeAnthropicStream(w http.ResponseWriter, r *http.Request, c Call, rep Re
 				if !event("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "text_delta", "text": piece}}) {
 					return
 				}
+				if rep.CutAfter > 0 && n+1 >= rep.CutAfter {
+					cut()
+				}
 			}
 		case "tool_use":
 			event("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": block["id"], "name": block["name"], "input": map[string]any{}}})

@@ -91,7 +91,14 @@ type Reply struct {
 	// streamed text is written, so a test can hold the stream until it has
 	// seen the previous piece arrive.
 	BeforePiece func(i int)
+	// CutAfter > 0 cuts the connection of a streamed reply after that many
+	// text pieces were sent: a stream failing after its first delta.
+	CutAfter int
 }
+
+// cut ends a streamed reply abruptly (no final chunk): the client sees
+// an unexpected EOF, as when a provider's connection breaks mid-stream.
+func cut() { panic(http.ErrAbortHandler) }
 
 // Handler decides the reply to one call. It is called concurrently.
 type Handler func(c Call) Reply
@@ -342,4 +349,13 @@ func openAIErrorType(status int) (typ string, code any) {
 		return "server_error", nil
 	}
 	return "invalid_request_error", nil
+}
+
+// Key returns the API key the call carried: x-api-key for Anthropic, the
+// Authorization bearer token for OpenAI.
+func (c Call) Key() string {
+	if c.API == APIAnthropic {
+		return c.Header.Get("X-Api-Key")
+	}
+	return strings.TrimPrefix(c.Header.Get("Authorization"), "Bearer ")
 }

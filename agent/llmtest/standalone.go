@@ -67,6 +67,9 @@ func writeOpenAIStream(w http.ResponseWriter, hr *http.Request, c Call, r Reply,
 			time.Sleep(r.StreamDelay) // test pacing of the fake's output, not a synchronisation
 		}
 		chunk(map[string]any{"content": piece}, nil, nil)
+		if r.CutAfter > 0 && n+1 >= r.CutAfter {
+			cut()
+		}
 	}
 	for i, tc := range r.ToolCalls {
 		chunk(map[string]any{"tool_calls": []map[string]any{{

@@ -34,7 +34,8 @@ type anthropicProvider struct {
 var _ agent.Provider = (*anthropicProvider)(nil)
 
 func newAnthropic(id string, p config.Provider, opts Options, log *zap.Logger) (*anthropicProvider, error) {
-	if p.APIKey.Value() == "" && p.BaseURL == "" {
+	keys := p.Keys()
+	if len(keys) == 0 && p.BaseURL == "" {
 		return nil, fmt.Errorf("provider %q: api anthropic needs apiKey (e.g. \"${ANTHROPIC_API_KEY}\")", id)
 	}
 	ro := []option.RequestOption{
@@ -45,8 +46,8 @@ func newAnthropic(id string, p config.Provider, opts Options, log *zap.Logger) (
 		// tested without waiting.
 		option.WithMaxRetries(0),
 	}
-	if k := p.APIKey.Value(); k != "" {
-		ro = append(ro, option.WithAPIKey(k))
+	if len(keys) > 0 {
+		ro = append(ro, option.WithAPIKey(keys[0].Value()))
 	}
 	if p.BaseURL != "" {
 		ro = append(ro, option.WithBaseURL(p.BaseURL))
@@ -55,7 +56,7 @@ func newAnthropic(id string, p config.Provider, opts Options, log *zap.Logger) (
 		id:       id,
 		cfg:      p,
 		client:   anthropic.NewClient(ro...),
-		retry:    &retrier{provider: id, opts: opts, log: log},
+		retry:    &retrier{provider: id, opts: opts, log: log, keys: newKeyPool(keys)},
 		log:      log,
 		thinking: newBlockCache(512),
 	}, nil
@@ -64,13 +65,22 @@ func newAnthropic(id string, p config.Provider, opts Options, log *zap.Logger) (
 // Complete sends req to the Messages API.
 func (p *anthropicProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	params := p.params(req)
-	return p.retry.do(ctx, func(ctx context.Context) (*agent.Response, error) {
-		msg, err := p.client.Messages.New(ctx, params, option.WithRequestTimeout(requestTimeout(params.MaxTokens)))
+	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
+		msg, err := p.client.Messages.New(ctx, params, anthropicKey(key, option.WithRequestTimeout(requestTimeout(params.MaxTokens)))...)
 		if err != nil {
 			return nil, err
 		}
 		return p.response(msg), nil
 	}, classifyAnthropic)
+}
+
+// anthropicKey adds one of the provider's keys to opts ("" = the
+// client's own).
+func anthropicKey(key string, opts ...option.RequestOption) []option.RequestOption {
+	if key != "" {
+		opts = append(opts, option.WithAPIKey(key))
+	}
+	return opts
 }
 
 // requestTimeout bounds one non-streaming attempt: 10 minutes, more for a

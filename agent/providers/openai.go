@@ -38,7 +38,8 @@ func newOpenAI(id string, p config.Provider, opts Options, log *zap.Logger) (*op
 	if compatible && p.BaseURL == "" {
 		return nil, fmt.Errorf("provider %q: api openai-compatible needs baseUrl (e.g. \"http://127.0.0.1:11434/v1\" for Ollama)", id)
 	}
-	if !compatible && p.APIKey.Value() == "" && p.BaseURL == "" {
+	keys := p.Keys()
+	if !compatible && len(keys) == 0 && p.BaseURL == "" {
 		return nil, fmt.Errorf("provider %q: api openai needs apiKey (e.g. \"${OPENAI_API_KEY}\")", id)
 	}
 	base := p.BaseURL
@@ -50,19 +51,35 @@ func newOpenAI(id string, p config.Provider, opts Options, log *zap.Logger) (*op
 		option.WithBaseURL(base),
 		// Set even when empty, so an OPENAI_API_KEY in the environment is
 		// never sent to a third-party server; empty sends no Authorization.
-		option.WithAPIKey(p.APIKey.Value()),
+		option.WithAPIKey(firstKey(keys)),
 		// Retries are ours (see retrier).
 		option.WithMaxRetries(0),
 	)
 	return &openAIProvider{id: id, cfg: p, compatible: compatible, client: client,
-		retry: &retrier{provider: id, opts: opts, log: log}, log: log}, nil
+		retry: &retrier{provider: id, opts: opts, log: log, keys: newKeyPool(keys)}, log: log}, nil
+}
+
+func firstKey(keys []config.Secret) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0].Value()
+}
+
+// openAIKey adds one of the provider's keys to opts ("" = the client's
+// own).
+func openAIKey(key string, opts ...option.RequestOption) []option.RequestOption {
+	if key != "" {
+		opts = append(opts, option.WithAPIKey(key))
+	}
+	return opts
 }
 
 // Complete sends req to the Chat Completions API.
 func (p *openAIProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	params := p.params(req)
-	return p.retry.do(ctx, func(ctx context.Context) (*agent.Response, error) {
-		cc, err := p.client.Chat.Completions.New(ctx, params)
+	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
+		cc, err := p.client.Chat.Completions.New(ctx, params, openAIKey(key)...)
 		if err != nil {
 			return nil, err
 		}

@@ -164,23 +164,44 @@ func notAnswered(err error) failure {
 	return failure{message: err.Error(), transport: transport}
 }
 
-// retrier runs attempts of one call with backoff.
+// retrier runs attempts of one call with backoff, turning between the
+// provider's keys (SPEC §20).
 type retrier struct {
 	provider string
 	opts     Options
 	log      *zap.Logger
+	keys     *keyPool // nil or empty: the client's own credentials
 }
 
 // do runs attempt until it succeeds, fails for good, retries run out, or
-// ctx ends. classify turns an attempt's error into a failure.
-func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.Response, error), classify func(error) failure) (*agent.Response, error) {
+// ctx ends. attempt gets the API key to send ("" = the client's own);
+// classify turns an attempt's error into a failure. With several keys, a
+// key answered 429 rests and the next key is tried at once; a key refused
+// with 401/403 is set aside and the next one tried; when every key is set
+// aside the call fails (an auth failure: no fallback model is tried).
+func (r *retrier) do(ctx context.Context, attempt func(ctx context.Context, key string) (*agent.Response, error), classify func(error) failure) (*agent.Response, error) {
 	log := r.log
 	if f := agent.LogFields(ctx); len(f) > 0 {
 		log = log.With(f...) // the run's fields, when a run makes the call
 	}
 	for n := 0; ; n++ {
+		ki, key, wait, ok := r.keys.pick()
+		if !ok {
+			return nil, &agent.ProviderError{Provider: r.provider, StatusCode: http.StatusUnauthorized, Auth: true,
+				Message: fmt.Sprintf("every API key was refused (keys %s set aside until a reload)", r.keys.asideList())}
+		}
+		if wait > 0 {
+			if wait > r.opts.MaxRetryAfter {
+				return nil, &agent.ProviderError{Provider: r.provider, StatusCode: http.StatusTooManyRequests, Retryable: true,
+					Message: fmt.Sprintf("every API key is rate limited for %s more", wait.Round(time.Second))}
+			}
+			log.Info("every API key rests; waiting for the first", zap.String("key", r.keys.name(ki)), zap.Duration("wait", wait))
+			if err := r.opts.Sleep(ctx, wait); err != nil {
+				return nil, fmt.Errorf("%s: waiting for a rested API key: %w", r.provider, err)
+			}
+		}
 		start := time.Now()
-		resp, err := attempt(ctx)
+		resp, err := attempt(ctx, key)
 		if err == nil {
 			log.Debug("model call done", zap.Int("attempt", n+1), zap.Duration("latency", time.Since(start)),
 				zap.Int64("inputTokens", resp.Usage.Input), zap.Int64("outputTokens", resp.Usage.Output))
@@ -190,8 +211,35 @@ func (r *retrier) do(ctx context.Context, attempt func(context.Context) (*agent.
 			return nil, fmt.Errorf("%s: model call: %w", r.provider, ctxErr)
 		}
 		f := classify(err)
-		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message, ContextLength: f.contextLength}
+		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message, ContextLength: f.contextLength,
+			Retryable: f.retryable(), Auth: f.status == http.StatusUnauthorized || f.status == http.StatusForbidden,
+			ConnectionFailed: f.transport}
 		agent.NoteProblem(ctx, problemText(r.provider, f))
+		if r.keys.several() {
+			switch {
+			case perr.Auth:
+				r.keys.setAside(ki)
+				log.Warn("API key refused; set aside until a reload", zap.String("key", r.keys.name(ki)), zap.Int("status", f.status), zap.String("message", f.message))
+				if r.keys.anyLeft() {
+					n-- // another key: not a retry of the call
+					continue
+				}
+				perr.Message = fmt.Sprintf("every API key was refused (keys %s set aside until a reload): %s", r.keys.asideList(), f.message)
+				return nil, perr
+			case f.status == http.StatusTooManyRequests:
+				rest, found := parseRetryAfter(f.retryMS, f.retryAfter, time.Now())
+				if !found {
+					rest = DefaultKeyRest
+				}
+				r.keys.restKey(ki, rest)
+				log.Info("API key rate limited; it rests", zap.String("key", r.keys.name(ki)), zap.Duration("rest", rest))
+				if n >= r.opts.MaxRetries {
+					log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
+					return nil, perr
+				}
+				continue // the next key now, or the first to wake
+			}
+		}
 		if !f.retryable() {
 			log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
 			return nil, perr

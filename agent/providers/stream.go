@@ -16,8 +16,8 @@ import (
 // its text again from the beginning.
 func (p *anthropicProvider) Stream(ctx context.Context, req agent.Request, onText func(string)) (*agent.Response, error) {
 	params := p.params(req)
-	return p.retry.do(ctx, func(ctx context.Context) (*agent.Response, error) {
-		stream := p.client.Messages.NewStreaming(ctx, params)
+	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
+		stream := p.client.Messages.NewStreaming(ctx, params, anthropicKey(key)...)
 		defer stream.Close()
 		var msg anthropic.Message
 		var text strings.Builder
@@ -43,8 +43,8 @@ func (p *anthropicProvider) Stream(ctx context.Context, req agent.Request, onTex
 func (p *openAIProvider) Stream(ctx context.Context, req agent.Request, onText func(string)) (*agent.Response, error) {
 	params := p.params(req)
 	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	return p.retry.do(ctx, func(ctx context.Context) (*agent.Response, error) {
-		stream := p.client.Chat.Completions.NewStreaming(ctx, params)
+	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
+		stream := p.client.Chat.Completions.NewStreaming(ctx, params, openAIKey(key)...)
 		defer stream.Close()
 		var acc openai.ChatCompletionAccumulator
 		var text strings.Builder
