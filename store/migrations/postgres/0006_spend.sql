@@ -1,4 +1,4 @@
--- 0005 (PostgreSQL): as SQLite's 0014: model spend, one row per model call
+-- 0006 (PostgreSQL): as SQLite's 0015: model spend, one row per model call
 -- (SPEC §20), summed by UTC day and month for budgets, /usage and herald usage.
 
 CREATE TABLE spend (

@@ -1,4 +1,4 @@
--- 0014: model spend, one row per model call (SPEC §20): budgets sum it by
+-- 0015: model spend, one row per model call (SPEC §20): budgets sum it by
 -- UTC day and month per conversation (the requester conversation a run
 -- belongs to), agent and in total; /usage and herald usage report it.
 
