@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/web/webtest"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -313,4 +316,39 @@ func TestE2EScheduleTwoReplicas(t *testing.T) {
 		owners[r.Owner]++
 	}
 	t.Logf("runs by replica: %v", owners)
+}
+
+// TestE2EBrowserSchedulePanel: the web chat's panel lists the
+// conversation's schedules; Pause and Remove act on them.
+func TestE2EBrowserSchedulePanel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	bctx := webtest.NewBrowser(t)
+	tg := newTestGateway(t, scheduleConfig, scheduleModel())
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	if err := webtest.Chat(ctx, tg.URL+"/?client=schedpanel", "/schedule every 1h water the plants"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the schedule in the panel",
+		`Array.from(document.querySelectorAll("#schedules .run.active .label")).some(l => l.textContent.includes("water the plants"))`)
+	list, _ := tg.G.Store().ListSchedules(ctx, "agent:main:web:dm:schedpanel")
+	if len(list) != 1 {
+		t.Fatalf("%d schedules stored", len(list))
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(`#schedules .run.active button.pause`))); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the schedule paused in the panel", `document.querySelector("#schedules .run.paused button.resume") !== null`)
+	if sc, _ := tg.G.Store().GetSchedule(ctx, list[0].ID); !sc.Paused {
+		t.Errorf("Pause in the panel did not pause %s", sc.ID)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(`#schedules .run.paused button.remove`))); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the schedule gone from the panel", `document.querySelectorAll("#schedules .run").length === 0`)
+	if list, _ := tg.G.Store().ListSchedules(ctx, "agent:main:web:dm:schedpanel"); len(list) != 0 {
+		t.Errorf("Remove in the panel left %d schedules", len(list))
+	}
 }

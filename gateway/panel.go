@@ -29,11 +29,12 @@ type panel struct {
 	g     *Gateway
 	mu    sync.Mutex
 	dirty map[string]bool // web session keys to refresh; guarded by mu
+	shown map[string]bool // web session keys whose panel was shown; guarded by mu
 	wake  chan struct{}
 }
 
 func newPanel(g *Gateway) *panel {
-	return &panel{g: g, dirty: make(map[string]bool), wake: make(chan struct{}, 1)}
+	return &panel{g: g, dirty: make(map[string]bool), shown: make(map[string]bool), wake: make(chan struct{}, 1)}
 }
 
 // changed is subagent.Deps.OnChange: it never blocks.
@@ -89,8 +90,15 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		p.g.log.Debug("sub-agents panel not refreshed", zap.String("sessionKey", key), zap.Error(err))
 		return
 	}
-	if len(runs) == 0 {
-		return // no panel until the conversation spawns
+	scheds := p.g.scheduleViews(rctx, key)
+	p.mu.Lock()
+	shown := p.shown[key]
+	if len(runs) > 0 || len(scheds) > 0 {
+		p.shown[key] = true
+	}
+	p.mu.Unlock()
+	if len(runs) == 0 && len(scheds) == 0 && !shown {
+		return // no panel until the conversation spawns or schedules
 	}
 	views := make([]web.RunView, 0, len(runs))
 	for i := range runs {
@@ -102,5 +110,5 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		views = append(views, web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut})
 	}
-	p.g.web.SetSubagents(client, views)
+	p.g.web.SetPanel(client, views, scheds)
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/schedule"
 )
 
@@ -43,6 +44,7 @@ func (g *Gateway) newScheduler() {
 		Store: g.db, Runs: g.subs, Config: g.cfg(), Clock: g.clock, Logger: g.log,
 		SessionKey: SessionKey,
 		OnFiring:   func(result string, n int) { firings.WithLabelValues(result).Add(float64(n)) },
+		OnChange:   g.panel.changed,
 	})
 }
 
@@ -82,4 +84,32 @@ func (g *Gateway) addScheduleTool(agentID string, reg *agent.Registry) {
 		return
 	}
 	reg.Add(g.sched.Tool())
+}
+
+// scheduleViews are a web conversation's schedules for its panel.
+func (g *Gateway) scheduleViews(ctx context.Context, key string) []web.ScheduleView {
+	list, err := g.db.ListSchedules(ctx, key)
+	if err != nil {
+		g.log.Debug("schedules panel not refreshed", zap.String("sessionKey", key), zap.Error(err))
+		return nil
+	}
+	views := make([]web.ScheduleView, 0, len(list))
+	for i := range list {
+		sc := &list[i]
+		v := web.ScheduleView{ID: sc.ID, When: sc.Kind + " " + sc.Expr, Task: sc.Task, State: "active", NextDue: sc.NextDue}
+		switch {
+		case sc.Paused:
+			v.State = "paused"
+		case sc.NextDue.IsZero():
+			v.State = "done"
+		}
+		if w, err := schedule.Parse(sc.Kind, sc.Expr, sc.Timezone); err == nil {
+			v.When = w.Label()
+			if !sc.NextDue.IsZero() {
+				v.Next = w.FormatTime(sc.NextDue)
+			}
+		}
+		views = append(views, v)
+	}
+	return views
 }

@@ -157,6 +157,7 @@ func (s *Scheduler) Add(ctx context.Context, c Conversation, spec Spec, task str
 		return nil, "", fmt.Errorf("could not store the schedule: %w", err)
 	}
 	s.Wake()
+	s.d.OnChange(sc.SessionKey)
 	return sc, fmt.Sprintf("⏰ Scheduled %s: %s · next %s.", sc.ID, w.Label(), w.FormatTime(next)), nil
 }
 
@@ -224,6 +225,7 @@ func (s *Scheduler) act(ctx context.Context, c Conversation, action, id string) 
 	if err != nil {
 		return "", err
 	}
+	defer s.d.OnChange(sc.SessionKey)
 	switch action {
 	case "pause":
 		if err := s.d.Store.PauseSchedule(ctx, sc.ID); err != nil {

@@ -49,6 +49,9 @@ type Deps struct {
 	SessionKey func(agentID string, o channels.Origin) string
 	// OnFiring, if set, counts firings by result (metrics).
 	OnFiring func(result string, n int)
+	// OnChange, if set, is told the conversation whose schedules were
+	// added, paused, resumed or removed (the web panel). It must not block.
+	OnChange func(sessionKey string)
 	// Batch bounds the schedules fired in one transaction; default 100.
 	Batch int
 	// MaxWait bounds a sleep between passes (another replica may have
@@ -82,6 +85,9 @@ func New(d Deps) *Scheduler {
 	}
 	if d.OnFiring == nil {
 		d.OnFiring = func(string, int) {}
+	}
+	if d.OnChange == nil {
+		d.OnChange = func(string) {}
 	}
 	s := &Scheduler{d: d, log: d.Logger.Named("schedule"), wake: make(chan struct{}, 1)}
 	s.conf.Store(d.Config)

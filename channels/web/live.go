@@ -42,14 +42,35 @@ type RunView struct {
 	Tokens    int64     `json:"tokens"`
 }
 
+// ScheduleView is one schedule of the conversation as the panel shows it
+// (SPEC §19), with Pause/Resume and Remove sending the /schedule commands.
+type ScheduleView struct {
+	ID      string    `json:"id"`
+	When    string    `json:"when"`
+	Task    string    `json:"task"`
+	State   string    `json:"state"` // active, paused, done
+	NextDue time.Time `json:"nextDue,omitzero"`
+	Next    string    `json:"next,omitempty"` // the next due time in the schedule's timezone
+}
+
 // SetSubagents replaces the client's sub-agents panel (newest first); the
 // event streams send it as an "event: subagents", also to a stream that
 // connects later.
-func (a *Adapter) SetSubagents(client string, runs []RunView) {
+func (a *Adapter) SetSubagents(client string, runs []RunView) { a.SetPanel(client, runs, nil) }
+
+// SetPanel replaces the client's panel: its sub-agent runs (newest first)
+// and its schedules, sent as "event: subagents" {"runs": […], "schedules": […]}.
+func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleView) {
 	if runs == nil {
 		runs = []RunView{}
 	}
-	b, err := json.Marshal(map[string][]RunView{"runs": runs})
+	if schedules == nil {
+		schedules = []ScheduleView{}
+	}
+	b, err := json.Marshal(struct {
+		Runs      []RunView      `json:"runs"`
+		Schedules []ScheduleView `json:"schedules"`
+	}{runs, schedules})
 	if err != nil {
 		return
 	}

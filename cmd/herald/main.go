@@ -50,6 +50,7 @@ Commands:
                           PostgreSQL with state.driver postgres); -f: keep printing new lines
   backup FILE             write a consistent copy of the state database to FILE (safe while running)
   outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
+  schedules list          list schedules (config, chat and tool) with state, next due time and counts
   (list commands, mcp list included, take --json; runs/sessions/outbox list take --limit N)
   mcp list                list MCP servers with their state and tools (from the running
                           gateway, else by starting each server briefly); exit 1 if one is down
@@ -172,6 +173,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	case cmd == "outbox" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
+	case cmd == "schedules" && len(rest) == 1 && rest[0] == "list":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSchedules(ctx, db, f, stdout) })
 	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f, stdout) })
 	}

@@ -165,3 +165,41 @@ func TestBackup(t *testing.T) {
 		t.Errorf("a second backup to the same file: %d %q, want a refusal", code, errb.String())
 	}
 }
+
+func TestSchedulesList(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	err = db.AddSchedule(ctx, &store.Schedule{ID: "standup", SessionKey: "agent:main:slack:group:C1", AgentID: "main",
+		Kind: store.ScheduleCron, Expr: "0 9 * * 1-5", Timezone: "Europe/Berlin", Task: "summarise merged PRs",
+		Origin: channels.Origin{Channel: "slack", ChatID: "C1", ChatType: channels.ChatGroup}, NextDue: next}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	var out, errb strings.Builder
+	if code := run([]string{"schedules", "list", "--state-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("schedules list: %d %s", code, errb.String())
+	}
+	for _, want := range []string{"standup", "active", `cron "0 9 * * 1-5" (Europe/Berlin)`, "2026-12-01 09:00 Europe/Berlin", "slack:group:C1", "summarise merged PRs"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("schedules list lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run([]string{"schedules", "list", "--json", "--state-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("schedules list --json: %d %s", code, errb.String())
+	}
+	var got []struct {
+		ID, State, Conversation string
+		NextDue                 time.Time
+	}
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || len(got) != 1 || got[0].ID != "standup" ||
+		got[0].State != "active" || !got[0].NextDue.Equal(next) || got[0].Conversation != "agent:main:slack:group:C1" {
+		t.Errorf("schedules list --json = %s (%v)", out.String(), err)
+	}
+}
