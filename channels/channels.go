@@ -34,6 +34,10 @@ type Origin struct {
 	ChatType string `json:"chatType"`           // ChatDM or ChatGroup
 	ThreadID string `json:"threadId,omitempty"` // Slack thread_ts, Telegram message_thread_id, Matrix thread root event id
 	SenderID string `json:"senderId,omitempty"`
+	// SenderName is the sender's display name where it is known; set on
+	// the origin a turn's tools see, so an approval request can name the
+	// person who may answer it.
+	SenderName string `json:"senderName,omitempty"`
 	// MessageID is the platform id of the message that asked (Slack ts,
 	// Telegram message_id, Matrix event id); used for reply fallbacks.
 	MessageID string `json:"messageId,omitempty"`

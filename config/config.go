@@ -5,6 +5,8 @@
 // It must not import any other Herald package.
 package config
 
+import "slices"
+
 // Secret is a credential. It never prints its value: use Value() where the
 // real value is needed.
 type Secret string
@@ -218,6 +220,15 @@ type WebFetch struct {
 type Security struct {
 	ToolPolicy             ToolPolicy `json:"toolPolicy"`
 	ApprovalTimeoutSeconds int        `json:"approvalTimeoutSeconds"` // default 300
+	// Approvers lists, per channel (slack, telegram, matrix), the user ids
+	// that may answer any approval request of that channel, besides the
+	// person whose message led to it (SPEC §17).
+	Approvers map[string][]string `json:"approvers"`
+}
+
+// IsApprover reports whether userID is a listed approver of channel.
+func (s Security) IsApprover(channel, userID string) bool {
+	return userID != "" && slices.Contains(s.Approvers[channel], userID)
 }
 
 // ToolPolicy maps tools to allow|supervised|deny; the most specific entry wins

@@ -372,6 +372,19 @@ func (v *validator) tools() {
 func (v *validator) security() {
 	s := v.c.Security
 	v.atLeast("security.approvalTimeoutSeconds", s.ApprovalTimeoutSeconds, 1)
+	for _, ch := range sortedKeys(s.Approvers) {
+		path := joinKey("security.approvers", ch)
+		check, ok := approverID[ch]
+		if !ok {
+			v.add(path, "unknown channel %q (approvers can be listed for %s)", ch, oneOf(sortedKeys(approverID)))
+			continue
+		}
+		for i, id := range s.Approvers[ch] {
+			if msg := check(id); msg != "" {
+				v.add(joinIndex(path, i), "%q is not %s", id, msg)
+			}
+		}
+	}
 	p := s.ToolPolicy
 	v.enum("security.toolPolicy.default", p.Default, policyValues)
 	for _, g := range sortedKeys(p.Groups) {
@@ -385,6 +398,31 @@ func (v *validator) security() {
 		v.policyValue(joinKey("security.toolPolicy.tools", t), p.Tools[t])
 	}
 }
+
+// approverID checks a user id of each channel that has approvers; it
+// returns what an id must be, or "" when id is one.
+var approverID = map[string]func(id string) string{
+	"slack": func(id string) string {
+		if slackUserRe.MatchString(id) {
+			return ""
+		}
+		return "a Slack user id (U… or W…, upper-case letters and digits)"
+	},
+	"telegram": func(id string) string {
+		if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > 0 {
+			return ""
+		}
+		return "a Telegram user id (a positive number)"
+	},
+	"matrix": func(id string) string {
+		if matrixUserRe.MatchString(id) {
+			return ""
+		}
+		return "a Matrix user id (@name:server)"
+	},
+}
+
+var slackUserRe = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
 
 func (v *validator) policyValue(path, val string) {
 	if !contains(policyValues, val) {

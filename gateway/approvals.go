@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -92,12 +93,11 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 		a.g.subs.SetNote(cc.RunID, "awaiting approval "+ap.Code)
 		defer a.g.subs.SetNote(cc.RunID, "")
 	}
-	args := strings.TrimSpace(string(call.Args))
-	if len([]rune(args)) > 300 {
-		args = string([]rune(args)[:299]) + "…"
-	}
+	// The arguments are shown whole (SPEC §17): a long request is split
+	// into several messages by the outbox like any long message, never cut,
+	// so nothing can hide after padding.
 	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s %s\nReply /approve %s or /deny %s (expires in %s).",
-		who, call.Name, args, ap.Code, ap.Code, timeout), "")
+		who, call.Name, strings.TrimSpace(string(call.Args)), ap.Code, ap.Code, timeout), "")
 	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", cc.SessionKey),
 		zap.String("rootKey", session), zap.String("runId", cc.RunID), zap.String("agentId", cc.AgentID), zap.String("channel", string(cc.Origin.Channel)))
 
@@ -161,6 +161,11 @@ func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approv
 	if ap.SessionKey != sessionKey {
 		return nil, store.ErrNotFound // another conversation's code looks unknown
 	}
+	if !a.mayAnswer(ap.Origin, by) {
+		a.log.Info("approval answer refused: not the requester or an approver", zap.String("code", code),
+			zap.String("channel", string(ap.Origin.Channel)), zap.String("by", by))
+		return ap, &command.NotApproverError{Name: requesterName(ap.Origin)}
+	}
 	status := store.ApprovalDenied
 	if approve {
 		status = store.ApprovalApproved
@@ -178,6 +183,33 @@ func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approv
 		return ap, nil
 	}
 	return ap, errors.Join(store.ErrResolved, errors.New("the tool call that asked is no longer waiting"))
+}
+
+// mayAnswer reports whether user by may answer an approval asked from
+// origin: the person whose message led to it, or a listed approver of the
+// channel (security.approvers). With no sender on record (a turn no person
+// started), only approvers — or, in a DM, its one person — may.
+func (a *approvals) mayAnswer(origin channels.Origin, by string) bool {
+	switch {
+	case by != "" && by == origin.SenderID:
+		return true
+	case a.g.cfg().Security.IsApprover(string(origin.Channel), by):
+		return true
+	}
+	return origin.SenderID == "" && origin.ChatType == channels.ChatDM
+}
+
+// requesterName names the person who may answer an approval in the ⛔ reply.
+func requesterName(o channels.Origin) string {
+	switch {
+	case o.SenderName != "" && o.SenderName != o.SenderID:
+		return o.SenderName
+	case o.SenderID == "":
+		return "the person who asked"
+	case o.Channel == "slack":
+		return "<@" + o.SenderID + ">" // Slack shows a mention as the person's name
+	}
+	return o.SenderID
 }
 
 // deliver hands a decision to the tool call of this replica waiting for

@@ -240,8 +240,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	}()
 
 	reg := g.topTools(agentID)
+	origin := in.Origin
+	origin.SenderName = in.SenderName
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
-		Workspace: g.workspace(agentID), Origin: in.Origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
+		Workspace: g.workspace(agentID), Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	live := g.startLive(it, log)
 	defer live.stop()
 	start := time.Now()

@@ -49,6 +49,15 @@ type Schedules interface {
 	StatusLine(ctx context.Context, sessionKey string) string
 }
 
+// NotApproverError is returned by Env.Approve when the sender may not
+// answer the request: only the person whose message led to it (Name) or a
+// listed approver of the channel may (SPEC §17). Its text is the reply.
+type NotApproverError struct{ Name string }
+
+func (e *NotApproverError) Error() string {
+	return fmt.Sprintf("⛔ Only %s or an approver can answer this request.", e.Name)
+}
+
 // sendTimeout bounds /subagents send (SPEC §8: 30 s); tests shorten it.
 var sendTimeout = 30 * time.Second
 
@@ -413,7 +422,10 @@ func (h handler) approve(ctx context.Context, c Command) string {
 	if a != nil && a.SessionKey != "" && a.SessionKey != h.req.SessionKey {
 		return unknown
 	}
+	var notApprover *NotApproverError
 	switch {
+	case errors.As(err, &notApprover):
+		return notApprover.Error()
 	case err == nil && a != nil:
 		if approve {
 			return fmt.Sprintf("✅ Approved %s: %s will run.", a.Code, dash(a.Tool))
