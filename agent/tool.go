@@ -25,12 +25,21 @@ type CallContext struct {
 	AgentID    string
 	RunID      string // empty for a top-level session turn
 	Depth      int    // 0 = top-level session, 1 = child, ...
-	Workspace  string // absolute path of the agent workspace
-	Origin     channels.Origin
-	Model      string   // "provider/model" the caller runs on
-	Thinking   string   // the caller's thinking level ("" = none)
-	CallID     string   // the id of the tool call being run (set per call)
-	Tools      []string // names of the tools the caller has in this turn
+	// Workspace is the absolute path of the conversation workspace
+	// (<agent workspace>/conversations/<id>/, SPEC §17): where file tools
+	// write and exec runs. A sub-agent or delegate run gets its requester
+	// conversation's.
+	Workspace string
+	// AgentWorkspace is the agent workspace itself: the bootstrap files
+	// (AGENTS.md, SOUL.md, …) and files from before per-conversation
+	// workspaces. Tools may read it (as a fallback under Workspace) but
+	// never write it. "" = no such layer.
+	AgentWorkspace string
+	Origin         channels.Origin
+	Model          string   // "provider/model" the caller runs on
+	Thinking       string   // the caller's thinking level ("" = none)
+	CallID         string   // the id of the tool call being run (set per call)
+	Tools          []string // names of the tools the caller has in this turn
 }
 
 // ResumeSafe is implemented by tools whose call may be run again when a

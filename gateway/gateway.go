@@ -129,7 +129,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return fail(err)
 	}
 	for _, a := range cfg.Agents.List {
-		if err := os.MkdirAll(g.workspace(a.ID), 0o755); err != nil {
+		if err := os.MkdirAll(g.workspace(a.ID), tools.DirMode); err != nil {
 			return fail(fmt.Errorf("workspace of agent %s: %w", a.ID, err))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/matrix"
 	"github.com/heraldhq/herald/channels/slack"
@@ -83,7 +84,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 		}
 	}
 	for _, a := range next.Agents.List {
-		if err := os.MkdirAll(next.AgentWorkspace(a.ID, g.stateDir), 0o755); err != nil {
+		if err := os.MkdirAll(next.AgentWorkspace(a.ID, g.stateDir), tools.DirMode); err != nil {
 			return reject(fmt.Sprintf("workspace of agent %s: %v", a.ID, err))
 		}
 	}

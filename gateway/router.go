@@ -242,8 +242,14 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	reg := g.topTools(agentID)
 	origin := in.Origin
 	origin.SenderName = in.SenderName
+	// Each conversation has its own workspace under the agent's (SPEC §17).
+	aws := g.workspace(agentID)
+	cws := tools.ConversationWorkspace(aws, key)
+	if err := tools.EnsureWorkspace(aws, cws); err != nil {
+		log.Warn("could not create the conversation workspace", zap.Error(err))
+	}
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
-		Workspace: g.workspace(agentID), Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
+		Workspace: cws, AgentWorkspace: aws, Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	live := g.startLive(it, log)
 	defer live.stop()
 	start := time.Now()

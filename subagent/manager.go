@@ -615,7 +615,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
 		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
-		Workspace: m.d.Workspace(run.AgentID), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
+		Workspace: m.conversationWorkspace(run.RootKey, run.AgentID), AgentWorkspace: m.d.Workspace(run.AgentID), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
 	}
 	return agent.Turn{
 		Model: model, System: m.childSystem(run), Tools: reg, Thinking: run.Thinking,
@@ -630,6 +630,27 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 		},
 		Logger: m.runLog(run), Clock: m.d.Clock,
 	}
+}
+
+// conversationWorkspace is the workspace of the requester conversation
+// rootKey, which its sub-agent and delegate runs share (SPEC §17): under
+// the workspace of the agent the key names (agent:<id>:…), else of
+// fallbackAgent. It is created (0700) if missing.
+func (m *Manager) conversationWorkspace(rootKey, fallbackAgent string) string {
+	agentID := fallbackAgent
+	if rest, ok := strings.CutPrefix(rootKey, "agent:"); ok {
+		if id, _, ok := strings.Cut(rest, ":"); ok && id != "" {
+			if _, known := m.config().Agent(id); known {
+				agentID = id
+			}
+		}
+	}
+	aws := m.d.Workspace(agentID)
+	ws := tools.ConversationWorkspace(aws, rootKey)
+	if err := tools.EnsureWorkspace(aws, ws); err != nil {
+		m.log.Warn("could not create the conversation workspace", zap.String("rootKey", rootKey), zap.Error(err))
+	}
+	return ws
 }
 
 // childSystem is the child's system prompt: the agent's own prompt, the

@@ -507,7 +507,11 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	})
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), AgentID: agentID,
-		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: m.d.Workspace(agentID), Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
+		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: cc.Workspace, AgentWorkspace: m.d.Workspace(agentID),
+		Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
+	if dc.Workspace == "" {
+		dc.Workspace = m.conversationWorkspace(dc.RootKey, cc.AgentID)
+	}
 	// The agent's own settings, else agents.defaults: the same helpers as a
 	// top-level turn of that agent.
 	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: m.config().AgentThinking(agentID),

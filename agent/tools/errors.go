@@ -10,4 +10,7 @@ var (
 	ErrOutsideWorkspace = errors.New("outside the workspace")
 	// ErrNoWorkspace is returned when the call context names no workspace.
 	ErrNoWorkspace = errors.New("no workspace configured")
+	// ErrReadOnly is wrapped when a write tool is given a path in the agent
+	// workspace, which tools may read but never write (SPEC §17).
+	ErrReadOnly = errors.New("read-only")
 )

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"unicode/utf8"
 
@@ -67,6 +68,9 @@ type readFileResult struct {
 	Size       int64  `json:"size"`
 	Offset     int64  `json:"offset,omitempty"`
 	NextOffset int64  `json:"nextOffset,omitempty"`
+	// ReadOnly: the file is in the agent workspace (shared by every
+	// conversation); writing the same path creates this conversation's own.
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 func (t *readFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMessage) (string, error) {
@@ -92,21 +96,16 @@ func (t *readFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	if limit == 0 || limit > t.max {
 		limit = t.max
 	}
-	rel, err := workspacePath(ReadFileName, cc.Workspace, p)
+	rel, lay, err := resolve(ReadFileName, cc, p)
 	if err != nil {
 		return "", err
 	}
-	root, err := openWorkspace(ReadFileName, cc, false)
+	// Stat before opening: opening a FIFO would block.
+	root, fi, lay, err := statLayered(ReadFileName, cc, rel, lay, p)
 	if err != nil {
 		return "", err
 	}
 	defer root.Close()
-
-	// Stat before opening: opening a FIFO would block.
-	fi, err := root.Stat(rel)
-	if err != nil {
-		return "", fsErr(ReadFileName, "read", p, err)
-	}
 	if fi.IsDir() {
 		return "", fmt.Errorf("%s: %q is a directory; use list_files to see its contents", ReadFileName, p)
 	}
@@ -127,7 +126,7 @@ func (t *readFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	if err != nil {
 		return "", fsErr(ReadFileName, "read", p, err)
 	}
-	res := readFileResult{Path: rel, Size: fi.Size(), Offset: offset}
+	res := readFileResult{Path: rel, Size: fi.Size(), Offset: offset, ReadOnly: lay == agentLayer}
 	if int64(len(buf)) > limit {
 		buf = trimPartialRune(buf[:limit])
 		res.Truncated = true
@@ -179,6 +178,7 @@ type writeFileResult struct {
 	Path     string `json:"path"`
 	Bytes    int    `json:"bytes"`
 	Appended bool   `json:"appended,omitempty"`
+	Note     string `json:"note,omitempty"`
 }
 
 func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMessage) (string, error) {
@@ -198,9 +198,12 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 	if err != nil {
 		return "", err
 	}
-	rel, err := workspacePath(WriteFileName, cc.Workspace, p)
+	rel, lay, err := resolve(WriteFileName, cc, p)
 	if err != nil {
 		return "", err
+	}
+	if lay == agentLayer {
+		return "", readOnlyErr(WriteFileName, p)
 	}
 	if rel == "." {
 		return "", fmt.Errorf("%s: %w: path %q names the workspace itself; give a file name such as \"notes.md\"", WriteFileName, ErrBadArguments, p)
@@ -212,7 +215,7 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 	defer root.Close()
 
 	if dir := path.Dir(rel); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := root.MkdirAll(dir, DirMode); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return "", fmt.Errorf("%s: %q: a parent of this path is a file, not a directory", WriteFileName, p)
 			}
@@ -230,12 +233,28 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) || isEscape(err) {
 		return "", fsErr(WriteFileName, "write", p, err)
+	} else if appendMode {
+		// Appending to a file of the agent workspace appends to this
+		// conversation's copy of it; the shared one stays as it is.
+		var shared string
+		if aroot, fi, lay, err := statLayered(WriteFileName, cc, rel, convLayer, p); err == nil {
+			if lay == agentLayer && fi.Mode().IsRegular() {
+				b, err := aroot.ReadFile(rel)
+				if err != nil {
+					aroot.Close()
+					return "", fsErr(WriteFileName, "read", p, err)
+				}
+				shared = string(b)
+			}
+			aroot.Close()
+		}
+		content = shared + content
 	}
 	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	if appendMode {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	}
-	f, err := root.OpenFile(rel, flags, 0o644)
+	f, err := root.OpenFile(rel, flags, FileMode)
 	if err != nil {
 		return "", fsErr(WriteFileName, "write", p, err)
 	}
@@ -247,7 +266,11 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 	if werr != nil {
 		return "", fsErr(WriteFileName, "write", p, werr)
 	}
-	return result(WriteFileName, writeFileResult{Path: rel, Bytes: n, Appended: appendMode})
+	res := writeFileResult{Path: rel, Bytes: n, Appended: appendMode}
+	if cc.AgentWorkspace != "" && slices.Contains(bootstrapFiles, rel) {
+		res.Note = fmt.Sprintf("written to this conversation's workspace only; the %s your system prompt is built from is in the agent workspace, which tools cannot change", rel)
+	}
+	return result(WriteFileName, res)
 }
 
 // ---- list_files ----
@@ -284,6 +307,10 @@ type Entry struct {
 	Name string `json:"name"`
 	Type string `json:"type"` // file|dir|symlink|other
 	Size int64  `json:"size"`
+	// ReadOnly marks an entry of the agent workspace, shared by every
+	// conversation: readable, and writing its path creates this
+	// conversation's own file.
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 type listFilesResult struct {
@@ -305,26 +332,89 @@ func (t *listFiles) Call(ctx context.Context, cc agent.CallContext, raw json.Raw
 	if err != nil {
 		return "", err
 	}
-	rel, err := workspacePath(ListFilesName, cc.Workspace, p)
+	rel, lay, err := resolve(ListFilesName, cc, p)
 	if err != nil {
 		return "", err
 	}
-	root, err := openWorkspace(ListFilesName, cc, false)
-	if err != nil {
-		return "", err
+	if cc.Workspace == "" {
+		return "", fmt.Errorf("%s: %w for agent %q", ListFilesName, ErrNoWorkspace, cc.AgentID)
 	}
-	defer root.Close()
-
-	fi, err := root.Stat(rel)
-	if err != nil {
-		return "", fsErr(ListFilesName, "list", p, err)
+	// The conversation workspace, then the agent workspace below it
+	// (read-only; its conversations folder never listed): a name in both
+	// is the conversation's.
+	var roots []*os.Root
+	var readOnly []bool
+	var firstErr error
+	if lay == convLayer {
+		if root, err := os.OpenRoot(cc.Workspace); err == nil {
+			roots, readOnly = append(roots, root), append(readOnly, false)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s: open workspace %s: %w", ListFilesName, cc.Workspace, err)
+		}
 	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%s: %q is a file, not a directory; use read_file to read it", ListFilesName, p)
+	if root, err := openAgentLayer(ListFilesName, cc, rel, p); err == nil {
+		roots, readOnly = append(roots, root), append(readOnly, true)
+	} else if lay == agentLayer || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrOutsideWorkspace) {
+		firstErr = err
 	}
+	defer func() {
+		for _, r := range roots {
+			r.Close()
+		}
+	}()
 	res := listFilesResult{Path: rel, Entries: []Entry{}}
-	// Depth-first, sorted; symlinked directories are not entered, so the
-	// walk cannot loop.
+	seen := map[string]bool{}
+	listed := 0
+	for i, root := range roots {
+		fi, err := root.Stat(rel)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fsErr(ListFilesName, "list", p, err)
+			}
+			continue
+		}
+		if !fi.IsDir() {
+			if listed == 0 {
+				return "", fmt.Errorf("%s: %q is a file, not a directory; use read_file to read it", ListFilesName, p)
+			}
+			continue
+		}
+		entries, truncated, err := t.walk(ctx, root, rel, recursive, readOnly[i])
+		if err != nil {
+			return "", err
+		}
+		listed++
+		res.Truncated = res.Truncated || truncated
+		for _, e := range entries {
+			if seen[e.Name] {
+				continue
+			}
+			seen[e.Name] = true
+			res.Entries = append(res.Entries, e)
+		}
+	}
+	if listed == 0 {
+		if firstErr == nil || rel == "." && lay == convLayer {
+			return "", fmt.Errorf("%s: the workspace %s does not exist yet; write a file first to create it", ListFilesName, cc.Workspace)
+		}
+		return "", firstErr
+	}
+	if listed > 1 {
+		sort.SliceStable(res.Entries, func(i, j int) bool { return res.Entries[i].Name < res.Entries[j].Name })
+	}
+	if len(res.Entries) > t.max {
+		res.Entries, res.Truncated = res.Entries[:t.max], true
+	}
+	return result(ListFilesName, res)
+}
+
+// walk lists dir of root depth-first, sorted; symlinked directories are
+// not entered, so the walk cannot loop. For the agent workspace
+// (readOnly), entries are marked read-only and its conversations folder
+// is left out.
+func (t *listFiles) walk(ctx context.Context, root *os.Root, rel string, recursive, readOnly bool) ([]Entry, bool, error) {
+	var entries []Entry
+	truncated := false
 	var walk func(dir, prefix string) error
 	walk = func(dir, prefix string) error {
 		if err := ctx.Err(); err != nil {
@@ -341,13 +431,16 @@ func (t *listFiles) Call(ctx context.Context, cc agent.CallContext, raw json.Raw
 		}
 		sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
 		for _, de := range des {
-			if len(res.Entries) >= t.max {
-				res.Truncated = true
+			if readOnly && !agentReadable(join(dir, de.Name())) {
+				continue
+			}
+			if len(entries) >= t.max {
+				truncated = true
 				return nil
 			}
 			e := entryFor(root, join(dir, de.Name()), de)
-			e.Name = join(prefix, de.Name())
-			res.Entries = append(res.Entries, e)
+			e.Name, e.ReadOnly = join(prefix, de.Name()), readOnly
+			entries = append(entries, e)
 			if recursive && de.IsDir() && de.Name() != ".git" {
 				if err := walk(join(dir, de.Name()), e.Name); err != nil {
 					return err
@@ -356,10 +449,8 @@ func (t *listFiles) Call(ctx context.Context, cc agent.CallContext, raw json.Raw
 		}
 		return nil
 	}
-	if err := walk(rel, "."); err != nil {
-		return "", err
-	}
-	return result(ListFilesName, res)
+	err := walk(rel, ".")
+	return entries, truncated, err
 }
 
 // entryFor describes one directory entry; a symbolic link is described by
