@@ -5,9 +5,11 @@ STATE_DIR ?= $(HOME)/.herald
 .PHONY: help run build test test-go fuzz bench load load-sessions chaos lint release
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+		'{ n[NR] = $$1; d[NR] = $$2; if (length($$1) > w) w = length($$1) } \
+		END { f = sprintf("  make %%-%ds  %%s\n", w); for (i = 1; i <= NR; i++) printf f, n[i], d[i] }'
 
-run: ## run the gateway on the built-in default (web chat on 127.0.0.1:8790, demo model unless an API key is set)
+run: ## run the gateway: ~/.herald/herald.json5 when it exists (herald init writes it), else the built-in default (web chat on 127.0.0.1:8790, demo model unless an API key is set)
 	$(GO) run ./cmd/herald gateway --log-format console
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -18,11 +20,17 @@ release: ## static binaries (no cgo, -trimpath, VERSION stamped) for PLATFORMS i
 build: ## build bin/herald
 	$(GO) build -trimpath -ldflags="-s -w" -o bin/herald ./cmd/herald
 
-test: ## install what the tests need (Chromium, Dendrite, PostgreSQL), then run every test and a short fuzz
+test: ## install what the tests need (Chromium, Dendrite, PostgreSQL; apt-get, so root or sudo), then run every test (fuzz seeds included)
 	bash scripts/test.sh
 
 test-go: ## only the Go tests, with what is already installed
 	$(GO) test ./...
+
+FUZZTIME ?= 30s
+fuzz: ## fuzz the chat command parser and handler and the config parser, FUZZTIME each (rebuilds with coverage instrumentation)
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./gateway/command
+	$(GO) test -run='^$$' -fuzz='^FuzzHandle$$' -fuzztime=$(FUZZTIME) ./gateway/command
+	$(GO) test -run='^$$' -fuzz='^FuzzParseAgreesWithJSON5$$' -fuzztime=$(FUZZTIME) ./config
 
 bench: ## benchmarks (store, lanes, sub-agent runs, MCP tool calls)
 	$(GO) test -run='^$$' -bench=. -benchmem ./store ./subagent ./lane ./agent/mcptools

@@ -24,8 +24,9 @@ func mapEnv(m map[string]string) func(string) (string, bool) {
 
 var noEnv = mapEnv(nil)
 
-// TestBadConfigs loads each testdata/bad/<name>.json5, validates it and
-// compares the full error output with <name>.golden.
+// TestBadConfigs opens each testdata/bad/<name>.json5 as the commands do
+// (load and validate: every problem at once) and compares the full error
+// output with <name>.golden.
 func TestBadConfigs(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.json5"))
 	if err != nil {
@@ -37,10 +38,7 @@ func TestBadConfigs(t *testing.T) {
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".json5")
 		t.Run(name, func(t *testing.T) {
-			cfg, err := Load(file, noEnv)
-			if err == nil {
-				err = cfg.Validate()
-			}
+			_, _, err := Open(file, noEnv)
 			if err == nil {
 				t.Fatal("no error for a bad config")
 			}

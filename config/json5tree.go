@@ -245,6 +245,7 @@ func (p *parser) object(depth int) (*node, error) {
 			return nil, err
 		}
 		n.members = append(n.members, member{key: key, keyOff: keyOff, val: v})
+		end := p.i
 		if err := p.skip(); err != nil {
 			return nil, err
 		}
@@ -255,6 +256,11 @@ func (p *parser) object(depth int) (*node, error) {
 		if p.i < len(p.src) && p.src[p.i] == '}' {
 			p.i++
 			return n, nil
+		}
+		if next := p.nextKey(); next != "" {
+			// Another key follows: the comma between them is missing. Point
+			// at where it belongs, not at the next key.
+			return nil, &parseError{off: end, msg: fmt.Sprintf("missing comma after the value of %q? (before the key %q)", key, next)}
 		}
 		return nil, p.errf("unexpected %s, expected ',' or '}'", p.describe())
 	}
@@ -279,6 +285,7 @@ func (p *parser) array(depth int) (*node, error) {
 			return nil, err
 		}
 		n.elems = append(n.elems, v)
+		end := p.i
 		if err := p.skip(); err != nil {
 			return nil, err
 		}
@@ -290,8 +297,32 @@ func (p *parser) array(depth int) (*node, error) {
 			p.i++
 			return n, nil
 		}
+		if c := p.src[min(p.i, len(p.src)-1)]; p.i < len(p.src) && (c == '{' || c == '[' || c == '"' || c == '\'') {
+			return nil, &parseError{off: end, msg: fmt.Sprintf("missing comma after element %d of the array?", len(n.elems))}
+		}
 		return nil, p.errf("unexpected %s, expected ',' or ']'", p.describe())
 	}
+}
+
+// nextKey returns the key that starts at the current offset followed by
+// ':' ("" when there is none), without moving.
+func (p *parser) nextKey() string {
+	start := p.i
+	defer func() { p.i = start }()
+	var key string
+	if c := p.src[p.i]; c == '"' || c == '\'' {
+		s, err := p.str()
+		if err != nil {
+			return ""
+		}
+		key = s
+	} else if key = p.ident(); key == "" {
+		return ""
+	}
+	if p.skip() != nil || p.i >= len(p.src) || p.src[p.i] != ':' {
+		return ""
+	}
+	return key
 }
 
 // ident reads an unquoted identifier (ASCII letters, digits, _ and $, and

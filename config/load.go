@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/titanous/json5"
@@ -40,6 +41,20 @@ func Load(path string, env func(string) (string, bool)) (*Config, error) {
 
 // Parse is Load for a file already in memory; file names it in problems.
 func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, error) {
+	cfg, probs := parse(file, data, env, nil)
+	if err := probs.errOrNil(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// parse decodes data and substitutes the environment, collecting every
+// problem. cfg is nil only when the file cannot be decoded at all (syntax,
+// a wrong type); with unknown keys or missing variables it is the rest of
+// the config, for Validate to look at too. only, when set, limits the
+// variables that must be set to the key paths it accepts: the others are
+// left empty (the read-only commands need nothing but state).
+func parse(file string, data []byte, env func(string) (string, bool), only func(path string) bool) (*Config, *Problems) {
 	if env == nil {
 		env = osLookupEnv
 	}
@@ -48,7 +63,16 @@ func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, 
 	src := bytes.TrimPrefix(data, []byte("\uFEFF"))
 	bom := len(data) - len(src)
 
-	// Syntax, as the decoder sees it.
+	// Syntax: Herald's own parser first (its messages say what to fix, as
+	// "missing comma after …?"), then the decoder's, which must agree.
+	root, err := parseJSON5(data)
+	if err != nil {
+		var pe *parseError
+		errors.As(err, &pe)
+		p := li.pos(pe.off)
+		probs.List = append(probs.List, Problem{Line: p.Line, Col: p.Col, Msg: "syntax error: " + pe.msg})
+		return nil, probs
+	}
 	var any0 any
 	if err := json5.Unmarshal(src, &any0); err != nil {
 		var se *json5.SyntaxError
@@ -62,36 +86,31 @@ func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, 
 		} else {
 			probs.List = append(probs.List, Problem{Msg: "syntax error: " + err.Error()})
 		}
-		return nil, probs.errOrNil()
-	}
-	root, err := parseJSON5(data)
-	if err != nil {
-		var pe *parseError
-		errors.As(err, &pe)
-		p := li.pos(pe.off)
-		probs.List = append(probs.List, Problem{Line: p.Line, Col: p.Col, Msg: "syntax error: " + pe.msg})
-		return nil, probs.errOrNil()
+		return nil, probs
 	}
 	if root.kind != kindObject {
 		p := li.pos(root.off)
 		probs.List = append(probs.List, Problem{Line: p.Line, Col: p.Col, Msg: "the config must be an object ({ … }), got " + root.kind.String()})
-		return nil, probs.errOrNil()
+		return nil, probs
 	}
 	sc := &strictChecker{li: li}
 	sc.check(root, reflect.TypeOf(Config{}), "")
-	if len(sc.problems) > 0 {
-		probs.List = sc.problems
-		return nil, probs.errOrNil()
-	}
+	probs.List = append(probs.List, sc.problems...)
 	pos := map[string]Pos{"": li.pos(root.off)}
 	indexPositions(root, "", li, pos)
 
+	// With unknown keys reported above, decode the rest (a wrong type still
+	// stops here: there is no value to check further).
 	cfg := &Config{}
 	dec := json5.NewDecoder(bytes.NewReader(src))
-	dec.DisallowUnknownFields()
+	if len(sc.problems) == 0 {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(cfg); err != nil {
-		probs.List = append(probs.List, Problem{Msg: "decode: " + strings.TrimPrefix(err.Error(), "json: ")})
-		return nil, probs.errOrNil()
+		if len(sc.problems) == 0 {
+			probs.List = append(probs.List, Problem{Msg: "decode: " + strings.TrimPrefix(err.Error(), "json: ")})
+		}
+		return nil, probs
 	}
 	cfg.src = &source{file: file, pos: pos}
 
@@ -107,6 +126,9 @@ func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, 
 	ex := &envExpander{
 		env: env,
 		lenient: func(path string) bool {
+			if only != nil && !only(path) {
+				return true
+			}
 			for prefix, off := range disabled {
 				if off && (path == prefix || strings.HasPrefix(path, prefix+".") || strings.HasPrefix(path, prefix+"[")) {
 					return true
@@ -120,11 +142,8 @@ func Parse(file string, data []byte, env func(string) (string, bool)) (*Config, 
 		},
 	}
 	ex.walk(reflect.ValueOf(cfg).Elem(), "")
-	if err := probs.errOrNil(); err != nil {
-		return nil, err
-	}
 	cfg.ApplyDefaults(env)
-	return cfg, nil
+	return cfg, probs
 }
 
 // File is the config file's path, or a description of the built-in default.
@@ -236,8 +255,23 @@ func ResolveStateDir(flag string, env func(string) (string, bool)) string {
 // Open is what commands call: it resolves the config path from flag and env,
 // loads it — or returns Default when the implicit default path does not
 // exist (path is then "") — and validates it. An explicit path that does not
-// exist is an error wrapping ErrNotFound. On problems, err is a *Problems.
+// exist is an error wrapping ErrNotFound. On problems, err is a *Problems
+// with every problem at once: unknown keys, missing variables and
+// validation problems (a bad enum value, a missing token) together.
 func Open(flag string, env func(string) (string, bool)) (cfg *Config, path string, err error) {
+	return open(flag, env, nil)
+}
+
+// OpenState is Open for the commands that only read the state (runs,
+// sessions and outbox lists, transcripts, backup): only the state section
+// must be right. A variable missing elsewhere (a channel's token, a
+// provider's key) is left empty and not reported, and neither is any other
+// problem outside state; the returned config is for its State only.
+func OpenState(flag string, env func(string) (string, bool)) (cfg *Config, path string, err error) {
+	return open(flag, env, func(path string) bool { return path == "" || path == "state" || strings.HasPrefix(path, "state.") })
+}
+
+func open(flag string, env func(string) (string, bool), only func(path string) bool) (cfg *Config, path string, err error) {
 	if env == nil {
 		env = osLookupEnv
 	}
@@ -249,9 +283,32 @@ func Open(flag string, env func(string) (string, bool)) (cfg *Config, path strin
 		cfg = Default(env)
 		return cfg, "", cfg.Validate()
 	}
-	cfg, err = Load(path, env)
+	data, err := os.ReadFile(path)
 	if err != nil {
+		return nil, path, fmt.Errorf("read config: %w", err)
+	}
+	cfg, probs := parse(path, data, env, only)
+	if cfg != nil {
+		// Validate what decoded, except where a problem is already reported
+		// (a key with a missing variable holds no value to judge).
+		reported := map[string]bool{}
+		for _, p := range probs.List {
+			reported[p.Path] = true
+		}
+		var vp *Problems
+		if errors.As(cfg.Validate(), &vp) {
+			for _, p := range vp.List {
+				if !reported[p.Path] {
+					probs.List = append(probs.List, p)
+				}
+			}
+		}
+	}
+	if only != nil {
+		probs.List = slices.DeleteFunc(probs.List, func(p Problem) bool { return !only(p.Path) })
+	}
+	if err := probs.errOrNil(); err != nil {
 		return nil, path, err
 	}
-	return cfg, path, cfg.Validate()
+	return cfg, path, nil
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, and what .ci/run calls): installs
-# what the tests need (Chromium, Dendrite, PostgreSQL), runs every Go test, then a bounded fuzz of the chat
-# command parser. Needs the Go module proxy and Debian's packages (and, when
-# npx is present, the npm registry for the reference MCP server).
+# what the tests need (Chromium, Dendrite, PostgreSQL), then runs every Go test
+# (the fuzz targets' seed corpora included; `make fuzz` fuzzes). Needs the Go
+# module proxy and Debian's packages (and, when npx is present, the npm
+# registry for the reference MCP server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,6 @@ go vet ./...
 
 echo "== go test"
 go test -count=1 -timeout 20m ./...
-
-echo "== fuzz the chat command parser (bounded)"
-go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=15s ./gateway/command
+# The fuzz targets' seed corpora (f.Add and testdata/fuzz) ran above as
+# ordinary test cases; real fuzzing rebuilds everything with coverage
+# instrumentation, so it is its own command: make fuzz.

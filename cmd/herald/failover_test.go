@@ -15,8 +15,6 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
-
 // replica is one `herald gateway` process of a PostgreSQL state.
 type replica struct {
 	*harness.Gateway

@@ -178,8 +178,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f, stdout) })
 	}
+	words := append([]string{cmd}, rest...)
+	for _, u := range argUsages {
+		if name := strings.Fields(u.name); slices.Equal(words[:min(len(words), len(name))], name) {
+			fmt.Fprintf(stderr, "herald: usage: herald %s %s\n  %s\n", u.name, u.args, u.what)
+			return 2
+		}
+	}
 	fmt.Fprintf(stderr, "herald: unknown command %q\n\n%s", strings.Join(args, " "), usage)
 	return 2
+}
+
+// argUsages are the commands that take arguments: called with the wrong
+// number, they say what they take (not "unknown command").
+var argUsages = []struct{ name, args, what string }{
+	{"transcripts tail", "[-f] <sessionKey>", "a session key from `herald sessions list`"},
+	{"runs info", "<runId>", "a runId (or its first characters) or a child session key from `herald runs list`"},
+	{"backup", "FILE", "the file to write the copy of the state database to"},
 }
 
 // tailTranscript prints the transcript of the session key as JSONL; with
@@ -338,10 +353,13 @@ func runGateway(f *flags, stderr io.Writer) int {
 }
 
 // withStore opens the state of the config (state.driver: the SQLite file in
-// the state dir, or PostgreSQL) and runs fn on it.
+// the state dir, or PostgreSQL) and runs fn on it. It reads only the
+// config's state section: an operator listing runs needs no channel token
+// or provider key in the shell.
 func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) error) int {
-	cfg, _, ok := loadConfig(f, stderr)
-	if !ok {
+	cfg, path, err := config.OpenState(f.config, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "herald: config %s:\n%v\n", path, err)
 		return 1
 	}
 	ctx := context.Background()
@@ -364,10 +382,7 @@ func listRuns(ctx context.Context, db store.Runs, f *flags, w io.Writer) error {
 		return err
 	}
 	if f.json {
-		if runs == nil {
-			runs = []store.Run{}
-		}
-		return writeJSON(w, runs)
+		return writeJSON(w, runsJSON(runs, time.Now()))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tAGENT\tCREATED\tRUNTIME\tTOKENS\tTASK\tREQUESTER")
@@ -421,10 +436,7 @@ func listSessions(ctx context.Context, db store.Sessions, f *flags, w io.Writer)
 		return err
 	}
 	if f.json {
-		if sessions == nil {
-			sessions = []store.Session{}
-		}
-		return writeJSON(w, sessions)
+		return writeJSON(w, sessionsJSON(sessions))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tKIND\tAGENT\tUPDATED\tTOKENS\tTRANSCRIPT")

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/heraldhq/herald/devtools/hermetic"
+	"github.com/heraldhq/herald/devtools/pgtest"
+)
+
+// TestMain runs every test of the CLI with its own empty HOME and without
+// the caller's HERALD_CONFIG and HERALD_STATE_DIR (a user who ran
+// `herald init` has a ~/.herald/herald.json5 the tests must not read),
+// and stops the PostgreSQL cluster the failover tests started.
+func TestMain(m *testing.M) {
+	done := hermetic.Setup()
+	code := pgtest.Main(m)
+	done()
+	os.Exit(code)
+}
