@@ -347,16 +347,20 @@ func (s *Session) complete(ctx context.Context, t Turn, res *Result) (*Response,
 			Model: t.Model.ID, System: t.System, Messages: msgs, Tools: t.Tools.Specs(),
 			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
 		}
-		if t.OnText == nil {
-			return t.Model.Provider.Complete(ctx, req)
+		ctx, span := startChatSpan(ctx, t.Model, req)
+		var resp *Response
+		switch st, ok := t.Model.Provider.(Streamer); {
+		case t.OnText == nil:
+			resp, err = t.Model.Provider.Complete(ctx, req)
+		case ok:
+			resp, err = st.Stream(ctx, req, t.OnText)
+		default:
+			resp, err = t.Model.Provider.Complete(ctx, req)
+			if err == nil && resp.Text != "" {
+				t.OnText(resp.Text)
+			}
 		}
-		if st, ok := t.Model.Provider.(Streamer); ok {
-			return st.Stream(ctx, req, t.OnText)
-		}
-		resp, err := t.Model.Provider.Complete(ctx, req)
-		if err == nil && resp.Text != "" {
-			t.OnText(resp.Text)
-		}
+		endChatSpan(ctx, span, resp, err)
 		return resp, err
 	}
 	resp, err := call(false)
@@ -370,6 +374,13 @@ func (s *Session) complete(ctx context.Context, t Turn, res *Result) (*Response,
 func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResult {
 	r := ToolResult{CallID: call.ID, Name: call.Name}
 	t.Call.CallID = call.ID
+	args := call.Args
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	// The span covers the policy check and an approval's wait too.
+	ctx, span := startToolSpan(ctx, call, args)
+	defer func() { endToolSpan(ctx, span, r) }()
 	tool, ok := t.Tools.Get(call.Name)
 	if !ok {
 		r.IsError = true
@@ -382,10 +393,6 @@ func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResul
 			r.Content = errorJSON(err.Error())
 			return r
 		}
-	}
-	args := call.Args
-	if len(args) == 0 {
-		args = json.RawMessage("{}")
 	}
 	out, err := tool.Call(ctx, t.Call, args)
 	if err != nil {

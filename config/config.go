@@ -43,6 +43,8 @@ type Config struct {
 	Budgets  Budgets   `json:"budgets"`
 	// Schedules are recurring and one-off runs (SPEC §19, schedules.go).
 	Schedules Schedules `json:"schedules"`
+	// Telemetry configures OpenTelemetry traces (SPEC §22).
+	Telemetry Telemetry `json:"telemetry"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -53,6 +55,48 @@ type Session struct {
 	// transcript file is closed) and is loaded again on its next message;
 	// default 30.
 	IdleMinutes int `json:"idleMinutes"`
+}
+
+// Telemetry configures traces (SPEC §22). Tracing is off (a no-op
+// tracer) unless otlp.endpoint or traces.file is set.
+type Telemetry struct {
+	OTLP   OTLP   `json:"otlp"`
+	Traces Traces `json:"traces"`
+	// ServiceName is the service.name of every span; default "herald".
+	ServiceName string `json:"serviceName"`
+	// SampleRatio is the share of inbound messages traced, 0..1; default
+	// 1. A message's spans follow its first span's decision (parent-based).
+	SampleRatio *float64 `json:"sampleRatio"`
+	// RecordContent puts message text, tool arguments and results and
+	// model output in span attributes; off by default.
+	RecordContent bool `json:"recordContent"`
+}
+
+// OTLP is an OpenTelemetry collector reached by OTLP over HTTP (protobuf).
+type OTLP struct {
+	// Endpoint is the collector's base URL (http://127.0.0.1:4318); spans
+	// are posted to <endpoint>/v1/traces. "" = no OTLP export.
+	Endpoint string `json:"endpoint"`
+	// Headers are sent with every export (an API key); never logged.
+	Headers map[string]Secret `json:"headers"`
+}
+
+// Traces is the file form of the traces.
+type Traces struct {
+	// File receives every span as one JSON line ("" = none); a relative
+	// path is relative to the state dir.
+	File string `json:"file"`
+}
+
+// TracingEnabled reports whether traces are exported anywhere.
+func (t Telemetry) TracingEnabled() bool { return t.OTLP.Endpoint != "" || t.Traces.File != "" }
+
+// Ratio is SampleRatio with its default applied.
+func (t Telemetry) Ratio() float64 {
+	if t.SampleRatio == nil {
+		return DefaultSampleRatio
+	}
+	return *t.SampleRatio
 }
 
 // State chooses where Herald's state lives (SPEC §14).

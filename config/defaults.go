@@ -29,6 +29,8 @@ const (
 	DefaultProviderTimeoutSeconds = 120
 	DefaultTurnTimeoutSeconds     = 600
 	DefaultWebRateBurst           = 20
+	DefaultServiceName            = "herald"
+	DefaultSampleRatio            = 1.0
 
 	DefaultSlackAPIURL         = "https://slack.com/api/"
 	DefaultSlackWebhookPath    = "/slack/events"
@@ -123,6 +125,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Session.IdleMinutes, DefaultSessionIdleMinutes)
 	setStr(&c.State.Driver, DefaultStateDriver)
 	setInt(&c.State.LeaseSeconds, DefaultLeaseSeconds)
+	setStr(&c.Telemetry.ServiceName, DefaultServiceName)
 
 	if len(c.Models.Providers) == 0 {
 		var ref string

@@ -102,6 +102,7 @@ func (c *Config) Validate() error {
 	v.mcp()
 	v.budgets()
 	v.schedules()
+	v.telemetry()
 	file := c.File()
 	if file == "" {
 		file = "config"
@@ -502,5 +503,27 @@ func (v *validator) channels() {
 		if loop, err := listenIsLoopback(v.c.Gateway.HTTP.Listen); err == nil && !loop {
 			v.add("channels.web.token", "missing: the web chat needs a token when gateway.http.listen (%s) is not a loopback address", v.c.Gateway.HTTP.Listen)
 		}
+	}
+}
+
+func (v *validator) telemetry() {
+	t := v.c.Telemetry
+	v.httpURL("telemetry.otlp.endpoint", t.OTLP.Endpoint)
+	if t.OTLP.Endpoint == "" && len(t.OTLP.Headers) > 0 {
+		v.add("telemetry.otlp.headers", "set, but telemetry.otlp.endpoint is empty: headers are sent only to a collector")
+	}
+	for _, k := range sortedKeys(t.OTLP.Headers) {
+		if !headerNameRe.MatchString(k) {
+			v.add(joinKey("telemetry.otlp.headers", k), "%q is not an HTTP header name", k)
+		}
+	}
+	if r := t.SampleRatio; r != nil && (*r < 0 || *r > 1 || *r != *r) {
+		v.add("telemetry.sampleRatio", "must be between 0 and 1 (got %v)", *r)
+	}
+	if strings.TrimSpace(t.ServiceName) == "" {
+		v.add("telemetry.serviceName", "must not be empty")
+	}
+	if strings.ContainsRune(t.Traces.File, 0) || strings.HasSuffix(t.Traces.File, "/") {
+		v.add("telemetry.traces.file", "%q is not a file path", t.Traces.File)
 	}
 }

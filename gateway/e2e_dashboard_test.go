@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -71,5 +72,55 @@ func TestGrafanaDashboardMetricsExist(t *testing.T) {
 		if !slices.Contains(exported, m) {
 			t.Errorf("panel %q queries %s, which /metrics does not export", panel, m)
 		}
+	}
+}
+
+// TestGrafanaDashboardLinksToTraces: the dashboard links to the traces of
+// Herald's messages — Grafana Explore on the dashboard's tracing data
+// source ($traces, a Tempo one) with a TraceQL query for herald's spans.
+func TestGrafanaDashboardLinksToTraces(t *testing.T) {
+	b, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Links []struct {
+			Title string `json:"title"`
+			URL   string `json:"url"`
+		} `json:"links"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query string `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("docs/grafana-dashboard.json: %v", err)
+	}
+	if !slices.ContainsFunc(dash.Templating.List, func(v struct {
+		Name  string `json:"name"`
+		Type  string `json:"type"`
+		Query string `json:"query"`
+	}) bool {
+		return v.Name == "traces" && v.Type == "datasource" && v.Query == "tempo"
+	}) {
+		t.Errorf("no $traces data source variable of type tempo: %+v", dash.Templating.List)
+	}
+	found := false
+	for _, l := range dash.Links {
+		u, err := url.QueryUnescape(l.URL)
+		if err != nil {
+			t.Errorf("link %q: %v", l.Title, err)
+			continue
+		}
+		if strings.HasPrefix(u, "/explore?") && strings.Contains(u, `"uid":"${traces}"`) && strings.Contains(u, `resource.service.name=\"herald\"`) &&
+			strings.Contains(u, "herald.intake") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no dashboard link to herald's traces in Explore: %+v", dash.Links)
 	}
 }

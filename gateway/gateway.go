@@ -30,6 +30,7 @@ import (
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
+	"github.com/heraldhq/herald/telemetry"
 )
 
 // Options configure a Gateway.
@@ -77,6 +78,7 @@ type Gateway struct {
 	panel    *panel
 	cluster  *cluster
 	sched    *schedule.Scheduler
+	tracer   *telemetry.Tracer // spans of messages (SPEC §22); off = no-op
 
 	listener net.Listener
 	server   *http.Server
@@ -122,6 +124,15 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.cluster = newCluster(g, o.OnLeaseLost)
+	g.tracer, err = telemetry.New(telemetry.Options{Config: cfg.Telemetry, StateDir: o.StateDir, Replica: g.cluster.id, Logger: o.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	fail = func(err error) (*Gateway, error) {
+		_ = g.tracer.Shutdown(context.Background())
+		db.Close()
+		return nil, err
+	}
 	g.provOpts = o.Providers
 	g.provOpts.Logger = o.Logger
 	g.catalog, err = agent.NewCatalog(cfg, g.newProvider)
@@ -144,7 +155,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Tools: g.baseTools, Workspace: g.workspace,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
-		Replica: g.cluster.id, Peers: g.peers(),
+		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer,
 	})
 	g.newScheduler()
 	if err := g.buildChannels(o.Channels); err != nil {
@@ -486,6 +497,11 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	}
 	g.mu.Unlock()
 	g.cluster.leave()
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := g.tracer.Shutdown(tctx); err != nil {
+		g.log.Warn("could not export the last spans", zap.Error(err))
+	}
+	tcancel()
 	if err := g.db.Close(); err != nil {
 		g.log.Error("close store", zap.Error(err))
 	}

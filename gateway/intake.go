@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
@@ -13,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/telemetry"
 )
 
 // Bounds of intake (issue 16): past them a message gets a "busy" reply
@@ -77,17 +80,35 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		g.post(ctx, in.Origin, channels.KindSystem, busyText, "")
 		return &channels.BusyError{RetryAfter: busyRetry, Reason: fmt.Sprintf("%d turns queued", queued)}
 	}
+	// The message's trace starts here; its context is stored with the
+	// row, so the turn continues it wherever and whenever it runs.
+	ctx, span := g.tracer.Start(ctx, telemetry.SpanIntake, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	log = log.With(telemetry.SpanLogField(ctx))
 	it := &store.Intake{SessionKey: key, AgentID: agentID, Origin: in.Origin, SenderName: in.SenderName,
-		Text: in.Text, Mentioned: in.Mentioned, CreatedAt: in.At, ClaimedBy: g.cluster.id}
+		Text: in.Text, Mentioned: in.Mentioned, CreatedAt: in.At, ClaimedBy: g.cluster.id,
+		TraceParent: telemetry.Traceparent(ctx)}
 	if in.Origin.MessageID != "" {
 		it.PlatformID = in.Origin.ChatID + "/" + in.Origin.MessageID
 	}
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrChannel.String(ch), telemetry.AttrChatType.String(string(in.Origin.ChatType)),
+			telemetry.AttrSessionKey.String(key), telemetry.AttrAgentID.String(agentID), telemetry.AttrChars.Int(len(in.Text)))
+		if g.tracer.RecordContent() {
+			span.SetAttributes(telemetry.AttrText.String(telemetry.Content(in.Text)))
+		}
+	}
 	added, err := g.db.AddIntake(context.WithoutCancel(ctx), it)
 	if err != nil {
+		span.SetStatus(codes.Error, "message not stored")
 		log.Error("message not stored", zap.Error(err))
 		return fmt.Errorf("store message: %w", err)
 	}
+	span.SetAttributes(telemetry.AttrIntakeID.Int64(it.ID))
 	if !added {
+		// The stored message keeps its own trace; this span records the
+		// re-delivery in a trace of its own.
+		span.SetAttributes(telemetry.AttrRedelivered.Bool(true))
 		g.metrics.redeliver.Inc()
 		log.Info("platform re-delivered a stored message; not run again", zap.String("platformId", it.PlatformID))
 		return nil
@@ -106,7 +127,7 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 // turnLog is the logger of an owed turn.
 func (g *Gateway) turnLog(it store.Intake) *zap.Logger {
 	return g.log.With(zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID),
-		zap.String("channel", string(it.Origin.Channel)))
+		zap.String("channel", string(it.Origin.Channel)), telemetry.LogField(it.TraceParent))
 }
 
 // enqueueTurn puts the owed turn of it on the main lane. A lane that is
@@ -145,7 +166,7 @@ func (g *Gateway) complete(ctx context.Context, it store.Intake, kind channels.K
 	var reply *store.OutboxItem
 	if strings.TrimSpace(text) != "" {
 		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
-			DraftRef: it.DraftRef}
+			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(ctx)}
 	}
 	_, next, err := g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now())
 	if err != nil {

@@ -9,10 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/telemetry"
 )
 
 // Outbox delivery: every reply, command answer, approval request and
@@ -164,6 +167,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	if it.RunID != "" {
 		log = log.With(zap.String("runId", it.RunID))
 	}
+	log = log.With(telemetry.LogField(it.TraceParent))
 	now := d.g.clock.Now()
 	if ch == nil {
 		d.retry(ctx, it, now.Add(time.Minute), fmt.Sprintf("channel %q is not enabled", it.Origin.Channel))
@@ -177,7 +181,9 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	if ps, ok := ch.(channels.PartSender); ok {
 		err = d.sendParts(sctx, ch, ps, it, log)
 	} else {
+		_, span := d.startSpan(sctx, it, it.Text, 1, 1)
 		err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), DraftRef: it.DraftRef})
+		endSpan(span, "", err)
 	}
 	cancel()
 	// A send can take long (a channel waiting out a short rate limit itself,
@@ -239,7 +245,9 @@ func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps chann
 		if err := d.g.db.BeginPart(bg, it.ID, p); err != nil {
 			return err
 		}
+		_, span := d.startSpan(ctx, it, parts[p], p+1, len(parts))
 		pid, err := ps.SendPart(ctx, it.Origin, msg)
+		endSpan(span, pid, err)
 		if err != nil {
 			if ctx.Err() == nil {
 				// The platform answered with an error: the part is not there.
@@ -276,6 +284,44 @@ func (d *deliverer) uncertain(ctx context.Context, ch channels.Channel, it *stor
 	}
 	log.Info("part whose delivery is uncertain sent again", zap.Int("part", msg.Part))
 	return "resend"
+}
+
+// startSpan starts the herald.deliver span of one part of a traced
+// message, in the trace of the turn or run that wrote it; an untraced
+// message (a command's answer) gets none.
+func (d *deliverer) startSpan(ctx context.Context, it *store.OutboxItem, text string, part, parts int) (context.Context, trace.Span) {
+	if it.TraceParent == "" {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	ctx, span := d.g.tracer.Start(telemetry.Resume(ctx, it.TraceParent), telemetry.SpanDeliver, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrChannel.String(string(it.Origin.Channel)), telemetry.AttrDestination.String(store.Destination(it.Origin)),
+			telemetry.AttrOutboxID.Int64(it.ID), telemetry.AttrKind.String(string(it.Kind)), telemetry.AttrPart.Int(part),
+			telemetry.AttrParts.Int(parts), telemetry.AttrAttempt.Int(it.Attempts+1), telemetry.AttrSessionKey.String(it.SessionKey),
+			telemetry.AttrReplica.String(d.g.cluster.id))
+		if it.RunID != "" {
+			span.SetAttributes(telemetry.AttrRunID.String(it.RunID))
+		}
+		if d.g.tracer.RecordContent() {
+			span.SetAttributes(telemetry.AttrText.String(telemetry.Content(text)))
+		}
+	}
+	return ctx, span
+}
+
+// endSpan ends a herald.deliver span with the part's platform id or the
+// send's error (a channel's error names the platform's answer, not the
+// message).
+func endSpan(span trace.Span, platformID string, err error) {
+	if span.IsRecording() {
+		if platformID != "" {
+			span.SetAttributes(telemetry.AttrPlatformID.String(platformID))
+		}
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 }
 
 func (d *deliverer) retry(ctx context.Context, it *store.OutboxItem, next time.Time, reason string) {

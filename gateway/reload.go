@@ -129,6 +129,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	restart("channels.web", old.Channels.Web, next.Channels.Web)
 	restart("gateway.replicaId", old.Gateway.ReplicaID, next.Gateway.ReplicaID)
 	restart("state", old.State, next.State)
+	restart("telemetry", old.Telemetry, next.Telemetry)
 
 	g.conf.Store(next)
 	if cat != nil {

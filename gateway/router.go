@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
@@ -16,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/telemetry"
 )
 
 // sessionState is a requester session the gateway has loaded.
@@ -130,7 +132,7 @@ func (g *Gateway) abortTurn(key string) bool {
 func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Kind, text, runID string) {
 	agentID := route(g.cfg(), to) // whom the conversation at to talks to
 	item := &store.OutboxItem{RunID: runID, Origin: to, Kind: kind, Text: text, CreatedAt: g.clock.Now(),
-		SessionKey: SessionKey(agentID, to), AgentID: agentID}
+		SessionKey: SessionKey(agentID, to), AgentID: agentID, TraceParent: telemetry.Traceparent(ctx)}
 	if _, err := g.db.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
 		g.log.Error("could not queue a message", zap.String("channel", string(to.Channel)), zap.Error(err))
 		return
@@ -177,9 +179,28 @@ var errTurnTimeout = errors.New("turn timed out")
 // next start without repeating what its history already holds.
 func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	agentID, key, in := it.AgentID, it.SessionKey, channels.Inbound{Origin: it.Origin, SenderName: it.SenderName, Text: it.Text, Mentioned: it.Mentioned, At: it.CreatedAt}
-	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)))
+	// The turn continues the trace its message's intake started (stored
+	// with the row: also after a restart, or on another replica); every
+	// context below carries the span and the tracer for the model loop.
+	laneCtx, span := g.tracer.Start(telemetry.WithTracer(telemetry.Resume(laneCtx, it.TraceParent), g.tracer), telemetry.SpanTurn)
+	outcome := "cut"
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+		}
+		span.End()
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrIntakeID.Int64(it.ID), telemetry.AttrSessionKey.String(key), telemetry.AttrAgentID.String(agentID),
+			telemetry.AttrChannel.String(string(in.Origin.Channel)), telemetry.AttrResumed.Bool(!it.StartedAt.IsZero()),
+			telemetry.AttrReplica.String(g.cluster.id))
+	}
+	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", string(in.Origin.Channel)),
+		telemetry.SpanLogField(laneCtx))
 	defer func() {
 		if r := recover(); r != nil {
+			outcome = "failed"
+			span.SetStatus(codes.Error, "turn panicked")
 			log.Error("turn panicked", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 			g.complete(laneCtx, it, channels.KindSystem, "⚠️ Herald hit an internal error while answering this message; the operator's log has details.", log)
 		}
@@ -189,6 +210,8 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		if laneCtx.Err() != nil {
 			return // shutting down: stays owed
 		}
+		outcome = "failed"
+		span.SetStatus(codes.Error, "could not open the session")
 		log.Error("could not open session", zap.Error(err))
 		msg := "⚠️ Could not open this conversation's session; the operator's log has details."
 		if errors.Is(err, agent.ErrHistory) {
@@ -208,11 +231,14 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	}
 	model, ok := g.catalog.Lookup(modelRef)
 	if !ok {
+		outcome = "failed"
+		span.SetStatus(codes.Error, "no usable model")
 		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⚠️ Agent %s has no usable model (%s). Check models.providers in the config.", agentID, modelRef), log)
 		return
 	}
 	resume, written := resumeMode(it, s.sess.History)
 	if written != "" {
+		outcome = "done"
 		log.Info("owed turn had its reply written before a restart; delivering it", zap.Int64("intakeId", it.ID))
 		g.complete(laneCtx, it, channels.KindReply, written, log)
 		return
@@ -228,7 +254,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	tctx, tcancel := context.WithTimeoutCause(laneCtx, max(turnTimeout, time.Second), errTurnTimeout)
 	defer tcancel()
 	ctx, cancel := context.WithCancel(agent.WithLogFields(tctx, zap.String("sessionKey", key), zap.String("agentId", agentID),
-		zap.String("channel", string(in.Origin.Channel))))
+		zap.String("channel", string(in.Origin.Channel)), telemetry.SpanLogField(tctx)))
 	defer cancel()
 	g.mu.Lock()
 	s.cancel = cancel
@@ -266,8 +292,13 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
 		log.Warn("could not record usage", zap.Error(err))
 	}
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrIterations.Int(res.Iterations), telemetry.GenAIInputTokens.Int64(res.Usage.Input),
+			telemetry.GenAIOutputTokens.Int64(res.Usage.Output))
+	}
 	switch {
 	case err == nil:
+		outcome = "done"
 		g.complete(ctx, it, channels.KindReply, res.Text, log)
 		log.Info("turn done", zap.Int("iterations", res.Iterations), zap.Int64("tokens", res.Usage.Total()), zap.Duration("took", time.Since(start)))
 	case laneCtx.Err() != nil:
@@ -275,12 +306,17 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		// start; the person is not told "context canceled".
 		log.Info("turn cut by shutdown; it stays owed", zap.Int64("intakeId", it.ID))
 	case errors.Is(context.Cause(tctx), errTurnTimeout):
+		outcome = "timeout"
+		span.SetStatus(codes.Error, "turn timed out")
 		log.Warn("turn timed out", zap.Duration("after", turnTimeout), zap.Error(err))
 		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⏱ This turn took longer than %s (agents.defaults.turnTimeoutSeconds) and was stopped. Try again, or ask for less at once.", turnTimeout), log)
 	case ctx.Err() != nil:
+		outcome = "aborted"
 		g.complete(ctx, it, channels.KindReply, "", log)
 		log.Info("turn aborted")
 	default:
+		outcome = "failed"
+		span.SetStatus(codes.Error, "the agent could not answer")
 		log.Warn("turn failed", zap.Error(err))
 		g.complete(ctx, it, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), log)
 	}

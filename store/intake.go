@@ -35,16 +35,20 @@ type Intake struct {
 	// message when it is its session's oldest owed one; AddIntake clears it
 	// when it is not.
 	ClaimedBy string
+	// TraceParent is the W3C trace context of the message's intake span
+	// ("" = not traced): its turn, also after a restart or on another
+	// replica, continues that trace (SPEC §22).
+	TraceParent string
 }
 
-const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref, claimed_by`
+const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref, claimed_by, trace_parent`
 
 func scanIntake(rows *sql.Rows, in *Intake) error {
 	var pid sql.NullString
 	var origin string
 	var created, started, done sql.NullInt64
 	if err := rows.Scan(&in.ID, &in.SessionKey, &in.AgentID, &pid, &origin, &in.SenderName, &in.Text, &in.Mentioned,
-		&created, &started, &done, &in.DraftRef, &in.ClaimedBy); err != nil {
+		&created, &started, &done, &in.DraftRef, &in.ClaimedBy, &in.TraceParent); err != nil {
 		return err
 	}
 	in.PlatformID = pid.String
@@ -76,10 +80,10 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 		if err := c.lock("session:" + in.SessionKey); err != nil {
 			return err
 		}
-		id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+		id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at, trace_parent)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
 			in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
-			in.Mentioned, in.CreatedAt.UnixMilli())
+			in.Mentioned, in.CreatedAt.UnixMilli(), in.TraceParent)
 		if errors.Is(err, ErrNotFound) {
 			return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
 				`SELECT id FROM intake WHERE channel = ? AND platform_id = ?`, string(in.Origin.Channel), in.PlatformID)

@@ -12,7 +12,7 @@ import (
 )
 
 const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
-	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref, claimed_by`
+	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref, claimed_by, trace_parent`
 
 func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var runID sql.NullString
@@ -20,7 +20,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var created, next, delivered, failed sql.NullInt64
 	var partIDs string
 	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
-		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef, &o.ClaimedBy); err != nil {
+		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef, &o.ClaimedBy, &o.TraceParent); err != nil {
 		return err
 	}
 	o.PartIDs = nil
@@ -49,6 +49,7 @@ type outboxRow struct {
 	createdAt time.Time
 	nextAt    time.Time
 	draftRef  string
+	trace     string
 }
 
 // newOutboxRow applies the defaults: CreatedAt now, NextAttemptAt CreatedAt.
@@ -58,7 +59,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 		return nil, err
 	}
 	r := &outboxRow{dest: Destination(o.Origin), channel: string(o.Origin.Channel), session: o.SessionKey, agent: o.AgentID, runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
-		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt), draftRef: o.DraftRef}
+		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt), draftRef: o.DraftRef, trace: o.TraceParent}
 	if r.createdAt.IsZero() {
 		r.createdAt = nowMS()
 	}
@@ -71,9 +72,9 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
-	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
-		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef)
+	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref, trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef, r.trace)
 	if !errors.Is(err, ErrNotFound) {
 		return id, err
 	}

@@ -17,7 +17,7 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
@@ -27,7 +27,7 @@ func scanRun(rows *sql.Rows, r *Run) error {
 		&r.AgentID, &r.Task, &r.Label, &r.Model, &r.Thinking, &r.Cleanup, &r.TimeoutSeconds,
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
-		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due); err != nil {
+		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent); err != nil {
 		return err
 	}
 	r.ScheduleDue = fromMS(due)
@@ -180,12 +180,12 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
-		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue))
+		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent)
 	return err
 }
 

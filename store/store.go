@@ -117,6 +117,10 @@ type Run struct {
 	// run (SPEC §19); "" for a run spawned by sessions_spawn.
 	ScheduleID  string
 	ScheduleDue time.Time
+	// TraceParent is the W3C trace context of the sessions_spawn call
+	// that made the run ("" = not traced): the run's spans, also after a
+	// restart or on another replica, continue that trace (SPEC §22).
+	TraceParent string
 }
 
 // RunFilter selects runs for ListRuns. Empty fields match anything.
@@ -155,6 +159,9 @@ type OutboxItem struct {
 	// ClaimedBy is the replica sending it ("" = none): ClaimOutbox sets it,
 	// MarkDelivered, MarkRetry and MarkFailed clear it.
 	ClaimedBy string
+	// TraceParent is the W3C trace context of the turn or run that wrote
+	// the message ("" = not traced): its delivery spans join that trace.
+	TraceParent string
 }
 
 // Approval statuses.

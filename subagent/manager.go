@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
@@ -21,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/telemetry"
 )
 
 // LaneName is the name of the sub-agent lane.
@@ -64,6 +67,8 @@ type Deps struct {
 	// spawned, started or ended (the web chat's sub-agents panel). It must
 	// not block.
 	OnChange func(rootKey string)
+	// Tracer starts the herald.run spans (SPEC §22); nil = off.
+	Tracer *telemetry.Tracer
 }
 
 // Peers are the other replicas of a PostgreSQL state (SPEC §14): a run
@@ -104,6 +109,7 @@ type liveRun struct {
 	steer   chan agent.Steer
 	stopped bool
 	usage   agent.Usage
+	span    trace.Span // the herald.run span while it runs; nil before
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -200,6 +206,13 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run) error {
 	now := m.d.Clock.Now()
 	r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeUnknown, now
 	r.Note = "The gateway stopped while this run was in progress; its outcome is unknown."
+	// The run's span died with the process: this one, in the same trace,
+	// stands for its end here, and its announce's delivery follows it.
+	ctx, span := m.startSpan(ctx, r)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrResumed.Bool(true), telemetry.AttrRunOutcome.String(store.OutcomeUnknown))
+	}
 	path := m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID)
 	var usage agent.Usage
 	if _, entries, err := m.d.Store.ReadTranscript(path); err == nil {
@@ -211,6 +224,7 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run) error {
 	m.setCost(r, usage)
 	m.setArchive(r)
 	item := m.announceItem(r, r.Result, r.Note, store.OutcomeUnknown)
+	item.TraceParent = telemetry.Traceparent(ctx)
 	if err := m.d.Store.FinishRun(ctx, r, item); err != nil {
 		return fmt.Errorf("recover run %s: %w", r.ID, err)
 	}
@@ -275,6 +289,9 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	if fail != nil {
 		return *fail
 	}
+	// The run's spans continue the trace of the tool call that made it,
+	// wherever and whenever it runs.
+	run.TraceParent = telemetry.Traceparent(ctx)
 	lim := m.config().SubagentLimits(cc.AgentID)
 	model := run.Model
 	// The children and total-spawn limits are checked in the transaction
@@ -477,7 +494,7 @@ func (m *Manager) runLog(r *store.Run) *zap.Logger {
 // runFields are the fields every log line about a run carries (SPEC §13).
 func runFields(r *store.Run) []zap.Field {
 	return []zap.Field{zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
-		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel))}
+		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)), telemetry.LogField(r.TraceParent)}
 }
 
 // execute runs one sub-agent on the lane.
@@ -493,7 +510,10 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	lr.run.Status = store.StatusRunning
 	lr.run.StartedAt = m.d.Clock.Now()
 	run := lr.run
+	ctx, lr.span = m.startSpan(ctx, &run)
+	span := lr.span
 	m.mu.Unlock()
+	defer span.End() // end ends it first with the outcome; this covers a shutdown
 	defer cancel()
 	log := m.runLog(&run)
 
@@ -780,8 +800,24 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	m.setCost(&r, u)
 	m.setArchive(&r)
 	var item *store.OutboxItem
+	m.mu.Lock()
+	span := lr.span
+	m.mu.Unlock()
 	if announce {
 		item = m.announceItem(&r, result, note, outcome)
+		if span != nil {
+			item.TraceParent = telemetry.FormatTraceparent(span.SpanContext())
+		}
+	}
+	if span != nil {
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.AttrRunOutcome.String(outcome), telemetry.GenAIInputTokens.Int64(u.Input),
+				telemetry.GenAIOutputTokens.Int64(u.Output))
+			if outcome == store.OutcomeError || outcome == store.OutcomeTimeout {
+				span.SetStatus(codes.Error, "run ended with "+outcome)
+			}
+		}
+		defer span.End() // after the run's end is stored
 	}
 	// A shutdown must not lose the end of a run: write with a fresh context.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -801,6 +837,23 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	}
 	m.changed(r.RootKey)
 	m.wakeArchiver()
+}
+
+// startSpan starts the herald.run span of r, a child of the span that
+// spawned it (its stored trace context), with the tracer in the returned
+// context for the run's model and tool calls.
+func (m *Manager) startSpan(ctx context.Context, r *store.Run) (context.Context, trace.Span) {
+	ctx = telemetry.WithTracer(telemetry.Resume(ctx, r.TraceParent), m.d.Tracer)
+	ctx, span := m.d.Tracer.Start(ctx, telemetry.SpanRun)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrRunID.String(r.ID), telemetry.AttrSessionKey.String(r.ChildKey),
+			telemetry.AttrAgentID.String(r.AgentID), telemetry.AttrRunDepth.Int(r.Depth), telemetry.GenAIRequestModel.String(r.Model),
+			telemetry.AttrChannel.String(string(r.Origin.Channel)), telemetry.AttrReplica.String(m.d.Replica))
+		if m.d.Tracer.RecordContent() {
+			span.SetAttributes(telemetry.AttrTask.String(telemetry.Content(r.Task)))
+		}
+	}
+	return ctx, span
 }
 
 func (m *Manager) changed(rootKey string) {

@@ -1,0 +1,215 @@
+package gateway_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/heraldhq/herald/telemetry"
+	"github.com/heraldhq/herald/telemetry/otlptest"
+)
+
+// traceConfig is the web chat and the demo model, traced to a collector
+// ({{otlp}}) and to traces.jsonl in the state dir.
+const traceConfig = `{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { demo: { api: "demo", models: [{ id: "demo" }] } } },
+  agents: { defaults: { model: "demo/demo" }, list: [{ id: "main" }] },
+  channels: { web: { enabled: true } },
+  telemetry: { otlp: { endpoint: "{{otlp}}", headers: { "X-Collector-Key": "collector-SECRET-1" } },
+               traces: { file: "traces.jsonl" }, recordContent: {{content}} },
+}`
+
+// traceSecret is in the message (and so in the sub-agents' tasks and the
+// replies); no attribute may hold it unless recordContent is on.
+const traceSecret = "zebra-SECRET-4711"
+
+// startTraced starts a traced gateway whose logs the test reads; the
+// collector's batches go out every 20 ms.
+func startTraced(t *testing.T, content bool) (*testGW, *otlptest.Receiver, *observer.ObservedLogs) {
+	t.Helper()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	rcv := otlptest.New(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	testLogger = zap.New(core)
+	defer func() { testLogger = nil }()
+	cfg := strings.NewReplacer("{{otlp}}", rcv.URL, "{{content}}", fmt.Sprint(content)).Replace(traceConfig)
+	return newTestGateway(t, cfg, nil), rcv, logs
+}
+
+// waitSpans waits until the collector holds want spans named name in
+// total, and returns every span it holds.
+func waitSpans(t *testing.T, rcv *otlptest.Receiver, counts map[string]int) []otlptest.Span {
+	t.Helper()
+	var got []otlptest.Span
+	have := map[string]int{}
+	if !waitFor(e2eWait, func() bool {
+		got = rcv.Spans()
+		have = map[string]int{}
+		for _, s := range got {
+			have[s.Name]++
+		}
+		for name, n := range counts {
+			if have[name] < n {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("collector has spans %v, want at least %v (refused: %v)", have, counts, rcv.Refused())
+	}
+	return got
+}
+
+// TestE2ETraceOneMessage: one web message that spawns two sub-agents is
+// one trace — intake, turn, its model calls (GenAI attributes), its two
+// sessions_spawn tool calls, each run (a child of the call that spawned
+// it) with its own model calls, and a delivery span for the reply and each
+// announce — in the collector (OTLP protobuf, with the configured header)
+// and the same spans in the traces file. No attribute holds message text,
+// and every log line about the message names the trace.
+func TestE2ETraceOneMessage(t *testing.T) {
+	tg, rcv, logs := startTraced(t, false)
+	webPost(t, tg.URL, "tr1", "spawn 2 researchers on "+traceSecret)
+	tg.waitDelivered(t, 3) // the reply and two announces
+
+	spans := waitSpans(t, rcv, map[string]int{"herald.intake": 1, "herald.turn": 1, "execute_tool sessions_spawn": 2,
+		"herald.run": 2, "herald.deliver": 3, "chat demo": 6})
+	byID := map[string]otlptest.Span{}
+	traces := map[string]bool{}
+	for _, s := range spans {
+		byID[s.SpanID] = s
+		traces[s.TraceID] = true
+	}
+	if len(traces) != 1 {
+		t.Fatalf("spans in %d traces, want 1: %v", len(traces), spanNames(spans))
+	}
+	parentName := func(s otlptest.Span) string { return byID[s.ParentSpanID].Name }
+	for _, s := range spans {
+		switch s.Name {
+		case "herald.intake":
+			if s.ParentSpanID != "" || s.Attributes["herald.channel"] != "web" || s.Attributes["herald.intake.id"] == nil {
+				t.Errorf("intake span %+v: want a root with channel web and the intake id", s)
+			}
+		case "herald.turn":
+			if parentName(s) != "herald.intake" || s.Attributes["herald.turn.outcome"] != "done" {
+				t.Errorf("turn span %+v: want a child of the intake, outcome done", s)
+			}
+		case "chat demo":
+			if p := parentName(s); p != "herald.turn" && p != "herald.run" {
+				t.Errorf("model call span under %q, want under the turn or a run", p)
+			}
+			a := s.Attributes
+			if a["gen_ai.operation.name"] != "chat" || a["gen_ai.request.model"] != "demo" || a["gen_ai.provider.name"] == nil ||
+				a["gen_ai.system"] == nil || a["gen_ai.usage.input_tokens"] == nil || a["gen_ai.usage.output_tokens"] == nil ||
+				a["gen_ai.response.finish_reasons"] == nil {
+				t.Errorf("model call span lacks GenAI attributes: %v", a)
+			}
+		case "execute_tool sessions_spawn":
+			if parentName(s) != "herald.turn" || s.Attributes["gen_ai.tool.name"] != "sessions_spawn" || s.Attributes["gen_ai.tool.call.id"] == "" ||
+				s.Attributes["gen_ai.operation.name"] != "execute_tool" {
+				t.Errorf("tool span %+v: want a child of the turn with gen_ai.tool.name and gen_ai.tool.call.id", s)
+			}
+		case "herald.run":
+			if parentName(s) != "execute_tool sessions_spawn" || s.Attributes["herald.run.id"] == nil || s.Attributes["herald.run.outcome"] != "success" {
+				t.Errorf("run span %+v: want a child of its sessions_spawn call, with its id and outcome", s)
+			}
+		case "herald.deliver":
+			if p := parentName(s); p != "herald.turn" && p != "herald.run" {
+				t.Errorf("delivery span under %q, want under the turn (reply) or a run (announce)", p)
+			}
+			if s.Attributes["herald.channel"] != "web" || s.Attributes["herald.destination"] == "" || s.Attributes["herald.part"] != int64(1) {
+				t.Errorf("delivery span attributes %v, want channel, destination and part", s.Attributes)
+			}
+		}
+		for k, v := range s.Attributes {
+			if strings.Contains(fmt.Sprint(v), "SECRET") {
+				t.Errorf("span %s attribute %s holds content or a secret: %v", s.Name, k, v)
+			}
+		}
+	}
+	for _, h := range rcv.Headers() {
+		if h.Get("X-Collector-Key") != "collector-SECRET-1" {
+			t.Errorf("an export without the configured header: %v", h)
+		}
+	}
+
+	// The file holds the same spans (each written as it ended).
+	fileSpans, err := telemetry.ReadFile(filepath.Join(tg.StateDir, "traces.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFile := map[string]telemetry.FileSpan{}
+	for _, s := range fileSpans {
+		inFile[s.SpanID] = s
+	}
+	for _, s := range spans {
+		f, ok := inFile[s.SpanID]
+		if !ok || f.Name != s.Name || f.TraceID != s.TraceID || f.ParentSpanID != s.ParentSpanID {
+			t.Errorf("span %s %s: in the file as %+v (found %v)", s.Name, s.SpanID, f, ok)
+		}
+	}
+
+	// Every log line about the message from its intake on (its intake,
+	// turn, runs and deliveries) names the trace; none holds a collector
+	// header. (A channel adapter logs what it received before the
+	// message is stored and its trace starts; adapters know no traces.)
+	var traceID string
+	for id := range traces {
+		traceID = id
+	}
+	about := 0
+	for _, e := range logs.All() {
+		f := e.ContextMap()
+		if strings.Contains(fmt.Sprint(f), "collector-SECRET") {
+			t.Errorf("log line holds a collector header: %s %v", e.Message, f)
+		}
+		if e.LoggerName == "channel" || f["intakeId"] == nil && f["runId"] == nil && f["outboxId"] == nil && f["sessionKey"] != "agent:main:web:dm:tr1" {
+			continue
+		}
+		about++
+		if f["traceId"] != traceID {
+			t.Errorf("log line %q %v: traceId %v, want %s", e.Message, f, f["traceId"], traceID)
+		}
+	}
+	if about < 5 {
+		t.Errorf("only %d log lines about the message", about)
+	}
+}
+
+// TestE2ETraceRecordContent: with recordContent the message text is in
+// the intake span, the tool call's arguments in its span, and the model's
+// output in its model call spans.
+func TestE2ETraceRecordContent(t *testing.T) {
+	tg, rcv, _ := startTraced(t, true)
+	webPost(t, tg.URL, "tr2", "spawn 1 researcher on "+traceSecret)
+	tg.waitDelivered(t, 2)
+	spans := waitSpans(t, rcv, map[string]int{"herald.intake": 1, "execute_tool sessions_spawn": 1, "herald.deliver": 2})
+	for _, want := range []struct{ span, attr string }{
+		{"herald.intake", "herald.message.text"},
+		{"execute_tool sessions_spawn", "gen_ai.tool.call.arguments"},
+		{"chat demo", "gen_ai.input.messages"},
+		{"herald.deliver", "herald.message.text"},
+	} {
+		if !slices.ContainsFunc(spans, func(s otlptest.Span) bool {
+			return s.Name == want.span && strings.Contains(fmt.Sprint(s.Attributes[want.attr]), traceSecret)
+		}) {
+			t.Errorf("no %s span with the content in %s", want.span, want.attr)
+		}
+	}
+}
+
+func spanNames(spans []otlptest.Span) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.Name+"@"+s.TraceID[:8])
+	}
+	slices.Sort(out)
+	return out
+}
