@@ -92,8 +92,25 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 		cfgFlag = " --config " + path
 	}
 	fmt.Fprintf(stdout, "  %d. herald doctor%s      # checks the config, the state dir, every channel and provider\n", step, cfgFlag)
-	fmt.Fprintf(stdout, "  %d. herald gateway%s     # then open http://%s/\n", step+1, cfgFlag, config.DefaultListen)
+	fmt.Fprintf(stdout, "  %d. herald gateway%s     # then %s\n", step+1, cfgFlag, whereToTalk(chans))
+	if f.config == "" {
+		fmt.Fprintf(stdout, "\n`herald gateway` and `make run` read %s from now on (the built-in demo default\nonly applies while it does not exist).\n", path)
+	}
 	return 0
+}
+
+// whereToTalk says where to talk to the gateway with these channels: the
+// web chat only when it is on.
+func whereToTalk(chans []string) string {
+	if slices.Contains(chans, "web") {
+		return fmt.Sprintf("open http://%s/", config.DefaultListen)
+	}
+	names := map[string]string{"slack": "Slack", "telegram": "Telegram", "matrix": "Matrix"}
+	var on []string
+	for _, c := range chans {
+		on = append(on, names[c])
+	}
+	return "message the bot on " + strings.Join(on, ", ") + " (the web chat is off)"
 }
 
 // askInit asks which channels and provider to use.

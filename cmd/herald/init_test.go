@@ -101,3 +101,83 @@ func TestInitAsksOnATerminal(t *testing.T) {
 		t.Errorf("answers not applied: slack %v telegram %v matrix %v model %s", cfg.Channels.Slack.Enabled, cfg.Channels.Telegram.Enabled, cfg.Channels.Matrix.Enabled, cfg.AgentModel("main"))
 	}
 }
+
+// TestInitNextStepsMatchItsConfig: init sends you to the web chat only when
+// the config it wrote has the web chat on, and says that `herald gateway`
+// (and make run) now read the file it wrote to the default place.
+func TestInitNextStepsMatchItsConfig(t *testing.T) {
+	for _, c := range []struct {
+		chans    string
+		web      bool
+		whereNot string
+	}{{"web", true, "message the bot"}, {"slack,telegram", false, "http://"}, {"matrix,web", true, "message the bot"}} {
+		t.Run(c.chans, func(t *testing.T) {
+			home := t.TempDir()
+			t.Setenv("HOME", home)
+			var out, errOut bytes.Buffer
+			if code := run([]string{"init", "--channel", c.chans, "--provider", "demo"}, &out, &errOut); code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			path := filepath.Join(home, ".herald", "herald.json5")
+			cfg, err := config.Load(path, func(string) (string, bool) { return "x", true })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.WebEnabled() != c.web {
+				t.Fatalf("web chat enabled = %v, want %v", cfg.WebEnabled(), c.web)
+			}
+			steps := out.String()
+			if c.web != strings.Contains(steps, "open http://"+config.DefaultListen+"/") || strings.Contains(steps, c.whereNot) {
+				t.Errorf("web chat %v, next steps:\n%s", cfg.WebEnabled(), steps)
+			}
+			if !strings.Contains(steps, "`make run` read "+path+" from now on") {
+				t.Errorf("next steps do not say that make run now reads %s:\n%s", path, steps)
+			}
+		})
+	}
+}
+
+// TestGatewayHintsAtTheDefaultFile: after `herald init`, `make run` (a bare
+// `herald gateway`) reads ~/.herald/herald.json5; when that fails, the
+// error says which file it is and why it is read.
+func TestGatewayHintsAtTheDefaultFile(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"init", "--channel", "web", "--provider", "anthropic"}, &out, &errOut); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut.String())
+	}
+	t.Setenv("ANTHROPIC_API_KEY", "")
+	os.Unsetenv("ANTHROPIC_API_KEY")
+	errOut.Reset()
+	if code := run([]string{"gateway", "--state-dir", t.TempDir()}, &out, &errOut); code != 1 {
+		t.Fatalf("gateway: exit %d, want 1: %s", code, errOut.String())
+	}
+	for _, want := range []string{"ANTHROPIC_API_KEY is not set", filepath.Join(home, ".herald", "herald.json5") + " is the default config file", "`make run` read it whenever it exists"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	// With --config, the file is the one asked for: no hint.
+	errOut.Reset()
+	run([]string{"gateway", "--config", filepath.Join(home, ".herald", "herald.json5"), "--state-dir", t.TempDir()}, &out, &errOut)
+	if strings.Contains(errOut.String(), "default config file") {
+		t.Errorf("hint with an explicit --config:\n%s", errOut.String())
+	}
+}
+
+// TestStartedLineSaysWhatIsOn: the gateway's first line names the web chat
+// only when it is on.
+func TestStartedLineSaysWhatIsOn(t *testing.T) {
+	off, on := false, true
+	cfg := config.Default(func(string) (string, bool) { return "", false })
+	cfg.Channels.Web.Enabled = &off
+	cfg.Channels.Telegram.Enabled = true
+	if got := startedLine(cfg, "127.0.0.1:8790"); strings.Contains(got, "web chat on") || !strings.Contains(got, "telegram") || !strings.Contains(got, "web chat is off") {
+		t.Errorf("web off: %q", got)
+	}
+	cfg.Channels.Web.Enabled = &on
+	if got := startedLine(cfg, "127.0.0.1:8790"); !strings.HasPrefix(got, "herald: web chat on http://127.0.0.1:8790/") {
+		t.Errorf("web on: %q", got)
+	}
+}

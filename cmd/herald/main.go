@@ -235,9 +235,21 @@ func loadConfig(f *flags, stderr io.Writer) (*config.Config, string, bool) {
 	cfg, path, err := config.Open(f.config, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: config %s:\n%v\n", path, err)
+		defaultFileHint(f, path, stderr)
 		return nil, path, false
 	}
 	return cfg, path, true
+}
+
+// defaultFileHint tells whoever ran `make run` (or a bare `herald gateway`)
+// after `herald init` why the built-in default no longer applies.
+func defaultFileHint(f *flags, path string, stderr io.Writer) {
+	if _, explicit := config.ResolvePath(f.config, nil); explicit || path == "" {
+		return
+	}
+	fmt.Fprintf(stderr, "(%s is the default config file — `herald init` writes it — and `herald gateway` and\n"+
+		"`make run` read it whenever it exists: set what it asks for, or move it away to use the\n"+
+		"built-in default, or pass --config FILE)\n", path)
 }
 
 func validate(f *flags, stdout, stderr io.Writer) int {
@@ -336,7 +348,7 @@ func runGateway(f *flags, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "herald: web chat on http://%s/ (model %s)\n", g.Addr(), cfg.AgentModel(cfg.DefaultAgentID()))
+	fmt.Fprintln(stderr, startedLine(cfg, g.Addr()))
 	removePID, err := writePID(stateDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: %v\n", err)
@@ -350,6 +362,29 @@ func runGateway(f *flags, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startedLine is what the gateway prints once it serves: the web chat's
+// address only when the web chat is on.
+func startedLine(cfg *config.Config, addr string) string {
+	var chans []string
+	for _, c := range []struct {
+		name string
+		on   bool
+	}{{"slack", cfg.Channels.Slack.Enabled}, {"telegram", cfg.Channels.Telegram.Enabled}, {"matrix", cfg.Channels.Matrix.Enabled}} {
+		if c.on {
+			chans = append(chans, c.name)
+		}
+	}
+	model := cfg.AgentModel(cfg.DefaultAgentID())
+	if cfg.WebEnabled() {
+		if len(chans) > 0 {
+			return fmt.Sprintf("herald: web chat on http://%s/ (model %s; also %s)", addr, model, strings.Join(chans, ", "))
+		}
+		return fmt.Sprintf("herald: web chat on http://%s/ (model %s)", addr, model)
+	}
+	return fmt.Sprintf("herald: serving %s (model %s); the web chat is off, http://%s/ serves /healthz, /readyz, /metrics and webhooks",
+		cmp.Or(strings.Join(chans, ", "), "no channel"), model, addr)
 }
 
 // withStore opens the state of the config (state.driver: the SQLite file in

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,7 +97,7 @@ func reloadCmd(f *flags, stdout, stderr io.Writer) int {
 			return 1
 		}
 		if ok && res.Seq > before.Seq {
-			return printReload(res, path, stdout, stderr)
+			return printReload(res, path, pid, stdout, stderr)
 		}
 		if time.Now().After(deadline) {
 			fmt.Fprintf(stderr, "herald: the gateway (pid %d) did not report a reload within 30 s; see its log\n", pid)
@@ -105,9 +107,32 @@ func reloadCmd(f *flags, stdout, stderr io.Writer) int {
 	}
 }
 
-func printReload(res gateway.ReloadResult, path string, stdout, stderr io.Writer) int {
+// missingVarRe finds the config's "variable is not set" problems.
+var missingVarRe = regexp.MustCompile(`environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set`)
+
+func printReload(res gateway.ReloadResult, path string, pid int, stdout, stderr io.Writer) int {
 	if res.Result != "ok" {
-		fmt.Fprintf(stderr, "herald: reload rejected; the gateway keeps its old config:\n  %s\n", strings.Join(res.Errors, "\n  "))
+		// The config loaded here before the signal, so a variable the
+		// gateway misses is one this shell has: say whose environment lacks it.
+		var missing []string
+		errs := make([]string, len(res.Errors))
+		for i, e := range res.Errors {
+			errs[i] = missingVarRe.ReplaceAllStringFunc(e, func(m string) string {
+				name := missingVarRe.FindStringSubmatch(m)[1]
+				if _, here := os.LookupEnv(name); !here {
+					return m
+				}
+				if !slices.Contains(missing, name) {
+					missing = append(missing, name)
+				}
+				return fmt.Sprintf("environment variable %s is not set in the gateway's environment (pid %d)", name, pid)
+			})
+		}
+		fmt.Fprintf(stderr, "herald: reload rejected; the gateway keeps its old config:\n  %s\n", strings.Join(errs, "\n  "))
+		if len(missing) > 0 {
+			fmt.Fprintf(stderr, "this shell has %s, the gateway does not: a process keeps the environment it was started with,\n"+
+				"so restart the gateway (pid %d) with it set (systemd: its EnvironmentFile)\n", strings.Join(missing, ", "), pid)
+		}
 		return 1
 	}
 	changed := "nothing changed"

@@ -98,4 +98,16 @@ func TestReloadCommand(t *testing.T) {
 		}
 		return false, "no answer yet"
 	})
+
+	// A variable this shell has but the running gateway does not: the
+	// refusal says it is the gateway's environment (and its pid) that lacks it.
+	t.Setenv("HERALD_TEST_RELOAD_KEY", "set-here-only")
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(fmt.Sprintf(reloadTestConfig, addr, llm.URL, "second"), `apiKey: "k"`, `apiKey: "${HERALD_TEST_RELOAD_KEY}"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = reload()
+	want := fmt.Sprintf("environment variable HERALD_TEST_RELOAD_KEY is not set in the gateway's environment (pid %d)", p.cmd.Process.Pid)
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "restart the gateway") {
+		t.Errorf("reload with a variable only this shell has: exit %d, stderr:\n%s\nwant %q", code, stderr, want)
+	}
 }
