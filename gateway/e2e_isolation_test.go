@@ -3,16 +3,19 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
 )
 
@@ -392,5 +395,61 @@ func TestE2EConversationWorkspaces(t *testing.T) {
 		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("%s: mode %v (%v), want %v", path, fi.Mode().Perm(), err, want)
 		}
+	}
+}
+
+// slackHTTPConfig: Slack over the Events API (http mode) on the gateway's
+// listener, signed with slackSecret; DMs open.
+const slackHTTPConfig = `{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: {
+    slack: { enabled: true, mode: "http", botToken: %q, signingSecret: "slack-signing-secret", apiUrl: %q },
+    web: { enabled: false },
+  },
+}`
+
+// TestE2ESlackReplayedSlashCommandRunsOnce: a signed slash command posted
+// twice within the signature window (the same request replayed) runs one
+// turn; a command signed afterwards runs as usual.
+func TestE2ESlackReplayedSlashCommandRunsOnce(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{}
+	sf := slackfake.New(t)
+	tg := newTestGateway(t, fmt.Sprintf(slackHTTPConfig, slackfake.BotToken, sf.URL()), func(c llmtest.Call) llmtest.Reply {
+		mu.Lock()
+		asked[c.LastUser()]++
+		mu.Unlock()
+		return llmtest.Reply{Text: "answered " + c.LastUser()}
+	})
+	post := func(form []byte, at time.Time) {
+		t.Helper()
+		req, _ := slackfake.NewSignedRequest(tg.URL+"/slack/commands", "slack-signing-secret", "application/x-www-form-urlencoded", form, at)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST /slack/commands: %s", resp.Status)
+		}
+	}
+	const alice = "U0ALICE"
+	form, at := slackfake.SlashCommandForm("D0ALICE", alice, "/herald", "transfer the funds"), time.Now()
+	post(form, at)
+	post(form, at) // the replay
+	post(slackfake.SlashCommandForm("D0ALICE", alice, "/herald", "and then stop"), time.Now())
+	// Turns of one conversation run in order: once the last is answered,
+	// a replayed one would have run.
+	if !waitFor(e2eWait, func() bool {
+		return slices.ContainsFunc(sf.Posted(), func(p slackfake.Post) bool { return strings.Contains(p.Text, "and then stop") })
+	}) {
+		t.Fatalf("the second command was not answered; posts %+v", sf.Posted())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := asked["/herald transfer the funds"]; n != 1 {
+		t.Errorf("the replayed slash command ran %d turns, want 1 (model asked %v)", n, asked)
 	}
 }

@@ -24,6 +24,10 @@ import (
 // replayWindow is how far X-Slack-Request-Timestamp may be from now.
 const replayWindow = 5 * time.Minute
 
+// maxSlashSeen bounds the slash-command signatures remembered inside the
+// replay window (about 100 bytes each): far above what Slack sends one app.
+const maxSlashSeen = 100_000
+
 // maxBody bounds a webhook request body.
 const maxBody = 1 << 20
 
@@ -352,6 +356,21 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, ok := a.receiving(w)
 	if !ok {
+		return
+	}
+	// A slash command signed within the replay window would run again if
+	// the request were replayed: each signature is taken once (SPEC §17).
+	// Slack itself never retries a slash command.
+	sec, _ := strconv.ParseInt(r.Header.Get("X-Slack-Request-Timestamp"), 10, 64)
+	fresh, err := a.slashSeen.add(r.Header.Get("X-Slack-Signature"), time.Unix(sec, 0), a.now())
+	switch {
+	case err != nil:
+		a.log.Warn("slack slash command refused", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		http.Error(w, "too many slash commands at once; try again in a minute", http.StatusServiceUnavailable)
+		return
+	case !fresh:
+		a.log.Warn("slack slash command replayed; not run again", zap.String("remote", r.RemoteAddr))
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

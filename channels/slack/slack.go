@@ -74,6 +74,9 @@ type Adapter struct {
 	wg      sync.WaitGroup
 	threads *boundedSet // "channel/thread_ts" the bot is in
 	seen    *boundedSet // "channel/ts" of messages already delivered
+	// slashSeen: signatures of slash commands taken (http mode), so a
+	// replayed request runs nothing twice.
+	slashSeen *replaySet
 }
 
 var (
@@ -145,6 +148,9 @@ func New(opts Options) (*Adapter, error) {
 		health:  errors.New("slack: not started"),
 		threads: newBoundedSet(4096),
 		seen:    newBoundedSet(4096),
+		// verify accepts a timestamp until replayWindow after it; a second
+		// more covers the boundary.
+		slashSeen: newReplaySet(maxSlashSeen, replayWindow+time.Second),
 	}, nil
 }
 

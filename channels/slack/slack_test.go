@@ -482,3 +482,36 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPSlashCommandReplayRunsOnce: a signed slash command posted again
+// within the signature window (a replay: same timestamp, body and
+// signature) is acknowledged but delivers nothing; a new command signed
+// afterwards is delivered.
+func TestHTTPSlashCommandReplayRunsOnce(t *testing.T) {
+	fake := slackfake.New(t)
+	srv, in := httpAdapter(t, fake, nil)
+	form := slackfake.SlashCommandForm("D0ALICE", alice, "/subagents", "stop all")
+	at := time.Now()
+	for i := range 2 {
+		req, _ := slackfake.NewSignedRequest(srv.URL+"/slack/commands", secret, "application/x-www-form-urlencoded", form, at)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("post %d: status %d, want 200", i+1, resp.StatusCode)
+		}
+	}
+	resp, err := slackfake.PostSlashCommand(srv.URL+"/slack/commands", secret, slackfake.SlashCommandForm("D0ALICE", alice, "/status", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := in.next(t); got.Text != "/subagents stop all" {
+		t.Fatalf("first inbound %q", got.Text)
+	}
+	if got := in.next(t); got.Text != "/status" {
+		t.Errorf("second inbound %q, want /status: the replayed command was delivered again", got.Text)
+	}
+}
