@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/channels/web/webtest"
 	"github.com/heraldhq/herald/store"
 )
@@ -31,6 +34,13 @@ const scheduleConfig = `{
 func scheduleModel() llmtest.Handler {
 	return func(c llmtest.Call) llmtest.Reply {
 		if !strings.Contains(c.System, "Sub-agent context") {
+			if m := c.Messages[len(c.Messages)-1]; len(m.ToolResults) > 0 {
+				return llmtest.Reply{Text: "tool said: " + m.ToolResults[0].Content}
+			}
+			if strings.HasPrefix(c.LastUser(), "remind me") {
+				return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "schedule",
+					Args: json.RawMessage(`{"action":"add","when":"in 1s","task":"tell them to stretch"}`)}}}
+			}
 			return llmtest.Reply{Text: "ok"}
 		}
 		announce := strings.Contains(c.LastUser(), "ANNOUNCE_SKIP")
@@ -350,5 +360,98 @@ func TestE2EBrowserSchedulePanel(t *testing.T) {
 	poll(t, ctx, "the schedule gone from the panel", `document.querySelectorAll("#schedules .run").length === 0`)
 	if list, _ := tg.G.Store().ListSchedules(ctx, "agent:main:web:dm:schedpanel"); len(list) != 0 {
 		t.Errorf("Remove in the panel left %d schedules", len(list))
+	}
+}
+
+// TestE2EScheduleTool: the model's schedule tool makes a one-off schedule
+// in the conversation ("remind me"), which fires once and is announced
+// there; a toolPolicy deny keeps the model from it.
+func TestE2EScheduleTool(t *testing.T) {
+	tg := newTestGateway(t, scheduleConfig, scheduleModel())
+	seq := webPost(t, tg.URL, "tool", "remind me in a second to stretch")
+	reply := waitWeb(t, tg, "tool", seq, "assistant", func(string) bool { return true })
+	var res struct{ Status, ID, Next, Message string }
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(reply.Text, "tool said: ")), &res); err != nil || res.Status != "ok" ||
+		!strings.HasPrefix(res.Message, "⏰ Scheduled "+res.ID+": at ") {
+		t.Fatalf("the tool answered %q (%v)", reply.Text, err)
+	}
+	var texts []string
+	if !waitFor(e2eWait, func() bool { texts, _ = scheduleAnnounces(t, tg, "tool", res.ID); return len(texts) == 1 }) {
+		t.Fatalf("%d announces of the reminder", len(texts))
+	}
+	if !strings.HasPrefix(texts[0], "Status: success\nTask: tell them to stretch") {
+		t.Errorf("reminder announce:\n%s", texts[0])
+	}
+	if sc, _ := tg.G.Store().GetSchedule(context.Background(), res.ID); sc == nil || !sc.NextDue.IsZero() || sc.Fired != 1 || sc.Source != store.ScheduleFromTool {
+		t.Errorf("the one-off after firing: %+v", sc)
+	}
+
+	denied := newTestGateway(t, strings.Replace(scheduleConfig, "schedules:", `security: { toolPolicy: { tools: { schedule: "deny" } } }, schedules:`, 1), scheduleModel())
+	seq = webPost(t, denied.URL, "tool", "remind me in a second to stretch")
+	reply = waitWeb(t, denied, "tool", seq, "assistant", func(string) bool { return true })
+	if strings.Contains(reply.Text, `"status":"ok"`) {
+		t.Errorf("a denied schedule tool ran: %q", reply.Text)
+	}
+	if list, _ := denied.G.Store().ListSchedules(context.Background(), ""); len(list) != 0 {
+		t.Errorf("a denied schedule tool stored %d schedules", len(list))
+	}
+}
+
+// TestE2EScheduleTelegramTopics: a config schedule delivered to forum
+// topic 42 and one made with /schedule in topic 43 are announced each in
+// its own topic, in order, once per due time.
+func TestE2EScheduleTelegramTopics(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	cfg := fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: {
+    telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": { requireMention: false } } },
+    web: { enabled: false },
+  },
+  schedules: { minIntervalSeconds: 1, list: [
+    { id: "status42", every: "1s", task: "check the status page", deliver: { channel: "telegram", chat: "-100123", thread: "42" } },
+  ] },
+}`, tgToken, tf.URL())
+	tg := newTestGateway(t, cfg, scheduleModel())
+	tf.SendText(tgGroup, "supergroup", 43, tgBob, "/schedule every 1s check topic 43")
+
+	byTopic := func() map[int][]time.Time {
+		out := map[int][]time.Time{}
+		for _, s := range tf.Sent() {
+			lines := strings.Split(strings.TrimSpace(s.Text), "\n")
+			if sm := scheduleStatsRe.FindStringSubmatch(lines[len(lines)-1]); sm != nil {
+				due, _ := time.Parse(time.RFC3339, sm[2])
+				out[s.ThreadID] = append(out[s.ThreadID], due)
+				if (s.ThreadID == 42) != (sm[1] == "status42") {
+					t.Errorf("schedule %s announced in topic %d", sm[1], s.ThreadID)
+				}
+			}
+		}
+		return out
+	}
+	var got map[int][]time.Time
+	if !waitFor(e2eWait, func() bool { got = byTopic(); return len(got[42]) >= 3 && len(got[43]) >= 3 }) {
+		t.Fatalf("announces by topic: %v", got)
+	}
+	for topic, dues := range got {
+		if topic != 42 && topic != 43 {
+			t.Errorf("announces in topic %d", topic)
+		}
+		checkOncePerDue(t, dues)
+	}
+	var made bool
+	for _, s := range tf.Sent() {
+		if s.ThreadID == 43 && strings.HasPrefix(s.Text, "⏰ Scheduled s") {
+			made = true
+		}
+	}
+	if !made {
+		t.Error("no ⏰ Scheduled reply in topic 43")
+	}
+	list, _ := tg.G.Store().ListSchedules(context.Background(), tgK43)
+	if len(list) != 1 || list[0].Origin.ThreadID != "43" {
+		t.Errorf("topic 43's schedules: %+v", list)
 	}
 }

@@ -212,14 +212,15 @@ func (g *Gateway) baseTools(agentID string) *agent.Registry {
 	return g.allowedOnly(agentID, agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...))
 }
 
-// topTools is the tool set of an agent's top-level turn: its base tools
-// and the session tools, all limited to its allowedTools (SPEC §17: the
+// topTools is the tool set of an agent's top-level turn: its base tools,
+// the session tools and the schedule tool, all limited to its allowedTools (SPEC §17: the
 // session tools honour allowedTools too).
 func (g *Gateway) topTools(agentID string) *agent.Registry {
 	reg := agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...)
 	for _, t := range g.subs.SessionTools(0) {
 		reg.Add(t)
 	}
+	reg.Add(g.sched.Tool()) // SPEC §19: top-level turns only
 	return g.allowedOnly(agentID, reg)
 }
 

@@ -2,12 +2,10 @@ package gateway
 
 import (
 	"context"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/schedule"
 )
@@ -75,15 +73,6 @@ func (g *Gateway) runChanged(rootKey string) {
 	if g.sched != nil {
 		g.sched.Wake()
 	}
-}
-
-// addScheduleTool gives a top-level turn the schedule tool (SPEC §19),
-// unless the agent's allowedTools leave it out. Sub-agents do not get it.
-func (g *Gateway) addScheduleTool(agentID string, reg *agent.Registry) {
-	if a, ok := g.cfg().Agent(agentID); ok && len(a.AllowedTools) > 0 && !slices.Contains(a.AllowedTools, schedule.ToolName) {
-		return
-	}
-	reg.Add(g.sched.Tool())
 }
 
 // scheduleViews are a web conversation's schedules for its panel.

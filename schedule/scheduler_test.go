@@ -62,11 +62,7 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	db, err := store.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openStore(t)
 	e := &testEnv{db: db, clock: &fakeClock{now: base}, runs: &fakeRuns{}, fired: map[string]int{}}
 	cfg := config.Default(func(string) (string, bool) { return "", false })
 	e.s = New(Deps{Store: db, Runs: e.runs, Config: cfg, Clock: e.clock,
