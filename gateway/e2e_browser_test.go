@@ -40,8 +40,10 @@ func TestE2EBrowserPanelAndMarkdown(t *testing.T) {
 	research := researchModel(map[string]*gate{"alpha": hold})
 	tg := newTestGateway(t, sessionCmdConfig, func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.LastUser(), "markdown please") {
-			return llmtest.Reply{Text: "## Plan\n\nThis is **bold**, `code` and a [link](https://example.org).\n\n```go\nfmt.Println(1)\n```\n\n" +
-				"<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>[click](javascript:window.__pwned=3)"}
+			return llmtest.Reply{Text: "## Plan\n\nThis is **bold**, `code` and a [link](https://example.org).\n\n```go\nfmt.Println(1)\n```\n\n- one\n- two 🚀"}
+		}
+		if strings.Contains(c.LastUser(), "html please") {
+			return llmtest.Reply{Text: "Here:\n\n<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>[click](javascript:window.__pwned=3)"}
 		}
 		return research(c)
 	})
@@ -83,7 +85,7 @@ func TestE2EBrowserPanelAndMarkdown(t *testing.T) {
 	poll(t, ctx, "the log of beta",
 		`Array.from(document.querySelectorAll("#messages .msg.system .text")).some(m => m.textContent.startsWith("📜 Subagent log: beta"))`)
 
-	// Markdown, safely.
+	// Markdown.
 	if err := webtest.Chat(ctx, url, "markdown please"); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +96,48 @@ func TestE2EBrowserPanelAndMarkdown(t *testing.T) {
 			strong: md.querySelector("strong") !== null,
 			pre: md.querySelector("pre code") !== null,
 			link: (md.querySelector('a[href="https://example.org"]') || {}).target === "_blank",
+			list: md.querySelectorAll("ul li").length,
+		};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"strong": true, "pre": true, "link": true, "list": float64(2)} {
+		if check[k] != v {
+			t.Errorf("rendered reply: %s = %v, want %v", k, check[k], v)
+		}
+	}
+	// The screenshots for docs/channels-web.md, before the HTML test below
+	// leaves its payload's text on the page.
+	if dir := os.Getenv("HERALD_SCREENSHOTS"); dir != "" {
+		if err := webtest.Screenshot(ctx, filepath.Join(dir, "web-chat-desktop.png")); err != nil {
+			t.Error(err)
+		}
+	}
+	// At phone width the message box's placeholder fits in the box.
+	if _, err := chromedp.Run(ctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "a placeholder that fits the phone-width message box", `(() => {
+		const box = document.getElementById("input"), st = getComputedStyle(box);
+		const c = document.createElement("canvas").getContext("2d");
+		c.font = st.font;
+		return box.placeholder !== "" && c.measureText(box.placeholder).width <= box.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+	})()`)
+	if dir := os.Getenv("HERALD_SCREENSHOTS"); dir != "" {
+		if err := webtest.Screenshot(ctx, filepath.Join(dir, "web-chat-phone.png")); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Script and event-handler HTML in a reply does not run.
+	if err := webtest.Chat(ctx, url, "html please"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the HTML reply", `Array.from(document.querySelectorAll("#messages .msg.assistant:not(.draft) .text.md")).some(m => m.textContent.startsWith("Here:"))`)
+	check, err = chromedp.Run(ctx, chromedp.Evaluate[map[string]any](`(() => {
+		const md = Array.from(document.querySelectorAll("#messages .msg.assistant .text.md")).pop();
+		return {
 			img: document.querySelectorAll("#messages img").length,
 			script: md.querySelectorAll("script").length,
 			js: Array.from(md.querySelectorAll("a")).filter(a => a.href.startsWith("javascript:")).length,
@@ -103,21 +147,9 @@ func TestE2EBrowserPanelAndMarkdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"strong": true, "pre": true, "link": true, "img": float64(0), "script": float64(0), "js": float64(0), "pwned": "undefined"}
-	for k, v := range want {
+	for k, v := range map[string]any{"img": float64(0), "script": float64(0), "js": float64(0), "pwned": "undefined"} {
 		if check[k] != v {
-			t.Errorf("rendered reply: %s = %v, want %v", k, check[k], v)
-		}
-	}
-	if dir := os.Getenv("HERALD_SCREENSHOTS"); dir != "" {
-		if err := webtest.Screenshot(ctx, filepath.Join(dir, "web-chat-desktop.png")); err != nil {
-			t.Error(err)
-		}
-		if _, err := chromedp.Run(ctx, chromedp.EmulateViewport(390, 844)); err != nil {
-			t.Fatal(err)
-		}
-		if err := webtest.Screenshot(ctx, filepath.Join(dir, "web-chat-phone.png")); err != nil {
-			t.Error(err)
+			t.Errorf("rendered HTML reply: %s = %v, want %v", k, check[k], v)
 		}
 	}
 	hold.open()

@@ -38,12 +38,17 @@ func NewDemo(o DemoOptions) *Demo {
 }
 
 // demoHelp is what the demo says it can do.
+// It is Markdown (a list with a blank line before and after, so that the
+// web chat renders it as one) and suggests only what works on a fresh
+// install, where the workspace is still empty.
 const demoHelp = `This is Herald's offline demo model: no real LLM is answering. Try:
-• spawn 3 researchers on Go generics
-• spawn a researcher on SQLite WAL mode (wait 20s)
-• list files
-• read AGENTS.md
-• run ls -la
+
+- spawn 3 researchers on Go generics (wait 20s) — each works 20 s, then announces its result here (the web chat's panel shows them running)
+- spawn a researcher on SQLite WAL mode
+- list files
+- run ls -la
+- /subagents list
+
 Configure a real provider under models.providers to get real answers.`
 
 // Spawn is one parsed "spawn N <what> on <topic>" request.

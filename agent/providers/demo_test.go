@@ -11,6 +11,8 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/config"
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/extension"
 )
 
 func TestParseSpawn(t *testing.T) {
@@ -210,5 +212,39 @@ func TestDemoMarker(t *testing.T) {
 	resp := demoComplete(t, NewDemo(DemoOptions{}), agent.Request{Messages: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}})
 	if !strings.Contains(resp.Text, "spawn 3 researchers on Go generics") {
 		t.Errorf("echo reply %q does not say what the demo can do", resp.Text)
+	}
+}
+
+// TestDemoHelpIsAMarkdownListOfWhatWorks: the demo's first reply renders as
+// a list in the web chat (goldmark, as channels/web renders replies), and
+// every suggestion is something the demo does on a fresh install (an
+// empty workspace: no file to read yet).
+func TestDemoHelpIsAMarkdownListOfWhatWorks(t *testing.T) {
+	resp, err := NewDemo(DemoOptions{}).Complete(context.Background(), agent.Request{Messages: []agent.Message{{Role: agent.RoleUser, Text: "hello"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var html strings.Builder
+	if err := goldmark.New(goldmark.WithExtensions(extension.GFM)).Convert([]byte(resp.Text), &html); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(html.String(), "<ul>") != 1 || strings.Count(html.String(), "<li>") != 5 {
+		t.Errorf("the help does not render as one list of 5 items:\n%s", html.String())
+	}
+	if strings.Contains(resp.Text, "AGENTS.md") || strings.Contains(resp.Text, "read ") {
+		t.Errorf("the help suggests reading a file a fresh workspace does not have:\n%s", resp.Text)
+	}
+	if !strings.Contains(resp.Text, "spawn 3 researchers on Go generics (wait 20s)") {
+		t.Errorf("the help does not show the live panel's example:\n%s", resp.Text)
+	}
+	// The example does what it says: three spawns, each told to wait 20 s.
+	spawn, err := NewDemo(DemoOptions{}).Complete(context.Background(), agent.Request{
+		Messages: []agent.Message{{Role: agent.RoleUser, Text: "spawn 3 researchers on Go generics (wait 20s)"}},
+		Tools:    []agent.ToolSpec{{Name: "sessions_spawn"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spawn.ToolCalls) != 3 || !strings.Contains(string(spawn.ToolCalls[0].Args), "wait 20s") {
+		t.Errorf("the example spawns %d: %+v", len(spawn.ToolCalls), spawn.ToolCalls)
 	}
 }
