@@ -64,8 +64,12 @@ func BenchmarkScheduler10kDue(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		db := openStore(b)
-		due := time.Now().Add(3 * time.Second).Truncate(time.Second)
+		// Far enough ahead that storing 10,000 schedules is done by then.
+		due := time.Now().Add(3*time.Second + n*time.Millisecond).Truncate(time.Second)
 		addMany(b, db, n, due)
+		if time.Until(due) < time.Second {
+			b.Fatalf("storing the schedules took until %v before their due time", time.Until(due))
+		}
 		runs := &benchRuns{all: make(chan struct{}), want: n}
 		cfg := config.Default(func(string) (string, bool) { return "", false })
 		s := New(Deps{Store: db, Runs: runs, Config: cfg})

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,9 @@ type Deps struct {
 	OnChange func(sessionKey string)
 	// Batch bounds the schedules fired in one transaction; default 100.
 	Batch int
+	// Parallel is how many passes fire at once when many schedules are
+	// due together; default 4.
+	Parallel int
 	// MaxWait bounds a sleep between passes (another replica may have
 	// added a schedule); default 5 s.
 	MaxWait time.Duration
@@ -79,6 +83,9 @@ func New(d Deps) *Scheduler {
 	}
 	if d.Batch <= 0 {
 		d.Batch = 100
+	}
+	if d.Parallel <= 0 {
+		d.Parallel = 4
 	}
 	if d.MaxWait <= 0 {
 		d.MaxWait = 5 * time.Second
@@ -189,30 +196,60 @@ func (s *Scheduler) Run(ctx context.Context) {
 }
 
 // Tick fires every schedule due at the clock's now and returns how many
-// runs it started.
+// runs it started. When the first batch is full (many schedules due at
+// once) Parallel passes share the rest: each takes its own batch in its own
+// transaction (rows another pass holds are skipped on PostgreSQL; SQLite
+// commits the passes' transactions together).
 func (s *Scheduler) Tick(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	started := 0
-	for {
-		now := s.d.Clock.Now()
-		fired, err := s.d.Store.FireDue(ctx, now, s.d.Batch, func(sc *store.Schedule) store.Firing {
-			return s.plan(sc, now)
-		})
-		if err != nil {
-			return started, err
-		}
-		for _, f := range fired {
-			s.report(f)
-			if r := f.Firing.Run; r != nil {
-				s.d.Runs.StartScheduled(r)
-				started++
+	n, full, err := s.pass(ctx)
+	if err != nil || !full {
+		return n, err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for range s.d.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k, full, err := s.pass(ctx)
+				mu.Lock()
+				n += k
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+				if err != nil || !full {
+					return
+				}
 			}
-		}
-		if len(fired) < s.d.Batch {
-			return started, nil
+		}()
+	}
+	wg.Wait()
+	return n, errors.Join(errs...)
+}
+
+// pass fires one batch; full reports that the batch was full (more may be
+// due).
+func (s *Scheduler) pass(ctx context.Context) (started int, full bool, err error) {
+	now := s.d.Clock.Now()
+	fired, err := s.d.Store.FireDue(ctx, now, s.d.Batch, func(sc *store.Schedule) store.Firing {
+		return s.plan(sc, now)
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, f := range fired {
+		s.report(f)
+		if r := f.Firing.Run; r != nil {
+			s.d.Runs.StartScheduled(r)
+			started++
 		}
 	}
+	return started, len(fired) == s.d.Batch, nil
 }
 
 // plan turns Plan's decision into the store's firing, with the run made as
