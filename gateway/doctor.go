@@ -87,6 +87,41 @@ func checkState(ctx context.Context, cfg *config.Config, stateDir string) channe
 }
 
 func checkProvider(ctx context.Context, id string, p config.Provider) channels.Check {
+	keys := p.Keys()
+	if len(keys) < 2 {
+		return checkProviderKey(ctx, id, p, "")
+	}
+	// Several keys (SPEC §20): each is checked alone and named by its
+	// position, never by its value.
+	c := channels.Check{Name: "provider " + id, Status: channels.CheckOK}
+	var bad []string
+	for i, k := range keys {
+		one := p
+		one.APIKey, one.APIKeys = k, nil
+		kc := checkProviderKey(ctx, id, one, fmt.Sprintf("key %d of %d", i+1, len(keys)))
+		if kc.Status == channels.CheckOK {
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("key %d of %d: %s", i+1, len(keys), kc.Detail))
+		if kc.Status == channels.CheckFail || c.Status == channels.CheckOK {
+			c.Status, c.Fix = kc.Status, kc.Fix
+		}
+	}
+	if len(bad) == 0 {
+		c.Detail = fmt.Sprintf("%d configured models available with each of %d keys", len(p.Models), len(keys))
+		return c
+	}
+	c.Detail = strings.Join(bad, "; ")
+	if len(bad) < len(keys) && c.Status == channels.CheckFail {
+		// The others carry the calls; the failing ones are set aside.
+		c.Status = channels.CheckWarn
+	}
+	return c
+}
+
+// checkProviderKey checks a provider with one key; which names the key
+// ("key 2 of 3") in the fix, "" with a single key.
+func checkProviderKey(ctx context.Context, id string, p config.Provider, which string) channels.Check {
 	c := channels.Check{Name: "provider " + id}
 	prov, err := providers.New(id, p, providers.Options{})
 	if err != nil {
@@ -108,6 +143,9 @@ func checkProvider(ctx context.Context, id string, p config.Provider) channels.C
 			c.Fix = fmt.Sprintf("cannot reach the API: check the network, a proxy, or models.providers.%s.baseUrl", id)
 		case status == http.StatusUnauthorized || status == http.StatusForbidden:
 			c.Fix = fmt.Sprintf("the API key was refused: check models.providers.%s.apiKey", id)
+			if which != "" {
+				c.Fix = fmt.Sprintf("the API key was refused: check %s in models.providers.%s.apiKeys", which, id)
+			}
 		case status == http.StatusNotFound && p.API == providers.APIOpenAICompatible:
 			c.Status, c.Fix = channels.CheckWarn, "this server does not list models (GET /models); model calls may still work"
 		default:

@@ -28,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
 	"github.com/heraldhq/herald/telemetry"
@@ -77,6 +78,8 @@ type Gateway struct {
 	mcp      *mcptools.Manager
 	panel    *panel
 	cluster  *cluster
+	spend    *spend.Ledger // budgets and spend (SPEC §20)
+	answered answers       // per conversation: which model answered its last turn and why
 	sched    *schedule.Scheduler
 	tracer   *telemetry.Tracer // spans of messages (SPEC §22); off = no-op
 
@@ -133,6 +136,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := g.newLedger(ctx); err != nil {
+		return fail(err)
+	}
 	g.provOpts = o.Providers
 	g.provOpts.Logger = o.Logger
 	g.catalog, err = agent.NewCatalog(cfg, g.newProvider)
@@ -155,7 +161,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Tools: g.baseTools, Workspace: g.workspace,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
-		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer,
+		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 	})
 	g.newScheduler()
 	if err := g.buildChannels(o.Channels); err != nil {
@@ -360,6 +366,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.launchChannel(ch) // not a channel another replica may run
 	}
 	g.cluster.elect(ctx) // takes and starts those nobody runs
+	g.warnUnpriced()
+	if g.cluster.shared {
+		g.bg.Add(1)
+		go func() { defer g.bg.Done(); g.spend.Run(g.bgCtx, spend.RefreshEvery) }()
+	}
 	g.bg.Add(4)
 	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.panel.run(g.bgCtx) }()

@@ -27,6 +27,7 @@ type metrics struct {
 	redeliver prometheus.Counter
 	uncertain *prometheus.CounterVec
 	reloads   *prometheus.CounterVec
+	spend     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -51,6 +52,8 @@ func newMetrics() *metrics {
 			Help: "Platform re-deliveries of a message already stored (not run again)."}),
 		uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_uncertain_total",
 			Help: "Message parts whose delivery was uncertain after a crash, by channel and action (found, resend, skip)."}, []string{"channel", "action"}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_spend_usd_total",
+			Help: "Estimated USD of every model call (tokens × the model's cost; $0 without cost), by agent and model (SPEC §20)."}, []string{"agent", "model"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_config_reloads_total",
 			Help: "Config reloads (SIGHUP, herald reload) by result: ok, or rejected with the old config kept."}, []string{"result"}),
 	}
@@ -69,7 +72,7 @@ func newMetrics() *metrics {
 		}
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain, m.reloads,
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain, m.reloads, m.spend,
 		collectors.NewGoCollector())
 	return m
 }
@@ -92,6 +95,7 @@ func (m *metrics) register(g *Gateway) {
 			})
 	}
 	m.reg.MustRegister(
+		newHealthCollector(g),
 		laneGauge(g.mainLane, "main", true), laneGauge(g.mainLane, "main", false),
 		laneGauge(g.subs.Lane(), "subagent", true), laneGauge(g.subs.Lane(), "subagent", false),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_subagent_spawns_total", Help: "Sub-agent runs spawned since start."},

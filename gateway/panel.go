@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
 )
@@ -91,14 +92,20 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		return
 	}
 	scheds := p.g.scheduleViews(rctx, key)
+	var sv *web.SpendView
+	if p.g.spend != nil {
+		if sp := p.g.spend.SpentOf(key, ""); sp.ConversationMonth > 0 {
+			sv = &web.SpendView{Today: spend.Money(sp.ConversationDay), Month: spend.Money(sp.ConversationMonth)}
+		}
+	}
 	p.mu.Lock()
 	shown := p.shown[key]
-	if len(runs) > 0 || len(scheds) > 0 {
+	if len(runs) > 0 || len(scheds) > 0 || sv != nil {
 		p.shown[key] = true
 	}
 	p.mu.Unlock()
-	if len(runs) == 0 && len(scheds) == 0 && !shown {
-		return // no panel until the conversation spawns or schedules
+	if len(runs) == 0 && len(scheds) == 0 && sv == nil && !shown {
+		return // no panel until the conversation spawns, schedules or spends
 	}
 	views := make([]web.RunView, 0, len(runs))
 	for i := range runs {
@@ -110,5 +117,5 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		views = append(views, web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut})
 	}
-	p.g.web.SetPanel(client, views, scheds)
+	p.g.web.SetPanel(client, views, scheds, sv)
 }

@@ -77,11 +77,11 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	old := g.cfg()
 
 	// Build everything that can fail before anything is swapped.
-	var cat *agent.Catalog
-	if !reflect.DeepEqual(old.Models, next.Models) {
-		if cat, err = agent.NewCatalog(next, g.newProvider); err != nil {
-			return reject(err.Error())
-		}
+	// Providers are built again on every reload: API keys set aside after
+	// a 401/403 come back (SPEC §20).
+	cat, err := agent.NewCatalog(next, g.newProvider)
+	if err != nil {
+		return reject(err.Error())
 	}
 	for _, a := range next.Agents.List {
 		if err := os.MkdirAll(next.AgentWorkspace(a.ID, g.stateDir), tools.DirMode); err != nil {
@@ -138,6 +138,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	g.setToolOptions(next)
 	g.mainLane.SetMax(next.Agents.Defaults.MaxConcurrent)
 	g.subs.SetConfig(next)
+	g.spend.SetBudgets(next.Budgets)
 	g.reloadSchedules(ctx)
 	g.ApplyMCP(next.MCP.Servers)
 	for _, s := range swaps {

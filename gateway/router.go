@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/gateway/command"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
 )
@@ -108,7 +109,7 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
 		AbortTurn: g.cluster.abort, Approve: g.approv.resolve, Now: g.clock.Now,
-		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin}, Schedules: g.sched,
+		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
 	if handled && reply != "" {
@@ -278,14 +279,27 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		Workspace: cws, AgentWorkspace: aws, Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	live := g.startLive(it, log)
 	defer live.stop()
+	sc := turnSpend(key, agentID, it.ID, in.Text)
+	spent := g.spend.Counter(sc)
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
 		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
 		Thinking: thinking, MaxIterations: g.cfg().AgentMaxIterations(agentID),
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
 		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
-		OnText: live.textHook(),
+		OnText:    live.textHook(),
+		Fallbacks: g.chainOf(agentID, model), Health: g.catalog.Health(),
+		BeforeCall: g.spend.Guard(sc), OnCall: func(m *agent.Model, u agent.Usage) {
+			spent(m, u)
+			g.panel.changed(key)
+		},
 	}, in.Text)
+	switch {
+	case res.Fallback != "":
+		g.answered.set(key, res.Fallback)
+	case res.AnsweredBy != "":
+		g.answered.set(key, "Answered by "+res.AnsweredBy+".")
+	}
 	if ref := live.stop(); ref != "" {
 		it.DraftRef = ref // the reply replaces the draft
 	}
@@ -314,6 +328,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		outcome = "aborted"
 		g.complete(ctx, it, channels.KindReply, "", log)
 		log.Info("turn aborted")
+	case errors.Is(err, spend.ErrBudget):
+		// Over budget: no model call was made; nothing is retried into it.
+		log.Warn("turn stopped by a budget", zap.Error(err))
+		g.complete(ctx, it, channels.KindSystem, err.Error(), log)
 	default:
 		outcome = "failed"
 		span.SetStatus(codes.Error, "the agent could not answer")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -96,8 +97,10 @@ func (c sessionControl) Compact(ctx context.Context, key, focus string) (before,
 			return fmt.Errorf("model %s is not configured", ref)
 		}
 		reg := g.topTools(s.agentID)
+		sc := spend.Call{Conversation: key, AgentID: s.agentID, RunID: "compact:" + key, Label: "/compact"}
 		res, err := s.sess.Compact(ctx, agent.Turn{Model: model, System: g.systemPrompt(s.agentID, c.origin), Tools: reg,
-			Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(s.agentID, model.Ref, u) }}, focus, 0)
+			Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(s.agentID, model.Ref, u) },
+			BeforeCall: g.spend.Guard(sc), OnCall: g.spend.Counter(sc)}, focus, 0)
 		before, after = res.Before, res.After
 		if err == nil {
 			if uerr := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); uerr != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
 )
@@ -63,6 +64,10 @@ type Deps struct {
 	Replica string
 	// Peers reach the other replicas of a shared state (nil: none).
 	Peers Peers
+	// Spend, if set, checks budgets before every model call of a run (its
+	// announce step and schedules' runs included) and counts its spend
+	// against the run's root conversation (SPEC §20).
+	Spend *spend.Ledger
 	// OnChange, if set, is told the root session key of a run that was
 	// spawned, started or ended (the web chat's sub-agents panel). It must
 	// not block.
@@ -104,12 +109,13 @@ type Manager struct {
 
 // liveRun is a run that has not ended yet.
 type liveRun struct {
-	run     store.Run // Status, Note and tokens are updated under Manager.mu
-	cancel  context.CancelFunc
-	steer   chan agent.Steer
-	stopped bool
-	usage   agent.Usage
-	span    trace.Span // the herald.run span while it runs; nil before
+	run      store.Run // Status, Note and tokens are updated under Manager.mu
+	cancel   context.CancelFunc
+	steer    chan agent.Steer
+	stopped  bool
+	usage    agent.Usage
+	span     trace.Span // the herald.run span while it runs; nil before
+	fallback string     // "Answered by …" notes of the run's calls; guarded by Manager.mu
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -544,6 +550,9 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		defer c()
 	}
 	res, runErr := sess.Run(runCtx, turn, run.Task)
+	if res.Fallback != "" {
+		m.noteFallback(lr, res.Fallback)
+	}
 
 	m.mu.Lock()
 	stopped := lr.stopped
@@ -566,6 +575,10 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		if p := problems.Summary(); p != "" {
 			note += " Model calls failed before it: " + p + "."
 		}
+	case errors.Is(runErr, spend.ErrBudget):
+		// Over budget: no announce step either (it would be a model call).
+		m.finish(lr, &run, store.OutcomeError, agent.LastAssistantText(sess.History), m.withFallback(lr, runErr.Error()), m.usageOf(lr))
+		return
 	case runErr != nil:
 		outcome, note = store.OutcomeError, runErr.Error()
 	}
@@ -595,8 +608,12 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	annRes, annErr := sess.Run(annCtx, agent.Turn{
 		Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
 		Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
+		Fallbacks: turn.Fallbacks, Health: turn.Health, BeforeCall: turn.BeforeCall, OnCall: turn.OnCall,
 	}, announcePrompt)
 	annCancel()
+	if annRes.Fallback != "" {
+		m.noteFallback(lr, annRes.Fallback)
+	}
 	m.mu.Lock()
 	stopped = lr.stopped
 	m.mu.Unlock()
@@ -626,12 +643,47 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 			}
 		}
 	}
-	m.finish(lr, &run, outcome, result, note, m.usageOf(lr))
+	m.finish(lr, &run, outcome, result, m.withFallback(lr, note), m.usageOf(lr))
+}
+
+// noteFallback keeps the fallback note of a run's call for its Notes.
+func (m *Manager) noteFallback(lr *liveRun, note string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !strings.Contains(lr.fallback, note) {
+		lr.fallback = strings.TrimSpace(lr.fallback + "\n" + note)
+	}
+}
+
+// withFallback puts the run's fallback notes ("Answered by …") first in
+// its Notes.
+func (m *Manager) withFallback(lr *liveRun, note string) string {
+	m.mu.Lock()
+	fb := lr.fallback
+	m.mu.Unlock()
+	switch {
+	case fb == "":
+		return note
+	case note == "":
+		return fb
+	}
+	return fb + "\n" + note
+}
+
+// chain resolves the fallbacks of a run's model: the configured setting of
+// the run's agent whose primary is the run's model (SPEC §20).
+func (m *Manager) chain(run *store.Run, model *agent.Model) []*agent.Model {
+	models, _ := m.d.Catalog.Chain(m.config().ModelChain(run.AgentID, run.Model).Refs())
+	if len(models) > 0 && models[0].Ref == model.Ref {
+		return models[1:]
+	}
+	return nil
 }
 
 // childTurn builds the turn configuration of a child session.
 func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) agent.Turn {
 	reg := m.childTools(run)
+	sc := spend.Call{Conversation: run.RootKey, AgentID: run.AgentID, RunID: run.ID, Label: TaskTitle(run.Label, run.Task)}
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
 		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
@@ -649,6 +701,8 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 			}
 		},
 		Logger: m.runLog(run), Clock: m.d.Clock,
+		Fallbacks: m.chain(run, model), Health: m.d.Catalog.Health(),
+		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.d.Spend.Counter(sc),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -520,7 +521,11 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 			if m.d.OnUsage != nil {
 				m.d.OnUsage(agentID, model.Ref, u)
 			}
-		}}, task)
+		},
+		Health: m.d.Catalog.Health(), Fallbacks: m.chain(&store.Run{AgentID: agentID, Model: model.Ref}, model),
+		BeforeCall: m.d.Spend.Guard(spend.Call{Conversation: dc.RootKey, AgentID: agentID, RunID: cc.RunID, Label: "delegate: " + task}),
+		OnCall:     m.d.Spend.Counter(spend.Call{Conversation: dc.RootKey, AgentID: agentID, RunID: cmp.Or(cc.RunID, "delegate:"+id), Label: "delegate: " + task}),
+	}, task)
 	res.Tokens.Input, res.Tokens.Output, res.Tokens.Total = out.Usage.Input, out.Usage.Output, out.Usage.Total()
 	if err != nil {
 		res.Error = err.Error()

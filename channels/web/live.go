@@ -56,11 +56,18 @@ type ScheduleView struct {
 // SetSubagents replaces the client's sub-agents panel (newest first); the
 // event streams send it as an "event: subagents", also to a stream that
 // connects later.
-func (a *Adapter) SetSubagents(client string, runs []RunView) { a.SetPanel(client, runs, nil) }
+func (a *Adapter) SetSubagents(client string, runs []RunView) { a.SetPanel(client, runs, nil, nil) }
 
-// SetPanel replaces the client's panel: its sub-agent runs (newest first)
-// and its schedules, sent as "event: subagents" {"runs": […], "schedules": […]}.
-func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleView) {
+// SpendView is the conversation's spend as the panel shows it (SPEC §20).
+type SpendView struct {
+	Today string `json:"today"` // "$0.12"
+	Month string `json:"month"`
+}
+
+// SetPanel replaces the client's panel: its sub-agent runs (newest first),
+// its schedules and its spend, sent as "event: subagents" {"runs": […],
+// "schedules": […], "spend"?: {today, month}}.
+func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleView, spend *SpendView) {
 	if runs == nil {
 		runs = []RunView{}
 	}
@@ -70,7 +77,8 @@ func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleVi
 	b, err := json.Marshal(struct {
 		Runs      []RunView      `json:"runs"`
 		Schedules []ScheduleView `json:"schedules"`
-	}{runs, schedules})
+		Spend     *SpendView     `json:"spend,omitempty"`
+	}{runs, schedules, spend})
 	if err != nil {
 		return
 	}

@@ -145,3 +145,31 @@ func TestDoctorMatrix(t *testing.T) {
 		t.Errorf("doctor with a wrong token: exit %d\n%s", code, out)
 	}
 }
+
+// TestDoctorChecksEachKey: with apiKeys, doctor checks every key alone and
+// names a refused one by its position, never by its value.
+func TestDoctorChecksEachKey(t *testing.T) {
+	anth := llmtest.NewAnthropic(t, nil)
+	anth.SetModels("claude-a")
+	anth.RequireKey("good-key")
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "herald.json5")
+	src := fmt.Sprintf(`{
+  gateway: { http: { listen: %q } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: %q,
+    apiKeys: ["good-key", "revoked-key", "good-key"], models: [{ id: "claude-a" }] } } },
+  agents: { defaults: { model: "anthropic/claude-a" } },
+}`, freeAddr(t), anth.URL)
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code := run([]string{"doctor", "--config", cfgPath, "--state-dir", filepath.Join(dir, "state")}, &out, &out)
+	want := `(?m)^warn  provider anthropic +key 2 of 3: .*401.*\n +fix: the API key was refused: check key 2 of 3 in models\.providers\.anthropic\.apiKeys$`
+	if code != 0 || !regexp.MustCompile(want).MatchString(out.String()) {
+		t.Errorf("doctor: exit %d, want 0 and %s:\n%s", code, want, out.String())
+	}
+	if strings.Contains(out.String(), "revoked-key") || strings.Contains(out.String(), "good-key") {
+		t.Errorf("doctor printed a key:\n%s", out.String())
+	}
+}

@@ -51,6 +51,8 @@ Commands:
   backup FILE             write a consistent copy of the state database to FILE (safe while running)
   outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
   schedules list          list schedules (config, chat and tool) with state, next due time and counts
+  usage [--json]          model spend (UTC) today and this month: in total, per agent,
+                          conversation and model, and the five costliest runs
   (list commands, mcp list included, take --json; runs/sessions/outbox list take --limit N)
   mcp list                list MCP servers with their state and tools (from the running
                           gateway, else by starting each server briefly); exit 1 if one is down
@@ -175,6 +177,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
 	case cmd == "schedules" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSchedules(ctx, db, f, stdout) })
+	case cmd == "usage" && len(rest) == 0:
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return usageCmd(ctx, db, f, stdout) })
 	case cmd == "sessions" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSessions(ctx, db, f, stdout) })
 	}

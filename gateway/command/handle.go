@@ -40,6 +40,15 @@ type Env struct {
 	Session SessionControl
 	// Schedules runs /schedule and gives /status its next firing (SPEC §19).
 	Schedules Schedules
+	// Spend answers /usage and gives /status its lines about models
+	// (which answered and why, cooldowns) and spend (SPEC §20).
+	Spend Spend
+}
+
+// Spend is the part of the gateway's spend accounting the commands use.
+type Spend interface {
+	Usage(ctx context.Context, sessionKey, agentID string) (string, error)
+	StatusLines(sessionKey string) []string
 }
 
 // Schedules is the part of the scheduler the commands use
@@ -106,6 +115,8 @@ func Handle(ctx context.Context, env Env, req Request) (reply string, handled bo
 		return h.think(ctx, c.Arg), true
 	case NameSchedule:
 		return h.schedule(ctx, c.Arg), true
+	case NameUsage:
+		return h.usage(ctx), true
 	default:
 		return helpText, true
 	}
@@ -126,6 +137,7 @@ const helpText = `❓ Commands
 /model [provider/model|default] — show or set this conversation's model
 /think [off|low|medium|high|default] — show or set this conversation's thinking
 /schedule every|cron|in|at … <task> — a run announced here later; /schedule list|pause|resume|remove <id>
+/usage — what this conversation and its agent spent today and this month, and the costliest runs
 /help — this list`
 
 type handler struct {
@@ -474,6 +486,9 @@ func (h handler) status(ctx context.Context) string {
 		active, done := count(runs)
 		lines = append(lines, fmt.Sprintf("🤖 Subagents: %d active · %d done", active, done))
 	}
+	if h.env.Spend != nil {
+		lines = append(lines, h.env.Spend.StatusLines(h.req.SessionKey)...)
+	}
 	if h.env.Schedules != nil {
 		if line := h.env.Schedules.StatusLine(ctx, h.req.SessionKey); line != "" {
 			lines = append(lines, line)
@@ -489,4 +504,16 @@ func (h handler) schedule(ctx context.Context, args string) string {
 	}
 	return h.env.Schedules.Command(ctx, schedule.Conversation{SessionKey: h.req.SessionKey, AgentID: h.env.AgentID,
 		Origin: h.req.Origin, By: h.req.SenderID}, args)
+}
+
+// usage answers /usage (SPEC §20).
+func (h handler) usage(ctx context.Context) string {
+	if h.env.Spend == nil {
+		return "⚠️ Spend is not counted in this gateway."
+	}
+	reply, err := h.env.Spend.Usage(ctx, h.req.SessionKey, h.env.AgentID)
+	if err != nil {
+		return "⚠️ Could not read the spend: " + err.Error()
+	}
+	return reply
 }

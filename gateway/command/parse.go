@@ -21,6 +21,7 @@ const (
 	NameModel     = "model"
 	NameThink     = "think"
 	NameSchedule  = "schedule"
+	NameUsage     = "usage"
 )
 
 // /subagents actions.
@@ -124,6 +125,8 @@ var names = map[string]string{
 	"thinking":  NameThink,
 	"schedule":  NameSchedule,
 	"schedules": NameSchedule,
+	"usage":     NameUsage,
+	"spend":     NameUsage,
 }
 
 // actions maps accepted /subagents actions (lower case) to canonical ones.
