@@ -10,9 +10,19 @@ import (
 // AnnounceSkip is the reply by which a child asks that nothing be posted.
 const AnnounceSkip = "ANNOUNCE_SKIP"
 
+// announcePromptStart begins the announce step's prompt.
+const announcePromptStart = "Announce step: your run has ended."
+
+// IsAnnouncePrompt reports whether a user message of a child's transcript
+// is the announce step's prompt (Herald's, not the requester's words: logs
+// show it as the step, not as a user line).
+func IsAnnouncePrompt(text string) bool {
+	return strings.HasPrefix(strings.TrimSpace(text), announcePromptStart)
+}
+
 // announcePrompt is the user message of the announce step, run inside the
 // child session after its run ended.
-const announcePrompt = `Announce step: your run has ended. Write the message that will be posted back to the requester, in exactly this form:
+const announcePrompt = announcePromptStart + ` Write the message that will be posted back to the requester, in exactly this form:
 
 Result:
 <the result of your task>

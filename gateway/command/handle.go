@@ -315,6 +315,11 @@ func (h handler) log(r *store.Run, limit int, tools bool) string {
 		b.WriteString("\n")
 		switch l.Role {
 		case "user":
+			if subagent.IsAnnouncePrompt(l.Text) {
+				// Herald's own prompt: the next line is the announce's text.
+				b.WriteString("Announce step (Herald's prompt; the reply below is what was posted)")
+				continue
+			}
 			b.WriteString("User: " + clip(l.Text))
 		case "assistant":
 			b.WriteString("Assistant: " + clip(l.Text))
@@ -335,8 +340,10 @@ func clip(s string) string { return oneLine(s, 500) }
 
 func (h handler) info(r *store.Run) string {
 	now := h.env.Now()
-	status := r.Status
-	if status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
+	// The same word as /subagents list and the web chat's panel: the
+	// outcome once done (success, error …).
+	status := subagent.DisplayStatus(r)
+	if r.Status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
 		status += " (" + oneLine(r.Note, 60) + ")"
 	}
 	runtime := "-"
