@@ -14,7 +14,7 @@ const (
 	AttrRunDepth    = attribute.Key("herald.run.depth")    //
 	AttrRunOutcome  = attribute.Key("herald.run.outcome")  // success, error, timeout, stopped, unknown
 	AttrOutboxID    = attribute.Key("herald.outbox.id")    // the outbox row delivered
-	AttrKind        = attribute.Key("herald.message.kind") // reply, announce, system, …
+	AttrKind        = attribute.Key("herald.message.kind") // assistant (a reply), announce, system
 	AttrChars       = attribute.Key("herald.message.chars")
 	AttrDestination = attribute.Key("herald.destination") // the chat (and thread) delivered to
 	AttrPart        = attribute.Key("herald.part")        // 1-based
