@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
@@ -50,14 +51,18 @@ type busMsg struct {
 
 // cluster is this replica's part in a shared state.
 type cluster struct {
-	g      *Gateway
-	id     string
-	ttl    time.Duration
-	shared bool // PostgreSQL: other replicas may run
-	log    *zap.Logger
-	wake   chan struct{} // a claim pass now
-	tell   chan struct{} // an outbox wake-up to pass on (coalesced)
-	lost   chan string   // the replica lease or a channel lease was lost
+	g  *Gateway
+	id string
+	// instance names this process: it holds the lease "instance:<id>", so
+	// a second process started under the same replica id stands by
+	// instead of working alongside (the replica lease names only the id).
+	instance string
+	ttl      time.Duration
+	shared   bool // PostgreSQL: other replicas may run
+	log      *zap.Logger
+	wake     chan struct{} // a claim pass now
+	tell     chan struct{} // an outbox wake-up to pass on (coalesced)
+	lost     chan string   // the replica lease or a channel lease was lost
 	// onLost, if set, is called instead of ending Run when a lease is lost.
 	onLost func(reason string)
 
@@ -70,7 +75,7 @@ type cluster struct {
 
 func newCluster(g *Gateway, onLost func(string)) *cluster {
 	cfg := g.cfg()
-	return &cluster{g: g, id: cfg.ReplicaID(), ttl: time.Duration(cfg.State.LeaseSeconds) * time.Second,
+	return &cluster{g: g, id: cfg.ReplicaID(), instance: uuid.NewString(), ttl: time.Duration(cfg.State.LeaseSeconds) * time.Second,
 		shared: g.db.Driver() == store.DriverPostgres, log: g.log.Named("cluster"),
 		wake: make(chan struct{}, 1), tell: make(chan struct{}, 1), lost: make(chan string, 1), onLost: onLost,
 		led: make(map[channels.Name]bool)}
@@ -81,7 +86,12 @@ func newCluster(g *Gateway, onLost func(string)) *cluster {
 // within about leaseSeconds + poll of the dead replica's last renewal.
 func (c *cluster) poll() time.Duration { return min(max(c.ttl/5, 100*time.Millisecond), time.Second) }
 
-// join takes this replica's lease and keeps it renewed until leave.
+// join takes this replica's lease and keeps it renewed until leave. While
+// another live process holds the lease of this gateway.replicaId (the same
+// id started twice, or a restart before the old lease expired) the replica
+// stands by — /readyz answers 503 standby — and takes over once the lease
+// is free. A database that does not answer is retried for one lease length,
+// then join fails (the process exits for its supervisor).
 func (c *cluster) join(ctx context.Context) error {
 	c.heartbeatDone = make(chan struct{})
 	if !c.shared {
@@ -89,9 +99,45 @@ func (c *cluster) join(ctx context.Context) error {
 		c.heartbeatStop = func() {}
 		return nil
 	}
-	if _, err := c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
-		close(c.heartbeatDone)
-		return err
+	var standby bool
+	var unreachable time.Time
+	for {
+		_, err := c.g.db.AcquireLease(ctx, c.instanceLease(), c.instance, c.ttl)
+		if err == nil {
+			_, err = c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl)
+		}
+		if err == nil {
+			break
+		}
+		switch {
+		case ctx.Err() != nil:
+			close(c.heartbeatDone)
+			return ctx.Err()
+		case errors.Is(err, store.ErrLeaseHeld):
+			unreachable = time.Time{}
+			if !standby {
+				standby = true
+				c.log.Warn("standby: another process runs as this replica; taking over when it ends",
+					zap.String("replicaId", c.id), zap.Error(err))
+			}
+			c.g.phase.set(phaseStandby, "another process runs as replica "+c.id+" ("+err.Error()+"); taking over when it ends")
+		default:
+			if unreachable.IsZero() {
+				unreachable = time.Now()
+			}
+			if time.Since(unreachable) >= c.ttl {
+				close(c.heartbeatDone)
+				return err
+			}
+			c.log.Warn("standby: cannot take the replica lease; retrying", zap.String("replicaId", c.id), zap.Error(err))
+			c.g.phase.set(phaseStandby, "the database does not answer: "+err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			close(c.heartbeatDone)
+			return ctx.Err()
+		case <-time.After(c.poll()):
+		}
 	}
 	hctx, stop := context.WithCancel(context.Background())
 	c.heartbeatStop = stop
@@ -117,6 +163,9 @@ func (c *cluster) leave() {
 	}
 	if err := c.g.db.ReleaseLease(ctx, store.ReplicaLease(c.id), c.id); err != nil {
 		c.log.Warn("could not give up the replica lease; the others take over when it expires", zap.Error(err))
+	}
+	if err := c.g.db.ReleaseLease(ctx, c.instanceLease(), c.instance); err != nil {
+		c.log.Warn("could not give up the instance lease; a standby under the same replica id takes over when it expires", zap.Error(err))
 	}
 	c.send(ctx, "claims", "")
 }
@@ -161,7 +210,13 @@ func (c *cluster) ledChannels() []channels.Name {
 	return slices.Collect(maps.Keys(c.led))
 }
 
+// instanceLease is the lease of this process under its replica id.
+func (c *cluster) instanceLease() string { return "instance:" + c.id }
+
 func (c *cluster) renew(ctx context.Context) error {
+	if _, err := c.g.db.AcquireLease(ctx, c.instanceLease(), c.instance, c.ttl); err != nil {
+		return err
+	}
 	if _, err := c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,13 +9,16 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/mcptools/mcptest"
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/devtools/pgtest"
+	"github.com/heraldhq/herald/store"
 )
 
 // TestMain serves MCP when the binary is started as the stdio test server;
@@ -255,4 +259,89 @@ func osArgs0() string { return os.Args[0] }
 func jsonEscape(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b[1 : len(b)-1])
+}
+
+// TestE2EMCPToolsBeforeOwedTurns: after a restart, an owed turn whose
+// sub-agent needs an MCP tool waits for the server's first connection
+// attempt — here a stdio server that takes 3 s to answer — and the
+// sub-agent is offered the tool and calls it.
+func TestE2EMCPToolsBeforeOwedTurns(t *testing.T) {
+	dir := t.TempDir()
+	db := openTestStore(t, dir)
+	origin := channels.Origin{Channel: "web", ChatID: "ann", ChatType: channels.ChatDM, SenderID: "ann", MessageID: "1"}
+	it := &store.Intake{SessionKey: "agent:main:web:dm:ann", AgentID: "main", PlatformID: "ann/1", Origin: origin, SenderName: "ann",
+		Text: "call mcp__slow__echo after-restart", Mentioned: true, CreatedAt: time.Now(), ClaimedBy: "before-the-restart"}
+	if _, err := db.AddIntake(context.Background(), it); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	cfg := strings.ReplaceAll(`{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  mcp: { servers: { slow: { command: "{{self}}", env: { HERALD_MCPTEST_SERVE: "1", HERALD_MCPTEST_DELAY: "3s" }, timeoutSeconds: 10 } } },
+}`, "{{self}}", jsonEscape(osArgs0()))
+	tg := newTestGatewayIn(t, dir, cfg, mcpModel)
+	ann := waitWeb(t, tg, "ann", 0, "announce", func(string) bool { return true })
+	if !strings.Contains(ann.Text, "tool said: echo: after-restart") {
+		t.Errorf("the owed turn's sub-agent did not get the MCP tool; announce:\n%s", ann.Text)
+	}
+}
+
+// TestE2EStartingUntilMCPFirstAttempt: while an MCP server's first
+// connection attempt is under way, /readyz answers 503 "starting" and the
+// web API refuses a message with 503 and Retry-After; once the attempt
+// ended the gateway is ready and the message is answered.
+func TestE2EStartingUntilMCPFirstAttempt(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	held := mcptest.NewHTTP(t, func(*http.Request) { <-release })
+	t.Cleanup(open) // before the server's Close waits for its handlers
+	cfg := strings.ReplaceAll(`{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  mcp: { servers: { held: { url: "{{mcpurl}}", timeoutSeconds: 30 } } },
+}`, "{{mcpurl}}", held.URL)
+	testNoWaitReady = true
+	tg := newTestGateway(t, cfg, mcpModel)
+	testNoWaitReady = false
+
+	var rz struct {
+		Ready  bool
+		Status string
+		Checks map[string]string
+	}
+	if !waitFor(e2eWait, func() bool {
+		resp, err := http.Get(tg.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&rz)
+		return resp.StatusCode == http.StatusServiceUnavailable && rz.Status == "starting"
+	}) {
+		t.Fatalf("/readyz never said 503 starting while the MCP server's first attempt was under way; last %+v", rz)
+	}
+	if !strings.Contains(rz.Checks["gateway"], "held") {
+		t.Errorf("/readyz does not name the MCP server waited for: %+v", rz.Checks)
+	}
+	resp, err := http.Post(tg.URL+"/api/messages", "application/json", strings.NewReader(`{"client":"ann","text":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "starting") {
+		t.Errorf("POST while starting: %s Retry-After %q %s; want 503 with Retry-After saying starting", resp.Status, resp.Header.Get("Retry-After"), b)
+	}
+	open()
+	tg.waitReady(t)
+	waitMCPUp(t, tg, "held")
+	seq := webPost(t, tg.URL, "ann", "call mcp__held__echo ready")
+	ann := waitWeb(t, tg, "ann", seq, "announce", func(string) bool { return true })
+	if !strings.Contains(ann.Text, "tool said: echo: ready") {
+		t.Errorf("announce:\n%s", ann.Text)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,4 +198,53 @@ func TestE2EReplicasRecordTheirOwnReloads(t *testing.T) {
 			t.Errorf("gw-%d's recorded reload = %+v, %v, %v; want its own rejection %q, the first", i, res, ok, err, want)
 		}
 	}
+}
+
+// TestE2EReplicaStandsBy: a second gateway started under the replicaId of
+// one that runs listens and answers /readyz with 503 "standby" naming the
+// holder, refuses messages with 503, and takes over once the first stops.
+func TestE2EReplicaStandsBy(t *testing.T) {
+	if !pgtest.OnPostgres() {
+		t.Skip("replicas share a PostgreSQL state (the PostgreSQL run of the suite)")
+	}
+	url := pgtest.URL(t)
+	same := func(c *config.Config) { c.Gateway.ReplicaID = "gw-same"; c.State.LeaseSeconds = 2 }
+	h := replicaModel(make(chan string, 64))
+	dirA, dirB := t.TempDir(), t.TempDir()
+	pgURLs.Store(dirA, url)
+	pgURLs.Store(dirB, url)
+	a := newTestGatewayIn(t, dirA, replicaConfig, h, same)
+	testNoWaitReady = true
+	b := newTestGatewayIn(t, dirB, replicaConfig, h, same)
+	testNoWaitReady = false
+
+	var rz struct {
+		Ready  bool
+		Status string
+		Checks map[string]string
+	}
+	if !waitFor(e2eWait, func() bool {
+		resp, err := http.Get(b.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&rz)
+		return resp.StatusCode == http.StatusServiceUnavailable && rz.Status == "standby" &&
+			strings.Contains(rz.Checks["gateway"], "another process runs as replica gw-same")
+	}) {
+		t.Fatalf("the second gw-same never answered /readyz 503 standby saying why; last %+v", rz)
+	}
+	resp, err := http.Post(b.URL+"/api/messages", "application/json", strings.NewReader(`{"client":"ann","text":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("POST to the standby: %s, Retry-After %q; want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	a.Stop()
+	b.waitReady(t)
+	webPost(t, b.URL, "ann", "after the takeover")
+	waitText(t, b, "ann", "plain answer to: after the takeover")
 }

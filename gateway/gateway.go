@@ -82,6 +82,7 @@ type Gateway struct {
 	answered answers       // per conversation: which model answered its last turn and why
 	sched    *schedule.Scheduler
 	tracer   *telemetry.Tracer // spans of messages (SPEC §22); off = no-op
+	phase    phase             // standby, starting, running (phase.go)
 
 	listener net.Listener
 	server   *http.Server
@@ -183,7 +184,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	// deadline because /api/events streams; idle keep-alives are closed.
 	g.handler.Store(g.routes())
 	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.handler.Load().ServeHTTP(w, r) })
-	g.server = &http.Server{Handler: serve, ReadHeaderTimeout: 10 * time.Second,
+	g.phase.set(phaseStandby, "joining the replicas")
+	g.server = &http.Server{Handler: g.gated(serve), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: cmp.Or(o.HTTPReadTimeout, 30*time.Second), IdleTimeout: 2 * time.Minute}
 	return g, nil
 }
@@ -325,11 +327,22 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 
 // Run starts the channels, the lanes, the outbox and the HTTP listener, and
 // serves until ctx ends; then it shuts down in order within the configured
-// grace period. A clean shutdown returns nil.
+// grace period. A clean shutdown returns nil. The listener serves from the
+// start: /readyz says 503 standby or starting until the replica has joined
+// and its MCP servers had their first connection attempt (phase.go).
 func (g *Gateway) Run(ctx context.Context) error {
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.server.Serve(g.listener) }()
+	closeHTTP := func() {
+		hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = g.server.Shutdown(hctx)
+	}
 	if err := g.cluster.join(ctx); err != nil {
+		closeHTTP()
 		return fmt.Errorf("join the replicas: %w", err)
 	}
+	g.phase.set(phaseStarting, "starting the MCP servers, sub-agent runs and owed turns")
 	listening := make(chan struct{})
 	g.bg.Add(1)
 	go func() { defer g.bg.Done(); g.cluster.listen(g.bgCtx, listening) }()
@@ -337,7 +350,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.log.Warn("could not expire stale approvals", zap.Error(err))
 	}
 	g.startMCP()
+	g.waitTools(ctx)
 	if err := g.subs.Start(ctx); err != nil {
+		closeHTTP()
 		g.mcp.Close()
 		g.bgCancel()
 		g.bg.Wait()
@@ -345,6 +360,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	if err := g.resumeOwed(ctx); err != nil {
+		closeHTTP()
+		g.mcp.Close()
 		g.bgCancel()
 		g.bg.Wait()
 		g.cluster.leave()
@@ -352,6 +369,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	stopSched, serr := g.startScheduler(ctx)
 	if serr != nil {
+		closeHTTP()
+		g.mcp.Close()
 		g.bgCancel()
 		g.bg.Wait()
 		g.cluster.leave()
@@ -381,8 +400,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case <-time.After(5 * time.Second):
 		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- g.server.Serve(g.listener) }()
+	g.phase.set(phaseRunning, "")
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),
 		zap.String("stateDir", g.stateDir), zap.String("model", g.cfg().AgentModel(g.cfg().DefaultAgentID())))
 

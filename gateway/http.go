@@ -71,11 +71,18 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 		g.metrics.channelUp.WithLabelValues(n).Set(up)
 		checks["channel:"+n] = status
 	}
+	phase, reason := g.phase.get()
+	if phase != phaseRunning {
+		// Standing by for the replica lease, or starting (MCP servers'
+		// first connection attempts, owed turns): not ready for traffic.
+		ready = false
+		checks["gateway"] = phase + ": " + reason
+	}
 	code := http.StatusOK
 	if !ready {
 		code = http.StatusServiceUnavailable
 	}
-	body := map[string]any{"ready": ready, "checks": checks, "replicaId": g.cluster.id}
+	body := map[string]any{"ready": ready, "status": phase, "checks": checks, "replicaId": g.cluster.id}
 	if g.mcpChecks(checks) {
 		body["degraded"] = true
 	}

@@ -36,6 +36,10 @@ var testReadTimeout time.Duration
 // reads log lines sets and resets it).
 var testLogger *zap.Logger
 
+// testNoWaitReady, when set, makes the next test gateway return without
+// waiting for /readyz 200 (a test of the start-up phases sets and resets it).
+var testNoWaitReady bool
+
 // e2eWait bounds every wait of the end-to-end tests.
 const e2eWait = 20 * time.Second
 
@@ -45,6 +49,8 @@ type testGW struct {
 	LLM      *llmtest.Server // the fake Anthropic API; nil without a handler
 	URL      string          // http://127.0.0.1:<port>, the gateway's HTTP listener
 	StateDir string
+	// Stop ends the gateway and waits for Run to return (also at cleanup).
+	Stop func()
 }
 
 // newTestGateway starts a gateway configured by cfgJSON5 and runs it until
@@ -105,18 +111,24 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway.Run returned %v after shutdown, want nil", err)
+	var stopOnce sync.Once
+	tg.Stop = func() {
+		stopOnce.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("gateway.Run returned %v after shutdown, want nil", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("gateway.Run did not return within 30s of its context ending")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("gateway.Run did not return within 30s of its context ending")
-		}
-	})
-	tg.waitReady(t)
+		})
+	}
+	t.Cleanup(tg.Stop)
+	if !testNoWaitReady {
+		tg.waitReady(t)
+	}
 	return tg
 }
 

@@ -134,7 +134,8 @@ func (m *Manager) Apply(cfg map[string]config.MCPServer) {
 		if _, ok := m.servers[name]; ok {
 			continue
 		}
-		s := &server{m: m, name: name, cfg: c, state: StateStarting, since: time.Now(), done: make(chan struct{}), refresh: make(chan struct{}, 1)}
+		now := time.Now()
+		s := &server{m: m, name: name, cfg: c, state: StateStarting, since: now, started: now, done: make(chan struct{}), refresh: make(chan struct{}, 1)}
 		if !c.On() {
 			s.state = StateDisabled
 			close(s.done)
@@ -230,6 +231,59 @@ func (m *Manager) WaitFor(ctx context.Context, name string, cond func(ServerStat
 	}
 }
 
+// FirstAttemptBound is how long a server's first connection attempt may
+// take: connecting and listing its tools, each within timeoutSeconds.
+func FirstAttemptBound(c config.MCPServer) time.Duration {
+	return 2 * time.Duration(max(c.TimeoutSeconds, 1)) * time.Second
+}
+
+// WaitFirstAttempts blocks until every enabled server has had its first
+// connection attempt — it is up, or that attempt failed — so that turns
+// started after it see the tools of every server that could come up. Each
+// server is waited for at most FirstAttemptBound from its start; ctx ends
+// the wait early. It returns the servers whose first attempt had not ended
+// (their tools are absent until they come up).
+func (m *Manager) WaitFirstAttempts(ctx context.Context) []string {
+	for {
+		m.mu.Lock()
+		ch := m.changed
+		var pending, late []string
+		var next time.Duration
+		now := time.Now()
+		for name, s := range m.servers {
+			s.mu.Lock()
+			waiting := s.cfg.On() && !s.tried
+			left := FirstAttemptBound(s.cfg) - now.Sub(s.started)
+			s.mu.Unlock()
+			switch {
+			case !waiting:
+			case left <= 0:
+				late = append(late, name)
+			default:
+				pending = append(pending, name)
+				if next == 0 || left < next {
+					next = left
+				}
+			}
+		}
+		m.mu.Unlock()
+		if len(pending) == 0 {
+			sort.Strings(late)
+			return late
+		}
+		t := time.NewTimer(next)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			sort.Strings(pending)
+			return append(late, pending...)
+		}
+		t.Stop()
+	}
+}
+
 func (m *Manager) notify() {
 	m.mu.Lock()
 	close(m.changed)
@@ -260,6 +314,8 @@ type server struct {
 	sess     *mcp.ClientSession
 	failures int
 	since    time.Time
+	started  time.Time // when the server was first started
+	tried    bool      // its first connection attempt ended (up, or failed)
 }
 
 func (s *server) transport() string {
@@ -325,6 +381,9 @@ func (s *server) current() (*mcp.ClientSession, string) {
 func (s *server) set(state, errMsg string, sess *mcp.ClientSession) {
 	s.mu.Lock()
 	s.state, s.err, s.sess, s.since = state, errMsg, sess, time.Now()
+	if state == StateUp || state == StateDown {
+		s.tried = true
+	}
 	s.mu.Unlock()
 	if s.m.opts.OnState != nil {
 		s.m.opts.OnState(s.name, state)

@@ -31,6 +31,13 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 		return 1
 	}
 	chans, provider := f.channels, f.provider
+	if !interactive && len(chans) == 0 && provider == "" {
+		fmt.Fprintf(stderr, "herald: init: no terminal to ask on; say what to configure with flags, for example\n"+
+			"  herald init --channel web --provider anthropic\n"+
+			"--channel: %s (repeat or comma-separate); --provider: %s\n",
+			strings.Join(initChannels, ", "), strings.Join(initProviders, ", "))
+		return 2
+	}
 	if interactive && len(chans) == 0 && provider == "" {
 		var err error
 		if chans, provider, err = askInit(stdin, stdout); err != nil {
@@ -160,14 +167,20 @@ func splitList(s string) []string {
 	return out
 }
 
-// isTerminal reports whether r is an interactive terminal.
+// isTerminal reports whether r is an interactive terminal (a character
+// device other than the null device: `herald init </dev/null` has no one
+// to ask).
 func isTerminal(r io.Reader) bool {
 	file, ok := r.(*os.File)
 	if !ok {
 		return false
 	}
 	fi, err := file.Stat()
-	return err == nil && fi.Mode()&fs.ModeCharDevice != 0
+	if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
 }
 
 type secretVar struct{ name, what string }

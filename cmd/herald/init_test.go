@@ -181,3 +181,29 @@ func TestStartedLineSaysWhatIsOn(t *testing.T) {
 		t.Errorf("web on: %q", got)
 	}
 }
+
+// Without a terminal and without flags, init writes nothing and says which
+// flags to pass.
+func TestInitWithoutTerminalNamesTheFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.json5")
+	var out, errOut bytes.Buffer
+	if code := initCmd(&flags{config: path}, strings.NewReader(""), false, &out, &errOut); code != 2 {
+		t.Fatalf("exit %d, want 2; stderr: %s", code, errOut.String())
+	}
+	for _, want := range []string{"no terminal to ask on", "herald init --channel web --provider anthropic", "--channel: web, slack, telegram, matrix", "--provider: anthropic, openai"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errOut.String())
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("init wrote a config without being told what to configure")
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if isTerminal(null) {
+		t.Error("isTerminal(/dev/null) = true; nobody answers there")
+	}
+}

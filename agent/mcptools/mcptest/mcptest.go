@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -28,10 +29,17 @@ const EnvServe = "HERALD_MCPTEST_SERVE"
 // its stdin closes (a badly behaved server, for process-lifetime tests).
 const EnvStubborn = "HERALD_MCPTEST_STUBBORN"
 
+// EnvDelay, set with EnvServe to a duration ("2s"), makes the stdio
+// server wait that long before it answers anything (a slow start).
+const EnvDelay = "HERALD_MCPTEST_DELAY"
+
 // Main is a TestMain: it serves MCP on stdin/stdout when EnvServe is set,
 // else runs the tests.
 func Main(m *testing.M) {
 	if os.Getenv(EnvServe) != "" {
+		if d, err := time.ParseDuration(os.Getenv(EnvDelay)); err == nil {
+			time.Sleep(d)
+		}
 		err := NewServer().Run(context.Background(), &mcp.StdioTransport{})
 		if os.Getenv(EnvStubborn) != "" {
 			select {} // until killed
