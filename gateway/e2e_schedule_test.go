@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -453,5 +454,57 @@ func TestE2EScheduleTelegramTopics(t *testing.T) {
 	list, _ := tg.G.Store().ListSchedules(context.Background(), tgK43)
 	if len(list) != 1 || list[0].Origin.ThreadID != "43" {
 		t.Errorf("topic 43's schedules: %+v", list)
+	}
+}
+
+// TestE2EScheduleStoppedByBudget: a schedule's runs count against its
+// conversation's budget (SPEC §20): once spent, each firing ends Status:
+// error without a model call, and after three the schedule pauses — a
+// runaway schedule is stopped by the budget, not by the bill.
+func TestE2EScheduleStoppedByBudget(t *testing.T) {
+	cfg := `{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m", cost: { input: 100, output: 100 } }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  budgets: { conversation: { dailyUSD: 0.5 } },
+  schedules: { minIntervalSeconds: 1 },
+}`
+	calls := 0
+	var mu sync.Mutex
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		r := scheduleModel()(c)
+		r.Usage = priced // $0.11 a call: a run (work + announce step) is $0.22
+		return r
+	})
+	const client = "budget"
+	seq := webPost(t, tg.URL, client, "/schedule every 1s check the status page")
+	m := regexp.MustCompile(`^⏰ Scheduled (s[0-9a-f]{7}):`).FindStringSubmatch(waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text)
+	if m == nil {
+		t.Fatal("the schedule was not made")
+	}
+	waitWeb(t, tg, client, 0, "system", func(s string) bool { return strings.HasPrefix(s, "⏸️ Schedule "+m[1]+" paused after 3 failed runs") })
+	texts, dues := scheduleAnnounces(t, tg, client, m[1])
+	checkOncePerDue(t, dues)
+	var ok, over int
+	for _, text := range texts {
+		switch {
+		case strings.HasPrefix(text, "Status: success"):
+			ok++
+		case strings.HasPrefix(text, "Status: error") && strings.Contains(text, "Budget reached"):
+			over++
+		default:
+			t.Errorf("announce:\n%s", text)
+		}
+	}
+	mu.Lock()
+	n := calls
+	mu.Unlock()
+	// $0.50 pays for two runs ($0.44) and the work call of the third (its
+	// announce step is refused; the run keeps its success), then nothing.
+	if ok > 3 || over != 3 || n > 5 {
+		t.Errorf("%d runs succeeded, %d stopped by the budget, %d model calls; want ≤ 3, 3, ≤ 5", ok, over, n)
 	}
 }
