@@ -24,8 +24,10 @@ bash scripts/mcp-everything.sh
 echo "== go vet"
 go vet ./...
 
-echo "== go test"
-go test -count=1 -timeout 20m ./...
+echo "== go test (with the race detector: Herald is a daemon built of goroutines)"
+# -race needs cgo (gcc is on every machine that builds Dendrite). Measured on
+# 2 cores: see docs/performance.md ("make test").
+go test -race -count=1 -timeout 45m ./...
 # The fuzz targets' seed corpora (f.Add and testdata/fuzz) ran above as
 # ordinary test cases; real fuzzing rebuilds everything with coverage
 # instrumentation, so it is its own command: make fuzz.
