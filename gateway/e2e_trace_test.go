@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/telemetry"
 	"github.com/heraldhq/herald/telemetry/otlptest"
 )
@@ -212,4 +214,50 @@ func spanNames(spans []otlptest.Span) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestE2ETraceDeliveryPerPart: a reply Telegram takes in three parts is
+// three herald.deliver spans under the turn, one per part (1/3, 2/3, 3/3),
+// each with the message id Telegram gave it, in the message's trace; the
+// Telegram update's span is the trace's root.
+func TestE2ETraceDeliveryPerPart(t *testing.T) {
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	rcv := otlptest.New(t)
+	tf := tgfake.New(t, tgToken)
+	cfg := fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  channels: { telegram: { enabled: true, botToken: %q, apiUrl: %q }, web: { enabled: false } },
+  telemetry: { otlp: { endpoint: %q } },
+}`, tgToken, tf.URL(), rcv.URL)
+	newTestGateway(t, cfg, func(llmtest.Call) llmtest.Reply { return llmtest.Reply{Text: threeParts} })
+	tf.SendText(555, "private", 0, 555, "a long answer, please")
+	waitTelegram(t, tf, 3)
+	spans := waitSpans(t, rcv, map[string]int{"herald.intake": 1, "herald.turn": 1, "herald.deliver": 3})
+	var turn otlptest.Span
+	for _, s := range spans {
+		if s.Name == "herald.turn" {
+			turn = s
+		}
+	}
+	parts := map[int64]bool{}
+	for _, s := range spans {
+		if s.TraceID != turn.TraceID {
+			t.Errorf("span %s in trace %s, want the message's %s", s.Name, s.TraceID, turn.TraceID)
+		}
+		if s.Name != "herald.deliver" {
+			continue
+		}
+		a := s.Attributes
+		part, _ := a["herald.part"].(int64)
+		parts[part] = true
+		if s.ParentSpanID != turn.SpanID || a["herald.parts"] != int64(3) || a["herald.channel"] != "telegram" ||
+			a["herald.destination"] == "" || a["herald.platform.message_id"] == nil {
+			t.Errorf("delivery span %+v: want a child of the turn, part n of 3 on telegram with its message id", s)
+		}
+	}
+	if !parts[1] || !parts[2] || !parts[3] {
+		t.Errorf("delivered parts %v, want 1, 2 and 3", parts)
+	}
 }

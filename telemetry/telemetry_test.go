@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/telemetry"
@@ -261,4 +265,36 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatalf("getrusage: %v", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestExportFailureLogged: a collector that cannot be reached is named in
+// one warning (the endpoint, never the headers' values); spans are dropped,
+// nothing waits. A traces file that cannot be opened refuses to start.
+func TestExportFailureLogged(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	core, logs := observer.New(zapcore.InfoLevel)
+	tr, err := telemetry.New(telemetry.Options{Logger: zap.New(core), Config: config.Telemetry{ServiceName: "herald",
+		OTLP: config.OTLP{Endpoint: dead.URL, Headers: map[string]config.Secret{"Authorization": "Bearer tok-SECRET-9"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s := tr.Start(context.Background(), telemetry.SpanIntake)
+	s.End()
+	_ = tr.Shutdown(context.Background())
+	warned := logs.FilterMessage("could not export spans to the collector; they are dropped").All()
+	if len(warned) != 1 || warned[0].ContextMap()["endpoint"] != dead.URL {
+		t.Errorf("export failure lines %v, want one naming %s", warned, dead.URL)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), "SECRET") {
+			t.Errorf("log line holds a header's value: %s %v", e.Message, e.ContextMap())
+		}
+	}
+
+	_, err = telemetry.New(telemetry.Options{Config: config.Telemetry{ServiceName: "herald",
+		Traces: config.Traces{File: "/proc/herald-cannot/traces.jsonl"}}})
+	if err == nil || !strings.Contains(err.Error(), "telemetry.traces.file") {
+		t.Errorf("unwritable traces file: %v, want an error naming telemetry.traces.file", err)
+	}
 }
