@@ -1,11 +1,13 @@
 // Package hermetic keeps a test binary away from the caller's Herald: its
 // Setup, called from TestMain, gives the process a fresh, empty HOME and
-// drops HERALD_CONFIG and HERALD_STATE_DIR, so that nothing a test runs —
-// the CLI in-process or a `herald` binary it starts — reads the operator's
-// ~/.herald/herald.json5 or writes to the operator's state. It keeps the
-// caches that live under the real HOME (Go's build and module caches,
-// npm's, Herald's tool cache) where they are, so a test that builds or
-// downloads stays as fast as before. It must not be imported outside tests.
+// drops HERALD_CONFIG and HERALD_STATE_DIR (and the API keys the built-in
+// default config reads), so that nothing a test runs — the CLI in-process
+// or a `herald` binary it starts — reads the operator's
+// ~/.herald/herald.json5, writes to the operator's state or calls a paid
+// model. It keeps the caches that live under the real HOME (Go's build and
+// module caches, npm's, Herald's tool cache) where they are, so a test that
+// builds or downloads stays as fast as before. It must not be imported
+// outside tests.
 package hermetic
 
 import (
@@ -17,8 +19,9 @@ import (
 )
 
 // Cleared are the variables Setup removes: they would point the code under
-// test at the caller's config or state.
-var Cleared = []string{"HERALD_CONFIG", "HERALD_STATE_DIR"}
+// test at the caller's config or state, or (the built-in default config
+// reads them) turn the offline demo model into a paid API.
+var Cleared = []string{"HERALD_CONFIG", "HERALD_STATE_DIR", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL"}
 
 // Setup gives the process a new empty HOME (and XDG config/cache/data
 // dirs under it), pins the caches that default to the old HOME, and
