@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/channels/web/webtest"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -485,7 +487,9 @@ func TestE2EScheduleStoppedByBudget(t *testing.T) {
 	if m == nil {
 		t.Fatal("the schedule was not made")
 	}
-	waitWeb(t, tg, client, 0, "system", func(s string) bool { return strings.HasPrefix(s, "⏸️ Schedule "+m[1]+" paused after 3 failed runs") })
+	waitWeb(t, tg, client, 0, "system", func(s string) bool {
+		return strings.HasPrefix(s, "⏸️ Schedule "+m[1]+" paused after 3 failed runs")
+	})
 	texts, dues := scheduleAnnounces(t, tg, client, m[1])
 	checkOncePerDue(t, dues)
 	var ok, over int
@@ -507,4 +511,41 @@ func TestE2EScheduleStoppedByBudget(t *testing.T) {
 	if ok > 3 || over != 3 || n > 5 {
 		t.Errorf("%d runs succeeded, %d stopped by the budget, %d model calls; want ≤ 3, 3, ≤ 5", ok, over, n)
 	}
+}
+
+// TestE2EScheduleReload: a reload that adds a config schedule starts it
+// (reported as changed); one whose id a chat schedule has is rejected and
+// the old config stays.
+func TestE2EScheduleReload(t *testing.T) {
+	tg := newTestGateway(t, scheduleConfig, scheduleModel())
+	ctx := context.Background()
+	seq := webPost(t, tg.URL, "reload", "/schedule every 1h water the plants")
+	mine := regexp.MustCompile(`^⏰ Scheduled (s[0-9a-f]{7}):`).FindStringSubmatch(waitWeb(t, tg, "reload", seq, "system", func(string) bool { return true }).Text)
+	if mine == nil {
+		t.Fatal("the chat schedule was not made")
+	}
+	load := func(id string) func() (*config.Config, error) {
+		return func() (*config.Config, error) {
+			src := strings.Replace(strings.ReplaceAll(scheduleConfig, "{{llm}}", tg.LLM.URL), "maxPerConversation: 3 }",
+				`maxPerConversation: 3, list: [{ id: "`+id+`", every: "1s", task: "check the status page", deliver: { channel: "web", chat: "reload" } }] }`, 1)
+			cfg, err := config.Parse("reloaded.json5", []byte(src), func(string) (string, bool) { return "", false })
+			if err != nil {
+				return nil, err
+			}
+			return cfg, cfg.Validate()
+		}
+	}
+	res := tg.G.Reload(ctx, load(mine[1]))
+	if res.Result != "rejected" || len(res.Errors) != 1 || !strings.Contains(res.Errors[0], "already used by a schedule made in chat") {
+		t.Fatalf("reload taking a chat schedule's id = %+v, want rejected", res)
+	}
+	res = tg.G.Reload(ctx, load("fromconfig"))
+	if res.Result != "ok" || !slices.Contains(res.Changed, "schedules") {
+		t.Fatalf("reload adding a schedule = %+v", res)
+	}
+	var dues []time.Time
+	if !waitFor(e2eWait, func() bool { _, dues = scheduleAnnounces(t, tg, "reload", "fromconfig"); return len(dues) >= 2 }) {
+		t.Fatalf("%d announces of the reloaded schedule", len(dues))
+	}
+	checkOncePerDue(t, dues)
 }

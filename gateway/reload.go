@@ -104,6 +104,11 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 		swaps = append(swaps, swap{name, ch})
 	}
 
+	// The config's schedules.list is stored before anything else changes:
+	// one the store refuses (an id a chat schedule has) rejects the reload.
+	if err := g.sched.SetConfig(ctx, next); err != nil {
+		return reject("schedules: " + err.Error())
+	}
 	res := ReloadResult{Result: "ok"}
 	changed := func(what string, a, b any) {
 		if !reflect.DeepEqual(a, b) {
@@ -116,6 +121,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	changed("tools", old.Tools, next.Tools)
 	changed("security", old.Security, next.Security)
 	changed("mcp.servers", old.MCP, next.MCP)
+	changed("schedules", old.Schedules, next.Schedules)
 	changed("gateway.shutdownGraceSeconds", old.Gateway.ShutdownGraceSeconds, next.Gateway.ShutdownGraceSeconds)
 	changed("channels.telegram.uncertainDelivery", old.Channels.Telegram.UncertainDelivery, next.Channels.Telegram.UncertainDelivery)
 	restart := func(what string, a, b any) {
@@ -139,7 +145,6 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	g.mainLane.SetMax(next.Agents.Defaults.MaxConcurrent)
 	g.subs.SetConfig(next)
 	g.spend.SetBudgets(next.Budgets)
-	g.reloadSchedules(ctx)
 	g.ApplyMCP(next.MCP.Servers)
 	for _, s := range swaps {
 		g.replaceChannel(ctx, s.name, s.ch)

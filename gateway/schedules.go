@@ -58,13 +58,6 @@ func (g *Gateway) startScheduler(ctx context.Context) (stop func(), err error) {
 	return func() { cancel(); <-done }, nil
 }
 
-// reloadSchedules applies a reloaded config's schedules.
-func (g *Gateway) reloadSchedules(ctx context.Context) {
-	if err := g.sched.SetConfig(ctx, g.cfg()); err != nil {
-		g.log.Error("could not apply schedules.list of the reloaded config", zap.Error(err))
-	}
-}
-
 // runChanged is told the root session of a run that was spawned, started
 // or ended: the web panel refreshes, and the scheduler looks again (a
 // catchUp "all" schedule waits for its previous run to end).

@@ -103,12 +103,15 @@ func New(d Deps) *Scheduler {
 
 func (s *Scheduler) config() *config.Config { return s.conf.Load() }
 
-// SetConfig applies a reloaded config and syncs its schedules.list.
+// SetConfig applies a reloaded config: its schedules.list is stored first,
+// and on an error the scheduler keeps the config it had.
 func (s *Scheduler) SetConfig(ctx context.Context, cfg *config.Config) error {
+	if err := s.sync(ctx, cfg); err != nil {
+		return err
+	}
 	s.conf.Store(cfg)
-	err := s.SyncConfig(ctx)
 	s.Wake()
-	return err
+	return nil
 }
 
 // ConfigOrigin is the destination of a config schedule.
@@ -119,8 +122,9 @@ func ConfigOrigin(d config.ScheduleDeliver) channels.Origin {
 
 // SyncConfig stores the config's schedules.list (new ones start from now;
 // unchanged ones keep their next due time).
-func (s *Scheduler) SyncConfig(ctx context.Context) error {
-	cfg := s.config()
+func (s *Scheduler) SyncConfig(ctx context.Context) error { return s.sync(ctx, s.config()) }
+
+func (s *Scheduler) sync(ctx context.Context, cfg *config.Config) error {
 	now := s.d.Clock.Now()
 	list := make([]store.Schedule, 0, len(cfg.Schedules.List))
 	for i, l := range cfg.Schedules.List {
