@@ -1,18 +1,27 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/devtools/pgtest"
+	"github.com/heraldhq/herald/gateway"
+	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
 	"github.com/heraldhq/herald/telemetry/otlptest"
 )
@@ -259,5 +268,124 @@ func TestE2ETraceDeliveryPerPart(t *testing.T) {
 	}
 	if !parts[1] || !parts[2] || !parts[3] {
 		t.Errorf("delivered parts %v, want 1, 2 and 3", parts)
+	}
+}
+
+// TestE2ETraceTurnResumedAfterRestart: a turn cut by a shutdown (its model
+// call in flight) stays owed; the next gateway on the same state resumes
+// it, and that second herald.turn (herald.resumed) is in the message's
+// trace under the same intake span as the cut one, as is the delivery of
+// the answer it finally gives.
+func TestE2ETraceTurnResumedAfterRestart(t *testing.T) {
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	rcv := otlptest.New(t)
+	var mu sync.Mutex
+	life, hung := 1, false
+	llm := llmtest.NewAnthropic(t, func(llmtest.Call) llmtest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if life == 1 {
+			hung = true
+			return llmtest.Reply{Text: "never", Delay: 10 * time.Minute}
+		}
+		return llmtest.Reply{Text: "the answer after the restart"}
+	})
+	cfg := fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 1 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" } },
+  channels: { web: { enabled: true } },
+  telemetry: { otlp: { endpoint: %q } },
+}`, llm.URL, rcv.URL)
+	stateDir := t.TempDir()
+
+	first := startStoppable(t, stateDir, cfg)
+	webPost(t, first.url, "tr3", "a question")
+	if !waitFor(e2eWait, func() bool { mu.Lock(); defer mu.Unlock(); return hung }) {
+		t.Fatal("the model call never arrived")
+	}
+	first.stop(t)
+	mu.Lock()
+	life = 2
+	mu.Unlock()
+
+	second := startStoppable(t, stateDir, cfg)
+	defer second.stop(t)
+	spans := waitSpans(t, rcv, map[string]int{"herald.intake": 1, "herald.turn": 2, "herald.deliver": 1})
+	var intake otlptest.Span
+	var turns []otlptest.Span
+	for _, s := range spans {
+		switch s.Name {
+		case "herald.intake":
+			intake = s
+		case "herald.turn":
+			turns = append(turns, s)
+		}
+	}
+	for _, s := range spans {
+		if s.TraceID != intake.TraceID {
+			t.Errorf("span %s in trace %s, want the message's %s", s.Name, s.TraceID, intake.TraceID)
+		}
+	}
+	cut, resumed := turns[0], turns[1]
+	if cut.Attributes["herald.resumed"] == true {
+		cut, resumed = resumed, cut
+	}
+	if cut.ParentSpanID != intake.SpanID || cut.Attributes["herald.turn.outcome"] != "cut" {
+		t.Errorf("first turn %+v: want a child of the intake, outcome cut", cut)
+	}
+	if resumed.ParentSpanID != intake.SpanID || resumed.Attributes["herald.resumed"] != true || resumed.Attributes["herald.turn.outcome"] != "done" {
+		t.Errorf("resumed turn %+v: want a child of the intake, herald.resumed, outcome done", resumed)
+	}
+}
+
+// stoppable is a gateway a test stops before it ends (a restart).
+type stoppable struct {
+	url    string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startStoppable runs a gateway on stateDir (its PostgreSQL database in
+// the suite's PostgreSQL run) until stop.
+func startStoppable(t *testing.T, stateDir, src string) *stoppable {
+	t.Helper()
+	cfg, err := config.Parse(t.Name()+".json5", []byte(src), func(string) (string, bool) { return "", false })
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgtest.OnPostgres() {
+		cfg.State.Driver, cfg.State.URL = store.DriverPostgres, config.Secret(stateURL(t, stateDir))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(context.Background(), gateway.Options{Config: cfg, StateDir: stateDir, Listener: ln,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stoppable{url: "http://" + g.Addr(), cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- g.Run(ctx) }()
+	(&testGW{URL: s.url}).waitReady(t)
+	return s
+}
+
+func (s *stoppable) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("gateway.Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not stop within 30 s")
 	}
 }
