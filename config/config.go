@@ -249,6 +249,14 @@ type AllowDeny struct {
 type Exec struct {
 	TimeoutSeconds int `json:"timeoutSeconds"` // default 60
 	MaxOutputBytes int `json:"maxOutputBytes"` // default 65536
+	// Sandbox confines commands (SPEC §17): auto (default: bwrap, else
+	// Landlock, else exec is refused) | bwrap | landlock | off.
+	Sandbox      string `json:"sandbox"`
+	Network      bool   `json:"network"`      // default false: no network inside the sandbox
+	MemoryMB     int    `json:"memoryMB"`     // default 1024, per process (data segment)
+	MaxProcesses int    `json:"maxProcesses"` // default 256
+	FileSizeMB   int    `json:"fileSizeMB"`   // default 1024, largest file written
+	CPUSeconds   int    `json:"cpuSeconds"`   // default 300, CPU time per process
 }
 
 // WebFetch configures the web_fetch tool.

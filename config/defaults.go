@@ -23,6 +23,10 @@ const (
 	DefaultSubagentMaxIterations  = 30
 	DefaultExecTimeoutSeconds     = 60
 	DefaultExecMaxOutputBytes     = 64 << 10
+	DefaultExecMemoryMB           = 1024
+	DefaultExecMaxProcesses       = 256
+	DefaultExecFileSizeMB         = 1024
+	DefaultExecCPUSeconds         = 300
 	DefaultWebFetchTimeoutSeconds = 20
 	DefaultWebFetchMaxBytes       = 1 << 20
 	DefaultWebRatePerMinute       = 60
@@ -172,6 +176,13 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 
 	setInt(&c.Tools.Exec.TimeoutSeconds, DefaultExecTimeoutSeconds)
 	setInt(&c.Tools.Exec.MaxOutputBytes, DefaultExecMaxOutputBytes)
+	if c.Tools.Exec.Sandbox == "" {
+		c.Tools.Exec.Sandbox = "auto"
+	}
+	setInt(&c.Tools.Exec.MemoryMB, DefaultExecMemoryMB)
+	setInt(&c.Tools.Exec.MaxProcesses, DefaultExecMaxProcesses)
+	setInt(&c.Tools.Exec.FileSizeMB, DefaultExecFileSizeMB)
+	setInt(&c.Tools.Exec.CPUSeconds, DefaultExecCPUSeconds)
 	setInt(&c.Tools.WebFetch.TimeoutSeconds, DefaultWebFetchTimeoutSeconds)
 	setInt(&c.Tools.WebFetch.MaxBytes, DefaultWebFetchMaxBytes)
 	setInt(&c.Channels.Web.RateLimit.PerMinute, DefaultWebRatePerMinute)

@@ -29,6 +29,10 @@ type MCPServer struct {
 	Headers        map[string]Secret `json:"headers"`
 	TimeoutSeconds int               `json:"timeoutSeconds"` // per call; default 60
 	Enabled        *bool             `json:"enabled"`        // default true
+	// Sandbox confines a stdio server like exec (SPEC §17), with its own
+	// Network (default false).
+	Sandbox bool `json:"sandbox"`
+	Network bool `json:"network"`
 }
 
 // On reports whether the server is enabled.
@@ -95,6 +99,12 @@ func (v *validator) mcp() {
 					v.add(path+"."+k, "only for stdio servers (command); this server has a url")
 				}
 			}
+		}
+		if hasURL && s.Sandbox {
+			v.add(path+".sandbox", "only for stdio servers (command); this server has a url")
+		}
+		if s.Network && !s.Sandbox {
+			v.add(path+".network", "only with sandbox: true (an unconfined server has the gateway's network anyway)")
 		}
 		if hasCmd && len(s.Headers) > 0 {
 			v.add(path+".headers", "only for HTTP servers (url); this server has a command")

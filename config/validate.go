@@ -18,6 +18,7 @@ var (
 	thinkingLevels = []string{"off", "low", "medium", "high"}
 	policyValues   = []string{"allow", "supervised", "deny"}
 	policyGroups   = []string{"sessions", "files", "exec", "web", "mcp"}
+	execSandboxes  = []string{"auto", "bwrap", "landlock", "off"}
 	slackModes     = []string{"socket", "http"}
 	replyToModes   = []string{"off", "first", "all"}
 	threadReplies  = []string{"off", "inbound", "always"}
@@ -351,6 +352,11 @@ func (v *validator) tools() {
 	t := v.c.Tools
 	v.atLeast("tools.exec.timeoutSeconds", t.Exec.TimeoutSeconds, 1)
 	v.atLeast("tools.exec.maxOutputBytes", t.Exec.MaxOutputBytes, 1)
+	v.enum("tools.exec.sandbox", t.Exec.Sandbox, execSandboxes)
+	v.atLeast("tools.exec.memoryMB", t.Exec.MemoryMB, 16)
+	v.atLeast("tools.exec.maxProcesses", t.Exec.MaxProcesses, 1)
+	v.atLeast("tools.exec.fileSizeMB", t.Exec.FileSizeMB, 1)
+	v.atLeast("tools.exec.cpuSeconds", t.Exec.CPUSeconds, 1)
 	v.atLeast("tools.webFetch.timeoutSeconds", t.WebFetch.TimeoutSeconds, 1)
 	v.atLeast("tools.webFetch.maxBytes", t.WebFetch.MaxBytes, 1)
 	for i, e := range t.WebFetch.AllowPrivate {

@@ -19,6 +19,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/mcptools"
 	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/matrix"
@@ -112,6 +113,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		o.Clock = agent.SystemClock{}
 	}
 	cfg := o.Config
+	// No other process of this user may read the gateway's memory or
+	// /proc/<pid>/environ (its secrets).
+	if err := hardenProcess(); err != nil {
+		return nil, fmt.Errorf("make the gateway process non-dumpable: %w", err)
+	}
 	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock,
 		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState)}
 	g.conf.Store(cfg)
@@ -567,7 +573,27 @@ func (g *Gateway) cfg() *config.Config { return g.conf.Load() }
 func (g *Gateway) setToolOptions(cfg *config.Config) {
 	opts := tools.OptionsFromConfig(cfg.Tools)
 	opts.Logger = g.log
-	g.tools.Store(&opts)
+	prev := g.tools.Swap(&opts)
+	if prev == nil || prev.Sandbox != opts.Sandbox {
+		g.logSandbox(opts.Sandbox)
+	}
+}
+
+// logSandbox says at start (and on a reload that changes it) how exec
+// commands are confined: a warning when they are not.
+func (g *Gateway) logSandbox(p sandbox.Policy) {
+	log := g.log.Named("sandbox")
+	if p.Mechanism == sandbox.Off {
+		log.Warn("tools.exec.sandbox is \"off\": exec commands run unconfined, with the gateway's files, processes, secrets and network in reach")
+		return
+	}
+	mech, err := sandbox.Probe().Pick(p.Mechanism, p.Setting)
+	if err != nil {
+		log.Warn("exec is refused: no sandbox works here", zap.Error(err))
+		return
+	}
+	log.Info("exec commands run sandboxed", zap.String("mechanism", mech), zap.String("setting", p.Mechanism),
+		zap.Bool("network", p.Network))
 }
 
 // maxQueued is the main lane's queue cap.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/mcptools"
+	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -33,6 +34,7 @@ func (g *Gateway) newMCP() {
 	g.mcp = mcptools.New(mcptools.Options{
 		Logger:    g.log,
 		MaxOutput: g.cfg().Tools.Exec.MaxOutputBytes,
+		Sandbox:   tools.ExecSandbox(g.cfg().Tools.Exec),
 		OnCall: func(server string, took time.Duration, failed bool) {
 			calls.WithLabelValues(server).Inc()
 			if failed {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, and what .ci/run calls): installs
-# what the tests need (Chromium, Dendrite, PostgreSQL), then runs every Go test
+# what the tests need (Chromium, Dendrite, PostgreSQL, bubblewrap), then runs every Go test
 # (the fuzz targets' seed corpora included; `make fuzz` fuzzes). Needs the Go
 # module proxy and Debian's packages (and, when npx is present, the npm
 # registry for the reference MCP server).
@@ -17,6 +17,11 @@ echo "== PostgreSQL (Debian's package) for the store's contract suite and the re
 bash scripts/postgres.sh install
 # The tests start their own throwaway clusters; here a missing server is a failure, not a skip.
 export HERALD_REQUIRE_POSTGRES=1
+
+echo "== bubblewrap (Debian's package) for the exec sandbox tests"
+bash scripts/bubblewrap.sh install
+# Where user namespaces are not allowed the sandbox tests run on Landlock alone.
+bash scripts/bubblewrap.sh check || true
 
 echo "== the reference MCP server (@modelcontextprotocol/server-everything) when npx is present"
 bash scripts/mcp-everything.sh

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"runtime"
@@ -23,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -63,6 +65,10 @@ type Options struct {
 	OnCall func(server string, took time.Duration, failed bool)
 	// OnState observes every state change (metrics).
 	OnState func(server, state string)
+	// Sandbox is the mechanism and limits for servers with sandbox: true
+	// (tools.exec's; "off" there still confines these, with "auto"). The
+	// network and CPU-time settings are the server's own.
+	Sandbox sandbox.Policy
 }
 
 // ServerStatus is what Status reports about one server.
@@ -451,10 +457,11 @@ func (s *server) session(ctx context.Context, log *zap.Logger) error {
 			}
 		},
 	})
-	transport, cmd, err := s.transportFor(log)
+	transport, cmd, cleanup, err := s.transportFor(log)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	defer killGroup(cmd) // anything the server left behind in its group
 	cctx, cancel := context.WithTimeout(ctx, s.timeout())
 	sess, err := client.Connect(cctx, transport, nil)
@@ -541,11 +548,14 @@ func (s *server) listTools(ctx context.Context, sess *mcp.ClientSession) error {
 	return nil
 }
 
-func (s *server) transportFor(log *zap.Logger) (mcp.Transport, *exec.Cmd, error) {
+func (s *server) transportFor(log *zap.Logger) (mcp.Transport, *exec.Cmd, func(), error) {
 	if s.cfg.URL != "" {
 		hc := *s.m.opts.HTTPClient
 		hc.Transport = headerTransport{base: transportOf(hc.Transport), headers: s.cfg.Headers}
-		return &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: &hc, MaxRetries: 2}, nil, nil
+		return &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: &hc, MaxRetries: 2}, nil, func() {}, nil
+	}
+	if s.cfg.Sandbox {
+		return s.sandboxed(log)
 	}
 	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
 	if s.cfg.Cwd != "" {
@@ -555,7 +565,60 @@ func (s *server) transportFor(log *zap.Logger) (mcp.Transport, *exec.Cmd, error)
 	cmd.Stderr = &lineLogger{log: log}
 	cmd.WaitDelay = terminateWait
 	startAlone(cmd)
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateWait}, cmd, nil
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateWait}, cmd, func() {}, nil
+}
+
+// sandboxed confines a stdio server (SPEC §17): it may write only its cwd
+// (default: a private folder removed when it stops) and read the system
+// directories and its program's folder.
+func (s *server) sandboxed(log *zap.Logger) (mcp.Transport, *exec.Cmd, func(), error) {
+	p := s.m.opts.Sandbox
+	if p.Mechanism == "" || p.Mechanism == sandbox.Off {
+		p.Mechanism = sandbox.Auto
+	}
+	p.Network, p.CPUSeconds = s.cfg.Network, -1
+	p.Setting = "mcp.servers." + s.name + ".sandbox (with tools.exec.sandbox)"
+	cleanup := func() {}
+	dir := config.ExpandHome(s.cfg.Cwd)
+	if dir == "" {
+		d, err := os.MkdirTemp("", "herald-mcp-"+s.name+"-")
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("sandbox folder: %w", err)
+		}
+		dir, cleanup = d, func() { _ = os.RemoveAll(d) }
+	}
+	env := s.environ()
+	var ro []string
+	if prog, err := exec.LookPath(s.cfg.Command); err == nil {
+		if abs, err := filepath.Abs(prog); err == nil {
+			if real, err := filepath.EvalSymlinks(abs); err == nil && !underSystemDirs(real) {
+				ro = append(ro, filepath.Dir(real))
+			}
+			if !underSystemDirs(abs) {
+				ro = append(ro, filepath.Dir(abs))
+			}
+		}
+	}
+	c, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: p, Dir: dir, ReadOnly: ro, Env: env,
+		Argv: append([]string{s.cfg.Command}, s.cfg.Args...)})
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	c.Stderr = &lineLogger{log: log}
+	c.WaitDelay = terminateWait
+	return &mcp.CommandTransport{Command: c.Cmd, TerminateDuration: terminateWait}, c.Cmd,
+		func() { c.Cleanup(); cleanup() }, nil
+}
+
+// underSystemDirs reports whether p lies in a directory every sandbox shows.
+func underSystemDirs(p string) bool {
+	for _, d := range []string{"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/"} {
+		if strings.HasPrefix(p, d) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *server) environ() []string {

@@ -2,8 +2,8 @@
 // decide which tools a call may use.
 //
 // It owns the workspace tools read_file, write_file and list_files (confined
-// to the agent workspace with os.Root), exec (sh -c in the workspace with a
-// timeout, an output cap and process-group kill), web_fetch (GET only, size
+// to the agent workspace with os.Root), exec (sh -c in the workspace, confined by
+// package sandbox, with a timeout and an output cap), web_fetch (GET only, size
 // and time capped), the security.toolPolicy decision (Policy.Decide), the
 // sub-agent tool filter (SubagentToolAllowed) and the bootstrap files that
 // are appended to a session's system prompt (LoadBootstrap).

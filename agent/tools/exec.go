@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/sandbox"
 )
 
 // ExecName is the exec tool's name.
@@ -35,6 +37,7 @@ const drainWait = 2 * time.Second
 var execEnvPassthrough = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
 
 type execTool struct {
+	sandbox sandbox.Policy
 	timeout time.Duration
 	max     int
 	env     []string
@@ -49,7 +52,7 @@ var execFields = []field{
 // NewExec returns the exec tool.
 func NewExec(opts Options) agent.Tool {
 	o := opts.withDefaults()
-	return &execTool{timeout: o.ExecTimeout, max: o.ExecMaxOutput, env: o.ExecEnv, log: o.Logger.Named("exec")}
+	return &execTool{sandbox: o.Sandbox, timeout: o.ExecTimeout, max: o.ExecMaxOutput, env: o.ExecEnv, log: o.Logger.Named("exec")}
 }
 
 func (t *execTool) Group() string { return agent.GroupExec }
@@ -59,11 +62,25 @@ func (t *execTool) Spec() agent.ToolSpec {
 		Name: ExecName,
 		Description: fmt.Sprintf("Run a shell command (sh -c) in your workspace directory and return its exit code "+
 			"and combined stdout and stderr. The command is killed, with everything it started, after %d seconds "+
-			"(timedOut is then true). Output beyond %d bytes is cut in the middle (truncated is then true). "+
-			"stdin is empty; the environment holds only PATH, HOME, locale and similar basics.",
-			int(t.timeout/time.Second), t.max),
+			"(timedOut is then true); background processes end when the command does. Output beyond %d bytes is "+
+			"cut in the middle (truncated is then true). stdin is empty; the environment holds only PATH, HOME, "+
+			"locale and similar basics.%s",
+			int(t.timeout/time.Second), t.max, t.sandboxNote()),
 		Schema: schema(execFields...),
 	}
+}
+
+// sandboxNote tells the model what the sandbox allows.
+func (t *execTool) sandboxNote() string {
+	if t.sandbox.Mechanism == sandbox.Off {
+		return ""
+	}
+	net := "no network access"
+	if t.sandbox.Network {
+		net = "network access"
+	}
+	return " It runs in a sandbox: the workspace is writable, system directories are read-only, " +
+		"$TMPDIR is a private temporary directory, nothing else of the host is visible, " + net + "."
 }
 
 type execResult struct {
@@ -111,19 +128,22 @@ func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Du
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
+	cmd, err := sandbox.Command(runCtx, sandbox.Spec{Policy: t.sandbox, Dir: dir, Env: t.environ(dir),
+		Argv: []string{"/bin/sh", "-c", command}})
+	if err != nil {
+		return execResult{}, fmt.Errorf("%s: refused: %w", ExecName, err)
+	}
+	defer cmd.Cleanup()
 	// The command writes into a pipe we own (an *os.File, so os/exec starts
-	// no copy goroutine): Wait returns when the shell exits, after which the
-	// whole process group is killed and the pipe drained.
+	// no copy goroutine): Wait returns when the shell (or the sandbox's
+	// helper) exits, after which the whole process group is killed and the
+	// pipe drained. Inside a sandbox every process the command started has
+	// ended by then, whatever session or group it moved to.
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return execResult{}, fmt.Errorf("%s: create output pipe: %w", ExecName, err)
 	}
-	cmd := exec.CommandContext(runCtx, "/bin/sh", "-c", command)
-	cmd.Dir = dir
-	cmd.Env = t.environ(dir)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	setProcessGroup(cmd)
-	cmd.Cancel = func() error { return killProcessGroup(cmd) }
 
 	out := newCapBuffer(t.max)
 	drained := make(chan struct{})
@@ -146,7 +166,7 @@ func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Du
 	if startErr == nil {
 		waitErr = cmd.Wait()
 		// Leftover background processes (cmd &) die with the group.
-		_ = killProcessGroup(cmd)
+		_ = killProcessGroup(cmd.Cmd)
 	}
 	select {
 	case <-drained:
@@ -157,6 +177,9 @@ func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Du
 	if startErr != nil {
 		return execResult{}, fmt.Errorf("%s: start sh: %w", ExecName, startErr)
 	}
+	if cmd.ProcessState == nil { // Wait failed before the process ended
+		return execResult{}, fmt.Errorf("%s: wait: %w", ExecName, waitErr)
+	}
 
 	res := execResult{ExitCode: cmd.ProcessState.ExitCode()}
 	res.Output, res.Truncated = out.String()
@@ -164,6 +187,7 @@ func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Du
 	res.TimedOut = errors.Is(runCtx.Err(), context.DeadlineExceeded) && !parentDone
 	t.log.Debug("exec finished",
 		zap.String("dir", dir),
+		zap.String("sandbox", cmd.Mechanism),
 		zap.Int("commandBytes", len(command)),
 		zap.Int("exitCode", res.ExitCode),
 		zap.Bool("timedOut", res.TimedOut),
@@ -173,12 +197,39 @@ func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Du
 	}
 	if res.TimedOut {
 		res.Output += fmt.Sprintf("\n[killed after %s timeout]", timeout)
+	} else if note := t.limitNote(res); note != "" {
+		res.Output += "\n" + note
 	}
 	var ee *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &ee) && runCtx.Err() == nil {
 		return execResult{}, fmt.Errorf("%s: wait: %w", ExecName, waitErr)
 	}
 	return res, nil
+}
+
+// The signals of the CPU-time and file-size limits (the same number on
+// Linux and the BSDs).
+const sigXCPU, sigXFSZ = 24, 25
+
+// limitNote names the sandbox limit a command likely ran into, so the
+// model can tell a limit from a bug in its command.
+func (t *execTool) limitNote(res execResult) string {
+	if t.sandbox.Mechanism == sandbox.Off {
+		return ""
+	}
+	p := t.sandbox
+	out := res.Output
+	switch {
+	case res.ExitCode == 128+sigXCPU:
+		return fmt.Sprintf("[stopped: CPU time limit reached (tools.exec.cpuSeconds = %d)]", cmp.Or(p.CPUSeconds, sandbox.DefaultCPUSeconds))
+	case res.ExitCode == 128+sigXFSZ || strings.Contains(out, "File too large"):
+		return fmt.Sprintf("[file size limit reached (tools.exec.fileSizeMB = %d)]", cmp.Or(p.FileSizeMB, sandbox.DefaultFileSizeMB))
+	case res.ExitCode != 0 && (strings.Contains(out, "Cannot allocate memory") || strings.Contains(out, "out of memory") || strings.Contains(out, "MemoryError")):
+		return fmt.Sprintf("[memory limit per process reached? (tools.exec.memoryMB = %d)]", cmp.Or(p.MemoryMB, sandbox.DefaultMemoryMB))
+	case res.ExitCode != 0 && strings.Contains(out, "fork") && (strings.Contains(out, "Resource temporarily unavailable") || strings.Contains(out, "retry")):
+		return fmt.Sprintf("[process limit reached? (tools.exec.maxProcesses = %d)]", cmp.Or(p.MaxProcesses, sandbox.DefaultMaxProcesses))
+	}
+	return ""
 }
 
 func (t *execTool) environ(dir string) []string {

@@ -4,8 +4,6 @@ package tools
 
 import "os/exec"
 
-func setProcessGroup(*exec.Cmd) {}
-
 func killProcessGroup(cmd *exec.Cmd) error {
 	if cmd.Process == nil {
 		return nil

@@ -6,13 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/agent/sandbox"
 )
 
 func runExec(t *testing.T, ctx context.Context, opts Options, args map[string]any) (execResult, error) {
@@ -30,34 +34,74 @@ func runExec(t *testing.T, ctx context.Context, opts Options, args map[string]an
 	return res, nil
 }
 
-var pidLine = regexp.MustCompile(`(?m)^pid=(\d+)$`)
-
-// assertGone waits (bounded) until pid no longer runs; a zombie counts as
-// gone, since it has already died.
-func assertGone(t *testing.T, output string) {
-	t.Helper()
-	m := pidLine.FindStringSubmatch(output)
-	if m == nil {
-		t.Fatalf("no pid in output %q", output)
+// mechanisms are the sandbox mechanisms that work here, "off" first; a
+// test of process clean-up runs under each.
+func mechanisms(t *testing.T) []string {
+	r := sandbox.Probe()
+	out := []string{sandbox.Off}
+	for _, m := range []struct {
+		name string
+		st   sandbox.Status
+	}{{sandbox.Bwrap, r.Bwrap}, {sandbox.Landlock, r.Landlock}} {
+		if m.st.OK {
+			out = append(out, m.name)
+		} else {
+			t.Logf("sandbox %s does not work here (%s): not tested", m.name, m.st.Detail)
+		}
 	}
-	pid, _ := strconv.Atoi(m[1])
+	return out
+}
+
+// sleeper returns a command word that starts a sleep recognisable on the
+// host (its argument is unique), whatever pid namespace it runs in.
+func sleeper() string {
+	return fmt.Sprintf("sleep 1000.%06d", rand.IntN(1000000))
+}
+
+// assertGone waits (bounded) until no process runs the given sleep
+// command line; a zombie counts as gone, since it has already died.
+func assertGone(t *testing.T, sleep string) {
+	t.Helper()
+	want := strings.ReplaceAll(sleep, " ", "\x00")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := syscall.Kill(pid, 0)
-		if errors.Is(err, syscall.ESRCH) {
+		pids := processesRunning(want)
+		if len(pids) == 0 {
 			return
 		}
-		if st, rerr := os.ReadFile("/proc/" + m[1] + "/stat"); rerr == nil {
-			if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(f) > 0 && f[0] == "Z" {
-				return
-			}
-		}
 		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("child process %d still runs after exec returned", pid)
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("%q (pids %v) still runs after exec returned", sleep, pids)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// processesRunning lists the live processes whose command line is cmdline
+// (NUL-separated, written with \x00).
+func processesRunning(cmdline string) []int {
+	want := strings.ReplaceAll(cmdline, "\\x00", "\x00")
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || strings.TrimRight(string(b), "\x00") != want {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+				continue
+			}
+		}
+		pids = append(pids, pid)
+	}
+	return pids
 }
 
 func TestExecBasics(t *testing.T) {
@@ -87,64 +131,135 @@ func TestExecBasics(t *testing.T) {
 	}
 }
 
-func TestExecTimeoutKillsProcessGroup(t *testing.T) {
-	tests := []struct {
-		name string
-		opts Options
-		args map[string]any
-	}{
-		{"config timeout", Options{ExecTimeout: 300 * time.Millisecond}, map[string]any{"command": "sleep 30 & echo pid=$!; wait"}},
-		{"call lowers timeout", Options{ExecTimeout: time.Hour}, map[string]any{"command": "sleep 30 & echo pid=$!; wait", "timeoutSeconds": 1}},
+// runSleeper runs command (with %s for a sleeper, and "$GO" for a FIFO
+// in the workspace that opens once the sleeper runs on the host) under the
+// sandbox mechanism mech, and returns the result and the sleeper.
+func runSleeper(t *testing.T, mech string, opts Options, command string, args map[string]any) (execResult, string) {
+	t.Helper()
+	cc, _ := newWorkspace(t)
+	fifo := cc.Workspace + "/go"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res, err := runExec(t, context.Background(), tt.opts, tt.args)
-			if err != nil {
-				t.Fatal(err)
+	sleep := sleeper()
+	opened := make(chan bool, 1)
+	go func() {
+		// Open the FIFO (letting the command go on) once the sleeper runs;
+		// on the deadline open it anyway, so the command never hangs.
+		seen := waitUntil(10*time.Second, func() bool { return len(processesRunning(strings.ReplaceAll(sleep, " ", "\\x00"))) > 0 })
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		opened <- seen
+	}()
+	a := map[string]any{"command": strings.ReplaceAll(fmt.Sprintf(command, sleep), "$GO", "go")}
+	maps.Copy(a, args)
+	opts.Sandbox.Mechanism = mech
+	raw, _ := json.Marshal(a)
+	out, err := NewExec(opts).Call(context.Background(), cc, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !<-opened {
+		t.Fatalf("the sleeper %q never ran; output %s", sleep, out)
+	}
+	var res execResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("exec result %s: %v", out, err)
+	}
+	return res, sleep
+}
+
+func waitUntil(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestExecTimeoutKillsProcessGroup(t *testing.T) {
+	for _, mech := range mechanisms(t) {
+		tests := []struct {
+			name string
+			opts Options
+			cmd  string
+			args map[string]any
+		}{
+			{"config timeout", Options{ExecTimeout: 2 * time.Second}, "%s & : <$GO; wait", nil},
+			{"call lowers timeout", Options{ExecTimeout: time.Hour}, "%s & : <$GO; wait", map[string]any{"timeoutSeconds": 1}},
+			{"setsid escapes the group", Options{ExecTimeout: 2 * time.Second}, "setsid %s & : <$GO; wait", nil},
+		}
+		for _, tt := range tests {
+			if mech == sandbox.Off && strings.HasPrefix(tt.cmd, "setsid") {
+				continue // unconfined: only the process group is killed
 			}
-			if !res.TimedOut || res.ExitCode == 0 {
-				t.Fatalf("want timedOut and a failing exit code, got %+v", res)
-			}
-			if !strings.Contains(res.Output, "timeout]") {
-				t.Fatalf("output does not say it was killed: %q", res.Output)
-			}
-			assertGone(t, res.Output)
-		})
+			t.Run(mech+"/"+tt.name, func(t *testing.T) {
+				res, sleep := runSleeper(t, mech, tt.opts, tt.cmd, tt.args)
+				if !res.TimedOut || res.ExitCode == 0 {
+					t.Fatalf("want timedOut and a failing exit code, got %+v", res)
+				}
+				if !strings.Contains(res.Output, "timeout]") {
+					t.Fatalf("output does not say it was killed: %q", res.Output)
+				}
+				assertGone(t, sleep)
+			})
+		}
 	}
 }
 
 func TestExecKillsLeftoverBackgroundJobs(t *testing.T) {
-	res, err := runExec(t, context.Background(), Options{}, map[string]any{"command": "sleep 30 >/dev/null 2>&1 & echo pid=$!"})
-	if err != nil {
-		t.Fatal(err)
+	for _, mech := range mechanisms(t) {
+		for _, form := range []string{"%s >/dev/null 2>&1 &", "setsid %s >/dev/null 2>&1 &", "nohup %s >/dev/null 2>&1 &",
+			"(setsid sh -c '%s & ' &) >/dev/null 2>&1"} {
+			if mech == sandbox.Off && form != "%s >/dev/null 2>&1 &" {
+				continue // unconfined: only the process group is killed
+			}
+			t.Run(mech+"/"+form, func(t *testing.T) {
+				res, sleep := runSleeper(t, mech, Options{}, form+"\n: <$GO; echo started", nil)
+				if res.TimedOut || res.ExitCode != 0 || res.Output != "started\n" {
+					t.Fatalf("got %+v", res)
+				}
+				assertGone(t, sleep)
+			})
+		}
 	}
-	if res.TimedOut || res.ExitCode != 0 {
-		t.Fatalf("got %+v", res)
-	}
-	assertGone(t, res.Output)
 }
 
 func TestExecContextCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cc, _ := newWorkspace(t)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := NewExec(Options{}).Call(ctx, cc, json.RawMessage(`{"command":"sleep 30 & echo pid=$! > pid.txt; wait"}`))
-		errc <- err
-	}()
-	var pidFile []byte
-	for deadline := time.Now().Add(10 * time.Second); len(pidFile) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("command did not start")
-		}
-		pidFile, _ = os.ReadFile(cc.Workspace + "/pid.txt")
+	for _, mech := range mechanisms(t) {
+		t.Run(mech, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cc, _ := newWorkspace(t)
+			sleep := sleeper()
+			errc := make(chan error, 1)
+			command := "setsid " + sleep + " & echo started > started.txt; wait"
+			if mech == sandbox.Off {
+				command = strings.TrimPrefix(command, "setsid ") // unconfined: only the process group is killed
+			}
+			raw, _ := json.Marshal(map[string]string{"command": command})
+			go func() {
+				_, err := NewExec(Options{Sandbox: sandbox.Policy{Mechanism: mech}}).Call(ctx, cc, raw)
+				errc <- err
+			}()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("command did not start")
+				}
+				if b, _ := os.ReadFile(cc.Workspace + "/started.txt"); len(b) > 0 && len(processesRunning(strings.ReplaceAll(sleep, " ", "\\x00"))) > 0 {
+					break
+				}
+			}
+			cancel()
+			err := <-errc
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("want context.Canceled, got %v", err)
+			}
+			assertGone(t, sleep)
+		})
 	}
-	cancel()
-	err := <-errc
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("want context.Canceled, got %v", err)
-	}
-	assertGone(t, string(pidFile))
 }
 
 func TestExecOutputCap(t *testing.T) {

@@ -7,12 +7,6 @@ import (
 	"syscall"
 )
 
-// setProcessGroup makes the command the leader of a new process group, so a
-// timeout can kill everything it started.
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-}
-
 // killProcessGroup sends SIGKILL to the command's whole process group.
 func killProcessGroup(cmd *exec.Cmd) error {
 	if cmd.Process == nil {

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/netguard"
 )
@@ -16,6 +17,9 @@ type Options struct {
 	ExecTimeout   time.Duration // default 60s; a call may only lower it
 	ExecMaxOutput int           // bytes of combined output kept, default 64 KiB
 	ExecEnv       []string      // extra KEY=value for exec, added to a minimal environment
+	// Sandbox confines exec (tools.exec.sandbox, network and limits); the
+	// zero value is "auto" with the default limits.
+	Sandbox       sandbox.Policy
 	FetchTimeout  time.Duration // default 20s
 	FetchMaxBytes int           // default 1 MiB; a call may only lower it
 	// HTTPClient is web_fetch's client. Default: one that refuses loopback,
@@ -35,6 +39,7 @@ func OptionsFromConfig(c config.Tools) Options {
 	o := Options{
 		ExecTimeout:   time.Duration(c.Exec.TimeoutSeconds) * time.Second,
 		ExecMaxOutput: c.Exec.MaxOutputBytes,
+		Sandbox:       ExecSandbox(c.Exec),
 		FetchTimeout:  time.Duration(c.WebFetch.TimeoutSeconds) * time.Second,
 		FetchMaxBytes: c.WebFetch.MaxBytes,
 	}
@@ -43,6 +48,12 @@ func OptionsFromConfig(c config.Tools) Options {
 	o.Egress = EgressPolicy(c.WebFetch)
 	o.HTTPClient = o.Egress.Client(0)
 	return o
+}
+
+// ExecSandbox maps tools.exec to the sandbox policy of exec.
+func ExecSandbox(c config.Exec) sandbox.Policy {
+	return sandbox.Policy{Mechanism: c.Sandbox, Network: c.Network, MemoryMB: c.MemoryMB, MaxProcesses: c.MaxProcesses,
+		FileSizeMB: c.FileSizeMB, CPUSeconds: c.CPUSeconds, Setting: "tools.exec.sandbox"}
 }
 
 // EgressPolicy builds the address policy of agent tools from
@@ -59,6 +70,9 @@ func EgressPolicy(c config.WebFetch) *netguard.Policy {
 func (o Options) withDefaults() Options {
 	if o.ExecTimeout <= 0 {
 		o.ExecTimeout = DefaultExecTimeout
+	}
+	if o.Sandbox.Mechanism == "" {
+		o.Sandbox.Mechanism = sandbox.Auto
 	}
 	if o.ExecMaxOutput <= 0 {
 		o.ExecMaxOutput = DefaultExecMaxOutput

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/agent/mcptools"
+	"github.com/heraldhq/herald/agent/sandbox"
+	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
@@ -34,6 +36,7 @@ func doctor(f *flags, stdout io.Writer) int {
 	checks = append(checks, checkListener(cfg, stateDir))
 	ctx := context.Background()
 	checks = append(checks, gateway.Doctor(ctx, cfg, stateDir)...)
+	checks = append(checks, checkSandbox(cfg)...)
 	checks = append(checks, checkMCP(cfg)...)
 	code := 0
 	for _, c := range checks {
@@ -93,6 +96,40 @@ func checkListener(cfg *config.Config, stateDir string) channels.Check {
 	ln.Close()
 	c.Status, c.Detail = channels.CheckOK, "free (no gateway running for this state dir)"
 	return c
+}
+
+// checkSandbox says which sandbox mechanism works here and why the others
+// do not, and what exec does with tools.exec.sandbox as configured.
+func checkSandbox(cfg *config.Config) []channels.Check {
+	r := sandbox.Probe()
+	mech := func(name string, st sandbox.Status, fix string) channels.Check {
+		c := channels.Check{Name: "sandbox " + name, Status: channels.CheckOK, Detail: st.Detail}
+		if !st.OK {
+			c.Status, c.Fix = channels.CheckWarn, fix
+		}
+		return c
+	}
+	out := []channels.Check{
+		mech(sandbox.Bwrap, r.Bwrap, "install bubblewrap (Debian: apt-get install bubblewrap) and allow unprivileged user namespaces (a systemd unit: RestrictNamespaces= must allow user, pid, net, mnt, ipc, uts)"),
+		mech(sandbox.Landlock, r.Landlock, "run a kernel with Landlock ABI 6 or later (Linux 6.12+, landlock in the lsm= boot parameter)"),
+	}
+	p := tools.ExecSandbox(cfg.Tools.Exec)
+	c := channels.Check{Name: "exec sandbox"}
+	switch got, err := r.Pick(p.Mechanism, p.Setting); {
+	case err != nil:
+		c.Status, c.Detail = channels.CheckFail, "exec is refused: "+err.Error()
+		c.Fix = "make bwrap or Landlock work (see above), or set tools.exec.sandbox to \"off\" to run commands unconfined"
+	case got == sandbox.Off:
+		c.Status, c.Detail = channels.CheckWarn, "tools.exec.sandbox is \"off\": commands run unconfined, with the gateway's files, processes, secrets and network in reach"
+		c.Fix = "set tools.exec.sandbox to \"auto\""
+	default:
+		net := "no network"
+		if p.Network {
+			net = "network allowed (tools.exec.network)"
+		}
+		c.Status, c.Detail = channels.CheckOK, fmt.Sprintf("%s (tools.exec.sandbox %q), %s", got, p.Mechanism, net)
+	}
+	return append(out, c)
 }
 
 // checkMCP starts each enabled MCP server briefly (as `herald mcp list`

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/channels/matrix/matrixtest"
 	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
@@ -171,5 +172,59 @@ func TestDoctorChecksEachKey(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "revoked-key") || strings.Contains(out.String(), "good-key") {
 		t.Errorf("doctor printed a key:\n%s", out.String())
+	}
+}
+
+// TestDoctorSandbox: doctor says which sandbox mechanism works here and why
+// the others do not, and what exec does with tools.exec.sandbox: ok with a
+// working mechanism, FAIL naming the setting when none works, warn when it
+// is "off".
+func TestDoctorSandbox(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "herald.json5")
+	doctorRun := func(mech string) (int, string) {
+		t.Helper()
+		src := fmt.Sprintf(`{ gateway: { http: { listen: %q } }, models: { providers: { demo: { api: "demo" } } },
+		  tools: { exec: { sandbox: %q } } }`, freeAddr(t), mech)
+		if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		code := run([]string{"doctor", "--config", cfgPath, "--state-dir", filepath.Join(dir, "state")}, &out, &out)
+		return code, out.String()
+	}
+	r := sandbox.Probe()
+	line := func(st sandbox.Status) string {
+		if st.OK {
+			return "ok    "
+		}
+		return "warn  "
+	}
+	code, out := doctorRun("auto")
+	for _, want := range []string{
+		`(?m)^` + line(r.Bwrap) + `sandbox bwrap +` + regexp.QuoteMeta(r.Bwrap.Detail) + `$`,
+		`(?m)^` + line(r.Landlock) + `sandbox landlock +` + regexp.QuoteMeta(r.Landlock.Detail) + `$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("doctor output lacks %s:\n%s", want, out)
+		}
+	}
+	if r.Bwrap.OK || r.Landlock.OK {
+		if code != 0 || !regexp.MustCompile(`(?m)^ok    exec sandbox +(bwrap|landlock) \(tools\.exec\.sandbox "auto"\), no network$`).MatchString(out) {
+			t.Errorf("doctor with a working sandbox: exit %d\n%s", code, out)
+		}
+	}
+
+	restore := sandbox.OverrideProbe(sandbox.Report{Bwrap: sandbox.Status{Detail: "bwrap is not installed"},
+		Landlock: sandbox.Status{Detail: "no Landlock in this kernel"}})
+	defer restore()
+	code, out = doctorRun("auto")
+	if code != 1 || !regexp.MustCompile(`(?m)^FAIL  exec sandbox +exec is refused: .*tools\.exec\.sandbox.*bwrap is not installed.*no Landlock in this kernel.*\n      fix: .*tools\.exec\.sandbox`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^warn  sandbox bwrap +bwrap is not installed\n      fix: install bubblewrap`).MatchString(out) {
+		t.Errorf("doctor where no sandbox works: exit %d\n%s", code, out)
+	}
+	code, out = doctorRun("off")
+	if code != 0 || !regexp.MustCompile(`(?m)^warn  exec sandbox +tools\.exec\.sandbox is "off": commands run unconfined`).MatchString(out) {
+		t.Errorf("doctor with sandbox off: exit %d\n%s", code, out)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/agent/mcptools"
+	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -104,7 +105,8 @@ func mcpFromGateway(cfg *config.Config) ([]mcptools.ServerStatus, string, error)
 // mcpProbe starts every enabled server, waits until each is up or has
 // failed once (within its timeoutSeconds and a little more), and stops them.
 func mcpProbe(cfg *config.Config) []mcptools.ServerStatus {
-	m := mcptools.New(mcptools.Options{Backoff: func(int) time.Duration { return time.Hour }})
+	m := mcptools.New(mcptools.Options{Backoff: func(int) time.Duration { return time.Hour },
+		Sandbox: tools.ExecSandbox(cfg.Tools.Exec)})
 	defer m.Close()
 	m.Apply(cfg.MCP.Servers)
 	for name, s := range cfg.MCP.Servers {

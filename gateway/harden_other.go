@@ -1,0 +1,6 @@
+//go:build !linux
+
+package gateway
+
+// hardenProcess has no equivalent outside Linux.
+func hardenProcess() error { return nil }
