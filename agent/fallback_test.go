@@ -150,3 +150,28 @@ func TestBeforeCallStopsTheCall(t *testing.T) {
 		t.Errorf("err = %v, calls %d", err, ps.Count()+fs.Count())
 	}
 }
+
+// BenchmarkFallbackFromOverloaded measures how long a call takes to reach
+// the fallback when the primary answers 529 with no retry-after, with the
+// providers' default retries (4 retries, backoff from 1 s doubling, jitter
+// [d/2, d]): real waits, so run it with -benchtime 1x.
+func BenchmarkFallbackFromOverloaded(b *testing.B) {
+	ps, fs := llmtest.NewAnthropic(b, llmtest.Script(llmtest.Reply{Status: 529, Message: "Overloaded"})), llmtest.NewOpenAI(b, llmtest.Text("ok"))
+	ap, _ := providers.New("anthropic", config.Provider{API: "anthropic", BaseURL: ps.URL, APIKey: "k"}, providers.Options{})
+	op, _ := providers.New("openai", config.Provider{API: "openai", BaseURL: fs.URL + "/v1", APIKey: "k"}, providers.Options{})
+	p := &agent.Model{Ref: primaryRef, ID: "claude-sonnet-4-20250514", Provider: ap}
+	f := &agent.Model{Ref: fallbackRef, ID: "gpt-4o", Provider: op}
+	for b.Loop() {
+		s, err := agent.LoadSession("k", "id", "main", "", filepath.Join(b.TempDir(), "t.jsonl"), time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		res, err := s.Run(context.Background(), agent.Turn{Model: p, Fallbacks: []*agent.Model{f}}, "hi")
+		if err != nil || res.Fallback == "" {
+			b.Fatalf("%v %+v", err, res)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s/fallback")
+		s.Close()
+	}
+}

@@ -92,6 +92,7 @@ type Ledger struct {
 	log     *zap.Logger
 	now     func() time.Time
 	budgets atomic.Pointer[config.Budgets]
+	names   atomic.Pointer[periodNames]
 	// OnSpend, if set, is told each call's agent, model and USD (metrics).
 	OnSpend func(agentID, model string, usd float64)
 	// OnWarn, if set, is told the line for a conversation that passed
@@ -188,39 +189,64 @@ func limitOf(b *config.Budgets, scope string) config.BudgetLimit {
 	return b.Total
 }
 
-// budgetsOf lists the (key, limit, period name, reset) a call counts against.
+// check is one budget a call counts against.
 type check struct {
 	k      key
-	which  string
+	scope  string
 	limit  float64
-	period string
-	resets time.Time
+	period string // "today" or "this month"
 }
 
-func (l *Ledger) checks(c Call) []check {
+// which names the budget of a check for people: "conversation", "agent
+// main", "total".
+func (c check) which() string {
+	if c.scope == scopeAgent {
+		return "agent " + c.k.id
+	}
+	return c.scope
+}
+
+// resets is when a check's period ends.
+func (c check) resets(now time.Time) time.Time {
+	now = now.UTC()
+	if c.period == "today" {
+		return time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+}
+
+// periodNames caches the day and month names of the current UTC day.
+type periodNames struct {
+	start      time.Time // the day's first instant
+	day, month string
+}
+
+func (l *Ledger) periodsNow(now time.Time) (day, month string) {
+	now = now.UTC()
+	if p := l.names.Load(); p != nil && !now.Before(p.start) && now.Sub(p.start) < 24*time.Hour {
+		return p.day, p.month
+	}
+	d, m := periods(now)
+	l.names.Store(&periodNames{start: time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC), day: d, month: m})
+	return d, m
+}
+
+// forEach calls fn for every budget the call counts against, until fn
+// returns false.
+func (l *Ledger) forEach(c Call, day, month string, fn func(check) bool) {
 	b := l.budgets.Load()
 	if b == nil || !b.Any() {
-		return nil
+		return
 	}
-	now := l.now().UTC()
-	day, month := periods(now)
-	tomorrow := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-	nextMonth := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-	var out []check
-	for _, s := range []struct{ scope, id, which string }{
-		{scopeConversation, c.Conversation, "conversation"},
-		{scopeAgent, c.AgentID, "agent " + c.AgentID},
-		{scopeTotal, "", "total"},
-	} {
+	for _, s := range [3]struct{ scope, id string }{{scopeConversation, c.Conversation}, {scopeAgent, c.AgentID}, {scopeTotal, ""}} {
 		lim := limitOf(b, s.scope)
-		if lim.DailyUSD > 0 {
-			out = append(out, check{key{s.scope, s.id, day}, s.which, lim.DailyUSD, "today", tomorrow})
+		if lim.DailyUSD > 0 && !fn(check{key{s.scope, s.id, day}, s.scope, lim.DailyUSD, "today"}) {
+			return
 		}
-		if lim.MonthlyUSD > 0 {
-			out = append(out, check{key{s.scope, s.id, month}, s.which, lim.MonthlyUSD, "this month", nextMonth})
+		if lim.MonthlyUSD > 0 && !fn(check{key{s.scope, s.id, month}, s.scope, lim.MonthlyUSD, "this month"}) {
+			return
 		}
 	}
-	return out
 }
 
 // Check returns a *BudgetError when a budget the call counts against is
@@ -229,16 +255,23 @@ func (l *Ledger) Check(c Call) error {
 	if l == nil {
 		return nil
 	}
-	cs := l.checks(c)
-	if len(cs) == 0 {
+	if b := l.budgets.Load(); b == nil || !b.Any() {
 		return nil
 	}
+	now := l.now()
+	day, month := l.periodsNow(now)
+	var over *BudgetError
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, ch := range cs {
+	l.forEach(c, day, month, func(ch check) bool {
 		if spent := l.sums[ch.k]; spent >= ch.limit {
-			return &BudgetError{Which: ch.which, Spent: spent, Limit: ch.limit, Period: ch.period, Resets: ch.resets}
+			over = &BudgetError{Which: ch.which(), Spent: spent, Limit: ch.limit, Period: ch.period, Resets: ch.resets(now)}
+			return false
 		}
+		return true
+	})
+	l.mu.Unlock()
+	if over != nil {
+		return over
 	}
 	return nil
 }
@@ -251,7 +284,7 @@ func (l *Ledger) Record(ctx context.Context, c Call, model string, usd float64, 
 		return
 	}
 	now := l.now()
-	day, month := periods(now)
+	day, month := l.periodsNow(now)
 	var warnings []string
 	l.mu.Lock()
 	for _, p := range []string{day, month} {
@@ -260,14 +293,15 @@ func (l *Ledger) Record(ctx context.Context, c Call, model string, usd float64, 
 		l.sums[key{scopeTotal, "", p}] += usd
 	}
 	if b := l.budgets.Load(); b != nil && b.Warn() > 0 && usd > 0 {
-		for _, ch := range l.checks(c) {
+		l.forEach(c, day, month, func(ch check) bool {
 			spent := l.sums[ch.k]
 			if spent >= ch.limit*b.Warn()/100 && !l.warned[ch.k] {
 				l.warned[ch.k] = true
-				warnings = append(warnings, fmt.Sprintf("💸 Budget warning: %s %s of %s %s (%.0f%%).", ch.which, Money(spent), Money(ch.limit), ch.period,
+				warnings = append(warnings, fmt.Sprintf("💸 Budget warning: %s %s of %s %s (%.0f%%).", ch.which(), Money(spent), Money(ch.limit), ch.period,
 					math.Min(999, 100*spent/ch.limit)))
 			}
-		}
+			return true
+		})
 	}
 	l.mu.Unlock()
 	if l.OnSpend != nil {
