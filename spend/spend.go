@@ -307,6 +307,11 @@ func (l *Ledger) Record(ctx context.Context, c Call, model string, usd float64, 
 	if l.OnSpend != nil {
 		l.OnSpend(c.AgentID, model, usd)
 	}
+	if usd == 0 {
+		// A model without cost (or a call that cost nothing) changes no
+		// sum: no row, so unpriced and demo models cost no write per call.
+		return
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	err := l.st.RecordSpend(wctx, store.SpendEntry{At: now, Conversation: c.Conversation, AgentID: c.AgentID,
