@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/devtools/pgtest"
 )
 
@@ -160,7 +161,7 @@ func TestE2EBudgetSharedByGateways(t *testing.T) {
 	state := t.TempDir()
 	cfg := spendConfig(oa.URL, `{ total: { dailyUSD: 0.10 } }`, "")
 	first := func(t *testing.T) {
-		a := newTestGatewayIn(t, state, cfg, spawnerModel)
+		a := newTestGatewayIn(t, state, cfg, spawnerModel, func(c *config.Config) { c.Gateway.ReplicaID = "gw-a" })
 		seq := webPost(t, a.URL, "one", "hello")
 		waitWeb(t, a, "one", seq, "assistant", func(s string) bool { return s == "answer to: hello" })
 	}
@@ -169,7 +170,7 @@ func TestE2EBudgetSharedByGateways(t *testing.T) {
 	} else {
 		t.Run("first", first) // stops at the end of the subtest
 	}
-	b := newTestGatewayIn(t, state, cfg, spawnerModel)
+	b := newTestGatewayIn(t, state, cfg, spawnerModel, func(c *config.Config) { c.Gateway.ReplicaID = "gw-b" })
 	seq := webPost(t, b.URL, "two", "hello")
 	reply := waitWeb(t, b, "two", seq, "system", func(s string) bool { return strings.HasPrefix(s, "💸") })
 	if !strings.HasPrefix(reply.Text, "💸 Budget reached: total $0.11 of $0.10 today (resets ") {
