@@ -360,8 +360,11 @@ type Web struct {
 	Enabled   *bool  `json:"enabled"`   // default true
 	Streaming string `json:"streaming"` // edit (default) | off: SSE delta events while the reply is written (SPEC §16)
 	Token     Secret `json:"token"`     // required when gateway.http.listen is not loopback
-	// RateLimit bounds each web client's posts (default 60 a minute, 20 at once).
+	// RateLimit bounds each web client's posts (default 60 a minute, 20 at
+	// once); off loopback each remote address's too.
 	RateLimit WebRateLimit `json:"rateLimit"`
+	// MaxStreams caps the open /api/events streams (default 64; 8 per client).
+	MaxStreams int `json:"maxStreams"`
 }
 
 // WebRateLimit is channels.web.rateLimit.

@@ -33,6 +33,7 @@ const (
 	DefaultProviderTimeoutSeconds = 120
 	DefaultTurnTimeoutSeconds     = 600
 	DefaultWebRateBurst           = 20
+	DefaultWebMaxStreams          = 64 // channels.web.maxStreams
 	DefaultServiceName            = "herald"
 	DefaultSampleRatio            = 1.0
 
@@ -189,6 +190,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Agents.Defaults.TurnTimeoutSeconds, DefaultTurnTimeoutSeconds)
 	setStr(&c.Channels.Telegram.UncertainDelivery, "resend")
 	setInt(&c.Channels.Web.RateLimit.Burst, DefaultWebRateBurst)
+	setInt(&c.Channels.Web.MaxStreams, DefaultWebMaxStreams)
 
 	sec := &c.Security
 	setInt(&sec.ApprovalTimeoutSeconds, DefaultApprovalTimeout)

@@ -295,6 +295,7 @@ func (v *validator) agents() {
 	v.nonNegative("agents.defaults.maxQueued", d.MaxQueued)
 	v.atLeast("agents.defaults.turnTimeoutSeconds", d.TurnTimeoutSeconds, 1)
 	v.nonNegative("channels.web.rateLimit.burst", v.c.Channels.Web.RateLimit.Burst)
+	v.nonNegative("channels.web.maxStreams", v.c.Channels.Web.MaxStreams)
 	v.enum("channels.telegram.uncertainDelivery", v.c.Channels.Telegram.UncertainDelivery, []string{"resend", "skip"})
 	v.atLeast("agents.defaults.maxIterations", d.MaxIterations, 1)
 	v.subagents("agents.defaults.subagents", d.Subagents, true, ids)

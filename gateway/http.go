@@ -3,7 +3,6 @@ package gateway
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/web"
 )
 
 func (g *Gateway) routes() *http.ServeMux {
@@ -21,7 +21,7 @@ func (g *Gateway) routes() *http.ServeMux {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", g.readyz)
-	mux.HandleFunc("GET /mcp", g.mcpList)
+	mux.Handle("GET /mcp", g.guarded(http.HandlerFunc(g.mcpList)))
 	mux.Handle("GET /metrics", g.metricsAuth(promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})))
 	for _, ch := range g.channelSet() {
 		if m, ok := ch.(channels.HTTPMounter); ok {
@@ -82,6 +82,12 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	if !ready {
 		code = http.StatusServiceUnavailable
 	}
+	if !g.webGuard().Allows(r) {
+		// The bare status stays open for load balancers; what is up or
+		// down, and why, follows the web API's guard (SPEC §17).
+		writeJSON(w, code, map[string]any{"ready": ready, "status": phase})
+		return
+	}
 	body := map[string]any{"ready": ready, "status": phase, "checks": checks, "replicaId": g.cluster.id}
 	if g.mcpChecks(checks) {
 		body["degraded"] = true
@@ -95,22 +101,32 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// webGuard is the web API's access check on the current config: a foreign
+// Host refused on loopback without a token, the token (Authorization:
+// Bearer or the page's cookie; never a URL off loopback) otherwise.
+func (g *Gateway) webGuard() web.Guard {
+	cfg := g.cfg()
+	return web.Guard{Token: strings.TrimSpace(cfg.Channels.Web.Token.Value()), OffLoopback: !cfg.ListenerIsLoopback()}
+}
+
+// guarded puts h behind the web API's guard (/mcp, SPEC §17).
+func (g *Gateway) guarded(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.webGuard().Wrap(h).ServeHTTP(w, r) })
+}
+
 // metricsAuth guards /metrics (SPEC §13): on a listener that is not
-// loopback it needs the web token (Bearer or ?token=), like the web API;
-// without a token configured it is refused there.
+// loopback it needs the web token (Authorization: Bearer or the page's
+// cookie, never ?token=), like the web API; without a token configured it
+// is refused there.
 func (g *Gateway) metricsAuth(h http.Handler) http.Handler {
 	if g.cfg().ListenerIsLoopback() {
 		return h
 	}
-	token := strings.TrimSpace(g.cfg().Channels.Web.Token.Value())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := strings.TrimSpace(r.URL.Query().Get("token"))
-		if scheme, rest, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-			got = strings.TrimSpace(rest)
-		}
-		if token == "" || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		guard := g.webGuard()
+		if guard.Token == "" || !guard.Allows(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "/metrics needs the web token (channels.web.token) when the listener is not loopback"})
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "/metrics needs the web token (channels.web.token) in \"Authorization: Bearer <token>\" when the listener is not loopback"})
 			return
 		}
 		h.ServeHTTP(w, r)

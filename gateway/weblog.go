@@ -43,3 +43,22 @@ func (l webLog) After(ctx context.Context, client string, after int64, limit int
 	}
 	return out, nil
 }
+
+// webSecrets keeps the web clients' secret hashes in the store's kv table
+// (SPEC §17), so they survive restarts and hold on every replica.
+type webSecrets struct {
+	db interface {
+		ClaimKV(ctx context.Context, key, value string) (bool, error)
+		GetKV(ctx context.Context, key string) (string, bool, error)
+	}
+}
+
+var _ web.ClientSecrets = webSecrets{}
+
+func (s webSecrets) ClaimSecret(ctx context.Context, client, hash string) (bool, error) {
+	return s.db.ClaimKV(ctx, "web.clientSecret:"+client, hash)
+}
+
+func (s webSecrets) SecretHash(ctx context.Context, client string) (string, bool, error) {
+	return s.db.GetKV(ctx, "web.clientSecret:"+client)
+}

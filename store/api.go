@@ -93,6 +93,8 @@ type WebLog interface {
 type KV interface {
 	GetKV(ctx context.Context, key string) (value string, found bool, err error)
 	SetKV(ctx context.Context, key, value string) error
+	// ClaimKV stores value under key unless key has one; it reports whether it did.
+	ClaimKV(ctx context.Context, key, value string) (bool, error)
 }
 
 // Leases are named roles held by one replica at a time.

@@ -26,3 +26,19 @@ func (d *DB) SetKV(ctx context.Context, key, value string) error {
 		key, value, nowMS().UnixMilli())
 	return d.wrap("set "+key, err)
 }
+
+// ClaimKV stores value under key unless key has a value already; it
+// reports whether it stored it. Two callers racing for one key: exactly
+// one gets true.
+func (d *DB) ClaimKV(ctx context.Context, key, value string) (bool, error) {
+	res, err := d.writer(ctx).exec(`INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+		key, value, nowMS().UnixMilli())
+	if err != nil {
+		return false, d.wrap("claim "+key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, d.wrap("claim "+key, err)
+	}
+	return n == 1, nil
+}

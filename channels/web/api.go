@@ -1,11 +1,9 @@
 package web
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,6 +24,9 @@ type postRequest struct {
 type postResponse struct {
 	SessionKey string `json:"sessionKey"`
 	Seq        int64  `json:"seq"`
+	// ClientSecret is returned by the first post of a new client (SPEC
+	// §17): later requests for the client carry it.
+	ClientSecret string `json:"clientSecret,omitempty"`
 }
 
 type listResponse struct {
@@ -35,6 +36,11 @@ type listResponse struct {
 type sessionResponse struct {
 	Client     string `json:"client"`
 	SessionKey string `json:"sessionKey"`
+	// Owner says whose the client's conversation is: "you" (the request
+	// carries its secret), "other" (another browser's) or "none" (no post
+	// yet). SecretRequired: off loopback, only "you" may read it.
+	Owner          string `json:"owner"`
+	SecretRequired bool   `json:"secretRequired"`
 }
 
 type errorResponse struct {
@@ -43,51 +49,26 @@ type errorResponse struct {
 
 var crossOrigin = http.NewCrossOriginProtection()
 
-// guard wraps h with the token check (api) and, for unsafe methods, the
-// cross-origin check, so a page on another site cannot post into a chat.
+// guard wraps h with the token check (api; the page itself holds no data)
+// and, for unsafe methods, the cross-origin check, so a page on another
+// site cannot post into a chat.
 func (a *Adapter) guard(api bool, h http.Handler) http.Handler {
+	g := Guard{Token: a.opts.Token, OffLoopback: a.opts.OffLoopback}
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.opts.Token == "" {
-			if !loopbackHost(r.Host) {
-				writeError(w, http.StatusForbidden, "this web chat has no token and answers only on localhost; use http://127.0.0.1:<port>/ or set channels.web.token")
-				return
+		status, msg := g.Check(r)
+		if status == http.StatusUnauthorized && !api {
+			status = 0 // the page asks for the token itself
+		}
+		if status != 0 {
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
 			}
-		} else if api && !a.tokenOK(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong token: send \"Authorization: Bearer <token>\" or add ?token=<token>")
+			writeError(w, status, msg)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 	return crossOrigin.Handler(inner)
-}
-
-func (a *Adapter) tokenOK(r *http.Request) bool {
-	got := ""
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, rest, ok := strings.Cut(h, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") {
-			got = strings.TrimSpace(rest)
-		}
-	}
-	if got == "" {
-		got = strings.TrimSpace(r.URL.Query().Get("token"))
-	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) == 1
-}
-
-// loopbackHost reports whether a Host header names this machine's loopback:
-// localhost (and *.localhost), 127.0.0.0/8 or ::1.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (a *Adapter) handlePage(w http.ResponseWriter, r *http.Request) {
@@ -134,8 +115,21 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("text is %d bytes; the limit is %d bytes (32 KiB)", len(req.Text), MaxTextBytes))
 		return
 	}
+	o, err := a.ownershipOf(r, req.Client)
+	if err != nil {
+		a.log.Error("web client secret not read", zap.String("client", req.Client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+		return
+	}
+	if a.refuseClient(w, o, req.Client) {
+		return
+	}
 	now := time.Now().UTC()
-	if ok, wait := a.limits.allow(req.Client, now); !ok {
+	ok, wait := a.limits.allow(req.Client, now)
+	if ok && a.addrLimits != nil {
+		ok, wait = a.addrLimits.allow(remoteIP(r), now)
+	}
+	if !ok {
 		if a.opts.OnRateLimited != nil {
 			a.opts.OnRateLimited(req.Client)
 		}
@@ -144,6 +138,28 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("client %s is sending too fast (channels.web.rateLimit allows %d a minute, %d at once); try again in %d s",
 			req.Client, a.opts.RateLimit.PerMinute, max(a.opts.RateLimit.Burst, 1), secs))
 		return
+	}
+	// Off loopback a new client is claimed by its first post: the secret
+	// is made and stored before the message, so two first posts cannot
+	// both own it. On loopback the API stays as it was: no secrets.
+	var secret string
+	if o == unclaimed && a.opts.OffLoopback {
+		secret = newClientSecret()
+		claimed, err := a.secrets.ClaimSecret(r.Context(), req.Client, hashSecret(secret))
+		if err != nil {
+			a.log.Error("web client secret not stored", zap.String("client", req.Client), zap.Error(err))
+			writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+			return
+		}
+		if !claimed {
+			// Another request claimed it just now.
+			if a.refuseClient(w, stranger, req.Client) {
+				return
+			}
+			secret = ""
+		} else {
+			setCookie(w, r, clientCookiePrefix+req.Client, secret)
+		}
 	}
 	e := &Entry{Role: RoleUser, Text: req.Text, At: now}
 	seq, err := a.append(r.Context(), req.Client, e)
@@ -173,7 +189,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	var busy *channels.BusyError
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusAccepted, postResponse{SessionKey: sessionKey, Seq: seq})
+		writeJSON(w, http.StatusAccepted, postResponse{SessionKey: sessionKey, Seq: seq, ClientSecret: secret})
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(busy.RetryAfter.Round(time.Second)/time.Second))))
 		writeError(w, http.StatusTooManyRequests, err.Error())
@@ -207,7 +223,22 @@ func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	o, err := a.ownershipOf(r, client)
+	if err != nil {
+		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
+		return
+	}
+	if a.refuseClient(w, o, client) {
+		return
+	}
 	entries, err := a.opts.Log.After(r.Context(), client, after, limit)
+	if err == nil && o == unclaimed && a.opts.OffLoopback && len(entries) > 0 {
+		// A conversation from before client secrets: it is claimed by
+		// its next post, and not shown to anyone before.
+		writeError(w, http.StatusForbidden, "client "+client+" has no clientSecret yet; post to it to claim it, or use a new client id")
+		return
+	}
 	if err != nil {
 		a.log.Error("web history not read", zap.String("client", client), zap.Error(err))
 		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
@@ -228,7 +259,14 @@ func (a *Adapter) handleSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionResponse{Client: client, SessionKey: a.opts.SessionKey(client)})
+	o, err := a.ownershipOf(r, client)
+	if err != nil {
+		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the client could not be looked up; try again")
+		return
+	}
+	owner := map[ownership]string{unclaimed: "none", owner: "you", stranger: "other", wrong: "other"}[o]
+	writeJSON(w, http.StatusOK, sessionResponse{Client: client, SessionKey: a.opts.SessionKey(client), Owner: owner, SecretRequired: a.opts.OffLoopback})
 }
 
 // parseSeq parses an after= value or a Last-Event-ID; empty is 0.

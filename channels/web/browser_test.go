@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,66 @@ func TestBrowserChatWithToken(t *testing.T) {
 	}
 	if sys, err := webtest.WaitMessages(ctx, "system", 1); err != nil || sys[0] != "pushed" {
 		t.Fatalf("pushed system message: %q, %v", sys, err)
+	}
+}
+
+// TestBrowserChatOffLoopback opens the page off loopback with #token= and
+// chats: the page trades the token for its cookie and drops it from the
+// address, its first post makes it the client's owner (the clientSecret
+// cookie), and the event stream then works on the cookies alone.
+func TestBrowserChatOffLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	bctx := webtest.NewBrowser(t)
+	var a *web.Adapter
+	a, err := web.New(web.Options{Log: web.NewMemoryLog(), Token: "tok-off", OffLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background(), func(ctx context.Context, in channels.Inbound) error {
+		if err := a.Send(ctx, in.Origin, channels.Message{Kind: channels.KindReply, Text: "echo: " + in.Text}); err != nil {
+			t.Errorf("Send: %v", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.Stop(ctx)
+		srv.Close()
+	})
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	if err := webtest.Chat(ctx, srv.URL+"/?client=off-client#token=tok-off", "off loopback"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := webtest.WaitMessages(ctx, "assistant", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != "echo: off loopback" {
+		t.Fatalf("reply %q", got[0])
+	}
+	to := channels.Origin{Channel: "web", ChatID: "off-client", ChatType: channels.ChatDM}
+	if err := a.Send(ctx, to, channels.Message{Kind: channels.KindSystem, Text: "pushed"}); err != nil {
+		t.Fatal(err)
+	}
+	if sys, err := webtest.WaitMessages(ctx, "system", 1); err != nil || sys[0] != "pushed" {
+		t.Fatalf("pushed system message: %q, %v", sys, err)
+	}
+	href, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("herald.token") || ""`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(href, "tok-off") || stored != "" {
+		t.Errorf("the page kept the token: address %q, storage %q", href, stored)
 	}
 }

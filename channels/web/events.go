@@ -41,6 +41,27 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field+": "+err.Error())
 		return
 	}
+	o, err := a.ownershipOf(r, client)
+	if err != nil {
+		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
+		return
+	}
+	if a.refuseClient(w, o, client) {
+		return
+	}
+	if o == unclaimed && a.opts.OffLoopback {
+		// Off loopback a stream is opened by the browser that owns the
+		// client, which it becomes by posting first.
+		writeError(w, http.StatusForbidden, "client "+client+" has no clientSecret yet: post a message first, then open the stream with it")
+		return
+	}
+	if why := a.slots.take(client); why != "" {
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusTooManyRequests, why)
+		return
+	}
+	defer a.slots.release(client)
 	if !a.beginStream() {
 		writeError(w, http.StatusServiceUnavailable, "the web chat is shutting down")
 		return

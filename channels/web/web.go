@@ -36,11 +36,21 @@ var pageHTML []byte
 // Options configures the web chat.
 type Options struct {
 	// Token, when set, must come with every API request as
-	// "Authorization: Bearer <token>" or "?token=<token>". The gateway
-	// requires one when the listener is not loopback. Without a token the API
-	// answers only requests whose Host is a loopback name or address, so a
-	// web page elsewhere cannot reach it by DNS rebinding.
+	// "Authorization: Bearer <token>", in the page's cookie (POST
+	// /api/login sets it) or, on loopback only, "?token=<token>". The
+	// gateway requires one when the listener is not loopback. Without a
+	// token the API answers only requests whose Host is a loopback name or
+	// address, so a web page elsewhere cannot reach it by DNS rebinding.
 	Token string
+	// OffLoopback: the listener is not loopback (SPEC §17). Then every
+	// request for a client must carry its clientSecret, the token is never
+	// taken from a URL, and the rate limit applies per remote address too.
+	OffLoopback bool
+	// Secrets keeps the clients' secret hashes; nil keeps them in memory.
+	Secrets ClientSecrets
+	// MaxStreams caps the open event streams (0 = DefaultMaxStreams);
+	// one client may have MaxStreamsPerClient.
+	MaxStreams int
 	// SessionKey gives the requester session key of a client (the gateway's
 	// router). Nil means "agent:main:web:dm:<client>".
 	SessionKey func(client string) string
@@ -68,8 +78,12 @@ type Adapter struct {
 	log    *zap.Logger
 	hub    *hub
 	limits *limiters
-	ctx    context.Context // cancelled by Stop, and by the ctx given to Start
-	cancel context.CancelFunc
+	// addrLimits applies RateLimit per remote address (off loopback).
+	addrLimits *limiters
+	secrets    ClientSecrets
+	slots      *streamSlots
+	ctx        context.Context // cancelled by Stop, and by the ctx given to Start
+	cancel     context.CancelFunc
 
 	mu        sync.Mutex
 	sink      channels.Sink
@@ -109,7 +123,17 @@ func New(opts Options) (*Adapter, error) {
 		opts.Heartbeat = DefaultHeartbeat
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
+	if opts.Secrets == nil {
+		opts.Secrets = &memorySecrets{m: map[string]string{}}
+	}
+	a := &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel,
+		secrets: opts.Secrets, slots: &streamSlots{max: opts.MaxStreams, byClient: map[string]int{}}}
+	if opts.OffLoopback {
+		a.addrLimits = newLimiters(opts.RateLimit)
+	}
 	a.streamsCtx, a.endStreams = context.WithCancel(ctx)
 	return a, nil
 }
@@ -231,6 +255,7 @@ func (a *Adapter) Routes() map[string]http.Handler {
 		"GET /api/messages":  a.guard(true, http.HandlerFunc(a.handleList)),
 		"GET /api/events":    a.guard(true, http.HandlerFunc(a.handleEvents)),
 		"GET /api/session":   a.guard(true, http.HandlerFunc(a.handleSession)),
+		"POST /api/login":    a.guard(true, http.HandlerFunc(a.handleLogin)),
 	}
 }
 

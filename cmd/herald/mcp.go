@@ -85,7 +85,15 @@ func mcpFromGateway(cfg *config.Config) ([]mcptools.ServerStatus, string, error)
 	}
 	url := "http://" + net.JoinHostPort(host, port) + "/mcp"
 	client := &http.Client{Timeout: 3 * time.Second}
-	resp, err := client.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	// /mcp follows the web API's guard (SPEC §17): the token when set.
+	if tok := strings.TrimSpace(cfg.Channels.Web.Token.Value()); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, "", err
 	}
