@@ -62,7 +62,8 @@ func TestChaos(t *testing.T) {
 	sf := slackfake.New(t)
 	r := newRig(t, *flagLatency, harness.Config{MainConcurrent: 4, Subagents: 4, Children: 1000, GraceSeconds: 3,
 		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q }, slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } }",
-			tgToken, tg.URL(), slackfake.BotToken, slackfake.AppToken, sf.URL())})
+			tgToken, tg.URL(), slackfake.BotToken, slackfake.AppToken, sf.URL()),
+		Extra: chaosSchedule})
 	ctx, model, addr, stateDir, start := r.ctx, r.model, r.addr, r.stateDir, r.start
 	defer func() {
 		if t.Failed() {
@@ -248,6 +249,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	total.badTranscripts = checkTranscripts(t, stateDir)
+	checkSchedule(t, stateDir)
 	checkIntegrity(t, stateDir)
 	t.Logf("chaos: kills=%d acknowledged=%d (spawn requests %d, runs %d) lost=%d duplicated=%d reordered=%d announces lost=%d duplicated=%d spawn errors=%d bad transcripts=%d telegram re-sends after an uncertain send=%d model calls=%d",
 		*flagKills, total.acked, total.spawnReqs, total.runs, len(total.missing), len(total.duplicated), len(total.reordered),
@@ -447,4 +449,88 @@ func checkIntegrity(t *testing.T, stateDir string) {
 	if res != "ok" {
 		t.Errorf("PRAGMA integrity_check: %s", res)
 	}
+}
+
+// chaosSchedule fires every second into the web client chaos-sched all
+// through the kills; catchUp "all" owes a run to every due time.
+const chaosSchedule = `schedules: { minIntervalSeconds: 1, list: [
+    { id: "chaos", every: "1s", catchUp: "all", task: "scheduled tick", deliver: { channel: "web", chat: "chaos-sched" } },
+  ] },`
+
+// checkSchedule: every due time of the chaos schedule from its first to its
+// last has exactly one run (none fired twice, none skipped by a kill), and
+// every run that ended has exactly one announce, shown or still in the
+// outbox (the last life may stop before it is delivered).
+func checkSchedule(t *testing.T, stateDir string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	runs, err := db.ListRuns(ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perDue := map[time.Time]int{}
+	var first, last time.Time
+	ended := map[string]bool{}
+	for _, r := range runs {
+		if r.ScheduleID != "chaos" {
+			continue
+		}
+		perDue[r.ScheduleDue]++
+		if first.IsZero() || r.ScheduleDue.Before(first) {
+			first = r.ScheduleDue
+		}
+		if r.ScheduleDue.After(last) {
+			last = r.ScheduleDue
+		}
+		if r.Status == store.StatusDone && r.Outcome != store.OutcomeStopped {
+			ended[r.ID] = true
+		}
+	}
+	if len(perDue) == 0 {
+		t.Error("schedule chaos never fired")
+		return
+	}
+	for due := first; !due.After(last); due = due.Add(time.Second) {
+		if n := perDue[due]; n != 1 {
+			t.Errorf("schedule chaos: due time %s has %d runs, want 1", due.Format(time.TimeOnly), n)
+		}
+	}
+	announced := map[string]int{}
+	shown, err := db.WebAfter(ctx, "chaos-sched", 0, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range shown {
+		if m.RunID != "" {
+			announced[m.RunID]++
+		}
+	}
+	pending, err := db.ListOutbox(ctx, true, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range pending {
+		if it.RunID != "" && it.Origin.ChatID == "chaos-sched" && announced[it.RunID] == 0 {
+			announced[it.RunID]++
+		}
+	}
+	lost, dup := 0, 0
+	for id := range ended {
+		switch n := announced[id]; {
+		case n == 0:
+			lost++
+			t.Errorf("schedule chaos: run %s ended and was never announced", id[:8])
+		case n > 1:
+			dup++
+			t.Errorf("schedule chaos: run %s announced %d times", id[:8], n)
+		}
+	}
+	t.Logf("chaos: schedule chaos: %d due times from %s to %s, %d runs ended, announces lost=%d duplicated=%d",
+		len(perDue), first.Format(time.TimeOnly), last.Format(time.TimeOnly), len(ended), lost, dup)
 }
