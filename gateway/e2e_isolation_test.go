@@ -453,3 +453,59 @@ func TestE2ESlackReplayedSlashCommandRunsOnce(t *testing.T) {
 		t.Errorf("the replayed slash command ran %d turns, want 1 (model asked %v)", n, asked)
 	}
 }
+
+// postSlash posts a slash command form to the gateway at base, signed as of at.
+func postSlash(t *testing.T, base string, form []byte, at time.Time) {
+	t.Helper()
+	req, _ := slackfake.NewSignedRequest(base+"/slack/commands", "slack-signing-secret", "application/x-www-form-urlencoded", form, at)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /slack/commands: %s", resp.Status)
+	}
+}
+
+// TestE2ESlackReplayAfterRestartRunsNothing: a signed slash command
+// replayed within the signature window to a gateway restarted on the same
+// state runs nothing: the commands taken are recorded in the store, which
+// every replica shares.
+func TestE2ESlackReplayAfterRestartRunsNothing(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{}
+	model := func(c llmtest.Call) llmtest.Reply {
+		mu.Lock()
+		asked[c.LastUser()]++
+		mu.Unlock()
+		return llmtest.Reply{Text: "answered " + c.LastUser()}
+	}
+	sf := slackfake.New(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(slackHTTPConfig, slackfake.BotToken, sf.URL())
+	answered := func(text string) bool {
+		return waitFor(e2eWait, func() bool {
+			return slices.ContainsFunc(sf.Posted(), func(p slackfake.Post) bool { return strings.Contains(p.Text, text) })
+		})
+	}
+	form, at := slackfake.SlashCommandForm("D0ALICE", "U0ALICE", "/herald", "pay the invoice"), time.Now()
+	t.Run("before the restart", func(t *testing.T) {
+		tg := newTestGatewayIn(t, dir, cfg, model)
+		postSlash(t, tg.URL, form, at)
+		if !answered("answered /herald pay the invoice") {
+			t.Fatalf("the command was not answered; posts %+v", sf.Posted())
+		}
+	})
+	tg := newTestGatewayIn(t, dir, cfg, model)
+	postSlash(t, tg.URL, form, at) // the replay, to the restarted gateway
+	postSlash(t, tg.URL, slackfake.SlashCommandForm("D0ALICE", "U0ALICE", "/herald", "and then stop"), time.Now())
+	if !answered("answered /herald and then stop") {
+		t.Fatalf("the second command was not answered; posts %+v", sf.Posted())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := asked["/herald pay the invoice"]; n != 1 {
+		t.Errorf("the slash command replayed after a restart ran %d turns, want 1 (model asked %v)", n, asked)
+	}
+}

@@ -275,7 +275,8 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 		a, err := slack.New(slack.Options{BotToken: c.Slack.BotToken.Value(), AppToken: c.Slack.AppToken.Value(),
 			SigningSecret: c.Slack.SigningSecret.Value(), Mode: c.Slack.Mode, APIURL: c.Slack.APIURL,
 			WebhookPath: c.Slack.WebhookPath, ReplyToMode: c.Slack.ReplyToMode, Access: accessOf(c.Slack.Access),
-			Logger: log})
+			Replays: &slackReplays{db: g.db},
+			Logger:  log})
 		if err != nil {
 			return nil, fmt.Errorf("channels.slack: %w", err)
 		}

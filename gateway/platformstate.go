@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"strconv"
+	"sync"
+	"time"
 
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/id"
@@ -49,4 +51,37 @@ func (t telegramOffsets) LoadOffset(ctx context.Context) (int, error) {
 
 func (t telegramOffsets) SaveOffset(ctx context.Context, offset int) error {
 	return t.db.SetKV(ctx, "telegram.offset", strconv.Itoa(offset))
+}
+
+// slackReplays records the Slack slash commands taken in the store's kv
+// table (SPEC §17), so a replayed signed request runs nothing on any
+// replica or after a restart. Keys past their window are swept at most
+// once a minute.
+type slackReplays struct {
+	db interface {
+		ClaimKV(ctx context.Context, key, value string) (bool, error)
+		DeleteKVBefore(ctx context.Context, prefix string, t time.Time) (int64, error)
+	}
+	mu        sync.Mutex
+	lastSweep time.Time
+}
+
+const slackReplayPrefix = "slack.slash:"
+
+func (s *slackReplays) TakeOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	now := time.Now()
+	s.mu.Lock()
+	sweep := now.Sub(s.lastSweep) > time.Minute
+	if sweep {
+		s.lastSweep = now
+	}
+	s.mu.Unlock()
+	if sweep {
+		// Every key is recorded at most one window (5 min, and as much
+		// again for a timestamp ahead of the clock) before it lapses.
+		if _, err := s.db.DeleteKVBefore(ctx, slackReplayPrefix, now.Add(-11*time.Minute)); err != nil {
+			return false, err
+		}
+	}
+	return s.db.ClaimKV(ctx, key, now.Add(ttl).UTC().Format(time.RFC3339))
 }

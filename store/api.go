@@ -95,6 +95,9 @@ type KV interface {
 	SetKV(ctx context.Context, key, value string) error
 	// ClaimKV stores value under key unless key has one; it reports whether it did.
 	ClaimKV(ctx context.Context, key, value string) (bool, error)
+	// DeleteKVBefore deletes the values under keys starting with prefix
+	// last set before t.
+	DeleteKVBefore(ctx context.Context, prefix string, t time.Time) (int64, error)
 }
 
 // Leases are named roles held by one replica at a time.

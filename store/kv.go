@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
+	"time"
 )
 
 // GetKV returns the value stored under key; found is false when there is none.
@@ -41,4 +43,16 @@ func (d *DB) ClaimKV(ctx context.Context, key, value string) (bool, error) {
 		return false, d.wrap("claim "+key, err)
 	}
 	return n == 1, nil
+}
+
+// DeleteKVBefore deletes the values whose key starts with prefix and that
+// were last set before t; it returns how many it deleted.
+func (d *DB) DeleteKVBefore(ctx context.Context, prefix string, t time.Time) (int64, error) {
+	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix)
+	res, err := d.writer(ctx).exec(`DELETE FROM kv WHERE key LIKE ? ESCAPE '\' AND updated_at < ?`, esc+"%", t.UnixMilli())
+	if err != nil {
+		return 0, d.wrap("delete "+prefix+"*", err)
+	}
+	n, err := res.RowsAffected()
+	return n, d.wrap("delete "+prefix+"*", err)
 }

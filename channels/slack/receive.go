@@ -362,7 +362,13 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
 	// the request were replayed: each signature is taken once (SPEC §17).
 	// Slack itself never retries a slash command.
 	sec, _ := strconv.ParseInt(r.Header.Get("X-Slack-Request-Timestamp"), 10, 64)
-	fresh, err := a.slashSeen.add(r.Header.Get("X-Slack-Signature"), time.Unix(sec, 0), a.now())
+	sig := r.Header.Get("X-Slack-Signature")
+	fresh, err := a.slashSeen.add(sig, time.Unix(sec, 0), a.now())
+	if err == nil && fresh && a.opts.Replays != nil {
+		// Until the timestamp leaves the window (it may lie ahead of now).
+		ttl := time.Unix(sec, 0).Add(replayWindow + time.Second).Sub(a.now())
+		fresh, err = a.opts.Replays.TakeOnce(ctx, "slack.slash:"+sig, ttl)
+	}
 	switch {
 	case err != nil:
 		a.log.Warn("slack slash command refused", zap.String("remote", r.RemoteAddr), zap.Error(err))

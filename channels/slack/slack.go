@@ -54,6 +54,18 @@ type Options struct {
 	Logger        *zap.Logger
 	Now           func() time.Time
 	HTTPClient    *http.Client
+	// Replays, if set, records the slash commands taken (http mode) where
+	// every replica and the next start see them, so a replay to another
+	// replica or after a restart runs nothing either. The adapter's own
+	// in-memory list is checked first.
+	Replays ReplayStore
+}
+
+// ReplayStore records signed requests taken (SPEC §17).
+type ReplayStore interface {
+	// TakeOnce records key for ttl and reports whether it was new: false
+	// when key was recorded before and its ttl has not run out.
+	TakeOnce(ctx context.Context, key string, ttl time.Duration) (bool, error)
 }
 
 // Adapter is the Slack channel.
