@@ -101,7 +101,7 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 	fmt.Fprintf(stdout, "  %d. herald doctor%s      # checks the config, the state dir, every channel and provider\n", step, cfgFlag)
 	fmt.Fprintf(stdout, "  %d. herald gateway%s     # then %s\n", step+1, cfgFlag, whereToTalk(chans))
 	if f.config == "" {
-		fmt.Fprintf(stdout, "\n`herald gateway` and `make run` read %s from now on (the built-in demo default\nonly applies while it does not exist).\n", path)
+		fmt.Fprintf(stdout, "\nFrom now on `herald gateway` and `make run` read\n  %s\n(the built-in demo default applies only while that file does not exist).\n", path)
 	}
 	return 0
 }

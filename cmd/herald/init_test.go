@@ -130,7 +130,7 @@ func TestInitNextStepsMatchItsConfig(t *testing.T) {
 			if c.web != strings.Contains(steps, "open http://"+config.DefaultListen+"/") || strings.Contains(steps, c.whereNot) {
 				t.Errorf("web chat %v, next steps:\n%s", cfg.WebEnabled(), steps)
 			}
-			if !strings.Contains(steps, "`make run` read "+path+" from now on") {
+			if !strings.Contains(steps, "From now on `herald gateway` and `make run` read\n  "+path+"\n") {
 				t.Errorf("next steps do not say that make run now reads %s:\n%s", path, steps)
 			}
 		})

@@ -251,9 +251,9 @@ func defaultFileHint(f *flags, path string, stderr io.Writer) {
 	if _, explicit := config.ResolvePath(f.config, nil); explicit || path == "" {
 		return
 	}
-	fmt.Fprintf(stderr, "(%s is the default config file — `herald init` writes it — and `herald gateway` and\n"+
-		"`make run` read it whenever it exists: set what it asks for, or move it away to use the\n"+
-		"built-in default, or pass --config FILE)\n", path)
+	fmt.Fprintf(stderr, "(%s is the default config file, written by `herald init`;\n"+
+		"`herald gateway` and `make run` read it whenever it exists: set what it asks for,\n"+
+		"move it away to use the built-in default, or pass --config FILE)\n", path)
 }
 
 func validate(f *flags, stdout, stderr io.Writer) int {
