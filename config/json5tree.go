@@ -297,7 +297,7 @@ func (p *parser) array(depth int) (*node, error) {
 			p.i++
 			return n, nil
 		}
-		if c := p.src[min(p.i, len(p.src)-1)]; p.i < len(p.src) && (c == '{' || c == '[' || c == '"' || c == '\'') {
+		if p.i < len(p.src) && strings.IndexByte(`{["'`, p.src[p.i]) >= 0 {
 			return nil, &parseError{off: end, msg: fmt.Sprintf("missing comma after element %d of the array?", len(n.elems))}
 		}
 		return nil, p.errf("unexpected %s, expected ',' or ']'", p.describe())
@@ -307,6 +307,9 @@ func (p *parser) array(depth int) (*node, error) {
 // nextKey returns the key that starts at the current offset followed by
 // ':' ("" when there is none), without moving.
 func (p *parser) nextKey() string {
+	if p.i >= len(p.src) {
+		return ""
+	}
 	start := p.i
 	defer func() { p.i = start }()
 	var key string
