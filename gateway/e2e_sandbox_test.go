@@ -236,6 +236,29 @@ func TestE2ESandboxContainsAttacks(t *testing.T) {
 					t.Errorf("the command reached the host's network: %q", res.Output)
 				}
 			})
+			t.Run("another conversation's files", func(t *testing.T) {
+				token := fmt.Sprintf("s3cr3t-%d", rand.IntN(1<<30))
+				if res := runViaChat(t, tg, "echo "+token+" > mine.txt && echo written"); res.Output != "written\n" {
+					t.Fatalf("first conversation: %+v", res)
+				}
+				res := runViaChat(t, tg, "cat ../*/mine.txt; cat "+filepath.Join(stateDir, "workspace", "main", "conversations")+"/*/mine.txt; ls -R ..; echo tried")
+				if strings.Contains(res.Output, token) || !strings.Contains(res.Output, "tried") {
+					t.Fatalf("a second conversation read the first one's file: %q", res.Output)
+				}
+			})
+			t.Run("agent workspace is shared read-only", func(t *testing.T) {
+				shared := filepath.Join(stateDir, "workspace", "main", "TOOLS.md")
+				if err := os.WriteFile(shared, []byte("use the force\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				res := runViaChat(t, tg, "cat "+shared+"; echo planted >> "+shared+"; echo tried")
+				if !strings.Contains(res.Output, "use the force") {
+					t.Errorf("the agent's shared file is not readable: %q", res.Output)
+				}
+				if b, _ := os.ReadFile(shared); string(b) != "use the force\n" {
+					t.Errorf("a command wrote the agent workspace: %q", b)
+				}
+			})
 			t.Run("plain command works in its workspace", func(t *testing.T) {
 				name := fmt.Sprintf("f%d", rand.IntN(1<<30))
 				res := runViaChat(t, tg, "echo hi > "+name+" && cat "+name)

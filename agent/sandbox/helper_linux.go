@@ -296,6 +296,9 @@ func dropCapabilities() error {
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return err
 	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil // nothing to clear (and capset may be filtered, as in the systemd unit)
+	}
 	data[0].Inheritable, data[1].Inheritable = 0, 0
 	return unix.Capset(&hdr, &data[0])
 }

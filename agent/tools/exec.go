@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -79,8 +81,9 @@ func (t *execTool) sandboxNote() string {
 	if t.sandbox.Network {
 		net = "network access"
 	}
-	return " It runs in a sandbox: the workspace is writable, system directories are read-only, " +
-		"$TMPDIR is a private temporary directory, nothing else of the host is visible, " + net + "."
+	return " It runs in a sandbox: the workspace is writable, the agent's shared files (the agent workspace " +
+		"outside conversations/) and system directories are read-only, $TMPDIR is a private temporary directory, " +
+		"nothing else of the host is visible, " + net + "."
 }
 
 type execResult struct {
@@ -113,22 +116,52 @@ func (t *execTool) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	if cc.Workspace == "" {
 		return "", fmt.Errorf("%s: %w for agent %q", ExecName, ErrNoWorkspace, cc.AgentID)
 	}
-	if err := os.MkdirAll(cc.Workspace, 0o755); err != nil {
+	if err := os.MkdirAll(cc.Workspace, 0o700); err != nil {
 		return "", fmt.Errorf("%s: create workspace %s: %w", ExecName, cc.Workspace, err)
 	}
 
-	res, err := t.run(ctx, cc.Workspace, command, timeout)
+	res, err := t.run(ctx, cc.Workspace, sharedEntries(cc.AgentWorkspace, cc.Workspace), command, timeout)
 	if err != nil {
 		return "", err
 	}
 	return result(ExecName, res)
 }
 
-func (t *execTool) run(ctx context.Context, dir, command string, timeout time.Duration) (execResult, error) {
+// maxSharedEntries bounds how many entries of the agent workspace a
+// sandboxed command is shown.
+const maxSharedEntries = 256
+
+// sharedEntries are what a sandboxed command may read of the agent
+// workspace besides its own conversation workspace: the agent's own files
+// and folders (bootstrap files, files from before per-conversation
+// workspaces), never the conversations folder (other conversations) and
+// never a symbolic link (it could point anywhere on the host).
+func sharedEntries(agentWS, dir string) []string {
+	if agentWS == "" || filepath.Clean(agentWS) == filepath.Clean(dir) {
+		return nil
+	}
+	ents, err := os.ReadDir(agentWS)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Name() == ConversationsDir || e.Type()&(fs.ModeSymlink|fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice) != 0 {
+			continue
+		}
+		if len(out) == maxSharedEntries {
+			break
+		}
+		out = append(out, filepath.Join(agentWS, e.Name()))
+	}
+	return out
+}
+
+func (t *execTool) run(ctx context.Context, dir string, shared []string, command string, timeout time.Duration) (execResult, error) {
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	cmd, err := sandbox.Command(runCtx, sandbox.Spec{Policy: t.sandbox, Dir: dir, Env: t.environ(dir),
+	cmd, err := sandbox.Command(runCtx, sandbox.Spec{Policy: t.sandbox, Dir: dir, ReadOnly: shared, Env: t.environ(dir),
 		Argv: []string{"/bin/sh", "-c", command}})
 	if err != nil {
 		return execResult{}, fmt.Errorf("%s: refused: %w", ExecName, err)
