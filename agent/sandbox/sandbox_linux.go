@@ -57,8 +57,28 @@ type helperSpec struct {
 	CPUSeconds   int      `json:"cpuSeconds"`
 }
 
-// bwrapPath is where the probe found bwrap.
-var bwrapPath string
+// bwrapPath is where the probe found bwrap; prlimitPath, util-linux's
+// prlimit when it lies in a system directory (so bwrap shows it), else "".
+var bwrapPath, prlimitPath string
+
+// prlimitArgs are prlimit's options for the policy's limits, never above
+// the hard limits this process has (the sandbox inherits them).
+func prlimitArgs(hs helperSpec) []string {
+	lim := func(opt string, res int, cur, hard uint64) string {
+		var old unix.Rlimit
+		if err := unix.Getrlimit(res, &old); err == nil {
+			cur, hard = min(cur, old.Max), min(hard, old.Max)
+		}
+		return fmt.Sprintf("--%s=%d:%d", opt, cur, hard)
+	}
+	mb := func(n int) uint64 { return uint64(n) << 20 }
+	a := []string{lim("core", unix.RLIMIT_CORE, 0, 0), lim("data", unix.RLIMIT_DATA, mb(hs.MemoryMB), mb(hs.MemoryMB)),
+		lim("fsize", unix.RLIMIT_FSIZE, mb(hs.FileSizeMB), mb(hs.FileSizeMB))}
+	if hs.CPUSeconds > 0 {
+		a = append(a, lim("cpu", unix.RLIMIT_CPU, uint64(hs.CPUSeconds), uint64(hs.CPUSeconds)+1))
+	}
+	return append(a, lim("nproc", unix.RLIMIT_NPROC, uint64(hs.MaxProcesses), uint64(hs.MaxProcesses)))
+}
 
 func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 	hs := helperSpec{Mode: mech, Argv: spec.Argv, Dir: spec.Dir, ReadOnly: spec.ReadOnly, Network: spec.Network,
@@ -72,10 +92,18 @@ func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: find the herald binary for bwrap: %w", err)
 		}
-		js, _ := json.Marshal(hs)
 		env := setEnv(setEnv(spec.Env, "HOME", "/tmp"), "TMPDIR", "/tmp")
 		args := append([]string{"bwrap"}, bwrapArgs(spec, exe)...)
-		args = append(args, "--", innerPathInBwrap, string(js))
+		if prlimitPath != "" {
+			// util-linux's prlimit sets the limits (a C program starts in a
+			// fraction of the herald binary's time); bwrap has set
+			// no_new_privs and dropped the capabilities.
+			args = append(append(append(args, "--", prlimitPath), prlimitArgs(hs)...), "--")
+			args = append(args, spec.Argv...)
+		} else {
+			js, _ := json.Marshal(hs)
+			args = append(args, "--", innerPathInBwrap, string(js))
+		}
 		newCmd(ctx, c, bwrapPath, args, env, spec.Dir)
 	case Landlock:
 		tmp, err := os.MkdirTemp("", "herald-sandbox-")
@@ -151,6 +179,12 @@ func probeBwrap() Status {
 		p = "/usr/bin/bwrap"
 	}
 	bwrapPath = p
+	for _, d := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
+		if st, err := os.Stat(d + "/prlimit"); err == nil && st.Mode()&0o111 != 0 {
+			prlimitPath = d + "/prlimit"
+			break
+		}
+	}
 	if err := tryConfined(Bwrap); err != nil {
 		return Status{Detail: fmt.Sprintf("%s cannot start a sandbox here: %v", p, err)}
 	}

@@ -29,6 +29,22 @@ func run(t *testing.T, mech string, p Policy, dir, command string) (string, int)
 	return out.String(), c.ProcessState.ExitCode()
 }
 
+// withoutPrlimit is bwrap with the limits set by the herald helper inside
+// the sandbox, as on a host without util-linux's prlimit.
+const withoutPrlimit = "bwrap-without-prlimit"
+
+// mechanism returns the mechanism a name of working stands for, setting up
+// (and, at the test's end, undoing) what it needs.
+func mechanism(t *testing.T, name string) string {
+	if name != withoutPrlimit {
+		return name
+	}
+	saved := prlimitPath
+	prlimitPath = ""
+	t.Cleanup(func() { prlimitPath = saved })
+	return Bwrap
+}
+
 // working lists the mechanisms that work here; a test runs under each.
 func working(t *testing.T) []string {
 	r := Probe()
@@ -39,6 +55,9 @@ func working(t *testing.T) []string {
 	}{{Bwrap, r.Bwrap}, {Landlock, r.Landlock}} {
 		if m.st.OK {
 			out = append(out, m.name)
+			if m.name == Bwrap && prlimitPath != "" {
+				out = append(out, withoutPrlimit)
+			}
 		} else {
 			t.Logf("%s does not work here: %s", m.name, m.st.Detail)
 		}
@@ -66,6 +85,7 @@ func TestLimits(t *testing.T) {
 	for _, mech := range working(t) {
 		for _, tt := range tests {
 			t.Run(mech+"/"+tt.name, func(t *testing.T) {
+				mech := mechanism(t, mech)
 				out, code := run(t, mech, tt.tight, t.TempDir(), tt.command)
 				if !strings.Contains(out, tt.wantTight) || code == 0 && tt.name != "file size" || tt.wantCode != 0 && code != tt.wantCode {
 					t.Fatalf("under %+v: exit %d, output %q; want %q", tt.tight, code, out, tt.wantTight)
@@ -91,6 +111,7 @@ func TestProcessLimit(t *testing.T) {
 	}
 	for _, mech := range working(t) {
 		t.Run(mech, func(t *testing.T) {
+			mech := mechanism(t, mech)
 			out, code := run(t, mech, Policy{MaxProcesses: 8}, t.TempDir(), "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do sleep 5 & done; wait")
 			if code == 0 && !strings.Contains(out, "fork") {
 				t.Fatalf("16 processes ran under maxProcesses 8: exit %d %q", code, out)
@@ -105,6 +126,7 @@ func TestProcessLimit(t *testing.T) {
 func TestFileSystemView(t *testing.T) {
 	for _, mech := range working(t) {
 		t.Run(mech, func(t *testing.T) {
+			mech := mechanism(t, mech)
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "ws")
 			if err := os.Mkdir(dir, 0o700); err != nil {
