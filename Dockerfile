@@ -7,6 +7,10 @@
 # In the container the config must listen on 0.0.0.0:8790, which needs
 # channels.web.token (see docs/operations.md). Debian slim rather than a
 # distroless image because the exec tool needs a shell and the usual tools.
+# bubblewrap is installed for the exec sandbox; Docker's default seccomp
+# profile refuses the user namespaces it needs, so there the sandbox is
+# Landlock (Linux 6.12+ host kernel) unless the container may create user
+# namespaces. `docker run … herald doctor` says which (docs/security.md).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -16,7 +20,7 @@ ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/herald ./cmd/herald
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates bubblewrap \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/herald --shell /usr/sbin/nologin herald \
  && install -d -o herald -g herald -m 0700 /var/lib/herald \

@@ -145,6 +145,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	g.mainLane.SetMax(next.Agents.Defaults.MaxConcurrent)
 	g.subs.SetConfig(next)
 	g.spend.SetBudgets(next.Budgets)
+	g.mcp.SetSandbox(tools.ExecSandbox(next.Tools.Exec))
 	g.ApplyMCP(next.MCP.Servers)
 	for _, s := range swaps {
 		g.replaceChannel(ctx, s.name, s.ch)

@@ -90,6 +90,7 @@ type Manager struct {
 	maxOutput int
 
 	mu      sync.Mutex
+	sandbox sandbox.Policy // for servers with sandbox: true; SetSandbox replaces it
 	servers map[string]*server
 	changed chan struct{} // closed and replaced on every state change
 	closed  bool
@@ -112,7 +113,7 @@ func New(o Options) *Manager {
 			return min(d, maxBackoff)
 		}
 	}
-	return &Manager{opts: o, log: o.Logger.Named("mcp"), maxOutput: o.MaxOutput,
+	return &Manager{opts: o, log: o.Logger.Named("mcp"), maxOutput: o.MaxOutput, sandbox: o.Sandbox,
 		servers: map[string]*server{}, changed: make(chan struct{})}
 }
 
@@ -161,6 +162,14 @@ func (m *Manager) Apply(cfg map[string]config.MCPServer) {
 		}
 	}
 	m.notify()
+}
+
+// SetSandbox replaces the sandbox policy (a reloaded tools.exec) for the
+// sandboxed servers started from now on.
+func (m *Manager) SetSandbox(p sandbox.Policy) {
+	m.mu.Lock()
+	m.sandbox = p
+	m.mu.Unlock()
 }
 
 // Close stops every server and waits for them (each within a few seconds).
@@ -572,7 +581,9 @@ func (s *server) transportFor(log *zap.Logger) (mcp.Transport, *exec.Cmd, func()
 // (default: a private folder removed when it stops) and read the system
 // directories and its program's folder.
 func (s *server) sandboxed(log *zap.Logger) (mcp.Transport, *exec.Cmd, func(), error) {
-	p := s.m.opts.Sandbox
+	s.m.mu.Lock()
+	p := s.m.sandbox
+	s.m.mu.Unlock()
 	if p.Mechanism == "" || p.Mechanism == sandbox.Off {
 		p.Mechanism = sandbox.Auto
 	}
