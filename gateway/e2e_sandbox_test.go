@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/heraldhq/herald/agent"
@@ -312,9 +315,16 @@ func TestE2ESandboxUnavailableRefusesExec(t *testing.T) {
 }
 
 // TestE2EGatewayNotDumpable: once the gateway runs, a process of the same
-// user without CAP_SYS_PTRACE cannot read its /proc/<pid>/environ.
+// user without CAP_SYS_PTRACE cannot read its /proc/<pid>/environ. With
+// tools.exec.sandbox "off" the gateway warns at start.
 func TestE2EGatewayNotDumpable(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	testLogger = zap.New(core)
 	newTestGateway(t, strings.NewReplacer("MECH", `"off"`, "NET", "false").Replace(sandboxConfig), execModel)
+	testLogger = nil
+	if w := logs.FilterMessageSnippet(`tools.exec.sandbox is "off"`).FilterLevelExact(zapcore.WarnLevel).Len(); w != 1 {
+		t.Errorf("%d warnings about the sandbox being off at start, want 1", w)
+	}
 	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 	if err != nil || d != 0 {
 		t.Fatalf("PR_GET_DUMPABLE = %d, %v; want 0", d, err)
