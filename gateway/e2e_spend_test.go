@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"encoding/json"
 	"flag"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -101,12 +103,18 @@ func TestE2EFallbackNoteInAnnounce(t *testing.T) {
 	oa := llmtest.NewOpenAI(t, spawnerModel)
 	cfg := strings.Replace(spendConfig(oa.URL, "{}", `, subagents: { model: { primary: "anthropic/claude-sonnet-4-20250514", fallbacks: ["openai/gpt-4o"] } }`),
 		`model: { primary: "anthropic/claude-sonnet-4-20250514", fallbacks: ["openai/gpt-4o"] }, subagents`, `model: "openai/gpt-4o", subagents`, 1)
+	// The primary is priced 100 times lower: the Stats line must count the
+	// calls at the fallback's price, the model that made them.
+	cfg = strings.Replace(cfg, `cost: { input: 100, output: 100 }`, `cost: { input: 1, output: 1 }`, 1)
 	tg := newTestGateway(t, cfg, overloaded)
 	const client = "fallback-announce"
 	seq := webPost(t, tg.URL, client, "research the docs")
 	ann := waitWeb(t, tg, client, seq, "announce", func(string) bool { return true })
 	if !strings.HasPrefix(ann.Text, "Status: success\nTask: alpha\n\nResult:\nfindings\n\nNotes:\n"+fallbackNote+"\n") {
 		t.Errorf("announce does not note the fallback:\n%s", ann.Text)
+	}
+	if !strings.Contains(ann.Text, " • est $0.22 • ") {
+		t.Errorf("announce stats do not count two calls at the fallback's $0.11:\n%s", ann.Text)
 	}
 }
 
@@ -210,5 +218,14 @@ func TestE2EUsageCommand(t *testing.T) {
 	}
 	if got+"\n" != string(want) {
 		t.Errorf("/usage differs from %s\n--- got\n%s\n--- want\n%s", golden, got, want)
+	}
+	resp, err := http.Get(tg.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^herald_spend_usd_total\{agent="main",model="anthropic/claude-sonnet-4-20250514"\} 0\.6[56]\d*$`).Match(body) {
+		t.Errorf("/metrics lacks the spend of six $0.11 calls:\n%s", regexp.MustCompile(`(?m)^herald_spend.*$`).FindAll(body, -1))
 	}
 }

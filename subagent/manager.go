@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -116,6 +117,9 @@ type liveRun struct {
 	usage    agent.Usage
 	span     trace.Span // the herald.run span while it runs; nil before
 	fallback string     // "Answered by …" notes of the run's calls; guarded by Manager.mu
+	calls    int        // model calls counted by onCall; guarded by Manager.mu
+	cost     float64    // their USD at the cost of the model that answered each; guarded by Manager.mu
+	priced   bool       // some call's model had a cost; guarded by Manager.mu
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -646,6 +650,23 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	m.finish(lr, &run, outcome, result, m.withFallback(lr, note), m.usageOf(lr))
 }
 
+// onCall counts a call's cost at the model that answered it (a fallback's
+// when one did), for the Stats line, and hands it to the spend ledger.
+func (m *Manager) onCall(lr *liveRun, sc spend.Call) func(*agent.Model, agent.Usage) {
+	counter := m.d.Spend.Counter(sc)
+	return func(model *agent.Model, u agent.Usage) {
+		usd, priced := model.EstimateCost(u)
+		m.mu.Lock()
+		lr.calls++
+		lr.cost += usd
+		lr.priced = lr.priced || priced
+		m.mu.Unlock()
+		if counter != nil {
+			counter(model, u)
+		}
+	}
+}
+
 // noteFallback keeps the fallback note of a run's call for its Notes.
 func (m *Manager) noteFallback(lr *liveRun, note string) {
 	m.mu.Lock()
@@ -702,7 +723,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 		},
 		Logger: m.runLog(run), Clock: m.d.Clock,
 		Fallbacks: m.chain(run, model), Health: m.d.Catalog.Health(),
-		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.d.Spend.Counter(sc),
+		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.onCall(lr, sc),
 	}
 }
 
@@ -852,6 +873,16 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	r.Status, r.Outcome, r.EndedAt, r.Note, r.Result = store.StatusDone, outcome, m.d.Clock.Now(), note, result
 	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = u.Input, u.Output, u.CacheRead, u.CacheWrite
 	m.setCost(&r, u)
+	if lr != nil {
+		m.mu.Lock()
+		if lr.calls > 0 {
+			r.CostUSD = -1
+			if lr.priced {
+				r.CostUSD = math.Round(lr.cost*1e8) / 1e8
+			}
+		}
+		m.mu.Unlock()
+	}
 	m.setArchive(&r)
 	var item *store.OutboxItem
 	m.mu.Lock()
