@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -187,6 +188,28 @@ func Command(ctx context.Context, spec Spec) (*Cmd, error) {
 	if spec.Dir == "" {
 		return nil, errors.New("sandbox: no working directory")
 	}
+	// Paths are bound and ruled by name from elsewhere (bwrap, the helper
+	// in its working directory): make them absolute.
+	abs := func(p string) (string, error) {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return "", fmt.Errorf("sandbox: %s: %w", p, err)
+		}
+		return a, nil
+	}
+	var err error
+	if spec.Dir, err = abs(spec.Dir); err != nil {
+		return nil, err
+	}
+	ro := make([]string, 0, len(spec.ReadOnly))
+	for _, p := range spec.ReadOnly {
+		a, err := abs(p)
+		if err != nil {
+			return nil, err
+		}
+		ro = append(ro, a)
+	}
+	spec.ReadOnly = ro
 	mech, err := Probe().Pick(spec.Mechanism, spec.Setting)
 	if err != nil {
 		return nil, err

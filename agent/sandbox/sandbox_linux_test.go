@@ -152,3 +152,22 @@ func TestFileSystemView(t *testing.T) {
 		})
 	}
 }
+
+// TestRelativeDir: a working directory given relative to the gateway's
+// (a relative --state-dir) works under every mechanism.
+func TestRelativeDir(t *testing.T) {
+	for _, mech := range working(t) {
+		t.Run(mech, func(t *testing.T) {
+			mech := mechanism(t, mech)
+			base := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(base, "state", "ws"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(base)
+			out, code := run(t, mech, Policy{}, filepath.Join("state", "ws"), "echo hi > f && cat f && basename $(pwd)")
+			if code != 0 || out != "hi\nws\n" {
+				t.Fatalf("exit %d, output %q", code, out)
+			}
+		})
+	}
+}
