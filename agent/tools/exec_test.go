@@ -10,12 +10,14 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/sandbox"
 )
 
@@ -312,5 +314,54 @@ func TestCapBuffer(t *testing.T) {
 		if got != tt.want || trunc != tt.trunc {
 			t.Errorf("writes %q: got %q %v, want %q %v", tt.writes, got, trunc, tt.want, tt.trunc)
 		}
+	}
+}
+
+const (
+	envFakeGateway = "HERALD_TEST_EXEC_FAKE_GATEWAY" // the sandbox mechanism
+	envFakeSleep   = "HERALD_TEST_EXEC_FAKE_SLEEP"
+)
+
+// TestExecFakeGateway is the process TestExecDiesWithGateway kills: a
+// "gateway" running one exec call that leaves background processes.
+func TestExecFakeGateway(t *testing.T) {
+	mech := os.Getenv(envFakeGateway)
+	if mech == "" {
+		t.Skip("the helper process of TestExecDiesWithGateway")
+	}
+	sleep := os.Getenv(envFakeSleep)
+	raw, _ := json.Marshal(map[string]string{"command": "setsid " + sleep + " >/dev/null 2>&1 & nohup " + sleep + " >/dev/null 2>&1 & wait"})
+	cc := agent.CallContext{AgentID: "main", Workspace: t.TempDir()}
+	_, _ = NewExec(Options{ExecTimeout: time.Hour, Sandbox: sandbox.Policy{Mechanism: mech}}).Call(context.Background(), cc, raw)
+	t.Fatal("the command ended before the gateway was killed")
+}
+
+// TestExecDiesWithGateway: a gateway killed by SIGKILL while a sandboxed
+// command runs leaves none of the command's processes behind (bwrap:
+// --die-with-parent and the pid namespace; Landlock: the helper's death
+// signal and subreaper).
+func TestExecDiesWithGateway(t *testing.T) {
+	for _, mech := range mechanisms(t) {
+		if mech == sandbox.Off {
+			continue // unconfined: processes outside the group outlive the gateway
+		}
+		t.Run(mech, func(t *testing.T) {
+			sleep := sleeper()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestExecFakeGateway$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envFakeGateway+"="+mech, envFakeSleep+"="+sleep)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			want := strings.ReplaceAll(sleep, " ", "\\x00")
+			if !waitUntil(20*time.Second, func() bool { return len(processesRunning(want)) == 2 }) {
+				t.Fatalf("the fake gateway's sleepers did not start (running: %v)", processesRunning(want))
+			}
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			assertGone(t, sleep)
+		})
 	}
 }
