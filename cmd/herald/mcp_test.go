@@ -33,7 +33,7 @@ func mcpListConfig(t *testing.T, listen string) string {
 
 func checkMCPList(t *testing.T, out, source string) {
 	t.Helper()
-	for _, want := range []string{source, "remote (http): up, 9 tools", "  mcp__remote__echo", "gone (http): down: connect", "off (stdio): disabled",
+	for _, want := range []string{source, "remote (http): up, 10 tools", "  mcp__remote__echo", "gone (http): down: connect", "off (stdio): disabled",
 		`problem: tools "a.b" and "a_b" both become mcp__remote__a_b`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("herald mcp list output lacks %q:\n%s", want, out)
