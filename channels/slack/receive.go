@@ -362,7 +362,10 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
 	// the request were replayed: each signature is taken once (SPEC §17).
 	// Slack itself never retries a slash command.
 	sec, _ := strconv.ParseInt(r.Header.Get("X-Slack-Request-Timestamp"), 10, 64)
-	sig := r.Header.Get("X-Slack-Signature")
+	// verify accepted "v0=" and 64 hex digits in any case: the lower-cased
+	// header is the one key of the signature's bytes, so a re-cased replay
+	// is the same signature.
+	sig := strings.ToLower(r.Header.Get("X-Slack-Signature"))
 	fresh, err := a.slashSeen.add(sig, time.Unix(sec, 0), a.now())
 	if err == nil && fresh && a.opts.Replays != nil {
 		// Until the timestamp leaves the window (it may lie ahead of now).

@@ -515,3 +515,44 @@ func TestHTTPSlashCommandReplayRunsOnce(t *testing.T) {
 		t.Errorf("second inbound %q, want /status: the replayed command was delivered again", got.Text)
 	}
 }
+
+// TestHTTPSlashCommandRecasedReplayRunsOnce: the verifier accepts the
+// signature's hex in any case, so a replay with the same signature
+// upper-cased (or mixed) is the same signature: acknowledged, not run again.
+func TestHTTPSlashCommandRecasedReplayRunsOnce(t *testing.T) {
+	fake := slackfake.New(t)
+	srv, in := httpAdapter(t, fake, nil)
+	form := slackfake.SlashCommandForm("D0ALICE", alice, "/subagents", "stop all")
+	at := time.Now()
+	var sig string
+	for i, recase := range []func(string) string{
+		func(s string) string { return s },
+		strings.ToUpper,
+		func(s string) string { return s[:10] + strings.ToUpper(s[10:20]) + s[20:] },
+	} {
+		req, _ := slackfake.NewSignedRequest(srv.URL+"/slack/commands", secret, "application/x-www-form-urlencoded", form, at)
+		if i == 0 {
+			sig = strings.TrimPrefix(req.Header.Get("X-Slack-Signature"), "v0=")
+		}
+		req.Header.Set("X-Slack-Signature", "v0="+recase(sig))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("post %d (signature %s): status %d, want 200", i+1, recase(sig), resp.StatusCode)
+		}
+	}
+	resp, err := slackfake.PostSlashCommand(srv.URL+"/slack/commands", secret, slackfake.SlashCommandForm("D0ALICE", alice, "/status", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := in.next(t); got.Text != "/subagents stop all" {
+		t.Fatalf("first inbound %q", got.Text)
+	}
+	if got := in.next(t); got.Text != "/status" {
+		t.Errorf("second inbound %q, want /status: the re-cased replay was delivered again", got.Text)
+	}
+}
