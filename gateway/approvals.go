@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/slack"
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/store"
 )
@@ -95,9 +96,10 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 	}
 	// The arguments are shown whole (SPEC §17): a long request is split
 	// into several messages by the outbox like any long message, never cut,
-	// so nothing can hide after padding.
-	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s %s\nReply /approve %s or /deny %s (expires in %s).",
-		who, call.Name, strings.TrimSpace(string(call.Args)), ap.Code, ap.Code, timeout), "")
+	// so nothing can hide after padding; and literally (shownArgs), so
+	// nothing can hide in markup or invisible characters.
+	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s%sReply /approve %s or /deny %s (expires in %s).",
+		who, call.Name, shownArgs(cc.Origin.Channel, string(call.Args)), ap.Code, ap.Code, timeout), "")
 	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", cc.SessionKey),
 		zap.String("rootKey", session), zap.String("runId", cc.RunID), zap.String("agentId", cc.AgentID), zap.String("channel", string(cc.Origin.Channel)))
 
@@ -200,6 +202,20 @@ func (a *approvals) mayAnswer(origin channels.Origin, by string) bool {
 }
 
 // requesterName names the person who may answer an approval in the ⛔ reply.
+// shownArgs renders a tool call's arguments for its approval request as
+// the literal text a person must judge: invisible and reordering characters
+// (bidi overrides, zero-width spaces, …) as \u escapes on every channel, and
+// on Slack in code blocks with its markup escaped, so `<url|label>` cannot
+// show only the label and `<!channel>` cannot notify anyone. It returns the
+// separator before and after too: " {…}\n", or "\n```{…}```\n" on Slack.
+func shownArgs(ch channels.Name, args string) string {
+	shown := channels.Visible(strings.TrimSpace(args))
+	if ch == "slack" {
+		return "\n" + slack.Verbatim(shown) + "\n"
+	}
+	return " " + shown + "\n"
+}
+
 func requesterName(o channels.Origin) string {
 	switch {
 	case o.SenderName != "" && o.SenderName != o.SenderID:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackutilsx"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -161,4 +162,41 @@ func (a *Adapter) post(ctx context.Context, to channels.Origin, msg channels.Mes
 		}
 		return "", fmt.Errorf("chat.postMessage: %w", err)
 	}
+}
+
+// verbatimChunk is the most characters of escaped text one code block of
+// Verbatim holds, so a block always fits a part (channels.LimitSlack) and the
+// outbox never splits inside one.
+const verbatimChunk = 3000
+
+// Verbatim renders text so Slack shows it literally: each line in its own
+// code block (no bold, italics, strike-through or links), with Slack's
+// control characters escaped (&amp; &lt; &gt;, so `<url|label>`,
+// `<!channel>` and `<@U…>` stay text), backticks written as `\u0060` so
+// nothing can close the block, and long lines cut into several blocks that
+// each fit a message part. Meant for JSON (a tool call's arguments), where
+// `\u0060` means the same character.
+func Verbatim(text string) string {
+	var blocks []string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.ReplaceAll(line, "`", `\u0060`)
+		var chunk strings.Builder
+		n := 0
+		for _, r := range line {
+			e := slackutilsx.EscapeMessage(string(r))
+			if n+len(e) > verbatimChunk {
+				blocks = append(blocks, "```"+chunk.String()+"```")
+				chunk.Reset()
+				n = 0
+			}
+			chunk.WriteString(e)
+			n += len(e) // bytes: at least the characters
+		}
+		if n > 0 {
+			blocks = append(blocks, "```"+chunk.String()+"```")
+		} else {
+			blocks = append(blocks, "")
+		}
+	}
+	return strings.Join(blocks, "\n")
 }

@@ -556,3 +556,28 @@ func TestHTTPSlashCommandRecasedReplayRunsOnce(t *testing.T) {
 		t.Errorf("second inbound %q, want /status: the re-cased replay was delivered again", got.Text)
 	}
 }
+
+// TestVerbatim: text for Slack to show literally is escaped (&amp; &lt;
+// &gt;), fenced, has no backtick that could close its block, and a long line
+// becomes several blocks that each fit one message part, so the outbox
+// never splits a block.
+func TestVerbatim(t *testing.T) {
+	got := slack.Verbatim("a <!channel> & <http://x|y> `id` ```")
+	want := "```a &lt;!channel&gt; &amp; &lt;http://x|y&gt; \\u0060id\\u0060 \\u0060\\u0060\\u0060```"
+	if got != want {
+		t.Errorf("Verbatim = %q, want %q", got, want)
+	}
+	long := strings.Repeat("<", 5000)
+	got = slack.Verbatim(long)
+	parts := channels.Split(got, channels.LimitSlack)
+	total := 0
+	for i, p := range parts {
+		if !strings.HasPrefix(p, "```") || !strings.HasSuffix(p, "```") || strings.Count(p, "```")%2 != 0 {
+			t.Errorf("part %d of a long verbatim line is not whole code blocks: %.40q…%.40q", i+1, p, p[max(0, len(p)-40):])
+		}
+		total += strings.Count(p, "&lt;")
+	}
+	if len(parts) < 2 || total != 5000 {
+		t.Errorf("long line: %d parts with %d escaped characters, want several parts with 5000", len(parts), total)
+	}
+}
