@@ -589,13 +589,20 @@ func (g *Gateway) logSandbox(p sandbox.Policy) {
 		log.Warn("tools.exec.sandbox is \"off\": exec commands run unconfined, with the gateway's files, processes, secrets and network in reach")
 		return
 	}
-	mech, err := sandbox.Probe().Pick(p.Mechanism, p.Setting)
+	r := sandbox.Probe()
+	mech, err := r.Pick(p.Mechanism, p.Setting)
 	if err != nil {
 		log.Warn("exec is refused: no sandbox works here", zap.Error(err))
 		return
 	}
+	// The probe's finding says what enforces what here (under Landlock:
+	// seccomp for sockets, a network namespace only with CAP_SYS_ADMIN).
+	detail := r.Bwrap.Detail
+	if mech == sandbox.Landlock {
+		detail = r.Landlock.Detail
+	}
 	log.Info("exec commands run sandboxed", zap.String("mechanism", mech), zap.String("setting", p.Mechanism),
-		zap.Bool("network", p.Network))
+		zap.Bool("network", p.Network), zap.String("detail", detail))
 }
 
 // maxQueued is the main lane's queue cap.

@@ -4,8 +4,9 @@
 // It owns the choice of mechanism (bubblewrap when bwrap works on the host,
 // else Landlock with no_new_privs, else none), the probe that makes that
 // choice once per process, the bwrap command line, the re-executed helper
-// that applies Landlock, resource limits and the clean-up of every process a
-// command started, and the scrubbed environment a confined process gets.
+// that applies Landlock, a seccomp socket filter, resource limits and the
+// clean-up of every process a command started, and the scrubbed environment
+// a confined process gets.
 //
 // The helper is this same binary started again under a reserved argv[0]
 // (herald-sandbox, herald-sandbox-exec); the package's init runs it and

@@ -201,12 +201,13 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// innerMain is the half that becomes the command: resource limits, and
-// under Landlock also no capabilities, no network namespace of the host's,
-// no_new_privs and the Landlock domain; then execve.
+// innerMain is the half that becomes the command: resource limits and
+// umask 077, and under Landlock also no capabilities, no_new_privs, the
+// Landlock domain and the seccomp socket filter; then execve.
 func innerMain(arg string) int {
 	// Thread-scoped state (capabilities, the network namespace,
-	// no_new_privs) must be set on the thread that calls execve.
+	// no_new_privs, the seccomp filter) must be set on the thread that
+	// calls execve.
 	runtime.LockOSThread()
 	hs, err := decodeSpec(arg)
 	if err != nil {
@@ -216,18 +217,26 @@ func innerMain(arg string) int {
 		if err := dropCapabilities(); err != nil {
 			return helperFail(exitHelperFailed, "drop capabilities: %v", err)
 		}
-		if !hs.Network {
-			// Best effort on top of Landlock's TCP rules: a network
-			// namespace of its own also stops UDP and raw sockets. Only a
-			// privileged gateway may create one without a user namespace.
+		if !hs.Network && canUnshareNet() {
+			// Defence in depth for a privileged gateway (CAP_SYS_ADMIN): a
+			// network namespace of its own. Without the privilege there is
+			// none (the probe says so: `herald doctor`, the start-up log);
+			// the seccomp filter below is what keeps the network out.
 			_ = unix.Unshare(unix.CLONE_NEWNET)
 		}
 		if err := restrictLandlock(hs); err != nil {
 			return helperFail(exitHelperFailed, "landlock: %v", err)
 		}
+		// After no_new_privs (set by the Landlock step), before execve.
+		if err := installSeccomp(hs.Network, landlockABI()); err != nil {
+			return helperFail(exitHelperFailed, "seccomp socket filter: %v", err)
+		}
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return helperFail(exitHelperFailed, "no_new_privs: %v", err)
 	}
+	// Files and folders the command creates are its own (SPEC §17: 0600 and
+	// 0700), whatever the gateway's umask.
+	unix.Umask(0o077)
 	if err := os.Chdir(hs.Dir); err != nil {
 		return helperFail(exitHelperFailed, "%v", err)
 	}
@@ -271,6 +280,17 @@ func setLimits(hs helperSpec) error {
 		}
 	}
 	return set("processes", unix.RLIMIT_NPROC, uint64(hs.MaxProcesses), uint64(hs.MaxProcesses))
+}
+
+// canUnshareNet: this process may create a network namespace without a
+// user namespace (CAP_SYS_ADMIN in its effective set: a root gateway).
+func canUnshareNet() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[unix.CAP_SYS_ADMIN/32].Effective&(1<<(unix.CAP_SYS_ADMIN%32)) != 0
 }
 
 // dropCapabilities empties the bounding, ambient and inheritable sets, so a

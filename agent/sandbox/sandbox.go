@@ -34,7 +34,7 @@ const (
 // Policy is how confined processes run; zero fields take the defaults.
 type Policy struct {
 	Mechanism    string // auto (default) | bwrap | landlock | off
-	Network      bool   // false: no network at all (a private network namespace, Landlock's TCP rules)
+	Network      bool   // false: no network at all (bwrap: a private network namespace; Landlock: no socket(), seccomp)
 	MemoryMB     int    // RLIMIT_DATA of each process
 	MaxProcesses int    // RLIMIT_NPROC
 	FileSizeMB   int    // RLIMIT_FSIZE

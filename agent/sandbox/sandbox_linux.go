@@ -86,7 +86,7 @@ func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 	c := &Cmd{Mechanism: mech}
 	switch mech {
 	case Off:
-		newCmd(ctx, c, lookPath(spec.Argv[0], spec.Env), spec.Argv, spec.Env, spec.Dir)
+		newCmd(ctx, c, "/bin/sh", withUmask(spec.Argv), spec.Env, spec.Dir)
 	case Bwrap:
 		exe, err := os.Executable()
 		if err != nil {
@@ -99,7 +99,7 @@ func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 			// fraction of the herald binary's time); bwrap has set
 			// no_new_privs and dropped the capabilities.
 			args = append(append(append(args, "--", prlimitPath), prlimitArgs(hs)...), "--")
-			args = append(args, spec.Argv...)
+			args = append(args, withUmask(spec.Argv)...)
 		} else {
 			js, _ := json.Marshal(hs)
 			args = append(args, "--", innerPathInBwrap, string(js))
@@ -120,6 +120,13 @@ func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 	}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return c, nil
+}
+
+// withUmask is argv run with umask 077 (SPEC §17: what a command creates
+// is 0600, folders 0700), where no herald helper runs before it to set it:
+// a shell sets it and execs argv in its place (same process).
+func withUmask(argv []string) []string {
+	return append([]string{"/bin/sh", "-c", `umask 077 && exec "$@"`, "herald-sandbox"}, argv...)
 }
 
 func stop(c *Cmd) error {
@@ -202,7 +209,25 @@ func probeLandlock() Status {
 	if err := tryConfined(Landlock); err != nil {
 		return Status{Detail: fmt.Sprintf("Landlock ABI %d, but a confined test command failed: %v", abi, err)}
 	}
-	return Status{OK: true, Detail: fmt.Sprintf("Landlock ABI %d with no_new_privs and resource limits (kernel %s)", abi, kernelRelease())}
+	return Status{OK: true, Detail: fmt.Sprintf("Landlock ABI %d with no_new_privs, a seccomp socket filter and resource limits (kernel %s); %s; %s",
+		abi, kernelRelease(), unixSocketsNote(abi), netnsNote(canUnshareNet()))}
+}
+
+// unixSocketsNote says what keeps a Landlock-confined command from the
+// host's Unix sockets.
+func unixSocketsNote(abi int) string {
+	if abi >= landlockUnixABI {
+		return "Unix sockets outside the sandbox: refused by Landlock (pathname, ABI 9) and its scope (abstract)"
+	}
+	return fmt.Sprintf("Unix sockets: socket(AF_UNIX) refused by seccomp (Landlock ABI %d cannot restrict pathname sockets; ABI %d can)", abi, landlockUnixABI)
+}
+
+// netnsNote says how "no network" is enforced under Landlock.
+func netnsNote(privileged bool) string {
+	if privileged {
+		return "no network: socket() refused by seccomp, and a network namespace of its own (the gateway has CAP_SYS_ADMIN)"
+	}
+	return "no network: socket() refused by seccomp (no network namespace of its own: that needs CAP_SYS_ADMIN, which the gateway lacks)"
 }
 
 // tryConfined runs a small command the way mech would confine an exec call.
