@@ -352,9 +352,15 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		allowed = p.AllowedToolsPRX
 	}
 	for _, name := range allowed {
-		if !slices.Contains(cc.Tools, name) {
+		if !callerHas(cc, name) {
 			return nil, nil, "", spawnErrorP("unknown tool %q in allowedTools: it must be one of your tools (%s)", name, strings.Join(cc.Tools, ", "))
 		}
+	}
+	if len(allowed) == 0 {
+		// Without a list the child is still limited to the caller's tools
+		// (childTools intersects its agent's with them), like a delegate:
+		// spawning never widens what the caller may do (SPEC §3, §17).
+		allowed = slices.Clone(cc.Tools)
 	}
 	cleanup := p.Cleanup
 	switch cleanup {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -561,5 +562,44 @@ func TestParallelSpawnsRespectChildrenLimit(t *testing.T) {
 	}
 	if accepted != 2 {
 		t.Errorf("%d of 12 parallel spawns accepted, want 2", accepted)
+	}
+}
+
+// TestSpawnNeverWidensTheCallersTools: like delegate, a sessions_spawn
+// without allowedTools gives the child only tools its caller has: a caller
+// without exec cannot get it through another agent, and a child limited to
+// read_file and sessions_spawn cannot get the rest back through a
+// grandchild spawned without a list.
+func TestSpawnNeverWidensTheCallersTools(t *testing.T) {
+	var spawned atomic.Bool
+	h := newHarness(t, "maxDepth: 2", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "- Task: outer") && len(c.Messages) == 1 && spawned.CompareAndSwap(false, true) {
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: []byte(`{"task":"inner"}`)}}}
+		}
+		return standard(c)
+	})
+	narrow := caller("1")
+	narrow.Tools = []string{"read_file", "list_files", "sessions_spawn"} // no exec, no write_file
+	if r := h.m.Spawn(context.Background(), narrow, SpawnParams{Task: "other agent", AgentID: "researcher"}); r.Status != "accepted" {
+		t.Fatalf("spawn of researcher: %+v", r)
+	}
+	if r := h.m.Spawn(context.Background(), caller("2"), SpawnParams{Task: "outer", AllowedTools: []string{"read_file", "sessions_spawn"}}); r.Status != "accepted" {
+		t.Fatalf("spawn of outer: %+v", r)
+	}
+	h.waitAnnounces(3)
+	seen := map[string][]string{}
+	for _, c := range h.llm.Requests() {
+		if len(c.Messages) == 1 && strings.Contains(c.System, "Sub-agent context") {
+			seen[taskOf(c)] = c.Tools
+		}
+	}
+	for task, want := range map[string][]string{
+		"other agent": {"list_files", "read_file", "sessions_spawn"}, // depth 1 of 2 keeps the caller's sessions_spawn
+		"inner":       {"read_file"},
+	} {
+		got := slices.Sorted(slices.Values(seen[task]))
+		if !slices.Equal(got, want) {
+			t.Errorf("child %q has tools %v, want %v (its caller's tools only)", task, got, want)
+		}
 	}
 }

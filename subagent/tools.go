@@ -503,8 +503,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	// and never a tool the caller does not have itself: delegating cannot
 	// widen what the caller's allowedTools permit.
 	reg := m.d.Tools(agentID).Filter(func(name string, _ agent.Tool) bool {
-		return (len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)) &&
-			(cc.Tools == nil || slices.Contains(cc.Tools, name))
+		return (len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)) && callerHas(cc, name)
 	})
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), AgentID: agentID,
@@ -533,4 +532,12 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	}
 	res.Status, res.Result = "ok", out.Text
 	return res
+}
+
+// callerHas reports whether the caller of sessions_spawn or delegate has
+// the tool name in this turn: a child never gets a tool its caller lacks
+// (SPEC §3, §17). A call context without a tool list (a caller built
+// without one) limits nothing.
+func callerHas(cc agent.CallContext, name string) bool {
+	return cc.Tools == nil || slices.Contains(cc.Tools, name)
 }
