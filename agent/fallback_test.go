@@ -88,6 +88,23 @@ func TestNoFallbackForClientErrors(t *testing.T) {
 	}
 }
 
+// Anthropic says "overloaded" to a streaming request with HTTP 200 and an
+// error event; that falls back like a 529 status, with the same note.
+func TestFallbackWhenStreamSaysOverloaded(t *testing.T) {
+	p, f, ps, fs := chainModels(t, llmtest.Script(llmtest.Reply{StreamError: 529, Message: "Overloaded"}), llmtest.Text("from the fallback"))
+	res, err := newSession(t).Run(context.Background(), agent.Turn{Model: p, Fallbacks: []*agent.Model{f}, OnText: func(string) {}}, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Answered by openai/gpt-4o: anthropic/claude-sonnet-4-20250514 failed (HTTP 529 overloaded)."
+	if res.Text != "from the fallback" || res.Fallback != want {
+		t.Errorf("text %q, note %q; want the fallback's text and %q", res.Text, res.Fallback, want)
+	}
+	if ps.Count() != providers.DefaultMaxRetries+1 || fs.Count() != 1 || !ps.Requests()[0].Stream {
+		t.Errorf("calls: primary %d (want %d, streamed), fallback %d", ps.Count(), providers.DefaultMaxRetries+1, fs.Count())
+	}
+}
+
 // A streamed reply whose first text reached the person never moves to
 // another model: the person would see two answers spliced.
 func TestStreamFallsBackOnlyBeforeFirstText(t *testing.T) {

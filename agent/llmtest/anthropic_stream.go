@@ -40,6 +40,10 @@ func writeAnthropicStream(w http.ResponseWriter, r *http.Request, c Call, rep Re
 	if !event("message_start", map[string]any{"message": start}) {
 		return
 	}
+	if rep.StreamError != 0 {
+		event("error", streamErrorBody(APIAnthropic, rep.StreamError, rep.Message))
+		return
+	}
 	for i, block := range msg["content"].([]map[string]any) {
 		switch block["type"] {
 		case "thinking":

@@ -94,6 +94,12 @@ type Reply struct {
 	// CutAfter > 0 cuts the connection of a streamed reply after that many
 	// text pieces were sent: a stream failing after its first delta.
 	CutAfter int
+	// StreamError, for a streamed reply, answers HTTP 200 and then, after
+	// the stream's first event (message_start / the role chunk), an error
+	// event of the type the API uses for that status (529 →
+	// overloaded_error, 429 → rate_limit_error, 500 → api_error /
+	// server_error), with Message, and ends the stream.
+	StreamError int
 }
 
 // cut ends a streamed reply abruptly (no final chunk): the client sees
@@ -245,6 +251,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if rep.RetryAfter != "" {
 		w.Header().Set("Retry-After", rep.RetryAfter)
 	}
+	if rep.StreamError != 0 && !c.Stream {
+		rep.Status = rep.StreamError // not a stream: the plain error answer
+	}
 	if rep.Status != 0 && rep.Status != http.StatusOK {
 		s.writeErrorCode(w, rep.Status, rep.RetryAfter, rep.Message, rep.Code)
 		return
@@ -311,6 +320,18 @@ func (s *Server) writeErrorCode(w http.ResponseWriter, status int, retryAfter, m
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code},
 	})
+}
+
+// streamErrorBody is the JSON of an in-stream error event for status.
+func streamErrorBody(api string, status int, msg string) map[string]any {
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	if api == APIAnthropic {
+		return map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(status), "message": msg}}
+	}
+	typ, code := openAIErrorType(status)
+	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}}
 }
 
 func anthropicErrorType(status int) string {

@@ -59,6 +59,14 @@ func writeOpenAIStream(w http.ResponseWriter, hr *http.Request, c Call, r Reply,
 		}
 	}
 	chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
+	if r.StreamError != 0 {
+		b, _ := json.Marshal(streamErrorBody(APIOpenAI, r.StreamError, r.Message))
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return
+	}
 	for n, piece := range splitText(r.Text, 3) {
 		if r.BeforePiece != nil && !waitPiece(hr, r.BeforePiece, n) {
 			return

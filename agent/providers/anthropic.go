@@ -298,6 +298,15 @@ func classifyAnthropic(err error) failure {
 	} else {
 		f.message = http.StatusText(f.status)
 	}
+	if f.status < 400 {
+		// An error event inside a stream answered HTTP 200: the SDK keeps
+		// the stream's status, so the error's type says what happened.
+		if st := streamErrorStatus(body.Error.Type); st != 0 {
+			f.status = st
+		} else {
+			f.status = http.StatusInternalServerError
+		}
+	}
 	f.contextLength = contextLengthMessage(f.status, f.message)
 	return f
 }

@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -153,6 +154,53 @@ func TestFailuresClassifiedForFallback(t *testing.T) {
 				}
 				if got := agent.FailureReason(err); !strings.HasPrefix(got, tc.reason) {
 					t.Errorf("FailureReason = %q, want %q…", got, tc.reason)
+				}
+			})
+		}
+	}
+}
+
+// An error event inside a stream answered HTTP 200 (Anthropic's usual way
+// of saying "overloaded" to a streaming request) is classified by its
+// type: retried by the provider, then retryable for the fallback chain,
+// with the reason the note names.
+func TestStreamErrorEventsClassifiedForFallback(t *testing.T) {
+	for _, b := range backends[:2] {
+		for _, tc := range []struct {
+			status    int
+			retryable bool
+			reason    string
+		}{
+			{529, true, "HTTP 529 overloaded"},
+			{429, true, "HTTP 429 rate limited"},
+			{500, true, "HTTP 500 server error"},
+			{400, false, "HTTP 400"},
+		} {
+			t.Run(fmt.Sprintf("%s/%d", b.name, tc.status), func(t *testing.T) {
+				if b.api == APIOpenAI && tc.status == 529 {
+					tc.reason = "HTTP 500 server error" // OpenAI has no overloaded type: a server_error
+				}
+				srv := b.fake(t, func(llmtest.Call) llmtest.Reply { return llmtest.Reply{StreamError: tc.status, Message: "Overloaded"} })
+				p, err := New("p", config.Provider{API: b.api, BaseURL: b.base(srv.URL), APIKey: "sk-test"}, Options{Sleep: (&sleeps{}).sleep, MaxRetries: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = p.(agent.Streamer).Stream(context.Background(), userReq(b.model, "hi"), func(string) {})
+				if err == nil {
+					t.Fatal("stream with an error event succeeded")
+				}
+				if got := agent.Retryable(err); got != tc.retryable {
+					t.Errorf("Retryable(%v) = %v, want %v", err, got, tc.retryable)
+				}
+				if got := agent.FailureReason(err); got != tc.reason {
+					t.Errorf("FailureReason = %q, want %q", got, tc.reason)
+				}
+				want := 1
+				if tc.retryable {
+					want = 3 // the provider's own retries apply
+				}
+				if srv.Count() != want {
+					t.Errorf("calls = %d, want %d", srv.Count(), want)
 				}
 			})
 		}

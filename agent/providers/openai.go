@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 	"go.uber.org/zap"
 
@@ -232,6 +234,10 @@ func classifyOpenAI(err error) failure {
 		// Not worth retrying: the server answered, just not usefully.
 		return failure{status: pe.StatusCode, message: pe.Message}
 	}
+	var se *ssestream.StreamError
+	if errors.As(err, &se) {
+		return classifyOpenAIStreamError(se)
+	}
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		return notAnswered(err)
@@ -248,5 +254,39 @@ func classifyOpenAI(err error) failure {
 		f.message = http.StatusText(f.status)
 	}
 	f.contextLength = apiErr.Code == "context_length_exceeded" || contextLengthMessage(f.status, f.message)
+	return f
+}
+
+// classifyOpenAIStreamError classifies an error event inside a stream
+// answered HTTP 200 ({"error":{"message","type","code"}}): its type or code
+// says what the status would have been, so an overload or rate limit is
+// retried and falls back like the same answer given as a status.
+func classifyOpenAIStreamError(se *ssestream.StreamError) failure {
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(se.Event.Data, &body)
+	f := failure{message: strings.TrimSpace(body.Error.Message)}
+	if f.message == "" {
+		f.message = se.Message
+	}
+	code, _ := body.Error.Code.(string)
+	f.status = streamErrorStatus(code)
+	if f.status == 0 {
+		f.status = streamErrorStatus(body.Error.Type)
+	}
+	if f.status == 0 {
+		f.status = http.StatusInternalServerError // an unnamed failure of the server mid-answer
+	}
+	if code == "context_length_exceeded" {
+		f.status = http.StatusBadRequest
+		f.contextLength = true
+	} else {
+		f.contextLength = contextLengthMessage(f.status, f.message)
+	}
 	return f
 }

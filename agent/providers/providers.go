@@ -154,6 +154,37 @@ func (f failure) retryable() bool {
 	return f.transport || f.status == http.StatusTooManyRequests || f.status >= 500
 }
 
+// streamErrorStatus maps the error type (or OpenAI code) of an error event
+// sent inside a stream that was answered HTTP 200 to the status the same
+// failure has as a plain answer; 0 = not a type it knows.
+func streamErrorStatus(typ string) int {
+	switch strings.ToLower(strings.TrimSpace(typ)) {
+	case "overloaded_error", "overloaded":
+		return 529 // Anthropic's "overloaded"
+	case "rate_limit_error", "rate_limit_exceeded", "requests", "tokens":
+		return http.StatusTooManyRequests
+	case "api_error", "server_error", "internal_error":
+		return http.StatusInternalServerError
+	case "service_unavailable", "engine_overloaded":
+		return http.StatusServiceUnavailable
+	case "timeout_error", "timeout":
+		return http.StatusGatewayTimeout
+	case "invalid_request_error":
+		return http.StatusBadRequest
+	case "authentication_error", "invalid_api_key":
+		return http.StatusUnauthorized
+	case "permission_error":
+		return http.StatusForbidden
+	case "not_found_error", "model_not_found":
+		return http.StatusNotFound
+	case "request_too_large":
+		return http.StatusRequestEntityTooLarge
+	case "billing_error":
+		return http.StatusPaymentRequired
+	}
+	return 0
+}
+
 // notAnswered classifies an error that carries no HTTP response: a
 // connection failure is worth retrying, a client-side refusal is not.
 func notAnswered(err error) failure {
