@@ -37,6 +37,14 @@ func newKeyPool(keys []config.Secret) *keyPool {
 }
 
 // several reports whether there is more than one key to turn between.
+// values are the keys themselves, only to cut them out of messages.
+func (p *keyPool) values() []string {
+	if p == nil {
+		return nil
+	}
+	return p.keys
+}
+
 func (p *keyPool) several() bool { return p != nil && len(p.keys) > 1 }
 
 // pick returns the next usable key (i is its index, -1 when the provider

@@ -206,3 +206,45 @@ func TestStreamErrorEventsClassifiedForFallback(t *testing.T) {
 		}
 	}
 }
+
+// No part of an API key reaches a log line, an error (replies, Notes) or
+// the run's problem log: OpenAI's 401 quotes the key's last characters,
+// a compatible server may echo it whole.
+func TestKeyFragmentsNeverLogged(t *testing.T) {
+	const key = "sk-proj-Secret0123456789wxyz"
+	for _, b := range backends[:2] {
+		for name, msg := range map[string]string{
+			"masked": "Incorrect API key provided: sk-proj-****************************wxyz. You can find your API key at https://platform.openai.com/account/api-keys.",
+			"whole":  "invalid key " + key + " for this model",
+			"stars":  "Incorrect API key provided: ********wxyz.",
+		} {
+			t.Run(b.name+"/"+name, func(t *testing.T) {
+				srv := b.fake(t, func(llmtest.Call) llmtest.Reply {
+					return llmtest.Reply{Status: http.StatusUnauthorized, Message: msg, Code: "invalid_api_key"}
+				})
+				core, logs := observer.New(zap.DebugLevel)
+				p := keyedProvider(t, b, srv, Options{Sleep: (&sleeps{}).sleep, Logger: zap.New(core)}, key)
+				problems := &agent.ProblemLog{}
+				_, err := p.Complete(agent.WithProblemLog(context.Background(), problems), userReq(b.model, "hi"))
+				if err == nil {
+					t.Fatal("a refused key succeeded")
+				}
+				seen := []string{err.Error(), problems.Summary()}
+				for _, e := range logs.All() {
+					seen = append(seen, e.Message)
+					for k, v := range e.ContextMap() {
+						seen = append(seen, fmt.Sprintf("%s=%v", k, v))
+					}
+				}
+				for _, s := range seen {
+					if strings.Contains(s, "wxyz") || strings.Contains(s, "sk-") || strings.Contains(s, "Secret") {
+						t.Errorf("key fragment in %q", s)
+					}
+				}
+				if !strings.Contains(err.Error(), "[key]") || len(logs.All()) == 0 {
+					t.Errorf("err = %v, %d log lines; want the message kept with [key] in place of the key", err, len(logs.All()))
+				}
+			})
+		}
+	}
+}

@@ -242,6 +242,7 @@ func (r *retrier) do(ctx context.Context, attempt func(ctx context.Context, key 
 			return nil, fmt.Errorf("%s: model call: %w", r.provider, ctxErr)
 		}
 		f := classify(err)
+		f.message = redactKeys(f.message, r.keys.values())
 		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message, ContextLength: f.contextLength,
 			Retryable: f.retryable(), Auth: f.status == http.StatusUnauthorized || f.status == http.StatusForbidden,
 			ConnectionFailed: f.transport}
