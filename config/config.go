@@ -126,6 +126,10 @@ type Gateway struct {
 // HTTP configures the gateway's HTTP listener.
 type HTTP struct {
 	Listen string `json:"listen"` // default 127.0.0.1:8790
+	// BehindProxy: a reverse proxy forwards the world to the listener, so
+	// it counts as not loopback even on 127.0.0.1 (SPEC §17 off-loopback
+	// rules: web token, client secrets, no token in URLs).
+	BehindProxy bool `json:"behindProxy"`
 }
 
 // Models lists the model providers.

@@ -176,10 +176,11 @@ func (g Group) RequiresMention() bool {
 }
 
 // ListenerIsLoopback reports whether gateway.http.listen is a loopback
-// address (then the web API and /metrics need no token).
+// address that no reverse proxy forwards to (gateway.http.behindProxy
+// false): then the web API and /metrics need no token.
 func (c *Config) ListenerIsLoopback() bool {
 	loop, err := listenIsLoopback(c.Gateway.HTTP.Listen)
-	return err == nil && loop
+	return err == nil && loop && !c.Gateway.HTTP.BehindProxy
 }
 
 // ReplicaID is gateway.replicaId, or <hostname>-<pid> when unset.

@@ -509,6 +509,8 @@ func (v *validator) channels() {
 	if v.c.WebEnabled() && strings.TrimSpace(string(v.c.Channels.Web.Token)) == "" {
 		if loop, err := listenIsLoopback(v.c.Gateway.HTTP.Listen); err == nil && !loop {
 			v.add("channels.web.token", "missing: the web chat needs a token when gateway.http.listen (%s) is not a loopback address", v.c.Gateway.HTTP.Listen)
+		} else if err == nil && v.c.Gateway.HTTP.BehindProxy {
+			v.add("channels.web.token", "missing: the web chat needs a token when gateway.http.behindProxy is true (a reverse proxy makes it reachable from off loopback)")
 		}
 	}
 }

@@ -181,3 +181,56 @@ func TestE2EWebOffLoopback(t *testing.T) {
 		t.Errorf("a 10th stream with channels.web.maxStreams 9: %d, want 429", got)
 	}
 }
+
+// TestE2EBehindProxy: behind a local reverse proxy the listener is
+// 127.0.0.1, yet the world reaches it. With gateway.http.behindProxy the
+// off-loopback rules hold for every request (even one without forwarding
+// headers, as nginx sends by default): token needed, never in the URL,
+// clients need their secret, /metrics needs the token. Without the
+// setting, a request carrying X-Forwarded-For gets the same rules, and
+// one without keeps the loopback rules.
+func TestE2EBehindProxy(t *testing.T) {
+	const cfg = `{
+  gateway: { http: { listen: "127.0.0.1:0", behindProxy: %s } },
+  models: { providers: { demo: { api: "demo", models: [{ id: "demo" }] } } },
+  agents: { defaults: { model: "demo/demo" } },
+  channels: { web: { token: "s3cret-token" } },
+}`
+	for _, behind := range []bool{true, false} {
+		name := map[bool]string{true: "behindProxy", false: "forwarded header"}[behind]
+		t.Run(name, func(t *testing.T) {
+			tg := newTestGateway(t, strings.Replace(cfg, "%s", map[bool]string{true: "true", false: "false"}[behind], 1), nil)
+			via := map[string]string{}
+			if !behind {
+				via["X-Forwarded-For"] = "203.0.113.7"
+			}
+			with := func(k, v string) map[string]string {
+				m := map[string]string{k: v}
+				for k, v := range via {
+					m[k] = v
+				}
+				return m
+			}
+			if resp, body := webReq(t, "GET", tg.URL+"/api/messages?client=c&token=s3cret-token", nil, via); resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("token in the URL: %d %s; want 401", resp.StatusCode, body)
+			}
+			if resp, body := webReq(t, "GET", tg.URL+"/metrics", nil, via); resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("/metrics without the token: %d %.200s; want 401", resp.StatusCode, body)
+			}
+			b, _ := json.Marshal(map[string]string{"client": "c", "text": "hello"})
+			resp, body := webReq(t, "POST", tg.URL+"/api/messages", b, with("Authorization", "Bearer s3cret-token"))
+			if resp.StatusCode != http.StatusAccepted || !strings.Contains(body, "clientSecret") {
+				t.Fatalf("first post: %d %s; want 202 with clientSecret", resp.StatusCode, body)
+			}
+			if resp, body := webReq(t, "GET", tg.URL+"/api/messages?client=c", nil, with("Authorization", "Bearer s3cret-token")); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("read without the client secret: %d %s; want 403", resp.StatusCode, body)
+			}
+			if !behind {
+				// Straight to the loopback listener, no proxy: as before.
+				if resp, body := webReq(t, "GET", tg.URL+"/metrics", nil, nil); resp.StatusCode != http.StatusOK {
+					t.Errorf("/metrics on loopback without a proxy header: %d %.200s; want 200", resp.StatusCode, body)
+				}
+			}
+		})
+	}
+}

@@ -119,14 +119,18 @@ func (g *Gateway) guarded(h http.Handler) http.Handler {
 // cookie, never ?token=), like the web API; without a token configured it
 // is refused there.
 func (g *Gateway) metricsAuth(h http.Handler) http.Handler {
-	if g.cfg().ListenerIsLoopback() {
-		return h
-	}
+	loopback := g.cfg().ListenerIsLoopback()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if loopback && !web.Forwarded(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// Off loopback, or through a proxy (gateway.http.behindProxy, or a
+		// Forwarded / X-Forwarded-For header on a loopback listener).
 		guard := g.webGuard()
 		if guard.Token == "" || !guard.Allows(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "/metrics needs the web token (channels.web.token) in \"Authorization: Bearer <token>\" when the listener is not loopback"})
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "/metrics needs the web token (channels.web.token) in \"Authorization: Bearer <token>\" when the listener is not loopback or the request came through a proxy"})
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -129,7 +129,8 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 			res.NeedsRestart = append(res.NeedsRestart, what)
 		}
 	}
-	restart("gateway.http.listen", old.Gateway.HTTP, next.Gateway.HTTP)
+	restart("gateway.http.listen", old.Gateway.HTTP.Listen, next.Gateway.HTTP.Listen)
+	restart("gateway.http.behindProxy", old.Gateway.HTTP.BehindProxy, next.Gateway.HTTP.BehindProxy)
 	restart("gateway.logLevel", old.Gateway.LogLevel, next.Gateway.LogLevel)
 	restart("gateway.logFormat", old.Gateway.LogFormat, next.Gateway.LogFormat)
 	restart("channels.web", old.Channels.Web, next.Channels.Web)

@@ -43,10 +43,37 @@ type Guard struct {
 	OffLoopback bool // the listener is not loopback (then Token is set)
 }
 
+// Forwarded reports whether r came through a proxy: it carries a
+// Forwarded, X-Forwarded-For, X-Forwarded-Host or X-Real-IP header. Such a
+// request is treated as off loopback whatever the listener is (a local
+// reverse proxy connects from 127.0.0.1 for everyone). Only the strict side
+// trusts the header: sending one never loosens a check, leaving it out is
+// the plain listener's rule.
+func Forwarded(r *http.Request) bool {
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"} {
+		if len(r.Header.Values(h)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// offLoopback reports whether the off-loopback rules apply to r: the
+// listener is not loopback, or r came through a proxy.
+func (g Guard) offLoopback(r *http.Request) bool { return g.OffLoopback || Forwarded(r) }
+
+// proxiedWithoutToken is the refusal of a proxied request when no web
+// token is set.
+const proxiedWithoutToken = "this request came through a proxy (Forwarded or X-Forwarded-For header), and the web chat has no token: " +
+	"behind a reverse proxy set channels.web.token and gateway.http.behindProxy: true"
+
 // Check reports whether r passes: 0 and "" when it does, else the status
 // and what to do.
 func (g Guard) Check(r *http.Request) (int, string) {
 	if g.Token == "" {
+		if Forwarded(r) {
+			return http.StatusForbidden, proxiedWithoutToken
+		}
 		if !loopbackHost(r.Host) {
 			return http.StatusForbidden, "this web chat has no token and answers only on localhost; use http://127.0.0.1:<port>/ or set channels.web.token"
 		}
@@ -55,7 +82,7 @@ func (g Guard) Check(r *http.Request) (int, string) {
 	if g.tokenOK(r) {
 		return 0, ""
 	}
-	if g.OffLoopback {
+	if g.offLoopback(r) {
 		return http.StatusUnauthorized, "missing or wrong token: send \"Authorization: Bearer <token>\" (the chat page asks for it and keeps it in a cookie); a token in the URL is not accepted"
 	}
 	return http.StatusUnauthorized, "missing or wrong token: send \"Authorization: Bearer <token>\" or add ?token=<token>"
@@ -91,7 +118,7 @@ func (g Guard) tokenOK(r *http.Request) bool {
 	if c, err := r.Cookie(TokenCookie); err == nil && c.Value != "" {
 		return equal(c.Value, tokenCookieValue(g.Token))
 	}
-	if !g.OffLoopback {
+	if !g.offLoopback(r) {
 		if got := strings.TrimSpace(r.URL.Query().Get("token")); got != "" {
 			return equal(got, g.Token)
 		}
@@ -228,12 +255,16 @@ func (a *Adapter) ownershipOf(r *http.Request, client string) (ownership, error)
 	return wrong, nil
 }
 
+// offLoopback reports whether the off-loopback rules apply to r (SPEC
+// §17): the listener is not loopback, or r came through a proxy.
+func (a *Adapter) offLoopback(r *http.Request) bool { return a.opts.OffLoopback || Forwarded(r) }
+
 // refuseClient answers a request for client that does not carry its
 // secret where one is needed: off loopback any; on loopback only a wrong
 // one. It reports whether it answered.
-func (a *Adapter) refuseClient(w http.ResponseWriter, o ownership, client string) bool {
+func (a *Adapter) refuseClient(w http.ResponseWriter, r *http.Request, o ownership, client string) bool {
 	switch {
-	case o == wrong, o == stranger && a.opts.OffLoopback:
+	case o == wrong, o == stranger && a.offLoopback(r):
 		writeError(w, http.StatusForbidden, "client "+client+" belongs to another browser: send its clientSecret (header "+ClientSecretHeader+
 			" or the page's cookie), or use a new client id")
 		return true

@@ -121,7 +121,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
 		return
 	}
-	if a.refuseClient(w, o, req.Client) {
+	if a.refuseClient(w, r, o, req.Client) {
 		return
 	}
 	now := time.Now().UTC()
@@ -143,7 +143,20 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	// is made and stored before the message, so two first posts cannot
 	// both own it. On loopback the API stays as it was: no secrets.
 	var secret string
-	if o == unclaimed && a.opts.OffLoopback {
+	if o == unclaimed && a.offLoopback(r) {
+		// A conversation from before client secrets is never handed to
+		// whoever posts first: anyone who saw its id (it was in page
+		// addresses) could take over its history, session and workspace.
+		old, err := a.opts.Log.After(r.Context(), req.Client, 0, 1)
+		if err != nil {
+			a.log.Error("web history not read", zap.String("client", req.Client), zap.Error(err))
+			writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+			return
+		}
+		if len(old) > 0 {
+			writeError(w, http.StatusForbidden, legacyClient(req.Client))
+			return
+		}
 		secret = newClientSecret()
 		claimed, err := a.secrets.ClaimSecret(r.Context(), req.Client, hashSecret(secret))
 		if err != nil {
@@ -153,7 +166,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		}
 		if !claimed {
 			// Another request claimed it just now.
-			if a.refuseClient(w, stranger, req.Client) {
+			if a.refuseClient(w, r, stranger, req.Client) {
 				return
 			}
 			secret = ""
@@ -229,14 +242,14 @@ func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
 		return
 	}
-	if a.refuseClient(w, o, client) {
+	if a.refuseClient(w, r, o, client) {
 		return
 	}
 	entries, err := a.opts.Log.After(r.Context(), client, after, limit)
-	if err == nil && o == unclaimed && a.opts.OffLoopback && len(entries) > 0 {
-		// A conversation from before client secrets: it is claimed by
-		// its next post, and not shown to anyone before.
-		writeError(w, http.StatusForbidden, "client "+client+" has no clientSecret yet; post to it to claim it, or use a new client id")
+	if err == nil && o == unclaimed && a.offLoopback(r) && len(entries) > 0 {
+		// A conversation from before client secrets: shown to no one off
+		// loopback, and not claimable there (handlePost).
+		writeError(w, http.StatusForbidden, legacyClient(client))
 		return
 	}
 	if err != nil {
@@ -266,7 +279,7 @@ func (a *Adapter) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner := map[ownership]string{unclaimed: "none", owner: "you", stranger: "other", wrong: "other"}[o]
-	writeJSON(w, http.StatusOK, sessionResponse{Client: client, SessionKey: a.opts.SessionKey(client), Owner: owner, SecretRequired: a.opts.OffLoopback})
+	writeJSON(w, http.StatusOK, sessionResponse{Client: client, SessionKey: a.opts.SessionKey(client), Owner: owner, SecretRequired: a.offLoopback(r)})
 }
 
 // parseSeq parses an after= value or a Last-Event-ID; empty is 0.
@@ -297,4 +310,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, errorResponse{Error: msg})
+}
+
+// legacyClient is the refusal of a conversation that has history from
+// before client secrets but no clientSecret, off loopback.
+func legacyClient(client string) string {
+	return "client " + client + " has history from before client secrets and no clientSecret, so it cannot be read or claimed off loopback " +
+		"(anyone who knows its id could take it over); start a new conversation (a new client id). " +
+		"Its history stays readable on loopback only: on the gateway's machine, at a loopback gateway.http.listen without gateway.http.behindProxy, " +
+		"open http://127.0.0.1:<port>/?client=" + client
 }

@@ -230,4 +230,14 @@ func TestBrowserChatOffLoopback(t *testing.T) {
 	if strings.Contains(href, "tok-off") || stored != "" {
 		t.Errorf("the page kept the token: address %q, storage %q", href, stored)
 	}
+	// The client id names the conversation: off loopback it leaves the
+	// address too (proxy logs, history, shared links), and stays in the
+	// browser's storage.
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[string](`localStorage.getItem("herald.client") || ""`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(href, "off-client") || kept != "off-client" {
+		t.Errorf("the page kept the client id in its address %q, or lost it from storage (%q)", href, kept)
+	}
 }

@@ -47,10 +47,10 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
 		return
 	}
-	if a.refuseClient(w, o, client) {
+	if a.refuseClient(w, r, o, client) {
 		return
 	}
-	if o == unclaimed && a.opts.OffLoopback {
+	if o == unclaimed && a.offLoopback(r) {
 		// Off loopback a stream is opened by the browser that owns the
 		// client, which it becomes by posting first.
 		writeError(w, http.StatusForbidden, "client "+client+" has no clientSecret yet: post a message first, then open the stream with it")

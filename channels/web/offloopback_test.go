@@ -1,8 +1,10 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/heraldhq/herald/channels/web"
@@ -57,5 +59,82 @@ func TestClientSecretOptionalOnLoopback(t *testing.T) {
 	auth[web.ClientSecretHeader] = secret
 	if r := h.do(t, "GET", "/api/session?client=off", "", auth); r.body["owner"] != "you" || r.body["secretRequired"] != true {
 		t.Errorf("session with the secret: %s", r.raw)
+	}
+}
+
+// TestLegacyClientNotClaimableOffLoopback: a client with history from
+// before client secrets (no secret) is not handed to whoever posts first
+// off loopback: the post is refused with 403 saying what to do, no secret
+// is issued and the history stays hidden; a new client id works, and on
+// loopback the old conversation goes on as before.
+func TestLegacyClientNotClaimableOffLoopback(t *testing.T) {
+	log := web.NewMemoryLog()
+	if _, err := log.Append(context.Background(), "legacy", &web.Entry{Role: web.RoleUser, Text: "my old secret plans"}); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, web.Options{Token: "t", OffLoopback: true, Log: log}, nil)
+	auth := map[string]string{"Authorization": "Bearer t"}
+	r := h.do(t, "POST", "/api/messages", `{"client":"legacy","text":"hi, it's me"}`, auth)
+	if r.status != http.StatusForbidden || r.body["clientSecret"] != nil || !strings.Contains(r.raw, "before client secrets") || !strings.Contains(r.raw, "new client id") {
+		t.Errorf("off-loopback post to a legacy client: %d %s; want 403 saying to use a new client id, no clientSecret", r.status, r.raw)
+	}
+	if r := h.do(t, "GET", "/api/messages?client=legacy", "", auth); r.status != http.StatusForbidden || strings.Contains(r.raw, "secret plans") {
+		t.Errorf("off-loopback read of a legacy client after the refused post: %d %s; want 403", r.status, r.raw)
+	}
+	if r := h.do(t, "POST", "/api/messages", `{"client":"fresh","text":"hi"}`, auth); r.status != http.StatusAccepted || r.body["clientSecret"] == nil {
+		t.Errorf("off-loopback post to a new client: %d %s; want 202 with clientSecret", r.status, r.raw)
+	}
+
+	loop := newHarness(t, web.Options{Log: log}, nil)
+	if r := loop.post(t, "legacy", "still me"); r.status != http.StatusAccepted {
+		t.Errorf("loopback post to a legacy client: %d %s; want 202 as before", r.status, r.raw)
+	}
+	if got := loop.list(t, "legacy", 0); len(got) == 0 || got[0].Text != "my old secret plans" {
+		t.Errorf("loopback read of a legacy client: %+v", got)
+	}
+}
+
+// TestProxiedRequestIsOffLoopback: on a loopback listener (a local reverse
+// proxy connects from 127.0.0.1 for everyone) a request carrying a
+// Forwarded or X-Forwarded-For header gets the off-loopback rules: without
+// a token it is refused, a token in the URL is refused, a client needs
+// its secret. The header can only tighten: without it the loopback rules
+// hold as before.
+func TestProxiedRequestIsOffLoopback(t *testing.T) {
+	for _, hdr := range []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"} {
+		t.Run(hdr, func(t *testing.T) {
+			via := map[string]string{hdr: "203.0.113.7"}
+			if hdr == "Forwarded" {
+				via[hdr] = "for=203.0.113.7;proto=https"
+			}
+			open := newHarness(t, web.Options{}, nil)
+			if r := open.do(t, "GET", "/api/messages?client=c", "", via); r.status != http.StatusForbidden || !strings.Contains(r.raw, "behindProxy") {
+				t.Errorf("proxied request, no token configured: %d %s; want 403 naming gateway.http.behindProxy", r.status, r.raw)
+			}
+			if r := open.do(t, "GET", "/api/messages?client=c", "", nil); r.status != http.StatusOK {
+				t.Errorf("direct loopback request, no token configured: %d %s; want 200", r.status, r.raw)
+			}
+
+			h := newHarness(t, web.Options{Token: "t"}, nil)
+			if r := h.do(t, "GET", "/api/messages?client=c&token=t", "", via); r.status != http.StatusUnauthorized {
+				t.Errorf("proxied request with ?token=: %d %s; want 401", r.status, r.raw)
+			}
+			auth := map[string]string{"Authorization": "Bearer t", hdr: via[hdr]}
+			r := h.do(t, "POST", "/api/messages", `{"client":"c","text":"hi"}`, auth)
+			secret, _ := r.body["clientSecret"].(string)
+			if r.status != http.StatusAccepted || secret == "" {
+				t.Fatalf("proxied first post: %d %s; want 202 with clientSecret", r.status, r.raw)
+			}
+			if r := h.do(t, "GET", "/api/messages?client=c", "", auth); r.status != http.StatusForbidden {
+				t.Errorf("proxied read without the client secret: %d %s; want 403", r.status, r.raw)
+			}
+			if r := h.do(t, "GET", "/api/session?client=c", "", auth); r.body["secretRequired"] != true {
+				t.Errorf("proxied session: %s; want secretRequired true", r.raw)
+			}
+			auth[web.ClientSecretHeader] = secret
+			if r := h.do(t, "GET", "/api/messages?client=c", "", auth); r.status != http.StatusOK {
+				t.Errorf("proxied read with the client secret: %d %s; want 200", r.status, r.raw)
+			}
+		})
 	}
 }

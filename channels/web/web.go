@@ -42,10 +42,18 @@ type Options struct {
 	// token the API answers only requests whose Host is a loopback name or
 	// address, so a web page elsewhere cannot reach it by DNS rebinding.
 	Token string
-	// OffLoopback: the listener is not loopback (SPEC §17). Then every
-	// request for a client must carry its clientSecret, the token is never
-	// taken from a URL, and the rate limit applies per remote address too.
+	// OffLoopback: the listener is not loopback, or a reverse proxy
+	// forwards to it (SPEC §17). Then every request for a client must carry
+	// its clientSecret, the token is never taken from a URL, and the rate
+	// limit applies per remote address too. A request that carries a
+	// Forwarded or X-Forwarded-For header is held to the same rules on any
+	// listener (see Forwarded).
 	OffLoopback bool
+	// BehindProxy: a reverse proxy forwards to the listener
+	// (gateway.http.behindProxy), so every request comes from its
+	// address: the per-address rate limit is left to the proxy (it would
+	// put every client in one bucket).
+	BehindProxy bool
 	// Secrets keeps the clients' secret hashes; nil keeps them in memory.
 	Secrets ClientSecrets
 	// MaxStreams caps the open event streams (0 = DefaultMaxStreams);
@@ -131,7 +139,7 @@ func New(opts Options) (*Adapter, error) {
 	}
 	a := &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel,
 		secrets: opts.Secrets, slots: &streamSlots{max: opts.MaxStreams, byClient: map[string]int{}}}
-	if opts.OffLoopback {
+	if opts.OffLoopback && !opts.BehindProxy {
 		a.addrLimits = newLimiters(opts.RateLimit)
 	}
 	a.streamsCtx, a.endStreams = context.WithCancel(ctx)
