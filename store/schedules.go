@@ -161,7 +161,9 @@ func normalizeSchedule(s *Schedule) error {
 
 // AddSchedule stores a new schedule. With max > 0 it refuses (a
 // *LimitError, Limit "maxPerConversation") when the conversation already
-// has max schedules, counted in the insert's transaction. An id already
+// has max live chat/tool schedules — active, paused or with a run still
+// going; finished one-offs and config schedules delivered there do not
+// count — counted in the insert's transaction. An id already
 // stored gives an error wrapping ErrExists.
 func (d *DB) AddSchedule(ctx context.Context, s *Schedule, max int) error {
 	if err := normalizeSchedule(s); err != nil {
@@ -174,7 +176,8 @@ func (d *DB) AddSchedule(ctx context.Context, s *Schedule, max int) error {
 		if max > 0 {
 			var n int
 			if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
-				`SELECT COUNT(*) FROM schedules WHERE session_key = ?`, s.SessionKey); err != nil {
+				`SELECT COUNT(*) FROM schedules WHERE session_key = ? AND source <> '`+ScheduleFromConfig+`'
+				AND (paused <> 0 OR next_due IS NOT NULL OR active_run <> '')`, s.SessionKey); err != nil {
 				return err
 			}
 			if n >= max {

@@ -228,6 +228,54 @@ func TestAddScheduleLimitAndListing(t *testing.T) {
 	}
 }
 
+// maxPerConversation counts the conversation's live chat and tool
+// schedules: a one-off whose run has ended and a config schedule delivered
+// into the conversation leave room for a new one; a paused one does not.
+func TestAddScheduleLimitCountsLiveSchedulesOnly(t *testing.T) {
+	db := newTestDB(t)
+	ctx := context.Background()
+	due := ms(t0)
+	once := newSchedule("once", due)
+	once.Kind, once.Expr = ScheduleAt, due.Format(time.RFC3339)
+	paused := newSchedule("paused", due.Add(time.Hour))
+	for _, s := range []*Schedule{once, paused} {
+		if err := db.AddSchedule(ctx, s, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.PauseSchedule(ctx, "paused")
+	cfg := *newSchedule("cfg", due.Add(time.Hour))
+	if err := db.SyncConfigSchedules(ctx, []Schedule{cfg}); err != nil {
+		t.Fatal(err)
+	}
+	var le *LimitError
+	if err := db.AddSchedule(ctx, newSchedule("early", due), 2); !errors.As(err, &le) {
+		t.Fatalf("third while the one-off is due: %v", err)
+	}
+	fired, err := db.FireDue(ctx, due, 10, func(s *Schedule) Firing {
+		f := everyMinute(s)
+		f.Next = time.Time{} // a one-off: done after this run
+		return f
+	})
+	if err != nil || len(fired) != 1 {
+		t.Fatalf("fire: %d %v", len(fired), err)
+	}
+	if err := db.AddSchedule(ctx, newSchedule("running", due), 2); !errors.As(err, &le) {
+		t.Fatalf("third while the one-off's run still runs: %v", err)
+	}
+	r := *fired[0].Firing.Run
+	r.Outcome = OutcomeSuccess
+	if err := db.FinishRun(ctx, &r, &OutboxItem{Origin: r.Origin, Kind: channels.KindAnnounce, Text: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AddSchedule(ctx, newSchedule("after", due.Add(time.Hour)), 2); err != nil {
+		t.Fatalf("after the one-off ended (paused + done + config): %v", err)
+	}
+	if err := db.AddSchedule(ctx, newSchedule("more", due.Add(time.Hour)), 2); !errors.As(err, &le) || le.Count != 2 {
+		t.Fatalf("over the limit again: %v", err)
+	}
+}
+
 // A restart re-reads the config: an unchanged schedule keeps its next due
 // time (nothing fired twice or skipped), a changed one takes the new one,
 // a dropped one goes.
