@@ -50,6 +50,11 @@ type Session struct {
 // cannot be read: the session must not go on as if it had no history.
 var ErrHistory = errors.New("conversation history cannot be read")
 
+// ErrTranscript wraps a failure to write a line of the transcript (a full
+// disk, the database unreachable): the turn stopped before its history
+// would have gone past what is stored, so it can run again from there.
+var ErrTranscript = errors.New("transcript not written")
+
 // LoadSession opens (or creates) the transcript at path and loads its
 // history. A missing or still empty transcript is a new session; a torn
 // last line is left out (and cut when the file is opened for writing);
@@ -427,7 +432,7 @@ func (s *Session) append(m Message, u *Usage, model string, clock Clock) error {
 		e.Usage, _ = json.Marshal(u)
 	}
 	if err := s.Transcript.Append(e); err != nil {
-		return fmt.Errorf("write transcript of %s: %w", s.Key, err)
+		return fmt.Errorf("write transcript of %s: %w: %w", s.Key, ErrTranscript, err)
 	}
 	return nil
 }

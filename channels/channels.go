@@ -113,7 +113,8 @@ type PartFinder interface {
 // from its receive loop and never calls an agent itself. When it returns
 // nil the message is stored (SPEC §12 durable intake) and the channel may
 // acknowledge it to the platform; an error wrapping ErrBusy (see *BusyError)
-// or ErrDraining means it was not taken, and the person has been told.
+// or ErrDraining means it was not taken, and the person has been told; one
+// wrapping ErrUnavailable means it was not taken and must not be acked.
 type Sink func(ctx context.Context, in Inbound) error
 
 // ErrBusy: the gateway has more work queued than its cap; try again later.
@@ -121,6 +122,24 @@ var ErrBusy = errors.New("the gateway is busy")
 
 // ErrDraining: the gateway is shutting down and takes no new messages.
 var ErrDraining = errors.New("the gateway is shutting down")
+
+// ErrUnavailable: the gateway cannot store messages now (its state store is
+// unreachable); the message was not taken and must not be acknowledged, so
+// the platform delivers it again. See *UnavailableError.
+var ErrUnavailable = errors.New("the gateway cannot store messages right now")
+
+// UnavailableError is ErrUnavailable with how long to wait before trying
+// again and why.
+type UnavailableError struct {
+	RetryAfter time.Duration
+	Reason     string
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v (%s); try again in %s", ErrUnavailable, e.Reason, e.RetryAfter)
+}
+
+func (e *UnavailableError) Unwrap() error { return ErrUnavailable }
 
 // BusyError is ErrBusy with how long to wait before trying again.
 type BusyError struct {

@@ -148,6 +148,10 @@ type Provider struct {
 	Models  []Model  `json:"models"`
 	// TimeoutSeconds bounds each model call to this provider (default 120).
 	TimeoutSeconds int `json:"timeoutSeconds"`
+	// MaxConnections bounds the open connections to this provider; further
+	// calls wait for a free one. 0: a quarter of the process's open-file
+	// limit.
+	MaxConnections int `json:"maxConnections"`
 }
 
 // Model is one model of a provider.

@@ -191,6 +191,7 @@ func (v *validator) models() {
 		}
 		v.httpURL(path+".baseUrl", p.BaseURL)
 		v.atLeast(path+".timeoutSeconds", p.TimeoutSeconds, 1)
+		v.nonNegative(path+".maxConnections", p.MaxConnections)
 		if len(p.Models) == 0 {
 			v.add(path+".models", "no models: list at least one {id: \"…\"}")
 		}

@@ -171,34 +171,42 @@ func (c *cluster) leave() {
 }
 
 // heartbeat renews the replica lease and the channel leases every third
-// of their length. A lease another replica took, or no renewal for half
-// its length, is lost: the replica must stop working at once, before
-// another takes its work over.
+// of their length, and every second while renewals fail (a database
+// restarting). A lease another replica took, or no renewal for three
+// quarters of its length, is lost: the replica must stop working at once,
+// before another may take its work over (the lease runs out on the
+// database's clock a quarter later). An outage shorter than that is ridden
+// out.
 func (c *cluster) heartbeat(ctx context.Context) {
 	every := c.ttl / 3
 	last := time.Now()
+	wait := every
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(wait):
 		}
-		rctx, cancel := context.WithTimeout(ctx, every)
+		rctx, cancel := context.WithTimeout(ctx, min(every, c.ttl*3/4-time.Since(last)))
 		err := c.renew(rctx)
 		cancel()
 		switch {
 		case err == nil:
-			last = time.Now()
+			if wait != every {
+				c.log.Info("replica lease renewed again", zap.String("replicaId", c.id), zap.Duration("after", time.Since(last).Round(time.Millisecond)))
+			}
+			last, wait = time.Now(), every
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, store.ErrLeaseHeld):
-			c.lose(err.Error())
+			c.lose("lost the replica lease: " + err.Error())
 			return
-		case time.Since(last) >= c.ttl/2:
-			c.lose("no renewal for " + time.Since(last).Round(time.Millisecond).String() + ": " + err.Error())
+		case time.Since(last) >= c.ttl*3/4:
+			c.lose("lost the replica lease: no renewal for " + time.Since(last).Round(time.Millisecond).String() + ": " + err.Error())
 			return
 		default:
-			c.log.Warn("cannot renew the replica lease; retrying", zap.String("replicaId", c.id), zap.Error(err))
+			wait = min(every, time.Second)
+			c.log.Warn("cannot renew the replica lease; retrying", zap.String("replicaId", c.id), zap.Error(err), zap.Duration("retryIn", wait))
 		}
 	}
 }
@@ -229,7 +237,7 @@ func (c *cluster) renew(ctx context.Context) error {
 }
 
 func (c *cluster) lose(reason string) {
-	c.log.Error("lost a lease: this replica stops at once so that no work runs twice (what it held stays in the store for the others)",
+	c.log.Error("stopping at once so that no work runs twice (what this replica held stays in the store for the others and the next start)",
 		zap.String("replicaId", c.id), zap.String("reason", reason))
 	if c.onLost != nil {
 		c.onLost(reason)

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -27,7 +29,7 @@ const doctorTimeout = 20 * time.Second
 // and each enabled Slack, Telegram and Matrix channel against its real
 // endpoint. It starts nothing and changes nothing.
 func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels.Check {
-	out := []channels.Check{checkState(ctx, cfg, stateDir)}
+	out := []channels.Check{checkState(ctx, cfg, stateDir), checkDescriptors(cfg)}
 	ids := make([]string, 0, len(cfg.Models.Providers))
 	for id := range cfg.Models.Providers {
 		ids = append(ids, id)
@@ -53,6 +55,37 @@ func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels
 	return out
 }
 
+// minDescriptors is the open-file limit below which doctor warns: a few
+// hundred runs in flight, each with a provider connection, and the store
+// need more.
+const minDescriptors = 4096
+
+// checkDescriptors reports the open-file limit (RLIMIT_NOFILE) and what
+// the providers' maxConnections take of it: running out shows as EMFILE
+// ("too many open files") in the log.
+func checkDescriptors(cfg *config.Config) channels.Check {
+	c := channels.Check{Name: "file descriptors", Status: channels.CheckOK}
+	open, limit := store.Descriptors()
+	if limit == 0 {
+		c.Status, c.Detail = channels.CheckWarn, "the open-file limit (RLIMIT_NOFILE) cannot be read here"
+		return c
+	}
+	conns := 0
+	for _, p := range cfg.Models.Providers {
+		conns += cmp.Or(p.MaxConnections, providers.DefaultMaxConnections())
+	}
+	c.Detail = fmt.Sprintf("limit %d (RLIMIT_NOFILE), %d open now; providers may hold up to %d connections (maxConnections)", limit, open, conns)
+	switch {
+	case limit < minDescriptors:
+		c.Status = channels.CheckWarn
+		c.Fix = fmt.Sprintf("raise the open-file limit to at least %d (ulimit -n, or LimitNOFILE= in the systemd unit): past it the log says EMFILE (too many open files)", minDescriptors)
+	case uint64(conns) > limit*3/4:
+		c.Status = channels.CheckWarn
+		c.Fix = "lower models.providers.<id>.maxConnections or raise the open-file limit: the providers' connections alone could use most of it"
+	}
+	return c
+}
+
 func checkState(ctx context.Context, cfg *config.Config, stateDir string) channels.Check {
 	c := channels.Check{Name: "state dir"}
 	pg := cfg.State.Driver == store.DriverPostgres
@@ -63,7 +96,9 @@ func checkState(ctx context.Context, cfg *config.Config, stateDir string) channe
 	if err != nil {
 		c.Status, c.Detail = channels.CheckFail, err.Error()
 		c.Fix = "give the user running herald write access to " + stateDir + " (or pass --state-dir), or restore herald.db from a backup"
-		if pg {
+		if errors.Is(err, store.ErrTooManyFiles) {
+			c.Fix = "raise the open-file limit (ulimit -n, or LimitNOFILE= in the systemd unit)"
+		} else if pg {
 			c.Fix = "check state.url (host, port, user, password, database) and that PostgreSQL accepts connections from this host"
 		}
 		return c

@@ -27,7 +27,7 @@ func openTranscripts(t *testing.T, dir string) int {
 }
 
 // TestE2EIdleSessionsLeaveMemory: conversations idle for session.idleMinutes
-// leave memory and close their transcripts; the next message loads the
+// leave memory (their transcripts are not held open at all); the next message loads the
 // history again from the transcript, so the model still sees it.
 func TestE2EIdleSessionsLeaveMemory(t *testing.T) {
 	sqliteOnly(t) // counts open transcript files
@@ -37,8 +37,10 @@ func TestE2EIdleSessionsLeaveMemory(t *testing.T) {
 		seq := webPost(t, tg.URL, client, "remember "+client)
 		waitWeb(t, tg, client, seq, "assistant", func(s string) bool { return s == "answer to remember "+client })
 	}
-	if n := openTranscripts(t, tg.StateDir); n != 2 {
-		t.Fatalf("%d transcripts open with two conversations loaded, want 2", n)
+	// A transcript is opened for each line and closed again, not held
+	// open by its loaded session (issue 30: a descriptor budget).
+	if n := openTranscripts(t, tg.StateDir); n != 0 {
+		t.Fatalf("%d transcripts open with two conversations loaded, want 0 (opened per line)", n)
 	}
 	if got := tg.metric(t, "herald_sessions_loaded"); got != 2 {
 		t.Errorf("herald_sessions_loaded = %v, want 2", got)

@@ -51,7 +51,8 @@ type Options struct {
 	// HTTPReadTimeout bounds reading one request, body included; 0 = 30 s.
 	HTTPReadTimeout time.Duration
 	// OnLeaseLost, if set, is called when this replica lost its lease on a
-	// PostgreSQL state (herald exits at once); by default Run returns.
+	// PostgreSQL state, or the state store could not be written for longer
+	// than state.leaseSeconds (herald exits at once); by default Run returns.
 	OnLeaseLost func(reason string)
 }
 
@@ -84,6 +85,9 @@ type Gateway struct {
 	sched    *schedule.Scheduler
 	tracer   *telemetry.Tracer // spans of messages (SPEC §22); off = no-op
 	phase    phase             // standby, starting, running (phase.go)
+
+	owedMu   sync.Mutex
+	owedHere map[int64]bool // intake ids whose turn is queued or running here
 
 	listener net.Listener
 	server   *http.Server
@@ -119,7 +123,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("make the gateway process non-dumpable: %w", err)
 	}
 	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock,
-		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState)}
+		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), owedHere: make(map[int64]bool)}
 	g.conf.Store(cfg)
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	g.metrics = newMetrics()
@@ -166,7 +170,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace,
-		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp,
+		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, RetryWrite: g.retryWrite,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 	})
@@ -398,7 +402,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.spend.Run(g.bgCtx, spend.RefreshEvery) }()
 	}
-	g.bg.Add(4)
+	g.bg.Add(5)
+	go func() { defer g.bg.Done(); g.sweepOwed(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.panel.run(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.cluster.run(g.bgCtx) }()
@@ -416,7 +421,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case reason := <-g.cluster.lost:
-		err = fmt.Errorf("lost the replica lease (%s)", reason)
+		err = fmt.Errorf("stopped: %s", reason)
 	case err = <-serveErr:
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil

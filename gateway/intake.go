@@ -27,6 +27,9 @@ const (
 	MaxCommands = 64
 	// busyRetry is what a refused sender is asked to wait.
 	busyRetry = 30 * time.Second
+	// storeRetry is what a sender refused during a store outage is asked
+	// to wait.
+	storeRetry = 5 * time.Second
 )
 
 const busyText = "⏳ Busy right now: too many messages are waiting. Please send that again in a minute."
@@ -101,6 +104,13 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	added, err := g.db.AddIntake(context.WithoutCancel(ctx), it)
 	if err != nil {
 		span.SetStatus(codes.Error, "message not stored")
+		if storeFailed(err) {
+			// Not acknowledged: the platform (or the web client) sends it
+			// again once the store is back.
+			g.metrics.refused.WithLabelValues(ch, "store_unavailable").Inc()
+			log.Warn("message refused: the state store does not take it", zap.Error(err))
+			return &channels.UnavailableError{RetryAfter: storeRetry, Reason: err.Error()}
+		}
 		log.Error("message not stored", zap.Error(err))
 		return fmt.Errorf("store message: %w", err)
 	}
@@ -134,10 +144,99 @@ func (g *Gateway) turnLog(it store.Intake) *zap.Logger {
 // shutting down refuses it; the turn stays owed in the store and runs after
 // the next start.
 func (g *Gateway) enqueueTurn(it store.Intake, log *zap.Logger) {
-	err := g.mainLane.Enqueue(lane.Job{Key: it.SessionKey, Run: func(ctx context.Context) { g.turn(ctx, it) }})
+	g.owedMu.Lock()
+	if g.owedHere[it.ID] {
+		// Queued or running already (sweepOwed took it while a completion
+		// that hands it on was being retried): one turn per message.
+		g.owedMu.Unlock()
+		log.Debug("turn already queued", zap.Int64("intakeId", it.ID))
+		return
+	}
+	g.owedHere[it.ID] = true
+	g.owedMu.Unlock()
+	err := g.mainLane.Enqueue(lane.Job{Key: it.SessionKey, Run: func(ctx context.Context) {
+		defer func() {
+			g.owedMu.Lock()
+			delete(g.owedHere, it.ID)
+			g.owedMu.Unlock()
+		}()
+		g.turn(ctx, it)
+	}})
 	if err != nil {
+		g.owedMu.Lock()
+		delete(g.owedHere, it.ID)
+		g.owedMu.Unlock()
 		log.Info("turn left owed for the next start", zap.Int64("intakeId", it.ID), zap.Error(err))
 	}
+}
+
+// sweepOwed queues, every few seconds, the owed turns this replica holds
+// (or that are free) but has not queued: a message whose store write was
+// committed while its caller saw an error (the connection dropped with the
+// commit's answer) is stored and claimed, yet nobody would run it until a
+// restart. A turn is taken only when two sweeps in a row found it unqueued,
+// so one handed on by CompleteIntake a moment ago is not queued twice.
+func (g *Gateway) sweepOwed(ctx context.Context) {
+	const every = 2 * time.Second
+	var seen map[int64]bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		g.mu.Lock()
+		draining := g.draining
+		g.mu.Unlock()
+		if draining {
+			return
+		}
+		owed, err := g.db.OwedIntake(ctx)
+		if err != nil {
+			continue // an outage: the next sweep looks again
+		}
+		next := map[int64]bool{}
+		var take []int64
+		g.owedMu.Lock()
+		for _, it := range owed {
+			if (it.ClaimedBy == g.cluster.id || it.ClaimedBy == "") && !g.owedHere[it.ID] {
+				next[it.ID] = true
+				if seen[it.ID] && it.ClaimedBy == g.cluster.id {
+					take = append(take, it.ID)
+				}
+			}
+		}
+		g.owedMu.Unlock()
+		seen = next
+		if len(take) == 0 {
+			continue
+		}
+		// Claim them properly (own and free heads), then queue those seen.
+		claimed, err := g.db.ClaimOwed(ctx, g.cluster.id, true, 0)
+		if err != nil {
+			continue
+		}
+		for _, it := range claimed {
+			g.owedMu.Lock()
+			queued := g.owedHere[it.ID]
+			g.owedMu.Unlock()
+			if queued || !contains64(take, it.ID) {
+				continue
+			}
+			log := g.turnLog(it)
+			log.Warn("owed turn was not queued (its message was stored while the store's answer was lost); running it", zap.Int64("intakeId", it.ID))
+			g.enqueueTurn(it, log)
+		}
+	}
+}
+
+func contains64(list []int64, v int64) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 // resumeOwed claims and queues the owed turns that no live replica runs —
@@ -161,14 +260,22 @@ func (g *Gateway) resumeOwed(ctx context.Context) error {
 }
 
 // complete ends an owed turn: reply (if any) committed to the outbox and
-// the message marked done, in one transaction.
-func (g *Gateway) complete(ctx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
+// the message marked done, in one transaction. A store that does not take
+// it is retried (retryWrite) until laneCtx ends: the turn then stays owed
+// for the next start or another replica. A retry after a commit whose
+// outcome was lost adds nothing twice (CompleteIntake).
+func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
 	var reply *store.OutboxItem
 	if strings.TrimSpace(text) != "" {
 		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
-			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(ctx)}
+			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(laneCtx)}
 	}
-	_, next, err := g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now())
+	var next *store.Intake
+	err := g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
+		var err error
+		_, next, err = g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now())
+		return err
+	})
 	if err != nil {
 		log.Error("could not complete the turn; it stays owed", zap.Int64("intakeId", it.ID), zap.Error(err))
 		return

@@ -25,9 +25,13 @@ type metrics struct {
 	channelUp *prometheus.GaugeVec
 	refused   *prometheus.CounterVec
 	redeliver prometheus.Counter
-	uncertain *prometheus.CounterVec
-	reloads   *prometheus.CounterVec
-	spend     *prometheus.CounterVec
+	// storeRetries counts store writes retried during an outage; turnRetries
+	// turns put back because the store cut them short.
+	storeRetries prometheus.Counter
+	turnRetries  prometheus.Counter
+	uncertain    *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	spend        *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -47,7 +51,11 @@ func newMetrics() *metrics {
 			Help: "Model call latency by provider, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"provider", "result"}),
 		channelUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_channel_up", Help: "1 when the channel reports healthy."}, []string{"channel"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_intake_refused_total",
-			Help: "Inbound messages refused, by channel and reason (busy, commands_busy, rate_limited, draining)."}, []string{"channel", "reason"}),
+			Help: "Inbound messages refused, by channel and reason (busy, commands_busy, rate_limited, draining, store_unavailable)."}, []string{"channel", "reason"}),
+		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_store_write_retries_total",
+			Help: "State store writes retried because the store did not take them (an outage: unreachable, busy, disk full, I/O error, no file descriptor)."}),
+		turnRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_turn_store_retries_total",
+			Help: "Turns run again after the state store cut them short."}),
 		redeliver: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_intake_redelivered_total",
 			Help: "Platform re-deliveries of a message already stored (not run again)."}),
 		uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_uncertain_total",
@@ -72,7 +80,7 @@ func newMetrics() *metrics {
 		}
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.uncertain, m.reloads, m.spend,
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.storeRetries, m.turnRetries, m.uncertain, m.reloads, m.spend,
 		collectors.NewGoCollector())
 	return m
 }

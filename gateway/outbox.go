@@ -44,11 +44,13 @@ type deliverer struct {
 	mu       sync.Mutex
 	inflight int  // sends in flight (≤ maxSends)
 	started  bool // the first pass (which takes back this replica's own claims) was made
-	sends    sync.WaitGroup
+	// sending are the ids of the items whose send is in flight here.
+	sending map[int64]bool
+	sends   sync.WaitGroup
 }
 
 func newDeliverer(g *Gateway) *deliverer {
-	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1)}
+	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1), sending: map[int64]bool{}}
 }
 
 // wakeUp asks for a delivery pass now, here and on the other replicas (an
@@ -124,12 +126,20 @@ func (d *deliverer) pass(ctx context.Context) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("read outbox", zap.Error(err))
+			// The claim may have been committed with its answer lost (the
+			// connection dropped): the next pass takes this replica's own
+			// claims back, so those items are not left until a restart.
+			d.started = false
 		}
 		return false
 	}
 	d.started = true
 	for i := range items {
 		it := items[i]
+		if d.sending[it.ID] {
+			continue // taken back while its send is still in flight
+		}
+		d.sending[it.ID] = true
 		d.inflight++
 		d.sends.Add(1)
 		go func() {
@@ -137,6 +147,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 			d.deliver(ctx, d.g.channel(it.Origin.Channel), &it)
 			d.mu.Lock()
 			d.inflight--
+			delete(d.sending, it.ID)
 			d.mu.Unlock()
 			d.wakeLocal() // the next message to this destination may be due
 		}()
@@ -192,13 +203,19 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	var ra *channels.RetryAfterError
 	switch {
 	case err == nil:
-		if err := d.g.db.MarkDelivered(context.WithoutCancel(ctx), it.ID, d.g.clock.Now()); err != nil {
+		at := d.g.clock.Now()
+		if err := d.g.retryWrite(d.g.bgCtx, "mark delivered", log, func(wctx context.Context) error {
+			return d.g.db.MarkDelivered(context.WithoutCancel(wctx), it.ID, at)
+		}); err != nil {
 			log.Error("mark delivered", zap.Error(err))
 		}
 		d.g.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case errors.Is(err, channels.ErrPermanent):
-		if err := d.g.db.MarkFailed(context.WithoutCancel(ctx), it.ID, now, err.Error()); err != nil {
+		reason := err.Error()
+		if err := d.g.retryWrite(d.g.bgCtx, "mark failed", log, func(wctx context.Context) error {
+			return d.g.db.MarkFailed(context.WithoutCancel(wctx), it.ID, now, reason)
+		}); err != nil {
 			log.Error("mark failed", zap.Error(err))
 		}
 		d.g.metrics.failed.WithLabelValues(string(it.Kind)).Inc()
@@ -324,8 +341,12 @@ func endSpan(span trace.Span, platformID string, err error) {
 	span.End()
 }
 
+// retry puts the item off until next. A store that does not take that is
+// retried (an outage), so the item is not left claimed until a restart.
 func (d *deliverer) retry(ctx context.Context, it *store.OutboxItem, next time.Time, reason string) {
-	if err := d.g.db.MarkRetry(context.WithoutCancel(ctx), it.ID, next, reason); err != nil {
+	if err := d.g.retryWrite(d.g.bgCtx, "mark retry", d.log, func(wctx context.Context) error {
+		return d.g.db.MarkRetry(context.WithoutCancel(wctx), it.ID, next, reason)
+	}); err != nil {
 		d.log.Error("mark retry", zap.Error(err))
 	}
 	d.g.metrics.retried.WithLabelValues(string(it.Kind)).Inc()

@@ -211,6 +211,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		if laneCtx.Err() != nil {
 			return // shutting down: stays owed
 		}
+		if storeFailed(err) && !errors.Is(err, agent.ErrHistory) {
+			g.retryTurn(laneCtx, it, log, err)
+			return
+		}
 		outcome = "failed"
 		span.SetStatus(codes.Error, "could not open the session")
 		log.Error("could not open session", zap.Error(err))
@@ -313,7 +317,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	switch {
 	case err == nil:
 		outcome = "done"
-		g.complete(ctx, it, channels.KindReply, res.Text, log)
+		g.complete(laneCtx, it, channels.KindReply, res.Text, log)
 		log.Info("turn done", zap.Int("iterations", res.Iterations), zap.Int64("tokens", res.Usage.Total()), zap.Duration("took", time.Since(start)))
 	case laneCtx.Err() != nil:
 		// Cut by shutdown: the turn stays owed and continues after the next
@@ -326,17 +330,23 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⏱ This turn took longer than %s (agents.defaults.turnTimeoutSeconds) and was stopped. Try again, or ask for less at once.", turnTimeout), log)
 	case ctx.Err() != nil:
 		outcome = "aborted"
-		g.complete(ctx, it, channels.KindReply, "", log)
+		g.complete(laneCtx, it, channels.KindReply, "", log)
 		log.Info("turn aborted")
 	case errors.Is(err, spend.ErrBudget):
 		// Over budget: no model call was made; nothing is retried into it.
 		log.Warn("turn stopped by a budget", zap.Error(err))
-		g.complete(ctx, it, channels.KindSystem, err.Error(), log)
+		g.complete(laneCtx, it, channels.KindSystem, err.Error(), log)
+	case errors.Is(err, agent.ErrTranscript):
+		// The store cut the turn short: what the history holds beyond the
+		// transcript is dropped with the session, and the turn runs again
+		// from the transcript once the store takes writes.
+		g.evict(s)
+		g.retryTurn(laneCtx, it, log, err)
 	default:
 		outcome = "failed"
 		span.SetStatus(codes.Error, "the agent could not answer")
 		log.Warn("turn failed", zap.Error(err))
-		g.complete(ctx, it, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), log)
+		g.complete(laneCtx, it, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), log)
 	}
 }
 

@@ -8,7 +8,8 @@
 #   scripts/postgres.sh bindir              print the folder holding initdb and pg_ctl
 #   scripts/postgres.sh start <dir> <port>  initdb in <dir>/data, start on 127.0.0.1:<port>,
 #                                           print the connection URL
-#   scripts/postgres.sh stop <dir>          stop the cluster started in <dir>
+#   scripts/postgres.sh stop <dir> [mode]   stop the cluster started in <dir> (pg_ctl -m mode:
+#                                           immediate, the default, or fast: committed work kept)
 #
 # initdb refuses to run as root: as root the cluster runs as the `postgres`
 # user the Debian package creates, and <dir> is handed to it.
@@ -75,11 +76,11 @@ cmd_start() {
 }
 
 cmd_stop() {
-	local dir=${1:?usage: postgres.sh stop <dir>}
+	local dir=${1:?usage: postgres.sh stop <dir> [fast|immediate]}
 	local bin
 	bin=$(bindir) || die "PostgreSQL is not installed"
 	[[ -f "$dir/data/postmaster.pid" ]] || return 0
-	as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+	as_owner "$bin/pg_ctl" -D "$dir/data" -m "${2:-immediate}" -w stop >/dev/null
 }
 
 case "${1:-}" in

@@ -67,6 +67,12 @@ func TestIntakeClaimsOneTurnPerSession(t *testing.T) {
 	if err != nil || next == nil || next.ID != a2.ID || next.ClaimedBy != "r1" {
 		t.Fatalf("complete a1: next %+v, %v; want a2 passed on to r1", next, err)
 	}
+	// A retry of that completion (its commit's answer lost with the
+	// connection) adds nothing and hands a2 on again, so it is not left
+	// owed with nobody to run it.
+	if id, again, err := db.CompleteIntake(ctx, a1.ID, &OutboxItem{Origin: channels.Origin{Channel: "web", ChatID: "x"}, Kind: channels.KindReply, Text: "late"}, time.Now()); err != nil || id != 0 || again == nil || again.ID != a2.ID {
+		t.Fatalf("complete a1 again: outbox %d, next %+v, %v; want nothing added and a2 again", id, again, err)
+	}
 	a3 := add("s1", "a3", "r2")
 	if a3.ClaimedBy != "" {
 		t.Fatal("a3 claimed while a2 is owed")

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -49,6 +50,9 @@ type DB struct {
 	pg *pgBackend
 
 	group group // SQLite: concurrent write transactions commit together
+
+	// fault, when set, fails every write transaction (InjectWriteFault).
+	fault atomic.Pointer[error]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -282,14 +286,21 @@ func (d *DB) wrap(op string, err error) error {
 		switch code & 0xff {
 		case sqliteCorrupt, sqliteNotADB:
 			return corrupt(d.path, err)
-		case sqliteReadOnly, sqlitePerm, sqliteCantOpen:
+		case sqliteCantOpen:
+			// "unable to open database file" is also what running out of
+			// file descriptors looks like: name that when it is the cause.
+			if fd := descriptorError(err, true); fd != err {
+				return fmt.Errorf("%s: state database %s: %w", op, d.path, fd)
+			}
+			return fmt.Errorf("%s: state database %s: %w: %w", op, d.path, ErrReadOnly, err)
+		case sqliteReadOnly, sqlitePerm:
 			return fmt.Errorf("%s: state database %s: %w: %w", op, d.path, ErrReadOnly, err)
 		}
 		if code == sqliteConstraintPrimaryKey || code == sqliteConstraintUnique {
 			return fmt.Errorf("%s: %w: %w", op, ErrExists, err)
 		}
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("%s: %w", op, descriptorError(err, false))
 }
 
 // Close closes both connection pools, checkpointing the WAL first.
@@ -535,11 +546,25 @@ func (d *DB) writer(ctx context.Context) conn {
 	return conn{ctx: ctx, cache: d.ws, d: d}
 }
 
+// InjectWriteFault makes every write transaction fail with err until it is
+// called with nil: a full disk or an I/O error as the driver would report
+// it, for outage tests and chaos drills. Reads go on.
+func (d *DB) InjectWriteFault(err error) {
+	if err == nil {
+		d.fault.Store(nil)
+		return
+	}
+	d.fault.Store(&err)
+}
+
 // tx runs fn in one write transaction (BEGIN IMMEDIATE), committing when fn
 // returns nil (or an errCommitThen) and rolling back otherwise. On SQLite
 // the transaction may share its commit with concurrent ones (group.go); fn
 // then runs to its end even if ctx is cancelled meanwhile.
 func (d *DB) tx(ctx context.Context, fn func(c conn) error) error {
+	if f := d.fault.Load(); f != nil {
+		return *f
+	}
 	if d.pg == nil {
 		return d.txGroup(ctx, fn)
 	}

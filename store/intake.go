@@ -144,7 +144,27 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 			return err
 		}
 		n, err := c.execN(`UPDATE intake SET done_at = ? WHERE id = ? AND done_at IS NULL`, msOrNow(at), id)
-		if err != nil || n == 0 {
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// Completed already: a retry after a commit whose outcome was
+			// lost with the connection. Nothing is added twice; the message
+			// that commit handed on to holder is returned again, so its
+			// turn is not left owed.
+			if holder == "" {
+				return nil
+			}
+			var in Intake
+			err := c.queryRow(func(rows *sql.Rows) error { return scanIntake(rows, &in) },
+				`SELECT `+intakeCols+` FROM intake WHERE id = (SELECT MIN(id) FROM intake WHERE session_key = ? AND done_at IS NULL)
+					AND claimed_by = ?`, key, holder)
+			switch {
+			case err == nil:
+				next = &in
+			case errors.Is(err, ErrNotFound):
+				err = nil
+			}
 			return err
 		}
 		if row != nil {

@@ -163,7 +163,7 @@ func (b *pgBackend) wrap(op string, err error) error {
 			return fmt.Errorf("%s: state database %s: %w: %w", op, b.url, ErrReadOnly, err)
 		}
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("%s: %w", op, descriptorError(err, false))
 }
 
 // pgRebind turns a query written for SQLite into PostgreSQL's: ? → $1, $2,

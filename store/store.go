@@ -24,6 +24,9 @@ var (
 	ErrCorrupt = errors.New("state database is corrupt")
 	// ErrReadOnly: the state dir or database cannot be written.
 	ErrReadOnly = errors.New("state dir is not writable")
+	// ErrTooManyFiles: no file descriptor was free (EMFILE, ENFILE); the
+	// error says how many are open and the limit. Retried, it may succeed.
+	ErrTooManyFiles = errors.New("too many open files")
 	// ErrResolved: the approval was already resolved or expired.
 	ErrResolved = errors.New("already resolved")
 	// ErrExists: a row with the same key (run id, session key, approval code) is already stored.

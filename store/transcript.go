@@ -37,32 +37,58 @@ type lineSink interface {
 	close() error
 }
 
-// fileSink is a transcript file opened for appending.
-type fileSink struct{ f *os.File }
+// fileSink appends to a transcript file: each line opens the file, writes
+// and closes it, so a transcript holds no file descriptor between lines —
+// 10,000 runs in flight do not hold 10,000 open files (issue 30).
+type fileSink struct{ path string }
 
-func (s fileSink) write(line []byte) error { _, err := s.f.Write(line); return err }
-func (s fileSink) sync() error             { return s.f.Sync() }
-func (s fileSink) close() error            { return s.f.Close() }
+func (s fileSink) write(line []byte) error {
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return descriptorError(err, false)
+	}
+	_, err = f.Write(line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s fileSink) sync() error {
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return descriptorError(err, false)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s fileSink) close() error { return nil }
 
 // OpenTranscript opens the transcript at path for appending, creating its
 // folders (0700) and the file (0600) as needed. A new or empty file gets the
 // header line (Type "session" and Version 1 unless set; CreatedAt now unless
 // set). A torn last line left by a crash is cut off first, so new lines
-// never run into it.
+// never run into it. The file is not held open between lines.
 func OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("open transcript %s: %w", path, err)
+		return nil, fmt.Errorf("open transcript %s: %w", path, descriptorError(err, false))
 	}
 	size, err := cutTornLine(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
-	return newTranscript(path, fileSink{f}, size == 0, h)
+	return newTranscript(path, fileSink{path}, size == 0, h)
 }
 
 // newTranscript wraps out, writing the header h (with its defaults) first

@@ -53,8 +53,12 @@ type Deps struct {
 	Authorize agent.Authorizer
 	// Notify wakes the outbox deliverer after an announce was written.
 	Notify func()
-	Logger *zap.Logger
-	Clock  agent.Clock
+	// RetryWrite, if set, runs a store write that must not be lost until
+	// the store takes it (an outage is retried with backoff; the gateway
+	// stops the process after a long one). Nil: one attempt.
+	RetryWrite func(ctx context.Context, what string, log *zap.Logger, write func(context.Context) error) error
+	Logger     *zap.Logger
+	Clock      agent.Clock
 	// AnnounceTimeout bounds the announce step; default 60 s.
 	AnnounceTimeout time.Duration
 	// OnUsage, if set, is told the usage of every model call of a run
@@ -910,11 +914,22 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		}
 		defer span.End() // after the run's end is stored
 	}
-	// A shutdown must not lose the end of a run: write with a fresh context.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	// A shutdown must not lose the end of a run: write with a fresh
+	// context; a store that does not take it is retried (an outage), so
+	// the announce is not left for a restart.
 	log := m.runLog(&r)
-	if err := m.d.Store.FinishRun(ctx, &r, item); err != nil {
+	finish := func(ctx context.Context) error {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return m.d.Store.FinishRun(wctx, &r, item)
+	}
+	var err error
+	if m.d.RetryWrite != nil {
+		err = m.d.RetryWrite(context.Background(), "record the end of a run", log, finish)
+	} else {
+		err = finish(context.Background())
+	}
+	if err != nil {
 		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
 	} else {
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),

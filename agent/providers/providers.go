@@ -102,6 +102,10 @@ func (o Options) withDefaults() Options {
 
 // New returns the provider configured as models.providers.<id>.
 func New(id string, p config.Provider, opts Options) (agent.Provider, error) {
+	if opts.HTTPClient == nil {
+		// Each provider has its own pool, bounded by its maxConnections.
+		opts.HTTPClient = &http.Client{Transport: transportFor(p.MaxConnections)}
+	}
 	opts = opts.withDefaults()
 	log := opts.Logger.Named("provider").With(zap.String("provider", id), zap.String("api", p.API))
 	switch p.API {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -71,8 +72,15 @@ func (a *Adapter) poll(ctx context.Context, done chan struct{}) {
 			continue
 		}
 		before := offset
+		held := false
 		for _, raw := range raws {
 			id := a.handle(ctx, raw)
+			if id == notTaken {
+				// The rest of the batch waits too (order), and comes again
+				// with the next getUpdates from this offset.
+				held = true
+				break
+			}
 			if id >= offset {
 				offset = id + 1
 			}
@@ -83,6 +91,14 @@ func (a *Adapter) poll(ctx context.Context, done chan struct{}) {
 			if err := a.opts.Offsets.SaveOffset(context.WithoutCancel(ctx), offset); err != nil {
 				a.log.Warn("telegram: could not save the update offset", zap.Error(err))
 			}
+		}
+		if held {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, a.maxBackoff)
 		}
 	}
 }
@@ -96,7 +112,8 @@ type topicFields struct {
 }
 
 // handle decodes one raw update, turns it into an Inbound and, if admitted,
-// gives it to the sink. It returns the update_id (-1 if unreadable).
+// gives it to the sink. It returns the update_id (-1 if unreadable,
+// notTaken if the gateway could not store it now).
 func (a *Adapter) handle(ctx context.Context, raw []byte) int {
 	var u tgbotapi.Update
 	if err := json.Unmarshal(raw, &u); err != nil {
@@ -121,10 +138,20 @@ func (a *Adapter) handle(ctx context.Context, raw []byte) int {
 	a.mu.Unlock()
 	a.log.Debug("telegram message", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Bool("mentioned", in.Mentioned))
 	if err := sink(ctx, in); err != nil {
+		if errors.Is(err, channels.ErrUnavailable) {
+			// Not stored (the gateway's store is away): not confirmed
+			// either, so Telegram delivers it again.
+			a.log.Warn("telegram message not taken; left unconfirmed for Telegram to deliver again", zap.Int("updateId", u.UpdateID), zap.Error(err))
+			return -2
+		}
 		a.log.Warn("telegram message not taken", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Error(err))
 	}
 	return u.UpdateID
 }
+
+// notTaken is what handle returns for an update the gateway could not store
+// now: it stays unconfirmed.
+const notTaken = -2
 
 // inbound maps a message to an Inbound; ok is false for messages Herald
 // ignores (no text, from a bot, a channel post, a command for another bot,
@@ -270,12 +297,25 @@ func (a *Adapter) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK) // Telegram redelivered; already handled
 		return
 	}
-	a.handle(ctx, body)
+	if a.handle(ctx, body) == notTaken {
+		a.unsee(*head.UpdateID)
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "the gateway cannot store messages right now; deliver it again", http.StatusServiceUnavailable)
+		return
+	}
 	w.WriteHeader(http.StatusOK)
 }
 
 // seen records a webhook update id and reports whether it was already
 // handled (Telegram redelivers when a response is slow).
+// unsee forgets id, so a re-delivery of an update that was not taken is
+// handled.
+func (a *Adapter) unsee(id int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.recent, id)
+}
+
 func (a *Adapter) seen(id int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

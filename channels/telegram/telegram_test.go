@@ -471,3 +471,53 @@ func TestPollingContinuesFromSavedOffset(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// An update the gateway could not store (its store is away) is not
+// confirmed: polling gets it again, in order with the rest of its batch,
+// and the webhook answers 503 so that Telegram delivers it again.
+func TestUpdateNotTakenIsDeliveredAgain(t *testing.T) {
+	fake := tgfake.New(t, token)
+	fake.SendText(42, "private", 0, 42, "first")
+	fake.SendText(42, "private", 0, 42, "second")
+	a, err := New(Options{BotToken: token, APIURL: fake.URL(), PollTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.minBackoff, a.maxBackoff = 5*time.Millisecond, 20*time.Millisecond
+	var mu sync.Mutex
+	refusals := 3
+	var got []string
+	sink := func(_ context.Context, in channels.Inbound) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if refusals > 0 {
+			refusals--
+			return &channels.UnavailableError{RetryAfter: time.Second, Reason: "store away"}
+		}
+		got = append(got, in.Text)
+		return nil
+	}
+	if err := a.Start(context.Background(), sink); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Stop(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, ",") != "first,second" {
+		t.Errorf("taken %q after 3 refusals; want first,second once each, in order", got)
+	}
+}

@@ -82,6 +82,10 @@ func (a *Adapter) handlePage(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(pageHTML)
 }
 
+// unavailableRetry is what a client is asked to wait when its message
+// could not be stored.
+const unavailableRetry = 5 * time.Second
+
 func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	sink, ok := a.runningSink()
 	if !ok {
@@ -177,8 +181,11 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	e := &Entry{Role: RoleUser, Text: req.Text, At: now}
 	seq, err := a.append(r.Context(), req.Client, e)
 	if err != nil {
+		// The state store did not take it (an outage): nothing was
+		// acknowledged; the client sends it again.
 		a.log.Error("web message not stored", zap.String("client", req.Client), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+		w.Header().Set("Retry-After", strconv.Itoa(int(unavailableRetry/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the message could not be stored (the gateway's state store is unreachable); try again in %d s", int(unavailableRetry/time.Second)))
 		return
 	}
 	sessionKey := a.opts.SessionKey(req.Client)
@@ -200,12 +207,16 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		At:         now,
 	})
 	var busy *channels.BusyError
+	var unavailable *channels.UnavailableError
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, postResponse{SessionKey: sessionKey, Seq: seq, ClientSecret: secret})
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(busy.RetryAfter.Round(time.Second)/time.Second))))
 		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.As(err, &unavailable):
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(unavailable.RetryAfter.Round(time.Second)/time.Second))))
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, channels.ErrDraining):
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, err.Error()+"; try again in a few seconds")

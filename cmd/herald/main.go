@@ -343,7 +343,7 @@ func runGateway(f *flags, stderr io.Writer) int {
 	// A replica that lost its lease exits at once: the others take its
 	// work over, and it must not go on with it meanwhile.
 	lost := func(reason string) {
-		fmt.Fprintf(stderr, "herald: lost the replica lease (%s); exiting so that no work runs twice\n", reason)
+		fmt.Fprintf(stderr, "herald: %s; exiting (status 1) so that no work runs twice\n", reason)
 		_ = log.Sync()
 		os.Exit(1)
 	}

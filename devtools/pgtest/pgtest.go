@@ -225,3 +225,79 @@ func RunBoth(m *testing.M, pkg string) int {
 	fmt.Printf("%s: the suite again, on PostgreSQL\n", pkg)
 	return Rerun(StoreEnv + "=postgres")
 }
+
+// Server is a PostgreSQL cluster of one test's own (OwnServer), which the
+// test may stop and start again — an outage — without disturbing the
+// other tests' databases.
+type Server struct {
+	URL  string // its postgres database
+	dir  string
+	port int
+	tb   testing.TB
+}
+
+// OwnServer starts a throwaway cluster for tb alone on a free loopback
+// port (removed at cleanup). Where PostgreSQL is not installed the test is
+// skipped, or fails under HERALD_REQUIRE_POSTGRES=1.
+func OwnServer(tb testing.TB) *Server {
+	tb.Helper()
+	root, rerr := repoRoot()
+	if rerr != nil {
+		tb.Fatal(rerr)
+	}
+	sh := filepath.Join(root, "scripts", "postgres.sh")
+	if out, berr := exec.Command("bash", sh, "bindir").CombinedOutput(); berr != nil {
+		if Required() {
+			tb.Fatalf("PostgreSQL is required (HERALD_REQUIRE_POSTGRES=1): %s", out)
+		}
+		tb.Skipf("PostgreSQL not available: %s", strings.TrimSpace(string(out)))
+	}
+	d, derr := os.MkdirTemp("", "herald-pg-")
+	if derr != nil {
+		tb.Fatal(derr)
+	}
+	os.Chmod(d, 0o755)
+	port, perr := freePort()
+	if perr != nil {
+		tb.Fatal(perr)
+	}
+	s := &Server{dir: d, port: port, tb: tb}
+	tb.Cleanup(func() {
+		exec.Command("bash", sh, "stop", d).Run()
+		os.RemoveAll(d)
+	})
+	s.URL = s.start(sh)
+	return s
+}
+
+func (s *Server) start(sh string) string {
+	s.tb.Helper()
+	out, err := exec.Command("bash", sh, "start", s.dir, fmt.Sprint(s.port)).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		s.tb.Fatalf("pgtest: start PostgreSQL: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Stop stops the server (pg_ctl -m fast: every connection drops at once;
+// what was committed is kept — the test clusters run with
+// synchronous_commit off, which an immediate stop would turn into lost
+// commits that a production server does not lose).
+func (s *Server) Stop() {
+	s.tb.Helper()
+	root, _ := repoRoot()
+	if out, err := exec.Command("bash", filepath.Join(root, "scripts", "postgres.sh"), "stop", s.dir, "fast").CombinedOutput(); err != nil {
+		s.tb.Fatalf("pgtest: stop PostgreSQL: %v: %s", err, out)
+	}
+}
+
+// Start starts the stopped server again on the same port and data.
+func (s *Server) Start() {
+	s.tb.Helper()
+	root, _ := repoRoot()
+	s.start(filepath.Join(root, "scripts", "postgres.sh"))
+}

@@ -1,0 +1,19 @@
+//go:build !unix
+
+package store
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// Descriptors reports -1 and 0 where they cannot be read.
+func Descriptors() (open int, limit uint64) { return -1, 0 }
+
+func descriptorError(err error, _ bool) error {
+	if err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) && !errors.Is(err, ErrTooManyFiles) {
+		return fmt.Errorf("%w: %w", ErrTooManyFiles, err)
+	}
+	return err
+}
