@@ -86,6 +86,13 @@ func (a *Adapter) handlePage(w http.ResponseWriter, r *http.Request) {
 // could not be stored.
 const unavailableRetry = 5 * time.Second
 
+// storeUnavailable answers a request the gateway's store could not serve
+// (an outage): 503 with Retry-After; nothing was taken.
+func storeUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(unavailableRetry/time.Second)))
+	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the message could not be stored (the gateway's state store is unreachable); try again in %d s", int(unavailableRetry/time.Second)))
+}
+
 func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	sink, ok := a.runningSink()
 	if !ok {
@@ -122,7 +129,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	o, err := a.ownershipOf(r, req.Client)
 	if err != nil {
 		a.log.Error("web client secret not read", zap.String("client", req.Client), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+		storeUnavailable(w)
 		return
 	}
 	if a.refuseClient(w, r, o, req.Client) {
@@ -165,7 +172,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		claimed, err := a.secrets.ClaimSecret(r.Context(), req.Client, hashSecret(secret))
 		if err != nil {
 			a.log.Error("web client secret not stored", zap.String("client", req.Client), zap.Error(err))
-			writeError(w, http.StatusInternalServerError, "the message could not be stored; try again")
+			storeUnavailable(w)
 			return
 		}
 		if !claimed {
@@ -184,8 +191,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		// The state store did not take it (an outage): nothing was
 		// acknowledged; the client sends it again.
 		a.log.Error("web message not stored", zap.String("client", req.Client), zap.Error(err))
-		w.Header().Set("Retry-After", strconv.Itoa(int(unavailableRetry/time.Second)))
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the message could not be stored (the gateway's state store is unreachable); try again in %d s", int(unavailableRetry/time.Second)))
+		storeUnavailable(w)
 		return
 	}
 	sessionKey := a.opts.SessionKey(req.Client)
@@ -265,7 +271,8 @@ func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		a.log.Error("web history not read", zap.String("client", client), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
+		w.Header().Set("Retry-After", strconv.Itoa(int(unavailableRetry/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, "the conversation could not be read (the gateway's state store is unreachable); try again")
 		return
 	}
 	if entries == nil {
