@@ -29,13 +29,34 @@ type Decision struct {
 // up to now, catchUp "latest" runs the latest and counts the others missed,
 // "none" runs the latest only if it is on time (within Grace), "all" runs
 // the earliest (the store holds the next one back until that run ends). A
-// due time whose previous run still runs is skipped (latest, none) or waits
-// (all).
+// due time whose previous run still runs is skipped and counted; only "all"
+// lets a due time missed while no gateway ran wait for it instead. Plan
+// takes every due time as missed while no gateway ran; see PlanSince.
 func Plan(w When, s *store.Schedule, now time.Time) Decision {
+	return PlanSince(w, s, now, time.Time{})
+}
+
+// PlanSince is Plan for a scheduler that started at started: under catchUp
+// "all", due times from started on came while a gateway ran, so with the
+// previous run still going they are skipped and counted like under the
+// other policies, and the schedule moves on past now; earlier ones (the
+// backlog of a downtime) wait for the run to end. Zero started: all wait.
+func PlanSince(w When, s *store.Schedule, now, started time.Time) Decision {
 	d0 := s.NextDue
 	if s.CatchUp == "all" {
 		if s.ActiveRun != "" {
-			return Decision{Next: d0} // wait for the previous run
+			if started.IsZero() || d0.Before(started) {
+				return Decision{Next: d0} // missed while down: wait for the previous run
+			}
+			dec := Decision{Skipped: 1, Next: w.Next(d0)}
+			for !dec.Next.IsZero() && !dec.Next.After(now) && dec.Skipped < maxScan {
+				dec.Skipped++
+				dec.Next = w.Next(dec.Next)
+			}
+			if !dec.Next.IsZero() && !dec.Next.After(now) {
+				dec.Next = w.Next(now) // too far behind to count
+			}
+			return dec
 		}
 		dec := Decision{Due: d0, Next: w.Next(d0)}
 		if late := now.Sub(d0); late > Grace {

@@ -71,7 +71,12 @@ func TestPlanOverlap(t *testing.T) {
 	w, s = everyMinute(t, "all", base, "run-1")
 	dec = Plan(w, s, base.Add(3*time.Minute))
 	if !dec.Due.IsZero() || dec.Skipped != 0 || !dec.Next.Equal(base) {
-		t.Fatalf("all overlapping: %+v", dec)
+		t.Fatalf("all overlapping, missed while down: %+v", dec)
+	}
+	// Due times that came while this gateway ran are skipped under "all" too.
+	dec = PlanSince(w, s, base.Add(3*time.Minute+10*time.Second), base.Add(-time.Hour))
+	if !dec.Due.IsZero() || dec.Skipped != 4 || !dec.Next.Equal(base.Add(4*time.Minute)) {
+		t.Fatalf("all overlapping while running: %+v", dec)
 	}
 }
 

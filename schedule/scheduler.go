@@ -71,6 +71,9 @@ type Scheduler struct {
 	conf atomic.Pointer[config.Config]
 	wake chan struct{}
 	mu   sync.Mutex // serialises passes of this process
+	// started: due times before it were missed while no gateway (this
+	// one) ran; catchUp "all" lets only those wait for a previous run.
+	started time.Time
 }
 
 // New returns a Scheduler; Run starts it.
@@ -96,7 +99,7 @@ func New(d Deps) *Scheduler {
 	if d.OnChange == nil {
 		d.OnChange = func(string) {}
 	}
-	s := &Scheduler{d: d, log: d.Logger.Named("schedule"), wake: make(chan struct{}, 1)}
+	s := &Scheduler{d: d, log: d.Logger.Named("schedule"), wake: make(chan struct{}, 1), started: d.Clock.Now()}
 	s.conf.Store(d.Config)
 	return s
 }
@@ -184,7 +187,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			s.log.Error("could not fire due schedules; trying again", zap.Error(err))
 		}
 		wait := s.d.MaxWait
-		if next, ok, err := s.d.Store.NextScheduleAt(ctx); err == nil && ok {
+		if next, ok, err := s.d.Store.NextScheduleAt(ctx, s.started); err == nil && ok {
 			if d := next.Sub(s.d.Clock.Now()); d < wait {
 				wait = max(d, time.Millisecond)
 			}
@@ -240,7 +243,7 @@ func (s *Scheduler) Tick(ctx context.Context) (int, error) {
 // due).
 func (s *Scheduler) pass(ctx context.Context) (started int, full bool, err error) {
 	now := s.d.Clock.Now()
-	fired, err := s.d.Store.FireDue(ctx, now, s.d.Batch, func(sc *store.Schedule) store.Firing {
+	fired, err := s.d.Store.FireDue(ctx, now, s.started, s.d.Batch, func(sc *store.Schedule) store.Firing {
 		return s.plan(sc, now)
 	})
 	if err != nil {
@@ -264,7 +267,7 @@ func (s *Scheduler) plan(sc *store.Schedule, now time.Time) store.Firing {
 		// Stored by an older config or binary and no longer valid: stop it.
 		return store.Firing{Failed: true, Notice: s.notice(sc, fmt.Sprintf("⚠️ Schedule %s cannot fire: %v. Remove it with /schedule remove %s.", sc.ID, err, sc.ID))}
 	}
-	dec := Plan(w, sc, now)
+	dec := PlanSince(w, sc, now, s.started)
 	f := store.Firing{Skipped: dec.Skipped, Missed: dec.Missed, Next: dec.Next}
 	if dec.Due.IsZero() {
 		return f

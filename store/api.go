@@ -118,9 +118,9 @@ type Schedules interface {
 	PauseSchedule(ctx context.Context, id string) error
 	ResumeSchedule(ctx context.Context, id string, next time.Time) error
 	RemoveSchedule(ctx context.Context, id string) error
-	NextScheduleAt(ctx context.Context) (time.Time, bool, error)
+	NextScheduleAt(ctx context.Context, waitBefore time.Time) (time.Time, bool, error)
 	CountSchedules(ctx context.Context) (ScheduleCounts, error)
-	FireDue(ctx context.Context, now time.Time, limit int, plan func(s *Schedule) Firing) ([]Fired, error)
+	FireDue(ctx context.Context, now, waitBefore time.Time, limit int, plan func(s *Schedule) Firing) ([]Fired, error)
 }
 
 // Bus carries wake-ups between the replicas of a PostgreSQL state

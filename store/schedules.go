@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/heraldhq/herald/channels"
@@ -330,15 +331,29 @@ func (d *DB) RemoveSchedule(ctx context.Context, id string) error {
 }
 
 // dueCond selects the schedules that may fire: not paused, a due time,
-// and not a catchUp "all" schedule waiting for its previous run to end.
-const dueCond = `paused = 0 AND next_due IS NOT NULL AND NOT (catch_up = 'all' AND active_run <> '')`
+// and not a catchUp "all" schedule whose due time was missed while no
+// gateway ran (before the ? bound) waiting for its previous run to end. A
+// due time that came while a gateway ran is selected even with a run going,
+// so the plan skips and counts it (SPEC §19).
+const dueCond = `paused = 0 AND next_due IS NOT NULL AND NOT (catch_up = 'all' AND active_run <> '' AND next_due < ?)`
+
+// waitBound is dueCond's bound: zero holds every catchUp "all" schedule
+// with a run going.
+func waitBound(waitBefore time.Time) int64 {
+	if waitBefore.IsZero() {
+		return math.MaxInt64
+	}
+	return waitBefore.UnixMilli()
+}
 
 // NextScheduleAt returns the earliest due time of a schedule that may
-// fire; ok is false when there is none.
-func (d *DB) NextScheduleAt(ctx context.Context) (time.Time, bool, error) {
+// fire; ok is false when there is none. waitBefore is the start of the
+// caller's scheduler: a catchUp "all" due time before it whose previous
+// run still runs waits for that run (zero: all of them wait).
+func (d *DB) NextScheduleAt(ctx context.Context, waitBefore time.Time) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
-		`SELECT MIN(next_due) FROM schedules WHERE `+dueCond)
+		`SELECT MIN(next_due) FROM schedules WHERE `+dueCond, waitBound(waitBefore))
 	if err != nil {
 		return time.Time{}, false, d.wrap("next schedule", err)
 	}
@@ -362,8 +377,8 @@ func (d *DB) CountSchedules(ctx context.Context) (ScheduleCounts, error) {
 // store. The runs come back queued; the caller puts them on its lane (a
 // crash before that leaves them queued in the store, and the next start
 // or another replica runs them). Rows another replica is firing are passed
-// over.
-func (d *DB) FireDue(ctx context.Context, now time.Time, limit int, plan func(s *Schedule) Firing) ([]Fired, error) {
+// over. waitBefore is as for NextScheduleAt.
+func (d *DB) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, plan func(s *Schedule) Firing) ([]Fired, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -371,7 +386,7 @@ func (d *DB) FireDue(ctx context.Context, now time.Time, limit int, plan func(s 
 	err := d.tx(ctx, func(c conn) error {
 		out = out[:0]
 		rows, err := c.query(`SELECT `+scheduleCols+` FROM schedules WHERE `+dueCond+` AND next_due <= ?
-			ORDER BY next_due LIMIT ?`+d.skipLocked(), now.UnixMilli(), limit)
+			ORDER BY next_due LIMIT ?`+d.skipLocked(), waitBound(waitBefore), now.UnixMilli(), limit)
 		if err != nil {
 			return err
 		}

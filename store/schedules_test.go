@@ -33,10 +33,10 @@ func TestFireDueRecordsOneRunPerDueTime(t *testing.T) {
 	if err := db.AddSchedule(ctx, newSchedule("s1", due), 0); err != nil {
 		t.Fatal(err)
 	}
-	if fired, err := db.FireDue(ctx, due.Add(-time.Second), 10, everyMinute); err != nil || len(fired) != 0 {
+	if fired, err := db.FireDue(ctx, due.Add(-time.Second), time.Time{}, 10, everyMinute); err != nil || len(fired) != 0 {
 		t.Fatalf("before its due time: fired %d, %v", len(fired), err)
 	}
-	fired, err := db.FireDue(ctx, due, 10, everyMinute)
+	fired, err := db.FireDue(ctx, due, time.Time{}, 10, everyMinute)
 	if err != nil || len(fired) != 1 {
 		t.Fatalf("at its due time: fired %d, %v", len(fired), err)
 	}
@@ -48,14 +48,14 @@ func TestFireDueRecordsOneRunPerDueTime(t *testing.T) {
 		t.Fatalf("run: schedule %q @ %v status %s", r.ScheduleID, r.ScheduleDue, r.Status)
 	}
 	// The same moment again: the due time was claimed with its run.
-	if fired, err := db.FireDue(ctx, due, 10, everyMinute); err != nil || len(fired) != 0 {
+	if fired, err := db.FireDue(ctx, due, time.Time{}, 10, everyMinute); err != nil || len(fired) != 0 {
 		t.Fatalf("second pass: fired %d, %v", len(fired), err)
 	}
 	s, _ := db.GetSchedule(ctx, "s1")
 	if !s.NextDue.Equal(due.Add(time.Minute)) || s.ActiveRun != r.ID || s.Fired != 1 {
 		t.Fatalf("schedule after firing: next %v active %q fired %d", s.NextDue, s.ActiveRun, s.Fired)
 	}
-	if at, ok, _ := db.NextScheduleAt(ctx); !ok || !at.Equal(due.Add(time.Minute)) {
+	if at, ok, _ := db.NextScheduleAt(ctx, time.Time{}); !ok || !at.Equal(due.Add(time.Minute)) {
 		t.Fatalf("NextScheduleAt = %v %v", at, ok)
 	}
 }
@@ -67,7 +67,7 @@ func TestFireDueRefusesASecondRunOfOneDueTime(t *testing.T) {
 	ctx := context.Background()
 	due := ms(t0)
 	db.AddSchedule(ctx, newSchedule("s1", due), 0)
-	if _, err := db.FireDue(ctx, due, 10, everyMinute); err != nil {
+	if _, err := db.FireDue(ctx, due, time.Time{}, 10, everyMinute); err != nil {
 		t.Fatal(err)
 	}
 	again := func(s *Schedule) Firing {
@@ -77,7 +77,7 @@ func TestFireDueRefusesASecondRunOfOneDueTime(t *testing.T) {
 		f.Run.ScheduleDue = due // the due time already fired
 		return f
 	}
-	if _, err := db.FireDue(ctx, due.Add(time.Minute), 10, again); err == nil {
+	if _, err := db.FireDue(ctx, due.Add(time.Minute), time.Time{}, 10, again); err == nil {
 		t.Fatal("a second run of one due time was stored")
 	}
 	s, _ := db.GetSchedule(ctx, "s1")
@@ -104,7 +104,7 @@ func TestFireDueConcurrentPassesFireEachDueTimeOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for step := 0; step < 3; step++ {
-				fired, err := db.FireDue(ctx, due.Add(time.Duration(step)*time.Minute), 7, everyMinute)
+				fired, err := db.FireDue(ctx, due.Add(time.Duration(step)*time.Minute), time.Time{}, 7, everyMinute)
 				if err != nil {
 					t.Error(err)
 					return
@@ -121,7 +121,7 @@ func TestFireDueConcurrentPassesFireEachDueTimeOnce(t *testing.T) {
 	// Whatever the interleaving, finish the remaining due times.
 	for step := 0; step < 3; step++ {
 		for {
-			fired, err := db.FireDue(ctx, due.Add(time.Duration(step)*time.Minute), 100, everyMinute)
+			fired, err := db.FireDue(ctx, due.Add(time.Duration(step)*time.Minute), time.Time{}, 100, everyMinute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestScheduledRunFailuresPauseTheSchedule(t *testing.T) {
 	db.AddSchedule(ctx, s, 0)
 	end := func(outcome string, at time.Time) {
 		t.Helper()
-		fired, err := db.FireDue(ctx, at, 10, everyMinute)
+		fired, err := db.FireDue(ctx, at, time.Time{}, 10, everyMinute)
 		if err != nil || len(fired) != 1 {
 			t.Fatalf("fire at %v: %d %v", at, len(fired), err)
 		}
@@ -183,7 +183,7 @@ func TestScheduledRunFailuresPauseTheSchedule(t *testing.T) {
 	if len(notices) != 1 || notices[0] != SchedulePausedText("s1", 2) || items[len(items)-1].Origin != slackOrigin {
 		t.Fatalf("pause notices in the outbox: %q", notices)
 	}
-	if fired, _ := db.FireDue(ctx, due.Add(time.Hour), 10, everyMinute); len(fired) != 0 {
+	if fired, _ := db.FireDue(ctx, due.Add(time.Hour), time.Time{}, 10, everyMinute); len(fired) != 0 {
 		t.Fatal("a paused schedule fired")
 	}
 	if err := db.ResumeSchedule(ctx, "s1", due.Add(time.Hour)); err != nil {
@@ -252,7 +252,7 @@ func TestAddScheduleLimitCountsLiveSchedulesOnly(t *testing.T) {
 	if err := db.AddSchedule(ctx, newSchedule("early", due), 2); !errors.As(err, &le) {
 		t.Fatalf("third while the one-off is due: %v", err)
 	}
-	fired, err := db.FireDue(ctx, due, 10, func(s *Schedule) Firing {
+	fired, err := db.FireDue(ctx, due, time.Time{}, 10, func(s *Schedule) Firing {
 		f := everyMinute(s)
 		f.Next = time.Time{} // a one-off: done after this run
 		return f
@@ -287,7 +287,7 @@ func TestSyncConfigSchedulesKeepsDueTimes(t *testing.T) {
 	if err := db.SyncConfigSchedules(ctx, []Schedule{a, b}); err != nil {
 		t.Fatal(err)
 	}
-	db.FireDue(ctx, due, 10, everyMinute)
+	db.FireDue(ctx, due, time.Time{}, 10, everyMinute)
 	a.NextDue, b.NextDue = due.Add(time.Hour), due.Add(time.Hour)
 	b.Expr = "2m0s"
 	c := *newSchedule("c", due)
