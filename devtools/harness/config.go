@@ -36,7 +36,7 @@ func (c Config) Write(path string) error {
       subagents: { maxConcurrent: %d, maxChildrenPerSession: %d, maxTotalSpawns: %d },
     },
   },
-  channels: { web: { enabled: true }, %s },
+  channels: { web: { enabled: true, maxStreams: 100000 }, %s },
   %s
 }
 `, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Channels, c.Extra)
