@@ -101,6 +101,7 @@ func parse(req *mcp.CallToolRequest) args {
 //   - hang: answers only when the call is cancelled
 //   - crash: the process exits mid-call (stdio only)
 //   - pid: the server's process id
+//   - ppid: its parent's process id (as the server sees it)
 //   - cat {text}: the file at path text, or an isError result with why not
 //   - add_tool: adds tool "extra" (a tools/list_changed notification follows)
 //   - "a.b" and "a_b": two names that become the same model-facing name
@@ -137,6 +138,10 @@ func NewServer() *mcp.Server {
 	s.AddTool(&mcp.Tool{Name: "pid", Description: "Process id.", InputSchema: schema(``)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return text(fmt.Sprint(os.Getpid())), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "ppid", Description: "Parent process id.", InputSchema: schema(``)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(fmt.Sprint(os.Getppid())), nil
 		})
 	s.AddTool(&mcp.Tool{Name: "cat", Description: "Read a file.", InputSchema: schema(`"text":{"type":"string"}`)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
