@@ -144,6 +144,12 @@ func TestE2EBudgetStopsConversation(t *testing.T) {
 	if !regexp.MustCompile("^" + line + "$").MatchString(reply.Text) {
 		t.Errorf("next turn %q, want %s", reply.Text, line)
 	}
+	// /compact over the budget answers exactly the line.
+	seq = webPost(t, tg.URL, client, "/compact")
+	reply = waitWeb(t, tg, client, seq, "system", func(string) bool { return true })
+	if !regexp.MustCompile("^" + line + "$").MatchString(reply.Text) {
+		t.Errorf("/compact %q, want %s", reply.Text, line)
+	}
 	if n := tg.LLM.Count() + oa.Count(); n != 1 {
 		t.Errorf("%d model calls, want 1: none past the budget", n)
 	}

@@ -503,7 +503,8 @@ func pausedNotice(s *Schedule, failures int) *OutboxItem {
 // endScheduledRun is FinishRun's part for a run a schedule started: the
 // schedule's previous run no longer runs, and an error or a timeout is
 // one more failure in a row (a success starts the count again; a stopped
-// run or one the gateway lost counts neither way). At maxFailures the
+// run, one the gateway lost or one a budget stopped counts neither way:
+// the budget resets by itself, a paused schedule would not). At maxFailures the
 // schedule pauses and says so in its destination, in this transaction.
 func endScheduledRun(c conn, r *Run) error {
 	var s Schedule
@@ -521,10 +522,11 @@ func endScheduledRun(c conn, r *Run) error {
 	}
 	failures, paused := s.Failures, s.Paused
 	var notice *OutboxItem
-	switch r.Outcome {
-	case OutcomeSuccess:
+	switch {
+	case r.BudgetStopped:
+	case r.Outcome == OutcomeSuccess:
 		failures = 0
-	case OutcomeError, OutcomeTimeout:
+	case r.Outcome == OutcomeError, r.Outcome == OutcomeTimeout:
 		failures++
 		if failures >= s.MaxFailures && !paused {
 			paused = true

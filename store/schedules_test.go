@@ -228,6 +228,41 @@ func TestAddScheduleLimitAndListing(t *testing.T) {
 	}
 }
 
+// Runs a budget stopped end "error" but do not pause the schedule: the
+// budget resets by itself, a paused schedule would stay off.
+func TestBudgetStoppedRunsDoNotPauseTheSchedule(t *testing.T) {
+	db := newTestDB(t)
+	ctx := context.Background()
+	due := ms(t0)
+	s := newSchedule("s1", due)
+	s.MaxFailures = 2
+	db.AddSchedule(ctx, s, 0)
+	end := func(outcome string, budget bool, at time.Time) {
+		t.Helper()
+		fired, err := db.FireDue(ctx, at, time.Time{}, 10, everyMinute)
+		if err != nil || len(fired) != 1 {
+			t.Fatalf("fire at %v: %d %v", at, len(fired), err)
+		}
+		r := *fired[0].Firing.Run
+		r.Outcome, r.BudgetStopped = outcome, budget
+		if err := db.FinishRun(ctx, &r, &OutboxItem{Origin: r.Origin, Kind: channels.KindAnnounce, Text: "Status: " + outcome}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end(OutcomeError, false, due) // one real failure
+	for i := 1; i <= 4; i++ {
+		end(OutcomeError, true, due.Add(time.Duration(i)*time.Minute))
+	}
+	got, _ := db.GetSchedule(ctx, "s1")
+	if got.Paused || got.Failures != 1 || got.NextDue.IsZero() {
+		t.Fatalf("after a failure and 4 budget stops: paused %v failures %d next %v", got.Paused, got.Failures, got.NextDue)
+	}
+	end(OutcomeError, false, due.Add(5*time.Minute))
+	if got, _ := db.GetSchedule(ctx, "s1"); !got.Paused || got.Failures != 2 {
+		t.Fatalf("a second real failure in a row: paused %v failures %d", got.Paused, got.Failures)
+	}
+}
+
 // maxPerConversation counts the conversation's live chat and tool
 // schedules: a one-off whose run has ended and a config schedule delivered
 // into the conversation leave room for a new one; a paused one does not.

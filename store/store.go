@@ -120,6 +120,10 @@ type Run struct {
 	// run (SPEC §19); "" for a run spawned by sessions_spawn.
 	ScheduleID  string
 	ScheduleDue time.Time
+	// BudgetStopped (not stored): the run ended "error" because a budget
+	// was reached (SPEC §20). For a scheduled run it is not one of the
+	// failed runs in a row that pause the schedule: the budget resets.
+	BudgetStopped bool
 	// TraceParent is the W3C trace context of the sessions_spawn call
 	// that made the run ("" = not traced): the run's spans, also after a
 	// restart or on another replica, continue that trace (SPEC §22).

@@ -591,7 +591,9 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		}
 	case errors.Is(runErr, spend.ErrBudget):
 		// Over budget: no announce step either (it would be a model call).
-		m.finish(lr, &run, store.OutcomeError, agent.LastAssistantText(sess.History), m.withFallback(lr, runErr.Error()), m.usageOf(lr))
+		// Not a failure of a schedule (store.Run.BudgetStopped).
+		run.BudgetStopped = true
+		m.finish(lr, &run, store.OutcomeError, agent.LastAssistantText(sess.History), m.withFallback(lr, budgetLine(runErr)), m.usageOf(lr))
 		return
 	case runErr != nil:
 		outcome, note = store.OutcomeError, runErr.Error()
@@ -636,6 +638,16 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		return
 	}
 	switch {
+	case errors.Is(annErr, spend.ErrBudget):
+		// The budget was reached between the work turn and the announce
+		// step: the run ends "error" with the exact line (SPEC §20),
+		// keeping the sub-agent's last reply as its result.
+		run.BudgetStopped = true
+		if note != "" {
+			note = "\n" + note
+		}
+		m.finish(lr, &run, store.OutcomeError, result, m.withFallback(lr, budgetLine(annErr)+note), m.usageOf(lr))
+		return
 	case annErr != nil:
 		if note != "" {
 			note += "\n"
@@ -981,4 +993,14 @@ func usageFromTranscript(entries []store.TranscriptEntry) agent.Usage {
 		}
 	}
 	return total
+}
+
+// budgetLine is the exact 💸 line of a budget-stopped call's error
+// (SPEC §20), without any wrapping.
+func budgetLine(err error) string {
+	var be *spend.BudgetError
+	if errors.As(err, &be) {
+		return be.Error()
+	}
+	return err.Error()
 }

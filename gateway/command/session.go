@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -45,7 +46,10 @@ func (h handler) compact(ctx context.Context, focus string) string {
 		return replySessionUnavailable
 	}
 	before, after, err := h.env.Session.Compact(ctx, h.req.SessionKey, focus)
+	var over *spend.BudgetError
 	switch {
+	case errors.As(err, &over):
+		return over.Error() // exactly the 💸 line (SPEC §20)
 	case errors.Is(err, agent.ErrNothingToCompact):
 		return "🧹 Nothing to compact yet: this session has no earlier turns."
 	case err != nil:
