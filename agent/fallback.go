@@ -191,6 +191,48 @@ func (h *Health) Snapshot() []ModelHealth {
 	return out
 }
 
+// whyNotFirst says why answered, not the chain's first model, answered a
+// call, in chain order: "<ref> failed (<reason>)" for a model that failed
+// in this call (failedNow), "<ref> cools down after failing (<reason>)"
+// for one ahead of it in the chain that was not tried because it cools
+// down. Empty when the chain's first model answered without a failure.
+func (h *Health) whyNotFirst(chain []*Model, answered string, failedNow map[string]string) []string {
+	var why []string
+	ahead := true
+	for _, m := range chain {
+		if m.Ref == answered {
+			ahead = false
+			continue
+		}
+		if r, ok := failedNow[m.Ref]; ok {
+			why = append(why, fmt.Sprintf("%s failed (%s)", m.Ref, r))
+			continue
+		}
+		if !ahead {
+			continue
+		}
+		if r, ok := h.coolingReason(m.Ref); ok {
+			why = append(why, fmt.Sprintf("%s cools down after failing (%s)", m.Ref, r))
+		}
+	}
+	return why
+}
+
+// coolingReason reports whether ref cools down now and the reason of its
+// last failure.
+func (h *Health) coolingReason(ref string) (string, bool) {
+	if h == nil {
+		return "", false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.models[ref]
+	if m == nil || !m.until.After(h.Now()) {
+		return "", false
+	}
+	return m.reason, true
+}
+
 // order puts the models that cool down after the others, keeping the
 // chain's order within each group.
 func (h *Health) order(models []*Model) []*Model {

@@ -146,8 +146,13 @@ func TestFailingModelCoolsDown(t *testing.T) {
 		t.Fatalf("primary not cooling down: %+v", h.Snapshot())
 	}
 	res, err := s.Run(context.Background(), agent.Turn{Model: p, Fallbacks: []*agent.Model{f}, Health: h}, "hi")
-	if err != nil || ps.Count() != before || res.Fallback != "" || res.AnsweredBy != fallbackRef {
+	if err != nil || ps.Count() != before || res.AnsweredBy != fallbackRef {
 		t.Errorf("while cooling down: res %+v err %v, primary calls %d → %d", res, err, before, ps.Count())
+	}
+	// The note says why the fallback answered though the primary was not called.
+	want := "Answered by openai/gpt-4o: anthropic/claude-sonnet-4-20250514 cools down after failing (HTTP 503 unavailable)."
+	if res.Fallback != want {
+		t.Errorf("note while cooling down = %q, want %q", res.Fallback, want)
 	}
 	now = now.Add(agent.DefaultCooldown + time.Second)
 	if _, ok := h.CoolingDown(primaryRef); ok {

@@ -292,8 +292,10 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 // (models that cool down last). A streamed reply falls back only before
 // its first text. It returns the model that answered.
 func (s *Session) completeChain(ctx context.Context, t Turn, res *Result) (*Response, *Model, error) {
-	models := t.Health.order(append([]*Model{t.Model}, t.Fallbacks...))
+	chain := append([]*Model{t.Model}, t.Fallbacks...)
+	models := t.Health.order(chain)
 	var failures []string
+	failedNow := map[string]string{} // ref → reason, of this call
 	for i, m := range models {
 		if t.BeforeCall != nil {
 			if err := t.BeforeCall(ctx, m); err != nil {
@@ -314,8 +316,8 @@ func (s *Session) completeChain(ctx context.Context, t Turn, res *Result) (*Resp
 		resp, err := s.complete(ctx, tm, res)
 		if err == nil {
 			t.Health.Succeeded(m.Ref)
-			if len(failures) > 0 {
-				res.Fallback = FallbackNote(m.Ref, failures)
+			if why := t.Health.whyNotFirst(chain, m.Ref, failedNow); len(why) > 0 {
+				res.Fallback = FallbackNote(m.Ref, why)
 				t.logger().Info("a fallback model answered", zap.String("sessionKey", s.Key), zap.String("model", m.Ref),
 					zap.String("note", res.Fallback))
 			}
@@ -326,6 +328,7 @@ func (s *Session) completeChain(ctx context.Context, t Turn, res *Result) (*Resp
 		}
 		reason := FailureReason(err)
 		t.Health.Failed(m.Ref, reason)
+		failedNow[m.Ref] = reason
 		if wrote || i == len(models)-1 {
 			if len(failures) > 0 {
 				err = fmt.Errorf("%s; then %s failed: %w", strings.Join(failures, ", "), m.Ref, err)

@@ -93,6 +93,12 @@ func TestE2EFallbackAnswers(t *testing.T) {
 	if tg.LLM.Count() != before {
 		t.Errorf("the primary was called while cooling down (%d → %d calls)", before, tg.LLM.Count())
 	}
+	// /status says why the fallback answered though the primary was not asked.
+	seq = webPost(t, tg.URL, client, "/status")
+	st = waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "📊 Status") })
+	if want := "\nAnswered by openai/gpt-4o: anthropic/claude-sonnet-4-20250514 cools down after failing (HTTP 529 overloaded).\n"; !strings.Contains(st.Text, want) {
+		t.Errorf("/status while the primary cools down does not say why the fallback answered:\n%s", st.Text)
+	}
 }
 
 func providers5() int { return 5 } // providers.DefaultMaxRetries + 1
