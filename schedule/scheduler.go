@@ -176,6 +176,7 @@ func (s *Scheduler) Wake() {
 func (s *Scheduler) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var backoff time.Duration // after failed passes in a row; 0 = none
 	for {
 		select {
 		case <-ctx.Done():
@@ -183,8 +184,14 @@ func (s *Scheduler) Run(ctx context.Context) {
 		case <-timer.C:
 		case <-s.wake:
 		}
-		if _, err := s.Tick(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("could not fire due schedules; trying again", zap.Error(err))
+		_, err := s.Tick(ctx)
+		if err != nil && ctx.Err() == nil {
+			// A failing pass (or row) would otherwise be retried every
+			// millisecond while its due time stays in the past.
+			backoff = nextBackoff(backoff)
+			s.log.Error("could not fire due schedules; trying again", zap.Error(err), zap.Duration("retryIn", backoff))
+		} else {
+			backoff = 0
 		}
 		wait := s.d.MaxWait
 		if next, ok, err := s.d.Store.NextScheduleAt(ctx, s.started); err == nil && ok {
@@ -192,6 +199,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 				wait = max(d, time.Millisecond)
 			}
 		}
+		wait = max(wait, backoff)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -246,9 +254,8 @@ func (s *Scheduler) pass(ctx context.Context) (started int, full bool, err error
 	fired, err := s.d.Store.FireDue(ctx, now, s.started, s.d.Batch, func(sc *store.Schedule) store.Firing {
 		return s.plan(sc, now)
 	})
-	if err != nil {
-		return 0, false, err
-	}
+	// On err, fired still holds the schedules that did fire (a row that
+	// could not be recorded is left alone and named in err).
 	for _, f := range fired {
 		s.report(f)
 		if r := f.Firing.Run; r != nil {
@@ -256,7 +263,7 @@ func (s *Scheduler) pass(ctx context.Context) (started int, full bool, err error
 			started++
 		}
 	}
-	return started, len(fired) == s.d.Batch, nil
+	return started, err == nil && len(fired) == s.d.Batch, err
 }
 
 // plan turns Plan's decision into the store's firing, with the run made as
@@ -309,4 +316,18 @@ func (s *Scheduler) report(f store.Fired) {
 	if f.Paused {
 		log.Warn("schedule paused after failed runs in a row", zap.Int("failures", sc.Failures))
 	}
+}
+
+// Backoff after failed firing passes in a row: 1 s, doubling, at most
+// MaxFireBackoff.
+const (
+	minFireBackoff = time.Second
+	MaxFireBackoff = time.Minute
+)
+
+func nextBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return minFireBackoff
+	}
+	return min(2*d, MaxFireBackoff)
 }

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ type fakeRuns struct {
 	mu      sync.Mutex
 	n       int
 	started []*store.Run
+	broken  string // a schedule id whose runs the store cannot record (no child key)
 }
 
 func (f *fakeRuns) ScheduledRun(s *store.Schedule, due time.Time, note string) (*store.Run, *store.Session, error) {
@@ -32,7 +34,11 @@ func (f *fakeRuns) ScheduledRun(s *store.Schedule, due time.Time, note string) (
 	defer f.mu.Unlock()
 	f.n++
 	id := fmt.Sprintf("run-%d", f.n)
-	return &store.Run{ID: id, ChildKey: "agent:main:subagent:" + id, ChildSessionID: "sess-" + id, RequesterKey: s.SessionKey,
+	child := "agent:main:subagent:" + id
+	if s.ID == f.broken {
+		child = ""
+	}
+	return &store.Run{ID: id, ChildKey: child, ChildSessionID: "sess-" + id, RequesterKey: s.SessionKey,
 		Depth: 1, AgentID: s.AgentID, Task: s.Task, Origin: s.Origin, CostUSD: -1, ScheduleDue: due, Note: note}, &store.Session{}, nil
 }
 
@@ -227,5 +233,40 @@ func TestSchedulerPausesAfterFailures(t *testing.T) {
 	items, _ := e.db.ListOutbox(context.Background(), true, 10)
 	if len(items) != 1 || items[0].Text != store.SchedulePausedText("s", 3) || items[0].Origin.ChatID != "c1" {
 		t.Fatalf("outbox: %+v", items)
+	}
+}
+
+// One schedule whose firing the store cannot record does not hold back the
+// others: they fire in the same pass; it stays as it was and the pass
+// reports it (Run then backs off instead of retrying every millisecond).
+func TestSchedulerBadRowDoesNotBlockOthers(t *testing.T) {
+	e := newTestEnv(t)
+	e.runs.broken = "bad"
+	e.add(t, "bad", "1m", "latest")
+	e.clock.Set(base.Add(10 * time.Second)) // "good" is due after "bad"
+	e.add(t, "good", "1m", "latest")
+	e.clock.Set(base.Add(2 * time.Minute))
+	n, err := e.s.Tick(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "schedule bad") {
+		t.Fatalf("pass error = %v, want one naming schedule bad", err)
+	}
+	if n != 1 || fmt.Sprint(e.runs.dues()) != "[09:01:10]" {
+		t.Fatalf("%d runs started for %v; want good's run", n, e.runs.dues())
+	}
+	bad, _ := e.db.GetSchedule(context.Background(), "bad")
+	if !bad.NextDue.Equal(base.Add(time.Minute)) || bad.Fired != 0 {
+		t.Fatalf("bad schedule changed: next %v fired %d", bad.NextDue, bad.Fired)
+	}
+}
+
+func TestFireBackoffBounded(t *testing.T) {
+	var got []time.Duration
+	d := time.Duration(0)
+	for range 9 {
+		d = nextBackoff(d)
+		got = append(got, d)
+	}
+	if fmt.Sprint(got) != "[1s 2s 4s 8s 16s 32s 1m0s 1m0s 1m0s]" {
+		t.Fatalf("backoff %v", got)
 	}
 }

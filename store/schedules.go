@@ -377,12 +377,15 @@ func (d *DB) CountSchedules(ctx context.Context) (ScheduleCounts, error) {
 // store. The runs come back queued; the caller puts them on its lane (a
 // crash before that leaves them queued in the store, and the next start
 // or another replica runs them). Rows another replica is firing are passed
-// over. waitBefore is as for NextScheduleAt.
+// over. waitBefore is as for NextScheduleAt. A schedule whose firing
+// cannot be recorded is left unchanged and named in the error, which comes
+// with the firings of the others (committed).
 func (d *DB) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, plan func(s *Schedule) Firing) ([]Fired, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var out []Fired
+	var rowErrs []error
 	err := d.tx(ctx, func(c conn) error {
 		out = out[:0]
 		rows, err := c.query(`SELECT `+scheduleCols+` FROM schedules WHERE `+dueCond+` AND next_due <= ?
@@ -394,12 +397,26 @@ func (d *DB) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, 
 		if err != nil {
 			return err
 		}
+		rowErrs = rowErrs[:0]
 		for i := range due {
 			s := &due[i]
 			f := plan(s)
+			// Each schedule under its own savepoint: one row that cannot
+			// be recorded is rolled back alone and left as it was (its
+			// error is returned), the others still fire.
+			if _, err := c.exec(`SAVEPOINT fire_one`); err != nil {
+				return err
+			}
 			fired, err := d.fireOne(c, s, &f)
 			if err != nil {
-				return fmt.Errorf("schedule %s: %w", s.ID, err)
+				if _, rerr := c.exec(`ROLLBACK TO SAVEPOINT fire_one`); rerr != nil {
+					return errors.Join(fmt.Errorf("schedule %s: %w", s.ID, err), rerr)
+				}
+				rowErrs = append(rowErrs, fmt.Errorf("schedule %s: %w", s.ID, err))
+				continue
+			}
+			if _, err := c.exec(`RELEASE SAVEPOINT fire_one`); err != nil {
+				return err
 			}
 			out = append(out, fired)
 		}
@@ -407,6 +424,9 @@ func (d *DB) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, 
 	})
 	if err != nil {
 		return nil, d.wrap("fire due schedules", err)
+	}
+	if len(rowErrs) > 0 {
+		return out, d.wrap("fire due schedules", errors.Join(rowErrs...))
 	}
 	return out, nil
 }
