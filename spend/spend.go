@@ -228,7 +228,27 @@ func (l *Ledger) periodsNow(now time.Time) (day, month string) {
 	}
 	d, m := periods(now)
 	l.names.Store(&periodNames{start: time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC), day: d, month: m})
+	l.prune(d, m)
 	return d, m
+}
+
+// prune drops the sums and warnings of past days and months (a new UTC
+// day began): without it a long-running gateway on SQLite, which loads the
+// sums only at start, would keep three keys per conversation per day.
+// Callers must not hold l.mu.
+func (l *Ledger) prune(day, month string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.sums {
+		if k.period != day && k.period != month {
+			delete(l.sums, k)
+		}
+	}
+	for k := range l.warned {
+		if k.period != day && k.period != month {
+			delete(l.warned, k)
+		}
+	}
 }
 
 // forEach calls fn for every budget the call counts against, until fn

@@ -3,6 +3,7 @@ package spend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -154,5 +155,36 @@ func BenchmarkRecord(b *testing.B) {
 	l := spend.New(openStore(b), config.Budgets{Conversation: config.BudgetLimit{DailyUSD: 1e9}}, nil, nil)
 	for b.Loop() {
 		l.Record(context.Background(), conv, "a/m", 0.01, agent.Usage{Input: 1000, Output: 100})
+	}
+}
+
+// Sums of past days and months are dropped from memory when a new UTC day
+// begins, so a gateway that never reloads (SQLite) does not grow for ever.
+func TestPastPeriodsDropped(t *testing.T) {
+	db := openStore(t)
+	c := &clock{t: noon}
+	l := spend.New(db, config.Budgets{Conversation: config.BudgetLimit{DailyUSD: 100}}, c.now, nil)
+	ctx := context.Background()
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		l.Record(ctx, spend.Call{Conversation: fmt.Sprintf("agent:main:web:dm:%d", i), AgentID: "main"}, "a/m", 0.01, agent.Usage{})
+	}
+	if n := l.Held(); n != 204 {
+		t.Fatalf("%d sums held on day 1, want 204 (day + month of 100 conversations, the agent and the total)", n)
+	}
+	c.set(noon.Add(24 * time.Hour))
+	l.Record(ctx, conv, "a/m", 0.01, agent.Usage{})
+	if n := l.Held(); n != 106 {
+		t.Fatalf("%d sums held on day 2, want 106 (this month's 103 with conv, today's 3)", n)
+	}
+	c.set(time.Date(2026, 12, 1, 0, 0, 1, 0, time.UTC))
+	l.Record(ctx, conv, "a/m", 0.01, agent.Usage{})
+	if n := l.Held(); n != 6 {
+		t.Fatalf("%d sums held in a new month, want 6", n)
+	}
+	if err := l.Check(conv); err != nil {
+		t.Fatalf("check after pruning: %v", err)
 	}
 }
