@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -47,10 +48,45 @@ func CheckCron(expr string) (cron.Schedule, error) {
 	return s, nil
 }
 
+// CronGap returns the shortest time between two firings of c, sampled
+// over eight days (every weekday) from a fixed UTC instant, stopping early
+// once a gap shorter than below is seen.
+func CronGap(c cron.Schedule, below time.Duration) time.Duration {
+	t := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC) // a Monday
+	end := t.Add(8 * 24 * time.Hour)
+	prev := c.Next(t.Add(-time.Second))
+	gap := time.Duration(math.MaxInt64)
+	for n := 0; n < 20000 && !prev.IsZero() && prev.Before(end); n++ {
+		next := c.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		gap = min(gap, next.Sub(prev))
+		if gap < below {
+			break
+		}
+		prev = next
+	}
+	return gap
+}
+
+// CheckCronInterval refuses a cron expression that fires more often than
+// min (schedules.minIntervalSeconds).
+func CheckCronInterval(expr string, min time.Duration) error {
+	c, err := CheckCron(expr)
+	if err != nil {
+		return err
+	}
+	if g := CronGap(c, min); g < min {
+		return fmt.Errorf("%q fires every %s, more often than allowed: the shortest interval is %s", expr, g, min)
+	}
+	return nil
+}
+
 // Schedules configures schedules (SPEC §19).
 type Schedules struct {
-	// MinIntervalSeconds: the shortest "every" (and the closest two cron
-	// firings may be checked against); default 60. Tests may lower it.
+	// MinIntervalSeconds: the shortest "every" and the closest two cron
+	// firings may be; default 60. Tests may lower it.
 	MinIntervalSeconds int `json:"minIntervalSeconds"`
 	// MaxPerConversation bounds the schedules of one conversation made in
 	// chat or by the model; default 20.
@@ -178,8 +214,8 @@ func (v *validator) schedules() {
 			v.add(p, "needs exactly one of cron, every and at (has %d)", n)
 		}
 		if l.Cron != "" {
-			if _, err := CheckCron(l.Cron); err != nil {
-				v.add(p+".cron", "%v", err)
+			if err := CheckCronInterval(l.Cron, time.Duration(s.MinIntervalSeconds)*time.Second); err != nil {
+				v.add(p+".cron", "%v (schedules.minIntervalSeconds is %ds)", err, s.MinIntervalSeconds)
 			}
 		}
 		if l.Every != "" {

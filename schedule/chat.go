@@ -62,7 +62,7 @@ func ParseWhen(text string, now time.Time, loc *time.Location, minInterval time.
 		if err != nil {
 			return Spec{}, "", err
 		}
-		if _, err := config.CheckCron(expr); err != nil {
+		if err := config.CheckCronInterval(expr, minInterval); err != nil {
 			return Spec{}, "", badf("%v", err)
 		}
 		return Spec{store.ScheduleCron, expr}, rest, nil
@@ -86,7 +86,7 @@ func ParseWhen(text string, now time.Time, loc *time.Location, minInterval time.
 		return Spec{store.ScheduleAt, t.UTC().Format(time.RFC3339)}, rest, nil
 	}
 	if strings.HasPrefix(word, "@") {
-		if _, err := config.CheckCron(word); err != nil {
+		if err := config.CheckCronInterval(word, minInterval); err != nil {
 			return Spec{}, "", badf("%v", err)
 		}
 		return Spec{store.ScheduleCron, word}, rest, nil

@@ -97,3 +97,28 @@ func TestLabels(t *testing.T) {
 		}
 	}
 }
+
+// schedules.minIntervalSeconds bounds cron schedules too: the closest two
+// firings (every weekday sampled) may not be closer than it.
+func TestParseWhenCronRespectsMinInterval(t *testing.T) {
+	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		text string
+		ok   bool
+	}{
+		{`cron "* * * * *" ping`, false},
+		{`cron "*/30 * * * *" ping`, false},
+		{`cron "* 9 * * 1" ping`, false}, // every minute of one hour on Mondays
+		{`@hourly ping`, true},
+		{`cron "0 * * * *" ping`, true},
+		{`cron "0 9 * * 1-5" ping`, true},
+	} {
+		_, _, err := ParseWhen(c.text, now, time.UTC, time.Hour)
+		if (err == nil) != c.ok {
+			t.Errorf("%s with a minimum of 1h: err = %v, want ok %v", c.text, err, c.ok)
+		}
+	}
+	if _, _, err := ParseWhen(`@hourly ping`, now, time.UTC, 2*time.Hour); err == nil {
+		t.Error("@hourly accepted with a minimum of 2h")
+	}
+}
