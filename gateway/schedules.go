@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -24,7 +25,9 @@ func (g *Gateway) newScheduler() {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_schedules",
 			Help: "Stored schedules by state: active, paused, done (a one-off that fired).", ConstLabels: prometheus.Labels{"state": state}},
 			func() float64 {
-				c, err := g.db.CountSchedules(context.Background())
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a scrape never hangs on the store
+				defer cancel()
+				c, err := g.db.CountSchedules(ctx)
 				if err != nil {
 					return 0
 				}
