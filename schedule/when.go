@@ -100,11 +100,26 @@ func (w When) Next(t time.Time) time.Time {
 	lt := t.In(w.Loc)
 	next := w.cron.Next(lt)
 	// When clocks go back, an hour's wall times happen twice; the cron
-	// library fires both. A due time is one wall time: skip the repeat.
-	for i := 0; i < 4 && !next.IsZero() && sameWallTime(next.In(w.Loc), lt); i++ {
-		next = w.cron.Next(next)
+	// library fires both. For a cron of given hours (9:00, 2:30 daily) a
+	// due time is one wall time: skip the repeat. A cron of every hour
+	// keeps the library's elapsed-time firings (02:00 summer time, 02:00
+	// winter time, 03:00: an hour apart each), like one of every 30 minutes.
+	if !everyHour(w.cron) {
+		for i := 0; i < 4 && !next.IsZero() && sameWallTime(next.In(w.Loc), lt); i++ {
+			next = w.cron.Next(next)
+		}
 	}
 	return next.UTC()
+}
+
+// everyHour reports whether a cron fires in every hour of the day.
+func everyHour(c cron.Schedule) bool {
+	spec, ok := c.(*cron.SpecSchedule)
+	if !ok {
+		return false
+	}
+	const all = 1<<24 - 1
+	return spec.Hour&all == all
 }
 
 func sameWallTime(a, b time.Time) bool {

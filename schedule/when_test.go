@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,6 +53,33 @@ func TestCronInsideTheChangeHourFiresOncePerDay(t *testing.T) {
 		third := w.Next(second)
 		if second.Sub(first) < 22*time.Hour || third.Sub(second) < 22*time.Hour {
 			t.Fatalf("around %s: firings %v, %v, %v", day.Format("2006-01-02"), first.In(w.Loc), second.In(w.Loc), third.In(w.Loc))
+		}
+	}
+}
+
+// A cron of every hour (or every 30 minutes) keeps elapsed time across the
+// night clocks go back: the repeated hour fires both times, so firings stay
+// an hour (30 minutes) apart, and the two expressions agree.
+func TestSubDailyCronAcrossFallBack(t *testing.T) {
+	for _, c := range []struct{ expr, want string }{
+		{"0 * * * *", "[01:00+02:00 02:00+02:00 02:00+01:00 03:00+01:00]"},
+		{"*/30 * * * *", "[01:00+02:00 01:30+02:00 02:00+02:00 02:30+02:00 02:00+01:00 02:30+01:00 03:00+01:00]"},
+	} {
+		w, err := Parse(store.ScheduleCron, c.expr, "Europe/Berlin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		at := time.Date(2026, 10, 25, 0, 59, 0, 0, w.Loc)
+		for i := 0; i < 10; i++ {
+			at = w.Next(at)
+			if at.After(time.Date(2026, 10, 25, 3, 0, 0, 0, w.Loc)) {
+				break
+			}
+			got = append(got, at.In(w.Loc).Format("15:04-07:00"))
+		}
+		if fmt.Sprint(got) != c.want {
+			t.Errorf("%s: %v, want %s", c.expr, got, c.want)
 		}
 	}
 }
