@@ -45,6 +45,14 @@ func (p *keyPool) values() []string {
 	return p.keys
 }
 
+// count is how many keys the pool has (0: the client's own credentials).
+func (p *keyPool) count() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.keys)
+}
+
 func (p *keyPool) several() bool { return p != nil && len(p.keys) > 1 }
 
 // pick returns the next usable key (i is its index, -1 when the provider

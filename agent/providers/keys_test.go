@@ -248,3 +248,29 @@ func TestKeyFragmentsNeverLogged(t *testing.T) {
 		}
 	}
 }
+
+// A single key refused with 401 is set aside too: the next call fails at
+// once as an auth error naming it by position, without sending it again.
+func TestSingleKeyRefusedSetAside(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			srv := b.fake(t, func(llmtest.Call) llmtest.Reply {
+				return llmtest.Reply{Status: http.StatusUnauthorized, Message: "invalid x-api-key"}
+			})
+			core, logs := observer.New(zap.DebugLevel)
+			p := keyedProvider(t, b, srv, Options{Sleep: (&sleeps{}).sleep, Logger: zap.New(core)}, "sk-only")
+			if _, err := p.Complete(context.Background(), userReq(b.model, "hi")); !strings.Contains(fmt.Sprint(err), "invalid x-api-key") {
+				t.Fatalf("first call: %v", err)
+			}
+			_, err := p.Complete(context.Background(), userReq(b.model, "hi"))
+			var pe *agent.ProviderError
+			if !errors.As(err, &pe) || !pe.Auth || srv.Count() != 1 {
+				t.Fatalf("second call: %v after %d requests; want an auth error and no second request", err, srv.Count())
+			}
+			aside := logs.FilterMessage("API key refused; set aside until a reload").All()
+			if len(aside) != 1 || aside[0].ContextMap()["key"] != "key 1 of 1" {
+				t.Errorf("log = %+v, want one line naming key 1 of 1", aside)
+			}
+		})
+	}
+}

@@ -251,18 +251,23 @@ func (r *retrier) do(ctx context.Context, attempt func(ctx context.Context, key 
 			Retryable: f.retryable(), Auth: f.status == http.StatusUnauthorized || f.status == http.StatusForbidden,
 			ConnectionFailed: f.transport}
 		agent.NoteProblem(ctx, problemText(r.provider, f))
-		if r.keys.several() {
+		if r.keys.count() > 0 {
 			switch {
 			case perr.Auth:
+				// Set aside even when it is the only key: every later call
+				// fails at once as an auth error instead of re-sending a
+				// refused key (SPEC §20), until a reload.
 				r.keys.setAside(ki)
 				log.Warn("API key refused; set aside until a reload", zap.String("key", r.keys.name(ki)), zap.Int("status", f.status), zap.String("message", f.message))
 				if r.keys.anyLeft() {
 					n-- // another key: not a retry of the call
 					continue
 				}
-				perr.Message = fmt.Sprintf("every API key was refused (keys %s set aside until a reload): %s", r.keys.asideList(), f.message)
+				if r.keys.several() {
+					perr.Message = fmt.Sprintf("every API key was refused (keys %s set aside until a reload): %s", r.keys.asideList(), f.message)
+				}
 				return nil, perr
-			case f.status == http.StatusTooManyRequests:
+			case f.status == http.StatusTooManyRequests && r.keys.several():
 				rest, found := parseRetryAfter(f.retryMS, f.retryAfter, time.Now())
 				if !found {
 					rest = DefaultKeyRest
