@@ -102,6 +102,11 @@ type Ledger struct {
 	mu     sync.Mutex
 	sums   map[key]float64 // guarded by mu
 	warned map[key]bool    // guarded by mu
+	// pending is spend this replica counted whose row is not (yet, or
+	// ever: the write failed) in the store; Load adds it to what it read,
+	// so a refresh neither drops a call in flight nor one it could not
+	// write. Guarded by mu.
+	pending map[key]float64
 }
 
 // New returns a Ledger over st with the budgets of cfg; call Load before
@@ -113,7 +118,7 @@ func New(st store.Spend, b config.Budgets, now func() time.Time, log *zap.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	l := &Ledger{st: st, log: log.Named("spend"), now: now, sums: map[key]float64{}, warned: map[key]bool{}}
+	l := &Ledger{st: st, log: log.Named("spend"), now: now, sums: map[key]float64{}, warned: map[key]bool{}, pending: map[key]float64{}}
 	l.SetBudgets(b)
 	return l
 }
@@ -146,6 +151,11 @@ func (l *Ledger) Load(ctx context.Context) error {
 		}
 	}
 	l.mu.Lock()
+	for k, v := range l.pending {
+		if k.period == day || k.period == month {
+			sums[k] += v
+		}
+	}
 	l.sums = sums
 	for k := range l.warned {
 		if k.period != day && k.period != month {
@@ -249,6 +259,11 @@ func (l *Ledger) prune(day, month string) {
 			delete(l.warned, k)
 		}
 	}
+	for k := range l.pending {
+		if k.period != day && k.period != month {
+			delete(l.pending, k)
+		}
+	}
 }
 
 // forEach calls fn for every budget the call counts against, until fn
@@ -307,10 +322,15 @@ func (l *Ledger) Record(ctx context.Context, c Call, model string, usd float64, 
 	day, month := l.periodsNow(now)
 	var warnings []string
 	l.mu.Lock()
+	ks := make([]key, 0, 6)
 	for _, p := range []string{day, month} {
-		l.sums[key{scopeConversation, c.Conversation, p}] += usd
-		l.sums[key{scopeAgent, c.AgentID, p}] += usd
-		l.sums[key{scopeTotal, "", p}] += usd
+		ks = append(ks, key{scopeConversation, c.Conversation, p}, key{scopeAgent, c.AgentID, p}, key{scopeTotal, "", p})
+	}
+	for _, k := range ks {
+		l.sums[k] += usd
+		if usd > 0 {
+			l.pending[k] += usd
+		}
 	}
 	if b := l.budgets.Load(); b != nil && b.Warn() > 0 && usd > 0 {
 		l.forEach(c, day, month, func(ch check) bool {
@@ -338,6 +358,16 @@ func (l *Ledger) Record(ctx context.Context, c Call, model string, usd float64, 
 		Model: model, RunID: c.RunID, Label: cut(c.Label, 80), USD: usd, TokensIn: u.Input, TokensOut: u.Output})
 	if err != nil {
 		l.log.Warn("could not record spend; this replica still counts it", zap.String("conversation", c.Conversation), zap.Error(err))
+	} else {
+		l.mu.Lock()
+		for _, k := range ks {
+			if v := l.pending[k] - usd; v > 1e-12 {
+				l.pending[k] = v
+			} else {
+				delete(l.pending, k)
+			}
+		}
+		l.mu.Unlock()
 	}
 	if l.OnWarn != nil {
 		for _, w := range warnings {

@@ -188,3 +188,37 @@ func TestPastPeriodsDropped(t *testing.T) {
 		t.Fatalf("check after pruning: %v", err)
 	}
 }
+
+// failingWrites is a store whose spend rows cannot be written.
+type failingWrites struct{ store.Spend }
+
+func (failingWrites) RecordSpend(context.Context, store.SpendEntry) error {
+	return errors.New("disk full")
+}
+
+// A refresh from the store keeps spend this replica counted but could not
+// write: the budget still stops the conversation.
+func TestRefreshKeepsUnwrittenSpend(t *testing.T) {
+	db := openStore(t)
+	c := &clock{t: noon}
+	l := spend.New(failingWrites{db}, config.Budgets{Conversation: config.BudgetLimit{DailyUSD: 1}}, c.now, nil)
+	ctx := context.Background()
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(ctx, conv, "a/m", 1.5, agent.Usage{})
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Check(conv); !errors.Is(err, spend.ErrBudget) {
+		t.Fatalf("after a refresh: %v, want the budget reached by the unwritten $1.50", err)
+	}
+	// Written spend is not counted twice by a refresh.
+	l2 := spend.New(db, config.Budgets{Conversation: config.BudgetLimit{DailyUSD: 1}}, c.now, nil)
+	l2.Load(ctx)
+	l2.Record(ctx, conv, "a/m", 0.6, agent.Usage{})
+	l2.Load(ctx)
+	if err := l2.Check(conv); err != nil {
+		t.Fatalf("$0.60 written and refreshed counted twice: %v", err)
+	}
+}
