@@ -60,6 +60,15 @@ func storeFailed(err error) bool {
 	return err != nil && store.Transient(err) && !errors.Is(err, context.DeadlineExceeded)
 }
 
+// historyInStore reports whether the transcripts are rows of the state
+// store (PostgreSQL) rather than files: then a history that could not be
+// read for a reason other than its content (agent.ErrHistory without
+// store.ErrCorrupt, which storeFailed leaves out) is the store being away,
+// and the turn waits for it like any other store failure instead of
+// answering that the history is unreadable. A transcript file that cannot
+// be read is not retried: nothing says a retry would read it.
+func (g *Gateway) historyInStore() bool { return g.db.Driver() == store.DriverPostgres }
+
 // retryTurn puts back a turn the store cut short: once the store takes a
 // write again (its start is recorded), the turn goes back on the main lane
 // and continues from its session's transcript. The caller has released or

@@ -46,11 +46,14 @@ type deliverer struct {
 	started  bool // the first pass (which takes back this replica's own claims) was made
 	// sending are the ids of the items whose send is in flight here.
 	sending map[int64]bool
-	sends   sync.WaitGroup
+	// again are the ids of items in sending that a pass claimed again: the
+	// send ends by taking this replica's claims back (see pass).
+	again map[int64]bool
+	sends sync.WaitGroup
 }
 
 func newDeliverer(g *Gateway) *deliverer {
-	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1), sending: map[int64]bool{}}
+	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1), sending: map[int64]bool{}, again: map[int64]bool{}}
 }
 
 // wakeUp asks for a delivery pass now, here and on the other replicas (an
@@ -137,7 +140,17 @@ func (d *deliverer) pass(ctx context.Context) bool {
 	for i := range items {
 		it := items[i]
 		if d.sending[it.ID] {
-			continue // taken back while its send is still in flight
+			// Its send is still in flight here: either this pass took back
+			// the claim that send holds, or the send has already let the item
+			// go (MarkRetry committed, the retry already due — a mark retried
+			// through an outage can commit after its retry time) and is
+			// waiting for d.mu, and this pass claimed the item afresh. Then
+			// nothing here would send it or let it go, and its destination
+			// would be wedged until a restart. So once that send ends, the
+			// next pass takes this replica's own claims back.
+			d.again[it.ID] = true
+			d.log.Debug("outbox item claimed again while its send is in flight", zap.Int64("outboxId", it.ID))
+			continue
 		}
 		d.sending[it.ID] = true
 		d.inflight++
@@ -148,6 +161,10 @@ func (d *deliverer) pass(ctx context.Context) bool {
 			d.mu.Lock()
 			d.inflight--
 			delete(d.sending, it.ID)
+			if d.again[it.ID] {
+				delete(d.again, it.ID)
+				d.started = false
+			}
 			d.mu.Unlock()
 			d.wakeLocal() // the next message to this destination may be due
 		}()

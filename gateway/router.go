@@ -211,7 +211,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		if laneCtx.Err() != nil {
 			return // shutting down: stays owed
 		}
-		if storeFailed(err) && !errors.Is(err, agent.ErrHistory) {
+		if storeFailed(err) && (!errors.Is(err, agent.ErrHistory) || g.historyInStore()) {
 			g.retryTurn(laneCtx, it, log, err)
 			return
 		}
