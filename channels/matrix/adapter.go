@@ -85,6 +85,19 @@ type Adapter struct {
 	ownEvents   *recent // room|event id of events the bot sent -> ""
 	botThreads  *recent // room|root the bot posted in -> ""
 	threadLast  *recent // room|root -> latest event id known in that thread
+	// refused is the sink's ErrUnavailable for a message of the /sync
+	// batch being processed: the rest of the batch is not handed over and
+	// the batch is fetched again (see backoffSyncer.ProcessResponse).
+	refused error
+	// rewind is the token of a refused batch, to be saved back as the
+	// sync token before /sync runs again ("" when none).
+	rewind string
+	// batchTaken is the ids of the events of the batch being processed the
+	// gateway took; retaken is those of a refused batch, not handed over
+	// again when the batch comes again (a gateway command is not stored,
+	// so the intake's de-duplication would not catch it).
+	batchTaken []id.EventID
+	retaken    map[id.EventID]bool
 }
 
 var (
@@ -359,6 +372,14 @@ func (a *Adapter) syncLoop(ctx context.Context, done chan struct{}) {
 		if err == nil { // StopSync from elsewhere
 			return
 		}
+		if errors.Is(err, channels.ErrUnavailable) {
+			// The gateway could not store a message: the batch is
+			// fetched again once its token is back in the sync store.
+			if !a.rewindSync(ctx, err) {
+				return
+			}
+			continue
+		}
 		a.setHealth(fmt.Errorf("matrix sync stopped: %w", err))
 		a.log.Warn("matrix sync loop stopped, restarting", zap.Error(err), zap.Duration("in", backoff))
 		select {
@@ -373,6 +394,49 @@ func (a *Adapter) syncLoop(ctx context.Context, done chan struct{}) {
 			}
 		}
 	}
+}
+
+// rewindSync waits the delay a refused message asks for, then saves the
+// refused batch's token back as the sync token (mautrix saved the next one
+// before processing the batch), retrying that save until it works, so the
+// next /sync hands the batch over again. It reports false when ctx ended.
+func (a *Adapter) rewindSync(ctx context.Context, refused error) bool {
+	wait := unavailableWait(refused)
+	a.log.Warn("matrix message not taken; the /sync batch is fetched again", zap.Error(refused), zap.Duration("in", wait))
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		a.mu.Lock()
+		token := a.rewind
+		a.mu.Unlock()
+		if token == "" {
+			return true
+		}
+		saveCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := a.client.Store.SaveNextBatch(saveCtx, a.client.UserID, token)
+		cancel()
+		if err == nil {
+			a.mu.Lock()
+			a.rewind = ""
+			a.mu.Unlock()
+			return true
+		}
+		a.log.Warn("matrix: cannot save the sync token back; retrying", zap.Error(err))
+		wait = min(wait*2, maxBackoff)
+	}
+}
+
+// unavailableWait is the wait an *channels.UnavailableError asks for,
+// between minBackoff and 10 s (minBackoff when it names none).
+func unavailableWait(err error) time.Duration {
+	var ue *channels.UnavailableError
+	if errors.As(err, &ue) && ue.RetryAfter > 0 {
+		return min(max(ue.RetryAfter, minBackoff), 10*time.Second)
+	}
+	return minBackoff
 }
 
 func (a *Adapter) setHealth(err error) {
@@ -404,6 +468,44 @@ func (s *backoffSyncer) OnFailedSync(_ *mautrix.RespSync, err error) (time.Durat
 	a.mu.Unlock()
 	a.log.Warn("matrix sync failed", zap.Error(err), zap.Duration("retryIn", wait))
 	return wait, nil
+}
+
+// ProcessResponse dispatches a /sync batch. When the gateway refused one of
+// its messages with channels.ErrUnavailable, it returns that error, with the
+// batch's token kept for syncLoop to save back: mautrix has already saved
+// next_batch, and the batch must be handed over again. Messages of the
+// batch handed over before the refused one (taken, or refused with the
+// person told) are skipped when the batch comes again; the gateway's
+// durable intake would take a platform message id once anyway, but a
+// gateway command is not stored.
+func (s *backoffSyncer) ProcessResponse(ctx context.Context, res *mautrix.RespSync, since string) error {
+	a := s.a
+	a.mu.Lock()
+	a.refused, a.batchTaken = nil, nil
+	a.mu.Unlock()
+	if err := s.DefaultSyncer.ProcessResponse(ctx, res, since); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	refused := a.refused
+	a.refused = nil
+	if refused != nil {
+		a.rewind = since
+		if a.retaken == nil {
+			a.retaken = make(map[id.EventID]bool, len(a.batchTaken))
+		}
+		for _, e := range a.batchTaken {
+			a.retaken[e] = true
+		}
+	} else {
+		a.retaken = nil
+	}
+	a.batchTaken = nil
+	a.mu.Unlock()
+	if refused != nil {
+		return fmt.Errorf("matrix: /sync batch not taken: %w", refused)
+	}
+	return nil
 }
 
 // join accepts an invite; failures are logged, not fatal.

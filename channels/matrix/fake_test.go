@@ -31,6 +31,8 @@ type fakeHS struct {
 	sent      []map[string]any                       // contents of sent events, in order
 	sendAuth  []string                               // Authorization header of each send
 	batch     int
+	answered  map[string][]byte // since -> the queued batch answered to it, as a homeserver answers the same since again
+	sinces    []string          // the since of each /sync, in order
 }
 
 func newFakeHS(t *testing.T) *fakeHS {
@@ -40,6 +42,7 @@ func newFakeHS(t *testing.T) *fakeHS {
 		firstSync: map[string]any{},
 		queued:    make(chan []byte, 16),
 		members:   map[string]int{},
+		answered:  map[string][]byte{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_matrix/client/v3/account/whoami", func(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +118,15 @@ func (f *fakeHS) authorized(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (f *fakeHS) handleSync(w http.ResponseWriter, r *http.Request) {
+	since := r.URL.Query().Get("since")
 	f.mu.Lock()
+	f.sinces = append(f.sinces, since)
+	if body, ok := f.answered[since]; ok {
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+		return
+	}
 	f.batch++
 	next := fmt.Sprintf("b%d", f.batch)
 	first := f.firstSync
@@ -139,6 +150,10 @@ func (f *fakeHS) handleSync(w http.ResponseWriter, r *http.Request) {
 			f.t.Errorf("queued sync body: %v", err)
 		}
 		m["next_batch"] = next
+		b, _ := json.Marshal(m)
+		f.mu.Lock()
+		f.answered[since] = b
+		f.mu.Unlock()
 		writeJSON(w, 200, m)
 	case <-r.Context().Done():
 	case <-time.After(5 * time.Second):
@@ -153,6 +168,13 @@ func (f *fakeHS) queueSync(rooms map[string]any) {
 		f.t.Fatal(err)
 	}
 	f.queued <- b
+}
+
+// syncSinces returns the since token of each /sync so far.
+func (f *fakeHS) syncSinces() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sinces...)
 }
 
 func (f *fakeHS) sentEvents() []map[string]any {

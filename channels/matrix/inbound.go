@@ -2,6 +2,7 @@ package matrix
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -137,12 +138,25 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		At:         time.UnixMilli(evt.Timestamp),
 	}
 	a.mu.Lock()
-	sink := a.sink
+	sink, refused, taken := a.sink, a.refused, a.retaken[evt.ID]
 	a.mu.Unlock()
-	if sink != nil {
+	if taken {
+		return // taken when a refused batch was first handed over
+	}
+	if sink != nil && refused == nil {
 		if err := sink(ctx, in); err != nil {
+			if errors.Is(err, channels.ErrUnavailable) {
+				// Not stored: the batch is fetched again (ProcessResponse).
+				a.mu.Lock()
+				a.refused = err
+				a.mu.Unlock()
+				return
+			}
 			a.log.Warn("matrix message not taken", zap.String("origin", in.Origin.String()), zap.Error(err))
 		}
+		a.mu.Lock()
+		a.batchTaken = append(a.batchTaken, evt.ID)
+		a.mu.Unlock()
 	}
 }
 

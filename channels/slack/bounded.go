@@ -36,6 +36,17 @@ func (s *boundedSet) add(key string) bool {
 	return true
 }
 
+// remove forgets key, so the same key is new again.
+func (s *boundedSet) remove(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.items[key]; !ok {
+		return
+	}
+	delete(s.items, key)
+	s.order = slices.DeleteFunc(s.order, func(k string) bool { return k == key })
+}
+
 func (s *boundedSet) has(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

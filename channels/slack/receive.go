@@ -78,8 +78,15 @@ func (a *Adapter) consumeSocket(ctx context.Context, smc *socketmode.Client) {
 }
 
 func (a *Adapter) handleSocketEvent(ctx context.Context, smc *socketmode.Client, evt socketmode.Event) {
+	var refused error // a message the gateway could not store now: not acked
 	if evt.Request != nil && evt.Request.EnvelopeID != "" {
 		defer func() {
+			if refused != nil {
+				// Slack sends an envelope it has no ack for again.
+				a.log.Warn("slack message not taken; envelope left unacknowledged for Slack to send again",
+					zap.String("envelopeId", evt.Request.EnvelopeID), zap.Error(refused))
+				return
+			}
 			if err := smc.AckCtx(ctx, evt.Request.EnvelopeID, nil); err != nil {
 				a.log.Warn("slack ack failed", zap.String("envelopeId", evt.Request.EnvelopeID), zap.Error(err))
 			}
@@ -103,7 +110,7 @@ func (a *Adapter) handleSocketEvent(ctx context.Context, smc *socketmode.Client,
 		a.log.Error("slack socket mode rejected the app token")
 	case socketmode.EventTypeEventsAPI:
 		if ev, ok := evt.Data.(slackevents.EventsAPIEvent); ok {
-			a.handleEventsAPI(ctx, ev)
+			refused = a.handleEventsAPI(ctx, ev)
 		}
 	case socketmode.EventTypeSlashCommand:
 		if cmd, ok := evt.Data.(slack.SlashCommand); ok {
@@ -122,9 +129,13 @@ type inMsg struct {
 	appMention                 bool
 }
 
-func (a *Adapter) handleEventsAPI(ctx context.Context, ev slackevents.EventsAPIEvent) {
+// handleEventsAPI hands an event's message to the gateway. It returns an
+// error wrapping channels.ErrUnavailable when the gateway could not store
+// it now: the event must not be acknowledged, so Slack sends it again. It
+// returns nil otherwise (taken, dropped, or refused with the person told).
+func (a *Adapter) handleEventsAPI(ctx context.Context, ev slackevents.EventsAPIEvent) error {
 	if ev.Type != slackevents.CallbackEvent {
-		return
+		return nil
 	}
 	switch e := ev.InnerEvent.Data.(type) {
 	case *slackevents.AppMentionEvent:
@@ -132,31 +143,34 @@ func (a *Adapter) handleEventsAPI(ctx context.Context, ev slackevents.EventsAPIE
 		if e.Edited != nil {
 			sub = "message_changed"
 		}
-		a.handleMessage(ctx, inMsg{team: ev.TeamID, channel: e.Channel, user: e.User, botID: e.BotID, subtype: sub,
+		return a.handleMessage(ctx, inMsg{team: ev.TeamID, channel: e.Channel, user: e.User, botID: e.BotID, subtype: sub,
 			text: e.Text, ts: e.TimeStamp, threadTS: e.ThreadTimeStamp, appMention: true})
 	case *slackevents.MessageEvent:
-		a.handleMessage(ctx, inMsg{team: ev.TeamID, channel: e.Channel, channelType: e.ChannelType, user: e.User,
+		return a.handleMessage(ctx, inMsg{team: ev.TeamID, channel: e.Channel, channelType: e.ChannelType, user: e.User,
 			botID: e.BotID, subtype: e.SubType, text: e.Text, ts: e.TimeStamp, threadTS: e.ThreadTimeStamp})
 	}
+	return nil
 }
 
 // handleMessage turns one app_mention or message event into an Inbound, or
 // drops it (bot/own messages, edits and other subtypes, duplicates, senders
-// Access does not admit).
-func (a *Adapter) handleMessage(ctx context.Context, m inMsg) {
+// Access does not admit). It returns the sink's error only when it wraps
+// channels.ErrUnavailable; the message is then forgotten as seen, so
+// Slack's next delivery of it is handed over again.
+func (a *Adapter) handleMessage(ctx context.Context, m inMsg) error {
 	a.mu.Lock()
 	botID, team, sink, replyTo := a.botID, a.teamID, a.sink, a.opts.ReplyToMode
 	a.mu.Unlock()
 	if sink == nil {
-		return
+		return nil
 	}
 	if m.botID != "" || m.user == "" || m.user == botID {
-		return
+		return nil
 	}
 	switch m.subtype {
 	case "", "thread_broadcast", "file_share":
 	default:
-		return // edits, deletions, joins, bot messages …
+		return nil // edits, deletions, joins, bot messages …
 	}
 	if m.team == "" {
 		m.team = team
@@ -175,8 +189,9 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) {
 	}
 	// Slack delivers a channel mention twice (app_mention and message) and
 	// retries unacknowledged webhooks: deliver each message once.
-	if !a.seen.add(m.channel + "/" + m.ts) {
-		return
+	seenKey := m.channel + "/" + m.ts
+	if !a.seen.add(seenKey) {
+		return nil
 	}
 	origin := channels.Origin{
 		Channel:   Name,
@@ -193,7 +208,7 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) {
 	if !a.opts.Access.Admit(chatType, m.channel, m.user, mentioned) {
 		a.log.Debug("slack message not admitted", zap.String("origin", origin.String()),
 			zap.String("senderId", m.user), zap.Bool("mentioned", mentioned))
-		return
+		return nil
 	}
 	if chatType == channels.ChatGroup && origin.ThreadID != "" && mentioned {
 		a.threads.add(m.channel + "/" + origin.ThreadID)
@@ -204,8 +219,13 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) {
 		Mentioned: mentioned,
 		At:        a.tsTime(m.ts),
 	}); err != nil {
+		if errors.Is(err, channels.ErrUnavailable) {
+			a.seen.remove(seenKey)
+			return err
+		}
 		a.log.Warn("slack message not taken", zap.String("origin", origin.String()), zap.Error(err))
 	}
+	return nil
 }
 
 // handleSlash turns a slash command into an Inbound "/<command> <text>".
@@ -345,8 +365,24 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	a.handleEventsAPI(ctx, ev)
+	if err := a.handleEventsAPI(ctx, ev); err != nil {
+		// Not stored: Slack retries an event answered with an error.
+		a.log.Warn("slack message not taken; answered 503 for Slack to send it again", zap.Error(err))
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(err)))
+		http.Error(w, "the gateway cannot store messages right now; try again", http.StatusServiceUnavailable)
+		return
+	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// retryAfterSeconds is the wait an *channels.UnavailableError asks for, in
+// whole seconds (at least 1; 5 when it names none).
+func retryAfterSeconds(err error) int {
+	var ue *channels.UnavailableError
+	if errors.As(err, &ue) && ue.RetryAfter > 0 {
+		return max(1, int((ue.RetryAfter+time.Second-1)/time.Second))
+	}
+	return 5
 }
 
 func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
