@@ -308,23 +308,7 @@ func TestE2EStartingUntilMCPFirstAttempt(t *testing.T) {
 	tg := newTestGateway(t, cfg, mcpModel)
 	testNoWaitReady = false
 
-	var rz struct {
-		Ready  bool
-		Status string
-		Checks map[string]string
-	}
-	if !waitFor(e2eWait, func() bool {
-		resp, err := http.Get(tg.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		json.NewDecoder(resp.Body).Decode(&rz)
-		return resp.StatusCode == http.StatusServiceUnavailable && rz.Status == "starting" &&
-			strings.Contains(rz.Checks["gateway"], "first connection attempt of MCP servers held")
-	}) {
-		t.Fatalf("/readyz never said 503 starting, naming the MCP server waited for, while its first attempt was under way; last %+v", rz)
-	}
+	waitReadyzStatus(t, tg.URL, "starting", "first connection attempt of MCP servers held")
 	resp, err := http.Post(tg.URL+"/api/messages", "application/json", strings.NewReader(`{"client":"ann","text":"hello"}`))
 	if err != nil {
 		t.Fatal(err)

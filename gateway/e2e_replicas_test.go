@@ -218,23 +218,7 @@ func TestE2EReplicaStandsBy(t *testing.T) {
 	b := newTestGatewayIn(t, dirB, replicaConfig, h, same)
 	testNoWaitReady = false
 
-	var rz struct {
-		Ready  bool
-		Status string
-		Checks map[string]string
-	}
-	if !waitFor(e2eWait, func() bool {
-		resp, err := http.Get(b.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		json.NewDecoder(resp.Body).Decode(&rz)
-		return resp.StatusCode == http.StatusServiceUnavailable && rz.Status == "standby" &&
-			strings.Contains(rz.Checks["gateway"], "another process runs as replica gw-same")
-	}) {
-		t.Fatalf("the second gw-same never answered /readyz 503 standby saying why; last %+v", rz)
-	}
+	waitReadyzStatus(t, b.URL, "standby", "another process runs as replica gw-same")
 	resp, err := http.Post(b.URL+"/api/messages", "application/json", strings.NewReader(`{"client":"ann","text":"hi"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -485,3 +485,30 @@ func sqliteOnly(t *testing.T) {
 		t.Skip("about SQLite's files")
 	}
 }
+
+// readyz is the body of /readyz.
+type readyz struct {
+	Ready  bool
+	Status string
+	Checks map[string]string
+}
+
+// waitReadyzStatus waits until url's /readyz answers 503 with status and a
+// gateway check containing why; it fails the test with the last answer.
+func waitReadyzStatus(t *testing.T, url, status, why string) {
+	t.Helper()
+	var rz readyz
+	if !waitFor(e2eWait, func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		rz = readyz{}
+		json.NewDecoder(resp.Body).Decode(&rz)
+		return resp.StatusCode == http.StatusServiceUnavailable && rz.Status == status &&
+			strings.Contains(rz.Checks["gateway"], why)
+	}) {
+		t.Fatalf("/readyz never answered 503 %q with a gateway check naming %q; last %+v", status, why, rz)
+	}
+}
