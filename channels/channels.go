@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -62,6 +63,66 @@ type Inbound struct {
 	// reply to the bot, a thread the bot is in, or a slash command).
 	Mentioned bool
 	At        time.Time
+	// Attachments are the files on the message, in the platform's order
+	// (SPEC §18). Several files on one message stay one message.
+	Attachments []Attachment
+}
+
+// Attachment kinds: what the platform says a file is. The gateway sniffs
+// the real type from the content; Kind only decides voice transcription.
+const (
+	KindImage = "image"
+	KindFile  = "file"
+	KindAudio = "audio"
+	KindVoice = "voice"
+	KindVideo = "video"
+)
+
+// Attachment is a file on an inbound message. The adapter fills the
+// platform's metadata and Open; the gateway's intake streams the content to
+// the store (maxBytes, maxFiles, a deadline, the type sniffed from the
+// bytes) before the sink returns, i.e. before the platform is acknowledged.
+// An adapter never downloads a file itself.
+type Attachment struct {
+	Name string // the file name the person gave ("" = the gateway names it)
+	MIME string // the platform's claim; a hint only
+	Size int64  // bytes the platform announced; -1 unknown
+	Kind string // KindImage, KindFile, KindAudio, KindVoice, KindVideo
+	// Open starts the download. ctx carries the intake's deadline; the
+	// caller closes the reader. Open may be called again after a failure.
+	Open func(ctx context.Context) (io.ReadCloser, error)
+	// Err, when set, says the adapter could not offer this file at all
+	// (e.g. the platform refused its metadata); the person is told
+	// "📎 <name> was not read: <Err>."
+	Err error
+}
+
+// OutFile is a file on an outbound message: an outbox part of its own
+// (SPEC §18), sent after the text parts of the same message.
+type OutFile struct {
+	ID   string // the stored file's id (its SHA-256, hex)
+	Name string
+	MIME string // sniffed from the content
+	Size int64
+	// Open streams the content from the store; the caller closes it.
+	Open func(ctx context.Context) (io.ReadCloser, error)
+}
+
+// FileSender is implemented by channels that can post files. The outbox
+// checks FileLimit before sending and tells the person when a file is too
+// large for the platform; SendFile posts one file (msg.File set, msg.Text
+// the caption, possibly "") into msg's thread and returns the platform's id.
+// Errors follow Send (*RetryAfterError, ErrPermanent). msg.ID and msg.Part
+// identify the part, so a channel can derive an idempotency key from them.
+type FileSender interface {
+	FileLimit() int64 // the platform's upload limit in bytes; 0 = none known
+	SendFile(ctx context.Context, to Origin, msg Message) (platformID string, err error)
+}
+
+// FileFinder is implemented by FileSenders that can look up whether a file
+// part whose send outcome is unknown is already on the platform.
+type FileFinder interface {
+	FindFile(ctx context.Context, to Origin, msg Message) (platformID string, found bool, err error)
 }
 
 // Kind tells a channel what an outbound message is, so it can render it.
@@ -88,6 +149,9 @@ type Message struct {
 	// DraftRef is the platform id of a draft of this message (a Drafter's
 	// ref): the first part replaces the draft instead of being posted.
 	DraftRef string
+	// File is set on a file part given to FileSender.SendFile; Text is
+	// then the file's caption.
+	File *OutFile
 }
 
 // PartSender is implemented by channels whose messages the outbox splits
