@@ -127,6 +127,7 @@ type inMsg struct {
 	user, botID, subtype       string
 	text, ts, threadTS         string
 	appMention                 bool
+	files                      []slack.File
 }
 
 // handleEventsAPI hands an event's message to the gateway. It returns an
@@ -144,10 +145,14 @@ func (a *Adapter) handleEventsAPI(ctx context.Context, ev slackevents.EventsAPIE
 			sub = "message_changed"
 		}
 		return a.handleMessage(ctx, inMsg{team: ev.TeamID, channel: e.Channel, user: e.User, botID: e.BotID, subtype: sub,
-			text: e.Text, ts: e.TimeStamp, threadTS: e.ThreadTimeStamp, appMention: true})
+			text: e.Text, ts: e.TimeStamp, threadTS: e.ThreadTimeStamp, appMention: true, files: e.Files})
 	case *slackevents.MessageEvent:
+		var files []slack.File
+		if e.Message != nil {
+			files = e.Message.Files
+		}
 		return a.handleMessage(ctx, inMsg{team: ev.TeamID, channel: e.Channel, channelType: e.ChannelType, user: e.User,
-			botID: e.BotID, subtype: e.SubType, text: e.Text, ts: e.TimeStamp, threadTS: e.ThreadTimeStamp})
+			botID: e.BotID, subtype: e.SubType, text: e.Text, ts: e.TimeStamp, threadTS: e.ThreadTimeStamp, files: files})
 	}
 	return nil
 }
@@ -214,10 +219,11 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) error {
 		a.threads.add(m.channel + "/" + origin.ThreadID)
 	}
 	if err := sink(ctx, channels.Inbound{
-		Origin:    origin,
-		Text:      stripMention(m.text, botID),
-		Mentioned: mentioned,
-		At:        a.tsTime(m.ts),
+		Origin:      origin,
+		Text:        stripMention(m.text, botID),
+		Mentioned:   mentioned,
+		At:          a.tsTime(m.ts),
+		Attachments: a.attachments(m.files),
 	}); err != nil {
 		if errors.Is(err, channels.ErrUnavailable) {
 			a.seen.remove(seenKey)

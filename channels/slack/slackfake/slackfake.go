@@ -5,6 +5,9 @@
 // hands out a ws:// URL from apps.connections.open, and on /ws sends real
 // Socket Mode envelopes (hello, events_api, slash_commands) and records the
 // client's acks. Helpers sign and post Events API payloads for http mode.
+// It also serves files (files.go): a person's files on message events,
+// their url_private downloads (bot token checked), and the bot's uploads
+// (files.getUploadURLExternal, the upload URL, files.completeUploadExternal).
 //
 // It is test support only: it must not be imported by production code and
 // never talks to the real Slack.
@@ -106,6 +109,7 @@ type Server struct {
 	holdPosts  int // posts recorded whose answer is then withheld until the caller hangs up
 	done       chan struct{}
 	wg         sync.WaitGroup
+	fs         fileState
 }
 
 type wsConn struct {
@@ -132,6 +136,7 @@ func New(t testing.TB) *Server {
 		c.Handle("/conversations.replies", s.replies)
 		c.Handle("/apps.connections.open", s.connectionsOpen)
 		c.Handle("/ws", s.socket)
+		s.fileRoutes(c)
 	})
 	s.st.BotID = BotUserID
 	s.st.Start()
@@ -519,7 +524,7 @@ func (s *Server) listPosts(w http.ResponseWriter, r *http.Request, keep func(Pos
 	}
 	channel, withMeta := r.Form.Get("channel"), r.Form.Get("include_all_metadata") == "1"
 	s.mu.Lock()
-	var msgs []map[string]any
+	var msgs []tsMessage
 	for _, p := range s.posts {
 		if p.Channel != channel || !keep(p) {
 			continue
@@ -531,10 +536,17 @@ func (s *Server) listPosts(w http.ResponseWriter, r *http.Request, keep func(Pos
 				m["metadata"] = md
 			}
 		}
-		msgs = append(msgs, m)
+		msgs = append(msgs, tsMessage{ts: p.TS, msg: m})
 	}
+	// The bot's file shares are messages of the channel too.
+	msgs = append(msgs, s.shareMessages(channel, func(thread string) bool { return keep(Post{Channel: channel, ThreadTS: thread}) })...)
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "messages": msgs, "has_more": false})
+	sortByTS(msgs)
+	out := make([]map[string]any, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, m.msg)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "messages": out, "has_more": false})
 }
 
 // Remember records a post as if the bot had made it (a post Slack accepted
