@@ -46,8 +46,8 @@ type File struct {
 	// Mode is Slack's file mode: "hosted" (default), or "hidden_by_limit",
 	// "tombstone", "external" for files the bot cannot download.
 	Mode string
-	data    []byte
-	gen     func() io.Reader
+	data []byte
+	gen  func() io.Reader
 }
 
 // Upload is one file the bot uploaded and completed: where it was shared
