@@ -21,6 +21,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.0
 	go.uber.org/zap v1.28.0
+	golang.org/x/image v0.27.0
 	maunium.net/go/mautrix v0.31.0
 	modernc.org/sqlite v1.61.1
 )

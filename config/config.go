@@ -45,6 +45,8 @@ type Config struct {
 	Schedules Schedules `json:"schedules"`
 	// Telemetry configures OpenTelemetry traces (SPEC §22).
 	Telemetry Telemetry `json:"telemetry"`
+	// Attachments configures files, images and voice (SPEC §18).
+	Attachments Attachments `json:"attachments"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -160,6 +162,9 @@ type Model struct {
 	ContextWindow int    `json:"contextWindow"`
 	MaxTokens     int    `json:"maxTokens"`
 	Cost          *Cost  `json:"cost"`
+	// Input lists what the model takes: "text", "image" (SPEC §18). Unset:
+	// the known vision families take images.
+	Input []string `json:"input"`
 }
 
 // Cost is USD per 1M tokens.

@@ -131,6 +131,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setStr(&c.State.Driver, DefaultStateDriver)
 	setInt(&c.State.LeaseSeconds, DefaultLeaseSeconds)
 	setStr(&c.Telemetry.ServiceName, DefaultServiceName)
+	c.Attachments.applyDefaults()
 
 	if len(c.Models.Providers) == 0 {
 		var ref string

@@ -104,6 +104,7 @@ func (c *Config) Validate() error {
 	v.budgets()
 	v.schedules()
 	v.telemetry()
+	v.attachments()
 	file := c.File()
 	if file == "" {
 		file = "config"

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -130,8 +131,23 @@ type Bus interface {
 	Listen(ctx context.Context, channel string, ready func(), fn func(payload string)) // until ctx ends
 }
 
+// Files are the stored files of messages in and out (SPEC §18),
+// content-addressed by SHA-256 and kept attachments.retentionDays after a
+// conversation last named them.
+type Files interface {
+	PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(head []byte) (string, error)) (FileRef, error) // ErrFileTooLarge
+	StatFile(ctx context.Context, id string) (FileRef, error)                                                        // ErrNotFound
+	OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, error)                                         // ErrNotFound
+	FileNamed(ctx context.Context, id, scope string) (bool, error)
+	RefFiles(ctx context.Context, scope string, files []FileRef) error
+	IntakeFiles(ctx context.Context, intakeID int64) ([]FileRef, error)
+	OutboxFiles(ctx context.Context, outboxID int64) ([]FileRef, error)
+	SweepFiles(ctx context.Context, before time.Time) (int, error)
+}
+
 // Store is every aggregate and the database's own methods.
 type Store interface {
+	Files
 	Sessions
 	Runs
 	Turns

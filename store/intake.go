@@ -39,6 +39,9 @@ type Intake struct {
 	// ("" = not traced): its turn, also after a restart or on another
 	// replica, continues that trace (SPEC §22).
 	TraceParent string
+	// Files are the message's stored files (PutFile), written with the row
+	// (AddIntake) and read back with IntakeFiles.
+	Files []FileRef
 }
 
 const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref, claimed_by, trace_parent`
@@ -92,6 +95,9 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 			return err
 		}
 		added, in.ID = true, id
+		if err := insertFiles(c, "intake_files", "intake_id", id, in.SessionKey, in.Files, in.CreatedAt.UnixMilli()); err != nil {
+			return err
+		}
 		if holder == "" {
 			return nil
 		}

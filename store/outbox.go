@@ -50,6 +50,7 @@ type outboxRow struct {
 	nextAt    time.Time
 	draftRef  string
 	trace     string
+	files     []FileRef
 }
 
 // newOutboxRow applies the defaults: CreatedAt now, NextAttemptAt CreatedAt.
@@ -59,7 +60,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 		return nil, err
 	}
 	r := &outboxRow{dest: Destination(o.Origin), channel: string(o.Origin.Channel), session: o.SessionKey, agent: o.AgentID, runID: nullString(o.RunID), origin: origin, kind: string(o.Kind), text: o.Text,
-		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt), draftRef: o.DraftRef, trace: o.TraceParent}
+		createdAt: truncMS(o.CreatedAt), nextAt: truncMS(o.NextAttemptAt), draftRef: o.DraftRef, trace: o.TraceParent, files: o.Files}
 	if r.createdAt.IsZero() {
 		r.createdAt = nowMS()
 	}
@@ -75,6 +76,9 @@ func (r *outboxRow) insert(c conn) (int64, error) {
 	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref, trace_parent)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
 		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef, r.trace)
+	if err == nil && len(r.files) > 0 {
+		err = insertFiles(c, "outbox_files", "outbox_id", id, r.session, r.files, r.createdAt.UnixMilli())
+	}
 	if !errors.Is(err, ErrNotFound) {
 		return id, err
 	}
@@ -97,7 +101,12 @@ func (d *DB) EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("enqueue outbox: %w", err)
 	}
-	id, err := row.insert(d.writer(ctx))
+	var id int64
+	if len(row.files) > 0 { // the row and its files in one transaction
+		err = d.tx(ctx, func(c conn) (err error) { id, err = row.insert(c); return err })
+	} else {
+		id, err = row.insert(d.writer(ctx))
+	}
 	if err != nil {
 		return 0, d.wrap("enqueue outbox", err)
 	}

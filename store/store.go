@@ -169,6 +169,9 @@ type OutboxItem struct {
 	// TraceParent is the W3C trace context of the turn or run that wrote
 	// the message ("" = not traced): its delivery spans join that trace.
 	TraceParent string
+	// Files go out after the text, one part each (SPEC §18); written with
+	// the row, read back with OutboxFiles.
+	Files []FileRef
 }
 
 // Approval statuses.

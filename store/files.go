@@ -1,0 +1,380 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// FilesDir is the folder of the state dir that holds the stored files
+// (SQLite), each named by the SHA-256 of its bytes, and the spool of
+// files being received (both drivers).
+const FilesDir = "files"
+
+// fileChunk is the size of one PostgreSQL file_chunks row.
+const fileChunk = 1 << 20
+
+// sniffLen is how much of a file's start PutFile gives its sniff func.
+const sniffLen = 64 << 10
+
+// FileRef is a stored file as a message names it: the SHA-256 of its
+// bytes (hex), the name the person gave, its type sniffed from the
+// content, and its size. Transcripts keep these, never the bytes.
+type FileRef struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	MIME string `json:"mime"`
+	Size int64  `json:"size"`
+	// Kind is what the platform said the file is (image, file, audio,
+	// voice, video); "" when not from a platform.
+	Kind string `json:"kind,omitempty"`
+}
+
+// ErrFileTooLarge: a file is larger than the limit given to PutFile.
+var ErrFileTooLarge = errors.New("file is larger than the limit")
+
+// ValidFileID reports whether id is a stored file's id (64 hex digits).
+func ValidFileID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil && strings.ToLower(id) == id
+}
+
+// PutFile streams r into the store and returns the file's id, size and
+// the MIME type sniff gave it from its first 64 KiB (sniff's error
+// refuses the file). At most limit bytes are read: a longer file is
+// ErrFileTooLarge. The bytes go to a spool file first (never whole in
+// memory), then to their content-addressed place: a file already stored
+// is kept once. The file is named by no conversation until a message or a
+// reply that holds it is stored (AddIntake, EnqueueOutbox), so an upload
+// that never got its message is removed by SweepFiles.
+func (d *DB) PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(head []byte) (string, error)) (FileRef, error) {
+	var ref FileRef
+	spool := filepath.Join(d.dir, FilesDir, "tmp")
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		return ref, fmt.Errorf("store file: %w", err)
+	}
+	tmp, err := os.CreateTemp(spool, "in-*")
+	if err != nil {
+		return ref, fmt.Errorf("store file: %w", err)
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
+	h := sha256.New()
+	head := &headWriter{max: sniffLen}
+	n, err := io.Copy(io.MultiWriter(tmp, h, head), ctxReader{ctx, io.LimitReader(r, limit+1)})
+	if err != nil {
+		return ref, err
+	}
+	if n > limit {
+		return ref, fmt.Errorf("%w (%d bytes)", ErrFileTooLarge, limit)
+	}
+	mime, err := sniff(head.b)
+	if err != nil {
+		return ref, err
+	}
+	ref = FileRef{ID: hex.EncodeToString(h.Sum(nil)), MIME: mime, Size: n}
+	now := time.Now().UnixMilli()
+	if d.pg != nil {
+		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+			return ref, fmt.Errorf("store file: %w", err)
+		}
+		err = d.tx(ctx, func(c conn) error {
+			if err := c.lock("file:" + ref.ID); err != nil {
+				return err
+			}
+			n, err := c.execN(`UPDATE files SET last_ref_at = ? WHERE id = ?`, now, ref.ID)
+			if err != nil || n == 1 {
+				return err
+			}
+			buf := make([]byte, fileChunk)
+			for seq := 0; ; seq++ {
+				k, rerr := io.ReadFull(tmp, buf)
+				if k > 0 {
+					if _, err := c.exec(`INSERT INTO file_chunks (file_id, seq, data) VALUES (?, ?, ?)`, ref.ID, seq, buf[:k]); err != nil {
+						return err
+					}
+				}
+				if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+					break
+				}
+				if rerr != nil {
+					return rerr
+				}
+			}
+			_, err = c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES (?, ?, ?, ?, ?)`, ref.ID, ref.Size, ref.MIME, now, now)
+			return err
+		})
+		return ref, d.wrap("store file", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return ref, fmt.Errorf("store file: %w", err)
+	}
+	final := d.filePath(ref.ID)
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+		return ref, fmt.Errorf("store file: %w", err)
+	}
+	// The file takes its place and its row in one write transaction, so
+	// SweepFiles (which removes both in one too) never takes a file away
+	// from under a row.
+	err = d.tx(ctx, func(c conn) error {
+		if _, err := os.Stat(final); errors.Is(err, fs.ErrNotExist) {
+			if err := os.Rename(tmp.Name(), final); err != nil {
+				return err
+			}
+		}
+		_, err := c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET last_ref_at = excluded.last_ref_at`, ref.ID, ref.Size, ref.MIME, now, now)
+		return err
+	})
+	return ref, d.wrap("store file", err)
+}
+
+// filePath is where SQLite's store keeps file id.
+func (d *DB) filePath(id string) string {
+	return filepath.Join(d.dir, FilesDir, id[:2], id)
+}
+
+// StatFile returns the stored file's size and type; ErrNotFound when it
+// is not (or no longer) stored.
+func (d *DB) StatFile(ctx context.Context, id string) (FileRef, error) {
+	ref := FileRef{ID: id}
+	if !ValidFileID(id) {
+		return ref, ErrNotFound
+	}
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&ref.Size, &ref.MIME) },
+		`SELECT size, mime FROM files WHERE id = ?`, id)
+	return ref, d.wrap("stat file", err)
+}
+
+// OpenFile streams a stored file; ErrNotFound when it is not stored.
+func (d *DB) OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, error) {
+	ref, err := d.StatFile(ctx, id)
+	if err != nil {
+		return nil, ref, err
+	}
+	if d.pg != nil {
+		return &chunkReader{ctx: ctx, d: d, id: id}, ref, nil
+	}
+	f, err := os.Open(d.filePath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ref, fmt.Errorf("open file %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, ref, fmt.Errorf("open file %s: %w", id, err)
+	}
+	return f, ref, nil
+}
+
+// FileNamed reports whether the conversation scope (a session key) names
+// file id: a message or a reply of it holds the file.
+func (d *DB) FileNamed(ctx context.Context, id, scope string) (bool, error) {
+	var one int
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&one) },
+		`SELECT 1 FROM file_refs WHERE file_id = ? AND scope = ?`, id, scope)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, d.wrap("file named", err)
+}
+
+// RefFiles records that the conversation scope names the files now: they
+// are kept attachments.retentionDays from now (a transcript line or a
+// workspace copy that uses them, a sub-agent handed them).
+func (d *DB) RefFiles(ctx context.Context, scope string, files []FileRef) error {
+	if len(files) == 0 {
+		return nil
+	}
+	err := d.tx(ctx, func(c conn) error { return refFiles(c, scope, files, time.Now().UnixMilli()) })
+	return d.wrap("reference files", err)
+}
+
+func refFiles(c conn, scope string, files []FileRef, at int64) error {
+	for _, f := range files {
+		if _, err := c.exec(`INSERT INTO file_refs (file_id, scope, at) VALUES (?, ?, ?)
+			ON CONFLICT (file_id, scope) DO UPDATE SET at = excluded.at`, f.ID, scope, at); err != nil {
+			return err
+		}
+		if _, err := c.exec(`UPDATE files SET last_ref_at = ? WHERE id = ? AND last_ref_at < ?`, at, f.ID, at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertFiles writes the files of a new intake or outbox row (table
+// intake_files or outbox_files) and references them for scope.
+func insertFiles(c conn, table, key string, id int64, scope string, files []FileRef, at int64) error {
+	for i, f := range files {
+		if _, err := c.exec(`INSERT INTO `+table+` (`+key+`, seq, file_id, name, mime, size, kind) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			id, i, f.ID, f.Name, f.MIME, f.Size, f.Kind); err != nil {
+			return err
+		}
+	}
+	return refFiles(c, scope, files, at)
+}
+
+func (d *DB) listFiles(ctx context.Context, table, key string, id int64) ([]FileRef, error) {
+	rows, err := d.reader(ctx).query(`SELECT file_id, name, mime, size, kind FROM `+table+` WHERE `+key+` = ? ORDER BY seq`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FileRef
+	for rows.Next() {
+		var f FileRef
+		if err := rows.Scan(&f.ID, &f.Name, &f.MIME, &f.Size, &f.Kind); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// IntakeFiles returns the files of an owed message, in its order.
+func (d *DB) IntakeFiles(ctx context.Context, intakeID int64) ([]FileRef, error) {
+	out, err := d.listFiles(ctx, "intake_files", "intake_id", intakeID)
+	return out, d.wrap("intake files", err)
+}
+
+// OutboxFiles returns the files of an outbox item, in its order.
+func (d *DB) OutboxFiles(ctx context.Context, outboxID int64) ([]FileRef, error) {
+	out, err := d.listFiles(ctx, "outbox_files", "outbox_id", outboxID)
+	return out, d.wrap("outbox files", err)
+}
+
+// SweepFiles removes the files no conversation named since before, with
+// their references, and spool files older than an hour (a receive the
+// process died in). It returns how many files it removed.
+func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
+	cut := before.UnixMilli()
+	var ids []string
+	rows, err := d.reader(ctx).query(`SELECT id FROM files WHERE last_ref_at < ? ORDER BY last_ref_at LIMIT 1000`, cut)
+	if err != nil {
+		return 0, d.wrap("sweep files", err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, d.wrap("sweep files", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	removed := 0
+	for _, id := range ids {
+		err := d.tx(ctx, func(c conn) error {
+			if err := c.lock("file:" + id); err != nil {
+				return err
+			}
+			n, err := c.execN(`DELETE FROM files WHERE id = ? AND last_ref_at < ?`, id, cut)
+			if err != nil || n == 0 {
+				return err
+			}
+			if _, err := c.exec(`DELETE FROM file_refs WHERE file_id = ?`, id); err != nil {
+				return err
+			}
+			if d.pg != nil {
+				_, err := c.exec(`DELETE FROM file_chunks WHERE file_id = ?`, id)
+				return err
+			}
+			// In the write transaction: PutFile places a file and its row
+			// in one too, so a file stored again now keeps its bytes.
+			if err := os.Remove(d.filePath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			removed++
+			return nil
+		})
+		if err != nil {
+			return removed, d.wrap("sweep file "+id, err)
+		}
+	}
+	if d.pg != nil {
+		removed = len(ids)
+	}
+	spool := filepath.Join(d.dir, FilesDir, "tmp")
+	if ents, err := os.ReadDir(spool); err == nil {
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
+				os.Remove(filepath.Join(spool, e.Name()))
+			}
+		}
+	}
+	return removed, nil
+}
+
+// headWriter keeps the first max bytes written to it.
+type headWriter struct {
+	b   []byte
+	max int
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// ctxReader ends a read once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// chunkReader streams a PostgreSQL file one chunk row at a time.
+type chunkReader struct {
+	ctx context.Context
+	d   *DB
+	id  string
+	seq int
+	buf []byte
+	eof bool
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.eof {
+			return 0, io.EOF
+		}
+		var data []byte
+		err := r.d.reader(r.ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&data) },
+			`SELECT data FROM file_chunks WHERE file_id = ? AND seq = ?`, r.id, r.seq)
+		if errors.Is(err, ErrNotFound) {
+			r.eof = true
+			continue
+		}
+		if err != nil {
+			return 0, r.d.wrap("read file "+r.id, err)
+		}
+		r.seq++
+		r.buf = data
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *chunkReader) Close() error { return nil }
