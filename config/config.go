@@ -336,6 +336,7 @@ type Slack struct {
 	APIURL        string `json:"apiUrl"`        // default https://slack.com/api/
 	WebhookPath   string `json:"webhookPath"`   // http mode; default /slack/events
 	ReplyToMode   string `json:"replyToMode"`   // off|first|all; default all
+	ThreadContext *int   `json:"threadContext"` // earlier thread messages given to the model (SPEC §21); default 20, 0 = off
 	Access
 }
 
@@ -365,6 +366,7 @@ type Matrix struct {
 	DeviceID      string `json:"deviceId"`
 	AutoJoin      *bool  `json:"autoJoin"`      // default true
 	ThreadReplies string `json:"threadReplies"` // off|inbound|always; default inbound
+	ThreadContext *int   `json:"threadContext"` // earlier thread messages given to the model (SPEC §21); default 20, 0 = off
 	Access
 }
 

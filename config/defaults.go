@@ -41,6 +41,12 @@ const (
 	DefaultSlackWebhookPath    = "/slack/events"
 	DefaultTelegramAPIURL      = "https://api.telegram.org"
 	DefaultTelegramWebhookPath = "/telegram/webhook"
+
+	// DefaultThreadContext is channels.<name>.threadContext: the earlier
+	// thread messages read when the bot is first addressed mid-thread;
+	// MaxThreadContext bounds it.
+	DefaultThreadContext = 20
+	MaxThreadContext     = 200
 )
 
 func intp(v int) *int    { return &v }
@@ -219,6 +225,11 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 		ch.Matrix.AutoJoin = boolp(true)
 	}
 	setStr(&ch.Matrix.ThreadReplies, "inbound")
+	for _, tc := range []**int{&ch.Slack.ThreadContext, &ch.Matrix.ThreadContext} {
+		if *tc == nil {
+			*tc = intp(DefaultThreadContext)
+		}
+	}
 	for _, a := range []*Access{&ch.Slack.Access, &ch.Telegram.Access, &ch.Matrix.Access} {
 		setStr(&a.GroupPolicy, "allowlist")
 		for id, g := range a.Groups {

@@ -449,6 +449,13 @@ func (v *validator) access(path string, a Access) {
 	}
 }
 
+// threadContext checks a channel's threadContext: 0 (off) to MaxThreadContext.
+func (v *validator) threadContext(path string, n *int) {
+	if n != nil && (*n < 0 || *n > MaxThreadContext) {
+		v.add(path, "%d is out of range: 0 (off) to %d earlier messages", *n, MaxThreadContext)
+	}
+}
+
 func (v *validator) channels() {
 	ch := v.c.Channels
 
@@ -458,6 +465,7 @@ func (v *validator) channels() {
 	v.httpURL("channels.slack.apiUrl", s.APIURL)
 	v.urlPath("channels.slack.webhookPath", s.WebhookPath)
 	v.access("channels.slack", s.Access)
+	v.threadContext("channels.slack.threadContext", s.ThreadContext)
 	if s.Enabled {
 		if s.BotToken == "" {
 			v.add("channels.slack.botToken", "missing: the enabled slack channel needs a botToken (xoxb-…)")
@@ -493,6 +501,7 @@ func (v *validator) channels() {
 		v.add("channels.matrix.userId", "%q is not a Matrix user id like @herald:example.org", m.UserID)
 	}
 	v.access("channels.matrix", m.Access)
+	v.threadContext("channels.matrix.threadContext", m.ThreadContext)
 	if m.Enabled {
 		if m.Homeserver == "" {
 			v.add("channels.matrix.homeserver", "missing: the enabled matrix channel needs a homeserver URL")

@@ -279,8 +279,9 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 		a, err := slack.New(slack.Options{BotToken: c.Slack.BotToken.Value(), AppToken: c.Slack.AppToken.Value(),
 			SigningSecret: c.Slack.SigningSecret.Value(), Mode: c.Slack.Mode, APIURL: c.Slack.APIURL,
 			WebhookPath: c.Slack.WebhookPath, ReplyToMode: c.Slack.ReplyToMode, Access: accessOf(c.Slack.Access),
-			Replays: &slackReplays{db: g.db},
-			Logger:  log})
+			ThreadContext: derefInt(c.Slack.ThreadContext),
+			Replays:       &slackReplays{db: g.db},
+			Logger:        log})
 		if err != nil {
 			return nil, fmt.Errorf("channels.slack: %w", err)
 		}
@@ -305,8 +306,9 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 		a, err := matrix.New(matrix.Options{Homeserver: c.Matrix.Homeserver, UserID: c.Matrix.UserID,
 			AccessToken: c.Matrix.AccessToken.Value(), Password: c.Matrix.Password.Value(), DeviceID: c.Matrix.DeviceID,
 			AutoJoin: autoJoin, ThreadReplies: c.Matrix.ThreadReplies, Access: accessOf(c.Matrix.Access),
-			SyncStore: matrixSyncStore{g.db},
-			Logger:    log})
+			ThreadContext: derefInt(c.Matrix.ThreadContext),
+			SyncStore:     matrixSyncStore{g.db},
+			Logger:        log})
 		if err != nil {
 			return nil, fmt.Errorf("channels.matrix: %w", err)
 		}

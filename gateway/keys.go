@@ -44,3 +44,11 @@ func accessOf(a config.Access) channels.Access {
 	}
 	return channels.Access{AllowFrom: a.AllowFrom, GroupPolicy: a.GroupPolicy, Groups: groups}
 }
+
+// derefInt is *p, or 0 when p is nil.
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

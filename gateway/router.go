@@ -281,6 +281,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	}
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
 		Workspace: cws, AgentWorkspace: aws, Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
+	text := in.Text
+	if len(s.sess.History) == 0 && !resume {
+		text = g.threadContext(ctx, in.Origin, text, log)
+	}
 	live := g.startLive(it, log)
 	defer live.stop()
 	sc := turnSpend(key, agentID, it.ID, in.Text)
@@ -297,7 +301,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			spent(m, u)
 			g.panel.changed(key)
 		},
-	}, in.Text)
+	}, text)
 	switch {
 	case res.Fallback != "":
 		g.answered.set(key, res.Fallback)
@@ -364,4 +368,34 @@ func (g *Gateway) systemPrompt(agentID string, o channels.Origin) string {
 		b.WriteString("\n" + boot)
 	}
 	return b.String()
+}
+
+// threadContextTimeout bounds reading a thread's earlier messages.
+const threadContextTimeout = 15 * time.Second
+
+// threadContext puts the earlier messages of the thread a conversation's
+// first message sits in before that message (SPEC §21 thread context), when
+// the message is not the thread's root and its channel can read threads.
+// It runs once per conversation: later turns have history, and the context
+// stays in the transcript with the message. A failed read is logged and the
+// turn goes on without it.
+func (g *Gateway) threadContext(ctx context.Context, o channels.Origin, text string, log *zap.Logger) string {
+	if o.ThreadID == "" || o.MessageID == "" || o.ThreadID == o.MessageID {
+		return text
+	}
+	tr, ok := g.channel(o.Channel).(channels.ThreadReader)
+	if !ok {
+		return text
+	}
+	rctx, cancel := context.WithTimeout(ctx, threadContextTimeout)
+	defer cancel()
+	msgs, err := tr.ThreadHistory(rctx, o)
+	if err != nil {
+		log.Warn("could not read the thread's earlier messages; answering without them", zap.Error(err))
+		return text
+	}
+	if len(msgs) > 0 {
+		log.Info("thread context given to the model", zap.Int("messages", len(msgs)))
+	}
+	return channels.WithThreadContext(msgs, text)
 }

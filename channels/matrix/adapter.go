@@ -50,6 +50,9 @@ type Options struct {
 	AutoJoin    bool   // join rooms the bot is invited to
 	// ThreadReplies is ThreadsOff, ThreadsInbound (default) or ThreadsAlways.
 	ThreadReplies string
+	// ThreadContext is how many earlier messages of a thread the bot is
+	// first addressed in are read as context (channels.ThreadReader); 0 = off.
+	ThreadContext int
 	Access        channels.Access
 	Logger        *zap.Logger
 	// HTTPClient is used for every request; its Timeout must exceed the 30 s
@@ -98,6 +101,7 @@ type Adapter struct {
 	// so the intake's de-duplication would not catch it).
 	batchTaken []id.EventID
 	retaken    map[id.EventID]bool
+	names      channels.NameCache // room|user → display name, for thread context
 }
 
 var (

@@ -50,6 +50,9 @@ type Options struct {
 	APIURL        string // default https://slack.com/api/
 	WebhookPath   string // default /slack/events
 	ReplyToMode   string // off|first|all, default all
+	// ThreadContext is how many earlier messages of a thread the bot is
+	// first addressed in are read as context (channels.ThreadReader); 0 = off.
+	ThreadContext int
 	Access        channels.Access
 	Logger        *zap.Logger
 	Now           func() time.Time
@@ -89,6 +92,7 @@ type Adapter struct {
 	// slashSeen: signatures of slash commands taken (http mode), so a
 	// replayed request runs nothing twice.
 	slashSeen *replaySet
+	names     channels.NameCache // user id → display name, for thread context
 }
 
 var (

@@ -110,6 +110,11 @@ type Server struct {
 	done       chan struct{}
 	wg         sync.WaitGroup
 	fs         fileState
+	// people: persons' messages (Say, SendMention), returned with the
+	// bot's posts by conversations.replies; names: users.info answers.
+	people       []Said
+	names        map[string]string
+	repliesCalls int
 }
 
 type wsConn struct {
@@ -134,6 +139,7 @@ func New(t testing.TB) *Server {
 		c.Handle("/chat.update", s.update)
 		c.Handle("/conversations.history", s.history)
 		c.Handle("/conversations.replies", s.replies)
+		c.Handle("/users.info", s.usersInfo)
 		c.Handle("/apps.connections.open", s.connectionsOpen)
 		c.Handle("/ws", s.socket)
 		s.fileRoutes(c)
@@ -283,6 +289,7 @@ func (s *Server) SendMention(channel, user, text, threadTS string) string {
 		text = "<@" + BotUserID + "> " + text
 	}
 	ts := s.NextTS()
+	s.said(Said{Channel: channel, User: user, Text: text, TS: ts, ThreadTS: threadTS})
 	s.SendEvent(MentionEvent(channel, user, text, ts, threadTS))
 	s.SendEvent(MessageEvent(channelType(channel), channel, user, text, ts, threadTS))
 	return ts
@@ -514,6 +521,9 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	ts := r.Form.Get("ts")
+	s.mu.Lock()
+	s.repliesCalls++
+	s.mu.Unlock()
 	s.listPosts(w, r, func(p Post) bool { return p.ThreadTS == ts })
 }
 
@@ -540,6 +550,14 @@ func (s *Server) listPosts(w http.ResponseWriter, r *http.Request, keep func(Pos
 	}
 	// The bot's file shares are messages of the channel too.
 	msgs = append(msgs, s.shareMessages(channel, func(thread string) bool { return keep(Post{Channel: channel, ThreadTS: thread}) })...)
+	if strings.HasSuffix(r.URL.Path, "/conversations.replies") {
+		// The whole thread, as Slack has it: persons' messages too,
+		// before latest when given.
+		msgs = append(msgs, s.peopleIn(channel, r.Form.Get("ts"))...)
+		if latest := r.Form.Get("latest"); latest != "" {
+			msgs = slices.DeleteFunc(msgs, func(m tsMessage) bool { return !tsLess(m.ts, latest) })
+		}
+	}
 	s.mu.Unlock()
 	sortByTS(msgs)
 	out := make([]map[string]any, 0, len(msgs))

@@ -1,0 +1,103 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultThreadContext is how many earlier thread messages a channel reads
+// when the bot is first addressed in the middle of a thread (SPEC §21,
+// channels.<name>.threadContext); 0 turns it off.
+const DefaultThreadContext = 20
+
+// ThreadMessage is one earlier message of a thread, as context for a turn.
+type ThreadMessage struct {
+	SenderID   string
+	SenderName string // display name where the platform gives one, else the id
+	Text       string
+	At         time.Time
+	FromBot    bool // posted by this bot
+}
+
+// ThreadReader is implemented by channels that can read the messages of a
+// thread that came before a given message. The gateway asks once, on the
+// first turn of a conversation whose message sits inside a thread the bot
+// was not part of (Slack conversations.replies, Matrix thread relations,
+// Discord thread history), and never again for that conversation: the
+// context is kept in the transcript with the message.
+type ThreadReader interface {
+	// ThreadHistory returns up to the channel's configured threadContext
+	// messages of the thread at.ThreadID that came before at.MessageID,
+	// oldest first; nil when the setting is 0.
+	ThreadHistory(ctx context.Context, at Origin) ([]ThreadMessage, error)
+}
+
+// WithThreadContext puts the earlier messages of a thread before a person's
+// message, as the model sees it: one line per message with its sender's
+// name, between two marker lines. With no messages it returns text unchanged.
+func WithThreadContext(msgs []ThreadMessage, text string) string {
+	if len(msgs) == 0 {
+		return text
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[Earlier messages in this thread, oldest first (%d):]\n", len(msgs))
+	for _, m := range msgs {
+		name := m.SenderName
+		if name == "" {
+			name = m.SenderID
+		}
+		if m.FromBot {
+			name += " (you)"
+		}
+		body := strings.TrimSpace(m.Text)
+		if body == "" {
+			body = "(no text)"
+		}
+		fmt.Fprintf(&b, "%s: %s\n", name, strings.ReplaceAll(body, "\n", "\n  "))
+	}
+	b.WriteString("[End of earlier messages. The message addressed to you follows.]\n\n")
+	b.WriteString(text)
+	return b.String()
+}
+
+// LastN keeps the last n messages (all when there are fewer); n <= 0 keeps none.
+func LastN(msgs []ThreadMessage, n int) []ThreadMessage {
+	if n <= 0 {
+		return nil
+	}
+	if len(msgs) > n {
+		msgs = msgs[len(msgs)-n:]
+	}
+	return msgs
+}
+
+// NameCache maps sender ids to display names for a channel's thread
+// context, so each sender is looked up once; it forgets everything when it
+// holds 4096 names. The zero value is ready to use.
+type NameCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxCachedNames = 4096
+
+// Get returns the cached name of key.
+func (c *NameCache) Get(key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.m[key]
+	return n, ok
+}
+
+// Put caches name for key.
+func (c *NameCache) Put(key, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedNames {
+		c.m = make(map[string]string)
+	}
+	c.m[key] = name
+}
