@@ -163,17 +163,33 @@ func TestE2EMatrixThreads(t *testing.T) {
 		t.Fatalf("thread 1 got reply×%d, alpha announce×%d, beta announce×%d; want one each", reply, alpha, beta)
 	}
 
-	// Thread 2 in the same room: its own session, its own answer.
+	// Thread 2 in the same room: its own session, its own answer. Alice
+	// and Carol talk in it first; the bot, first addressed mid-thread, is
+	// given their messages with their names (SPEC §21 thread context).
 	root2 := matrixtest.Post(t, alice, room, "another topic")
+	matrixtest.PostInThread(t, carol, room, root2, "I vote for the weather")
 	matrixtest.PostInThread(t, alice, room, root2, "herald: what is the weather", bot.UserID)
 	got2 := matrixtest.WaitThreadMessages(t, alice, room, root2, bot.UserID, 1)
-	if b := matrixBody(got2[0]); b != "plain answer to: what is the weather" {
+	if b := matrixBody(got2[0]); !strings.HasPrefix(b, "plain answer to: ") || !strings.HasSuffix(b, "what is the weather") {
 		t.Errorf("thread 2 reply = %q, want the answer to its own question", b)
 	}
+	asked := 0
 	for _, c := range llm.Requests() {
-		if strings.Contains(c.LastUser(), "what is the weather") && len(c.Messages) != 1 {
+		last := c.LastUser()
+		if !strings.Contains(last, "what is the weather") {
+			continue
+		}
+		asked++
+		if len(c.Messages) != 1 {
 			t.Errorf("thread 2's model call carries %d messages, want only its own question (no history from thread 1)", len(c.Messages))
 		}
+		a, b, q := strings.Index(last, "alice: another topic"), strings.Index(last, "carol: I vote for the weather"), strings.LastIndex(last, "what is the weather")
+		if a < 0 || b < a || q < b || strings.Contains(last, "planning thread") {
+			t.Errorf("thread 2's model call lacks its thread's earlier messages in order (or has thread 1's):\n%s", last)
+		}
+	}
+	if asked != 1 {
+		t.Errorf("thread 2's question reached the model %d times, want 1", asked)
 	}
 
 	// Nothing from the bot outside the two threads, nothing twice.
