@@ -63,7 +63,7 @@ func TestLongConversationStaysInTheContextWindow(t *testing.T) {
 		t.Run(api, func(t *testing.T) {
 			model, _ := limitedModel(t, api, 8000, 8000)
 			path := filepath.Join(t.TempDir(), "s.jsonl")
-			s, err := agent.LoadSession("agent:main:web:dm:long", "id", "main", "", path, time.Now())
+			s, err := agent.LoadSession(context.Background(), "agent:main:web:dm:long", "id", "main", "", path, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestLongConversationStaysInTheContextWindow(t *testing.T) {
 					t.Fatalf("turn %d answered %q, want %q", i, res.Text, want)
 				}
 			}
-			_, entries, err := store.ReadTranscript(path)
+			_, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +99,7 @@ func TestLongConversationStaysInTheContextWindow(t *testing.T) {
 				t.Errorf("transcript has %d compaction lines and %d user messages; want some and 200", compactions, users)
 			}
 			// A reload sends the compacted context, not the whole history.
-			s2, err := agent.LoadSession("agent:main:web:dm:long", "id", "main", "", path, time.Now())
+			s2, err := agent.LoadSession(context.Background(), "agent:main:web:dm:long", "id", "main", "", path, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestContextLengthErrorCompactsAndRetries(t *testing.T) {
 	for _, api := range []string{llmtest.APIAnthropic, llmtest.APIOpenAI} {
 		t.Run(api, func(t *testing.T) {
 			model, refused := limitedModel(t, api, 6000, 0)
-			s, err := agent.LoadSession("k", "id", "main", "", filepath.Join(t.TempDir(), "s.jsonl"), time.Now())
+			s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", filepath.Join(t.TempDir(), "s.jsonl"), time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestCompactionKeepsToolPairs(t *testing.T) {
 	}))
 	p, _ := providers.New("anthropic", config.Provider{API: "anthropic", BaseURL: srv.URL, APIKey: "k"}, providers.Options{})
 	model := &agent.Model{Ref: "anthropic/m", ID: "m", Provider: p, MaxTokens: 256, ContextWindow: 5000}
-	s, err := agent.LoadSession("k", "id", "main", "", filepath.Join(t.TempDir(), "s.jsonl"), time.Now())
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", filepath.Join(t.TempDir(), "s.jsonl"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func chainModels(t *testing.T, primary, fallback llmtest.Handler) (p, f *agent.M
 
 func newSession(t *testing.T) *agent.Session {
 	t.Helper()
-	s, err := agent.LoadSession("k", "id", "main", "", filepath.Join(t.TempDir(), "t.jsonl"), time.Now())
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", filepath.Join(t.TempDir(), "t.jsonl"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func BenchmarkFallbackFromOverloaded(b *testing.B) {
 	p := &agent.Model{Ref: primaryRef, ID: "claude-sonnet-4-20250514", Provider: ap}
 	f := &agent.Model{Ref: fallbackRef, ID: "gpt-4o", Provider: op}
 	for b.Loop() {
-		s, err := agent.LoadSession("k", "id", "main", "", filepath.Join(b.TempDir(), "t.jsonl"), time.Now())
+		s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", filepath.Join(b.TempDir(), "t.jsonl"), time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -59,16 +59,16 @@ var ErrTranscript = errors.New("transcript not written")
 // history. A missing or still empty transcript is a new session; a torn
 // last line is left out (and cut when the file is opened for writing);
 // any other read error is ErrHistory — never a silent fresh start.
-func LoadSession(key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
-	return LoadSessionFrom(store.FileTranscripts{}, key, id, agentID, parentKey, path, now)
+func LoadSession(ctx context.Context, key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
+	return LoadSessionFrom(ctx, store.FileTranscripts{}, key, id, agentID, parentKey, path, now)
 }
 
 // LoadSessionFrom is LoadSession with the transcript in ts (files, or rows
 // of a PostgreSQL store).
-func LoadSessionFrom(ts store.Transcripts, key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
+func LoadSessionFrom(ctx context.Context, ts store.Transcripts, key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
 	var history []Message
 	var pendingCalls []ToolCall
-	_, entries, err := ts.ReadTranscript(path)
+	_, entries, err := ts.ReadTranscript(ctx, path)
 	switch {
 	case err == nil:
 		msgs := contextFromTranscript(entries)
@@ -80,7 +80,7 @@ func LoadSessionFrom(ts store.Transcripts, key, id, agentID, parentKey, path str
 	default:
 		return nil, fmt.Errorf("session %s: %w: %w", key, ErrHistory, err)
 	}
-	tr, err := ts.OpenTranscript(path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
+	tr, err := ts.OpenTranscript(ctx, path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
 	if err != nil {
 		return nil, fmt.Errorf("open transcript of %s: %w", key, err)
 	}
@@ -208,12 +208,12 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 				results[i] = ToolResult{CallID: call.ID, Name: call.Name, Content: interruptedResult, IsError: true}
 			}
 		}
-		if err := s.append(Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
+		if err := s.append(ctx, Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
 			return res, err
 		}
 	}
 	if !t.Resume {
-		if err := s.append(Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
+		if err := s.append(ctx, Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
 			return res, err
 		}
 	}
@@ -242,7 +242,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			t.OnCall(answered, resp.Usage)
 		}
 		msg := Message{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls}
-		if err := s.append(msg, &resp.Usage, answered.Ref, t.Clock); err != nil {
+		if err := s.append(ctx, msg, &resp.Usage, answered.Ref, t.Clock); err != nil {
 			return res, err
 		}
 		if resp.Text != "" {
@@ -256,7 +256,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			for i, call := range resp.ToolCalls {
 				results[i] = s.callTool(ctx, t, call)
 			}
-			if err := s.append(Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
+			if err := s.append(ctx, Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
 				return res, err
 			}
 			if err := ctx.Err(); err != nil {
@@ -269,7 +269,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 		for more := true; more && t.Steer != nil; {
 			select {
 			case st := <-t.Steer:
-				if err := s.append(Message{Role: RoleUser, Text: st.Text}, nil, "", t.Clock); err != nil {
+				if err := s.append(ctx, Message{Role: RoleUser, Text: st.Text}, nil, "", t.Clock); err != nil {
 					return res, err
 				}
 				if st.Reply != nil {
@@ -419,7 +419,7 @@ func errorJSON(msg string) string {
 }
 
 // append records m in history and the transcript.
-func (s *Session) append(m Message, u *Usage, model string, clock Clock) error {
+func (s *Session) append(ctx context.Context, m Message, u *Usage, model string, clock Clock) error {
 	s.History = append(s.History, m)
 	if s.Transcript == nil {
 		return nil
@@ -434,7 +434,7 @@ func (s *Session) append(m Message, u *Usage, model string, clock Clock) error {
 	if u != nil {
 		e.Usage, _ = json.Marshal(u)
 	}
-	if err := s.Transcript.Append(e); err != nil {
+	if err := s.Transcript.Append(ctx, e); err != nil {
 		return fmt.Errorf("write transcript of %s: %w: %w", s.Key, ErrTranscript, err)
 	}
 	return nil

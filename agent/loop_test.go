@@ -48,11 +48,11 @@ func TestTurnWritesTranscriptBeforeNextCall(t *testing.T) {
 		if len(c.Messages) == 1 {
 			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "echo", Args: json.RawMessage(`{"text":"hi"}`)}, {Name: "nope", Args: json.RawMessage(`{}`)}}}
 		}
-		_, entries, _ := store.ReadTranscript(path)
+		_, entries, _ := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
 		linesAtSecondCall = len(entries)
 		return llmtest.Reply{Text: "done", Usage: agent.Usage{Input: 7, Output: 3}}
 	})
-	s, err := agent.LoadSession("k", "id", "main", "", path, time.Now())
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", path, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,16 +108,16 @@ func TestAuthorizerRefusalIsAToolError(t *testing.T) {
 
 func TestLoadSessionClosesInterruptedToolCalls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.jsonl")
-	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: "k", SessionID: "id"})
+	tr, err := store.FileTranscripts{}.OpenTranscript(context.Background(), path, store.TranscriptHeader{SessionKey: "k", SessionID: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	calls, _ := json.Marshal([]agent.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{}`)}})
-	tr.Append(store.TranscriptEntry{Type: "message", Role: "user", Content: "hi"})
-	tr.Append(store.TranscriptEntry{Type: "message", Role: "assistant", ToolCalls: calls})
+	tr.Append(context.Background(), store.TranscriptEntry{Type: "message", Role: "user", Content: "hi"})
+	tr.Append(context.Background(), store.TranscriptEntry{Type: "message", Role: "assistant", ToolCalls: calls})
 	tr.Close() // the gateway died before the tool result was written
 	model, srv := newModel(t, llmtest.Text("recovered"))
-	s, err := agent.LoadSession("k", "id", "main", "", path, time.Now())
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", path, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,16 +143,16 @@ func (safeEcho) ResumeSafe() bool { return true }
 // TestLoadSessionClosesInterruptedToolCalls and the kill test of exec.)
 func TestResumedTurnRunsPendingToolCalls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.jsonl")
-	tr, err := store.OpenTranscript(path, store.TranscriptHeader{SessionKey: "k", SessionID: "id"})
+	tr, err := store.FileTranscripts{}.OpenTranscript(context.Background(), path, store.TranscriptHeader{SessionKey: "k", SessionID: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	calls, _ := json.Marshal([]agent.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{"text":"once"}`)}})
-	tr.Append(store.TranscriptEntry{Type: "message", Role: "user", Content: "do it"})
-	tr.Append(store.TranscriptEntry{Type: "message", Role: "assistant", ToolCalls: calls})
+	tr.Append(context.Background(), store.TranscriptEntry{Type: "message", Role: "user", Content: "do it"})
+	tr.Append(context.Background(), store.TranscriptEntry{Type: "message", Role: "assistant", ToolCalls: calls})
 	tr.Close() // killed while the tool ran
 	model, srv := newModel(t, llmtest.Text("done"))
-	s, err := agent.LoadSession("k", "id", "main", "", path, time.Now())
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", path, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func TestE2ELongConversationNeverHitsTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, entries, err := tg.G.Store().ReadTranscript(s.TranscriptPath)
+	_, entries, err := tg.G.Store().ReadTranscript(context.Background(), s.TranscriptPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"fmt"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/slack/slackfake"

@@ -59,7 +59,7 @@ func TestE2ESessionCommands(t *testing.T) {
 	if _, err := fmt.Sscanf(compacted.Text, "🧹 Compacted: %d → %d tokens.", &b, &a); err != nil || a >= b {
 		t.Errorf("/compact said %q", compacted.Text)
 	}
-	_, entries, err := tg.G.Store().ReadTranscript(before.TranscriptPath)
+	_, entries, err := tg.G.Store().ReadTranscript(context.Background(), before.TranscriptPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestE2ESessionCommands(t *testing.T) {
 	if err := tg.G.Store().TailTranscript(ctx, resets[0].OldTranscript, false, &old); err != nil || !strings.Contains(old.String(), "PELICAN") {
 		t.Errorf("the old transcript is not kept: %v", err)
 	}
-	if _, _, err := tg.G.Store().ReadTranscript(before.TranscriptPath); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := tg.G.Store().ReadTranscript(context.Background(), before.TranscriptPath); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the old transcript is still in place: %v", err)
 	}
 	n = tg.LLM.Count()

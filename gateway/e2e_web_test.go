@@ -146,7 +146,7 @@ func TestE2EWebAPISubagentCommands(t *testing.T) {
 	}
 	if !strings.HasSuffix(transcript, ".jsonl") || !pgtest.OnPostgres() && !strings.HasPrefix(transcript, tg.StateDir) {
 		t.Errorf("/subagents info 1 has transcript %q, want a .jsonl file in the state dir:\n%s", transcript, info.Text)
-	} else if _, _, err := tg.G.Store().ReadTranscript(transcript); err != nil {
+	} else if _, _, err := tg.G.Store().ReadTranscript(context.Background(), transcript); err != nil {
 		t.Errorf("the transcript /subagents info names is not there: %v", err)
 	}
 	if !strings.Contains(info.Text, "\nOutcome: success") {

@@ -156,7 +156,7 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	if _, err := g.db.EnsureSession(ctx, row); err != nil {
 		return nil, err
 	}
-	sess, err := agent.LoadSessionFrom(g.db, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
+	sess, err := agent.LoadSessionFrom(ctx, g.db, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
 	if err != nil {
 		return nil, err
 	}

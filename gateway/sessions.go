@@ -51,7 +51,7 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 		now := g.clock.Now()
 		id := uuid.NewString()
 		path := g.db.TranscriptPath(s.agentID, id)
-		sess, err := agent.LoadSessionFrom(g.db, key, id, s.agentID, "", path, now)
+		sess, err := agent.LoadSessionFrom(ctx, g.db, key, id, s.agentID, "", path, now)
 		if err != nil {
 			return err
 		}
@@ -60,15 +60,15 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 		if s.sess != nil {
 			s.sess.Close()
 		}
-		archived, err := g.db.ArchiveTranscriptAs(oldPath, "reset", now)
+		archived, err := g.db.ArchiveTranscriptAs(ctx, oldPath, "reset", now)
 		if err == nil {
 			if err = g.db.ResetSession(ctx, key, id, path, archived, now); err != nil && archived != "" {
-				_ = g.db.UnarchiveTranscript(archived, oldPath) // keep the conversation as it was
+				_ = g.db.UnarchiveTranscript(ctx, archived, oldPath) // keep the conversation as it was
 			}
 		}
 		if err != nil {
 			sess.Close()
-			if old, lerr := agent.LoadSessionFrom(g.db, key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
+			if old, lerr := agent.LoadSessionFrom(ctx, g.db, key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
 				s.sess = old
 			} else {
 				s.evicted = true // load it again on the next message

@@ -160,7 +160,6 @@ type Store interface {
 	Bus
 	Transcripts
 	Spend
-	UnarchiveTranscript(archived, path string) error
 	Backup(ctx context.Context, path string) error // SQLite only
 	Driver() string                                // DriverSQLite or DriverPostgres
 	StateDir() string

@@ -49,6 +49,10 @@ type DB struct {
 	// pg is set for PostgreSQL (postgres.go): w and r are then one pool.
 	pg *pgBackend
 
+	// Transcripts is the engine's transcript sink: files under the state
+	// dir (SQLite) or rows (PostgreSQL).
+	Transcripts
+
 	group group // SQLite: concurrent write transactions commit together
 
 	// fault, when set, fails every write transaction (InjectWriteFault).
@@ -82,7 +86,7 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		return nil, err
 	}
 
-	d := &DB{dir: dir, path: path}
+	d := &DB{dir: dir, path: path, Transcripts: FileTranscripts{Dir: dir}}
 	d.w, err = sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
@@ -339,18 +343,6 @@ func (d *DB) StateDir() string { return d.dir }
 
 // Path returns the absolute path of herald.db.
 func (d *DB) Path() string { return d.path }
-
-// TranscriptPath returns <stateDir>/transcripts/<agentId>/<sessionId>.jsonl
-// (on PostgreSQL the same name without the state dir: the transcript's
-// lines are rows, not a file). Path separators and ".." in the ids are
-// replaced so the result stays inside the state dir.
-func (d *DB) TranscriptPath(agentID, sessionID string) string {
-	rel := filepath.Join("transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
-	if d.pg != nil {
-		return rel
-	}
-	return filepath.Join(d.dir, rel)
-}
 
 func safeName(s string) string {
 	s = strings.NewReplacer("/", "_", "\\", "_", "\x00", "_").Replace(s)

@@ -27,8 +27,7 @@ const (
 // pgConns bounds one process's connections to PostgreSQL.
 const pgConns = 16
 
-// pgOpTimeout bounds a transcript statement, whose file-like API has no
-// context of its own.
+// pgOpTimeout bounds a transcript statement (rowCtx).
 const pgOpTimeout = 30 * time.Second
 
 // pgBackend is what a DB on PostgreSQL holds besides the database/sql pool
@@ -90,6 +89,7 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	d := &DB{dir: dir, path: shown, w: sqlDB, r: sqlDB, pg: &pgBackend{pool: pool, url: shown}}
+	d.Transcripts = rowTranscripts{d: d}
 	d.ws = newStmtCache(sqlDB)
 	d.ws.pg = true
 	d.rs = d.ws

@@ -3,6 +3,7 @@ package store
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,8 +33,8 @@ type Transcript struct {
 
 // lineSink is where a transcript's lines go: a file or database rows.
 type lineSink interface {
-	write(line []byte) error // one whole line, its newline included
-	sync() error
+	write(ctx context.Context, line []byte) error // one whole line, its newline included
+	sync(ctx context.Context) error
 	close() error
 }
 
@@ -42,7 +43,7 @@ type lineSink interface {
 // 10,000 runs in flight do not hold 10,000 open files (issue 30).
 type fileSink struct{ path string }
 
-func (s fileSink) write(line []byte) error {
+func (s fileSink) write(_ context.Context, line []byte) error {
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return descriptorError(err, false)
@@ -54,7 +55,7 @@ func (s fileSink) write(line []byte) error {
 	return err
 }
 
-func (s fileSink) sync() error {
+func (s fileSink) sync(context.Context) error {
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return descriptorError(err, false)
@@ -68,12 +69,13 @@ func (s fileSink) sync() error {
 
 func (s fileSink) close() error { return nil }
 
-// OpenTranscript opens the transcript at path for appending, creating its
-// folders (0700) and the file (0600) as needed. A new or empty file gets the
-// header line (Type "session" and Version 1 unless set; CreatedAt now unless
-// set). A torn last line left by a crash is cut off first, so new lines
-// never run into it. The file is not held open between lines.
-func OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
+// openFileTranscript opens the transcript file at path for appending,
+// creating its folders (0700) and the file (0600) as needed. A new or empty
+// file gets the header line (Type "session" and Version 1 unless set;
+// CreatedAt now unless set). A torn last line left by a crash is cut off
+// first, so new lines never run into it. The file is not held open between
+// lines.
+func openFileTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
@@ -88,12 +90,12 @@ func OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
-	return newTranscript(path, fileSink{path}, size == 0, h)
+	return newTranscript(ctx, path, fileSink{path}, size == 0, h)
 }
 
 // newTranscript wraps out, writing the header h (with its defaults) first
 // when the transcript is empty.
-func newTranscript(path string, out lineSink, empty bool, h TranscriptHeader) (*Transcript, error) {
+func newTranscript(ctx context.Context, path string, out lineSink, empty bool, h TranscriptHeader) (*Transcript, error) {
 	t := &Transcript{path: path, out: out}
 	if empty {
 		if h.Type == "" {
@@ -105,7 +107,7 @@ func newTranscript(path string, out lineSink, empty bool, h TranscriptHeader) (*
 		if h.CreatedAt.IsZero() {
 			h.CreatedAt = time.Now().UTC()
 		}
-		if err := t.writeLine(h); err != nil {
+		if err := t.writeLine(ctx, h); err != nil {
 			out.close()
 			return nil, err
 		}
@@ -153,18 +155,20 @@ func cutTornLine(f *os.File) (int64, error) {
 func (t *Transcript) Path() string { return t.path }
 
 // Append writes e as one JSON line (Type defaults to "message", Timestamp
-// to now).
-func (t *Transcript) Append(e TranscriptEntry) error {
+// to now). A line whose write started is finished even if ctx is cancelled
+// meanwhile (a stopped turn still records how far it got); ctx bounds the
+// wait and carries the caller's values.
+func (t *Transcript) Append(ctx context.Context, e TranscriptEntry) error {
 	if e.Type == "" {
 		e.Type = "message"
 	}
 	if e.Timestamp.IsZero() {
 		e.Timestamp = time.Now().UTC()
 	}
-	return t.writeLine(e)
+	return t.writeLine(ctx, e)
 }
 
-func (t *Transcript) writeLine(v any) error {
+func (t *Transcript) writeLine(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("transcript %s: encode line: %w", t.path, err)
@@ -175,7 +179,7 @@ func (t *Transcript) writeLine(v any) error {
 	if t.out == nil {
 		return fmt.Errorf("transcript %s: %w", t.path, os.ErrClosed)
 	}
-	if err := t.out.write(b); err != nil {
+	if err := t.out.write(ctx, b); err != nil {
 		return fmt.Errorf("transcript %s: append: %w", t.path, err)
 	}
 	return nil
@@ -183,13 +187,13 @@ func (t *Transcript) writeLine(v any) error {
 
 // Sync flushes the file to stable storage (for shutdown; Append does not
 // need it to survive a process crash).
-func (t *Transcript) Sync() error {
+func (t *Transcript) Sync(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.out == nil {
 		return nil
 	}
-	if err := t.out.sync(); err != nil {
+	if err := t.out.sync(ctx); err != nil {
 		return fmt.Errorf("transcript %s: sync: %w", t.path, err)
 	}
 	return nil
@@ -210,11 +214,11 @@ func (t *Transcript) Close() error {
 	return nil
 }
 
-// ReadTranscript reads a whole transcript. A last line without its newline
+// readFileTranscript reads a whole transcript file. A last line without its newline
 // (torn by a crash) is ignored; any other line that is not valid JSON is an
 // error naming the file and line. A missing file gives an error wrapping
 // ErrNotFound; a file without a complete header one wrapping ErrCorrupt.
-func ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
+func readFileTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
 	var h TranscriptHeader
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -273,17 +277,12 @@ func endRead(path string, h TranscriptHeader, entries []TranscriptEntry) (Transc
 // archiveStamp is the filesystem-safe UTC timestamp in archived names.
 const archiveStamp = "2006-01-02T15-04-05Z"
 
-// ArchiveTranscript renames the transcript to <path>.deleted.<timestamp>
-// (UTC, like 2026-11-21T20-41-26Z) in the same folder and returns the new
-// path. A missing file is not an error: newPath is "" then. An existing
-// archive of the same name is never overwritten: ".1", ".2", ... is added.
-func ArchiveTranscript(path string, at time.Time) (newPath string, err error) {
-	return ArchiveTranscriptAs(path, "deleted", at)
-}
-
-// ArchiveTranscriptAs is ArchiveTranscript with another reason in the name:
-// <path>.<reason>.<timestamp> ("reset" after /new and /reset).
-func ArchiveTranscriptAs(path, reason string, at time.Time) (newPath string, err error) {
+// archiveFileTranscript renames the transcript file to
+// <path>.<reason>.<timestamp> (UTC, like 2026-11-21T20-41-26Z) in the same
+// folder and returns the new path. A missing file is not an error: newPath
+// is "" then. An existing archive of the same name is never overwritten:
+// ".1", ".2", ... is added.
+func archiveFileTranscript(path, reason string, at time.Time) (newPath string, err error) {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -314,10 +313,10 @@ func ArchiveTranscriptAs(path, reason string, at time.Time) (newPath string, err
 	return "", fmt.Errorf("archive transcript %s: too many archives named %s.*", path, base)
 }
 
-// FindTranscript returns where the transcript of path is now: path itself,
-// else its newest archive (<path>.deleted.<timestamp>[.n]) after a cleanup
-// or archive renamed it; "" when neither exists.
-func FindTranscript(path string) string {
+// findFileTranscript returns where the transcript file of path is now:
+// path itself, else its newest archive (<path>.deleted.<timestamp>[.n])
+// after a cleanup or archive renamed it; "" when neither exists.
+func findFileTranscript(path string) string {
 	if _, err := os.Stat(path); err == nil {
 		return path
 	}

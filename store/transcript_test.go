@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ func testHeader() TranscriptHeader {
 
 func TestTranscriptRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "transcripts", "main", "sess-r1.jsonl")
-	tr, err := OpenTranscript(path, testHeader())
+	tr, err := FileTranscripts{}.OpenTranscript(context.Background(), path, testHeader())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestTranscriptRoundTrip(t *testing.T) {
 		{Role: "tool", ToolResults: json.RawMessage(`[{"id":"c1","content":"text\nwith newline"}]`), Timestamp: t0.UTC()},
 	}
 	for _, e := range entries {
-		if err := tr.Append(e); err != nil {
+		if err := tr.Append(context.Background(), e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,21 +50,21 @@ func TestTranscriptRoundTrip(t *testing.T) {
 	if err := tr.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := tr.Append(entries[0]); err == nil {
+	if err := tr.Append(context.Background(), entries[0]); err == nil {
 		t.Error("Append after Close succeeded")
 	}
 
 	// Reopening appends without a second header.
-	tr, err = OpenTranscript(path, TranscriptHeader{SessionKey: "ignored"})
+	tr, err = FileTranscripts{}.OpenTranscript(context.Background(), path, TranscriptHeader{SessionKey: "ignored"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Append(TranscriptEntry{Role: "assistant", Content: "Here is the summary."}); err != nil {
+	if err := tr.Append(context.Background(), TranscriptEntry{Role: "assistant", Content: "Here is the summary."}); err != nil {
 		t.Fatal(err)
 	}
 	tr.Close()
 
-	h, got, err := ReadTranscript(path)
+	h, got, err := FileTranscripts{}.ReadTranscript(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestTranscriptRoundTrip(t *testing.T) {
 
 func TestTranscriptConcurrentAppends(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.jsonl")
-	tr, err := OpenTranscript(path, testHeader())
+	tr, err := FileTranscripts{}.OpenTranscript(context.Background(), path, testHeader())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,14 +102,14 @@ func TestTranscriptConcurrentAppends(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				if err := tr.Append(TranscriptEntry{Role: "user", Content: fmt.Sprintf("%d-%d %s", w, i, big)}); err != nil {
+				if err := tr.Append(context.Background(), TranscriptEntry{Role: "user", Content: fmt.Sprintf("%d-%d %s", w, i, big)}); err != nil {
 					t.Error(err)
 				}
 			}
 		}(w)
 	}
 	wg.Wait()
-	_, got, err := ReadTranscript(path)
+	_, got, err := FileTranscripts{}.ReadTranscript(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestReadTranscriptTornAndBroken(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, entries, err := ReadTranscript(path)
+			_, entries, err := FileTranscripts{}.ReadTranscript(context.Background(), path)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("ReadTranscript = %v, want %v", err, tt.wantErr)
 			}
@@ -151,7 +152,7 @@ func TestReadTranscriptTornAndBroken(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := ReadTranscript(filepath.Join(t.TempDir(), "missing.jsonl")); !errors.Is(err, ErrNotFound) {
+	if _, _, err := (FileTranscripts{}).ReadTranscript(context.Background(), filepath.Join(t.TempDir(), "missing.jsonl")); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing file = %v, want ErrNotFound", err)
 	}
 }
@@ -174,15 +175,15 @@ func TestOpenTranscriptCutsTornLine(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			tr, err := OpenTranscript(path, TranscriptHeader{SessionKey: "new"})
+			tr, err := FileTranscripts{}.OpenTranscript(context.Background(), path, TranscriptHeader{SessionKey: "new"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := tr.Append(TranscriptEntry{Role: "assistant", Content: "after crash"}); err != nil {
+			if err := tr.Append(context.Background(), TranscriptEntry{Role: "assistant", Content: "after crash"}); err != nil {
 				t.Fatal(err)
 			}
 			tr.Close()
-			h, entries, err := ReadTranscript(path)
+			h, entries, err := FileTranscripts{}.ReadTranscript(context.Background(), path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +218,7 @@ func TestArchiveTranscript(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := ArchiveTranscript(path, at)
+			got, err := FileTranscripts{}.ArchiveTranscript(context.Background(), path, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,20 +244,20 @@ func TestArchiveTranscript(t *testing.T) {
 func TestFindTranscriptAfterArchive(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "s.jsonl")
-	if got := FindTranscript(path); got != "" {
+	if got := (FileTranscripts{}).FindTranscript(context.Background(), path); got != "" {
 		t.Errorf("missing transcript found as %q", got)
 	}
 	if err := os.WriteFile(path, []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := FindTranscript(path); got != path {
+	if got := (FileTranscripts{}).FindTranscript(context.Background(), path); got != path {
 		t.Errorf("live transcript = %q", got)
 	}
-	archived, err := ArchiveTranscript(path, time.Date(2026, 11, 21, 20, 41, 26, 0, time.UTC))
+	archived, err := FileTranscripts{}.ArchiveTranscript(context.Background(), path, time.Date(2026, 11, 21, 20, 41, 26, 0, time.UTC))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := FindTranscript(path); got != archived {
+	if got := (FileTranscripts{}).FindTranscript(context.Background(), path); got != archived {
 		t.Errorf("after archive = %q, want %q", got, archived)
 	}
 }

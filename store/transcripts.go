@@ -14,37 +14,110 @@ import (
 	"time"
 )
 
-// Transcripts is where conversation transcripts live: JSONL files under the
-// state dir with SQLite, rows of transcript_lines with PostgreSQL (so every
-// replica reads every conversation). A transcript is named by its path
-// (TranscriptPath); on PostgreSQL that name is relative and no file exists.
+// Transcripts is where conversation transcripts live, one sink per engine:
+// JSONL files under the state dir with SQLite (FileTranscripts), rows of
+// transcript_lines with PostgreSQL (rowTranscripts, so every replica reads
+// every conversation). A transcript is named by its path (TranscriptPath);
+// on PostgreSQL that name is relative and no file exists.
 type Transcripts interface {
 	TranscriptPath(agentID, sessionID string) string
-	OpenTranscript(path string, h TranscriptHeader) (*Transcript, error)
-	ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error)
-	ArchiveTranscript(path string, at time.Time) (newPath string, err error)
-	ArchiveTranscriptAs(path, reason string, at time.Time) (newPath string, err error)
-	FindTranscript(path string) string
+	OpenTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error)
+	ReadTranscript(ctx context.Context, path string) (TranscriptHeader, []TranscriptEntry, error) // ErrNotFound
+	// ArchiveTranscript is ArchiveTranscriptAs with reason "deleted".
+	ArchiveTranscript(ctx context.Context, path string, at time.Time) (newPath string, err error)
+	// ArchiveTranscriptAs renames the transcript to <path>.<reason>.<UTC
+	// timestamp> (".1", ".2", … when taken); "" when there is none.
+	ArchiveTranscriptAs(ctx context.Context, path, reason string, at time.Time) (newPath string, err error)
+	// UnarchiveTranscript moves an archived transcript back to path
+	// (undoing ArchiveTranscriptAs when what it was archived for failed).
+	UnarchiveTranscript(ctx context.Context, archived, path string) error
+	// FindTranscript returns where the transcript of path is now: path,
+	// else its newest .deleted. archive, else "".
+	FindTranscript(ctx context.Context, path string) string
+	// TailTranscript writes the transcript's complete lines to w, each with
+	// its newline; with follow it then goes on writing lines as they are
+	// appended until ctx ends (nil then). No transcript → ErrNotFound (when
+	// following, it waits for one instead).
 	TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error
 }
 
-var _ Transcripts = (*DB)(nil)
+var (
+	_ Transcripts = FileTranscripts{}
+	_ Transcripts = rowTranscripts{}
+)
 
-// OpenTranscript opens the transcript at path for appending (see the
-// package function OpenTranscript for files).
-func (d *DB) OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
-	if d.pg == nil {
-		return OpenTranscript(path, h)
+// FileTranscripts keeps transcripts as JSONL files under
+// <Dir>/transcripts/<agentId>/<sessionId>.jsonl (Dir "" = the working dir):
+// the SQLite engine's sink, and what tools and tests that work on files
+// use. Every Append is one write(2) of one whole line, so a killed process
+// loses nothing it appended.
+type FileTranscripts struct{ Dir string }
+
+// TranscriptPath returns <Dir>/transcripts/<agentId>/<sessionId>.jsonl. Path
+// separators and ".." in the ids are replaced so the result stays inside
+// Dir.
+func (f FileTranscripts) TranscriptPath(agentID, sessionID string) string {
+	return filepath.Join(f.Dir, "transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
+}
+
+func (FileTranscripts) OpenTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
+	return openFileTranscript(ctx, path, h)
+}
+
+func (FileTranscripts) ReadTranscript(_ context.Context, path string) (TranscriptHeader, []TranscriptEntry, error) {
+	return readFileTranscript(path)
+}
+
+func (FileTranscripts) ArchiveTranscript(_ context.Context, path string, at time.Time) (string, error) {
+	return archiveFileTranscript(path, "deleted", at)
+}
+
+func (FileTranscripts) ArchiveTranscriptAs(_ context.Context, path, reason string, at time.Time) (string, error) {
+	return archiveFileTranscript(path, reason, at)
+}
+
+func (FileTranscripts) UnarchiveTranscript(_ context.Context, archived, path string) error {
+	if err := os.Rename(archived, path); err != nil {
+		return fmt.Errorf("unarchive transcript %s: %w", archived, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+	return nil
+}
+
+func (FileTranscripts) FindTranscript(_ context.Context, path string) string {
+	return findFileTranscript(path)
+}
+
+func (FileTranscripts) TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error {
+	return tail(ctx, path, follow, w, fileLines(path))
+}
+
+// rowTranscripts keeps transcripts as rows of transcript_lines (name, line,
+// body): the PostgreSQL engine's sink. Names are TranscriptPath's relative
+// paths; each line is one committed INSERT.
+type rowTranscripts struct{ d *DB }
+
+func (rowTranscripts) TranscriptPath(agentID, sessionID string) string {
+	return FileTranscripts{}.TranscriptPath(agentID, sessionID)
+}
+
+// rowCtx bounds one transcript statement: a line whose write started is
+// finished even when the caller's ctx is cancelled meanwhile (a stopped
+// turn still records how far it got).
+func rowCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), pgOpTimeout)
+}
+
+func (ts rowTranscripts) OpenTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
+	d := ts.d
+	ctx, cancel := rowCtx(ctx)
 	defer cancel()
 	var last int64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&last) },
-		`SELECT COALESCE(MAX(line), 0) FROM transcript_lines WHERE name = ?`, path)
+		`SELECT COALESCE(MAX(line), 0) FROM transcript_lines WHERE name = $1`, path)
 	if err != nil {
 		return nil, d.wrap("open transcript "+path, err)
 	}
-	return newTranscript(path, &rowSink{d: d, name: path, next: last + 1}, last == 0, h)
+	return newTranscript(ctx, path, &rowSink{d: d, name: path, next: last + 1}, last == 0, h)
 }
 
 // rowSink appends a transcript's lines as rows, one committed INSERT each.
@@ -54,10 +127,10 @@ type rowSink struct {
 	next int64
 }
 
-func (s *rowSink) write(line []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+func (s *rowSink) write(ctx context.Context, line []byte) error {
+	ctx, cancel := rowCtx(ctx)
 	defer cancel()
-	_, err := s.d.writer(ctx).exec(`INSERT INTO transcript_lines (name, line, body) VALUES (?, ?, ?)`,
+	_, err := s.d.writer(ctx).exec(`INSERT INTO transcript_lines (name, line, body) VALUES ($1, $2, $3)`,
 		s.name, s.next, string(bytes.TrimSuffix(line, []byte("\n"))))
 	if err != nil {
 		return s.d.wrap("append", err)
@@ -66,20 +139,16 @@ func (s *rowSink) write(line []byte) error {
 	return nil
 }
 
-func (s *rowSink) sync() error  { return nil } // committed on write
-func (s *rowSink) close() error { return nil }
+func (s *rowSink) sync(context.Context) error { return nil } // committed on write
+func (s *rowSink) close() error               { return nil }
 
-// ReadTranscript reads a whole transcript (see the package function for
-// files): ErrNotFound when there is none.
-func (d *DB) ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
-	if d.pg == nil {
-		return ReadTranscript(path)
-	}
+func (ts rowTranscripts) ReadTranscript(ctx context.Context, path string) (TranscriptHeader, []TranscriptEntry, error) {
+	d := ts.d
 	var h TranscriptHeader
 	var entries []TranscriptEntry
-	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
-	rows, err := d.reader(ctx).query(`SELECT line, body FROM transcript_lines WHERE name = ? ORDER BY line`, path)
+	rows, err := d.reader(ctx).query(`SELECT line, body FROM transcript_lines WHERE name = $1 ORDER BY line`, path)
 	if err != nil {
 		return h, nil, d.wrap("read transcript "+path, err)
 	}
@@ -100,21 +169,16 @@ func (d *DB) ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, e
 	return endRead(path, h, entries)
 }
 
-// ArchiveTranscript renames the transcript to <path>.deleted.<timestamp>.
-func (d *DB) ArchiveTranscript(path string, at time.Time) (string, error) {
-	return d.ArchiveTranscriptAs(path, "deleted", at)
+func (ts rowTranscripts) ArchiveTranscript(ctx context.Context, path string, at time.Time) (string, error) {
+	return ts.ArchiveTranscriptAs(ctx, path, "deleted", at)
 }
 
-// ArchiveTranscriptAs renames the transcript to <path>.<reason>.<timestamp>
-// (".1", ".2", … when taken); "" when there is no transcript.
-func (d *DB) ArchiveTranscriptAs(path, reason string, at time.Time) (string, error) {
-	if d.pg == nil {
-		return ArchiveTranscriptAs(path, reason, at)
-	}
+func (ts rowTranscripts) ArchiveTranscriptAs(ctx context.Context, path, reason string, at time.Time) (string, error) {
+	d := ts.d
 	if at.IsZero() {
 		at = time.Now()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+	ctx, cancel := rowCtx(ctx)
 	defer cancel()
 	base := path + "." + reason + "." + at.UTC().Format(archiveStamp)
 	var newPath string
@@ -129,13 +193,13 @@ func (d *DB) ArchiveTranscriptAs(path, reason string, at time.Time) (string, err
 			}
 			var taken bool
 			if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&taken) },
-				`SELECT EXISTS (SELECT 1 FROM transcript_lines WHERE name = ?)`, name); err != nil {
+				`SELECT EXISTS (SELECT 1 FROM transcript_lines WHERE name = $1)`, name); err != nil {
 				return err
 			}
 			if taken {
 				continue
 			}
-			n, err := c.execN(`UPDATE transcript_lines SET name = ? WHERE name = ?`, name, path)
+			n, err := c.execN(`UPDATE transcript_lines SET name = $1 WHERE name = $2`, name, path)
 			if err == nil && n > 0 {
 				newPath = name
 			}
@@ -149,22 +213,28 @@ func (d *DB) ArchiveTranscriptAs(path, reason string, at time.Time) (string, err
 	return newPath, nil
 }
 
-// FindTranscript returns where the transcript of path is now: path, else
-// its newest .deleted. archive, else "".
-func (d *DB) FindTranscript(path string) string {
-	if d.pg == nil {
-		return FindTranscript(path)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+func (ts rowTranscripts) UnarchiveTranscript(ctx context.Context, archived, path string) error {
+	ctx, cancel := rowCtx(ctx)
+	defer cancel()
+	_, err := ts.d.writer(ctx).exec(`UPDATE transcript_lines SET name = $1 WHERE name = $2`, path, archived)
+	return ts.d.wrap("unarchive transcript "+archived, err)
+}
+
+func (ts rowTranscripts) FindTranscript(ctx context.Context, path string) string {
+	ctx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
 	var name string
-	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&name) },
-		`SELECT name FROM transcript_lines WHERE line = 1 AND (name = ? OR name LIKE ?)
-		ORDER BY name = ? DESC, name DESC LIMIT 1`, path, likePrefix(path)+".deleted.%", path)
+	err := ts.d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&name) },
+		`SELECT name FROM transcript_lines WHERE line = 1 AND (name = $1 OR name LIKE $2)
+		ORDER BY name = $1 DESC, name DESC LIMIT 1`, path, likePrefix(path)+".deleted.%")
 	if err != nil {
 		return ""
 	}
 	return name
+}
+
+func (ts rowTranscripts) TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error {
+	return tail(ctx, path, follow, w, ts.rowLines(ctx, path))
 }
 
 // likePrefix escapes LIKE's wildcards in s (PostgreSQL's default escape is
@@ -182,17 +252,6 @@ func likePrefix(s string) string {
 
 // tailPoll is how often TailTranscript looks for new lines when following.
 const tailPoll = 250 * time.Millisecond
-
-// TailTranscript writes the transcript's complete lines to w, each with its
-// newline; with follow it then goes on writing lines as they are appended
-// until ctx ends (nil then). No transcript → ErrNotFound (when following, it
-// waits for one instead).
-func (d *DB) TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error {
-	if d.pg == nil {
-		return tail(ctx, path, follow, w, fileLines(path))
-	}
-	return tail(ctx, path, follow, w, d.rowLines(ctx, path))
-}
 
 // tail writes what next gives to w, and with follow goes on polling.
 func tail(ctx context.Context, path string, follow bool, w io.Writer, next func() ([][]byte, error)) error {
@@ -261,10 +320,10 @@ func fileLines(path string) func() ([][]byte, error) {
 }
 
 // rowLines returns a function giving the rows appended since its last call.
-func (d *DB) rowLines(ctx context.Context, path string) func() ([][]byte, error) {
+func (ts rowTranscripts) rowLines(ctx context.Context, path string) func() ([][]byte, error) {
 	var last int64
 	return func() ([][]byte, error) {
-		rows, err := d.reader(ctx).query(`SELECT line, body FROM transcript_lines WHERE name = ? AND line > ? ORDER BY line`, path, last)
+		rows, err := ts.d.reader(ctx).query(`SELECT line, body FROM transcript_lines WHERE name = $1 AND line > $2 ORDER BY line`, path, last)
 		if err != nil {
 			return nil, err
 		}
@@ -285,50 +344,4 @@ func (d *DB) rowLines(ctx context.Context, path string) func() ([][]byte, error)
 		}
 		return out, nil
 	}
-}
-
-// FileTranscripts keeps transcripts as JSONL files named by their paths,
-// without a database: what tools and tests that work on files use.
-type FileTranscripts struct{}
-
-var _ Transcripts = FileTranscripts{}
-
-// TranscriptPath is <agentId>/<sessionId>.jsonl under transcripts/ in the
-// working dir; callers with a state dir use DB.TranscriptPath.
-func (FileTranscripts) TranscriptPath(agentID, sessionID string) string {
-	return filepath.Join("transcripts", safeName(agentID), safeName(sessionID)+".jsonl")
-}
-
-func (FileTranscripts) OpenTranscript(path string, h TranscriptHeader) (*Transcript, error) {
-	return OpenTranscript(path, h)
-}
-
-func (FileTranscripts) ReadTranscript(path string) (TranscriptHeader, []TranscriptEntry, error) {
-	return ReadTranscript(path)
-}
-
-func (FileTranscripts) ArchiveTranscript(path string, at time.Time) (string, error) {
-	return ArchiveTranscript(path, at)
-}
-
-func (FileTranscripts) ArchiveTranscriptAs(path, reason string, at time.Time) (string, error) {
-	return ArchiveTranscriptAs(path, reason, at)
-}
-
-func (FileTranscripts) FindTranscript(path string) string { return FindTranscript(path) }
-
-func (FileTranscripts) TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error {
-	return tail(ctx, path, follow, w, fileLines(path))
-}
-
-// UnarchiveTranscript moves an archived transcript back to path (undoing
-// ArchiveTranscriptAs when what it was archived for failed).
-func (d *DB) UnarchiveTranscript(archived, path string) error {
-	if d.pg == nil {
-		return os.Rename(archived, path)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
-	defer cancel()
-	_, err := d.writer(ctx).exec(`UPDATE transcript_lines SET name = ? WHERE name = ?`, path, archived)
-	return d.wrap("unarchive transcript "+archived, err)
 }

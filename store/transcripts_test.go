@@ -14,10 +14,10 @@ import (
 func TestTranscriptsContract(t *testing.T) {
 	db := newTestDB(t)
 	path := db.TranscriptPath("main", "sess-r1")
-	if _, _, err := db.ReadTranscript(path); !errors.Is(err, ErrNotFound) {
+	if _, _, err := db.ReadTranscript(context.Background(), path); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("read before open: %v, want ErrNotFound", err)
 	}
-	tr, err := db.OpenTranscript(path, testHeader())
+	tr, err := db.OpenTranscript(context.Background(), path, testHeader())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,12 +26,12 @@ func TestTranscriptsContract(t *testing.T) {
 	}
 	want := []string{"first", "second with\nnewline", `third "quoted"`}
 	for _, c := range want {
-		if err := tr.Append(TranscriptEntry{Role: "user", Content: c, Timestamp: t0.UTC()}); err != nil {
+		if err := tr.Append(context.Background(), TranscriptEntry{Role: "user", Content: c, Timestamp: t0.UTC()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Appended lines are readable before Close (a crash loses nothing).
-	h, entries, err := db.ReadTranscript(path)
+	h, entries, err := db.ReadTranscript(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,15 +45,15 @@ func TestTranscriptsContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reopened: appends go on, no second header.
-	tr, err = db.OpenTranscript(path, TranscriptHeader{SessionKey: "ignored"})
+	tr, err = db.OpenTranscript(context.Background(), path, TranscriptHeader{SessionKey: "ignored"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Append(TranscriptEntry{Role: "assistant", Content: "fourth"}); err != nil {
+	if err := tr.Append(context.Background(), TranscriptEntry{Role: "assistant", Content: "fourth"}); err != nil {
 		t.Fatal(err)
 	}
 	tr.Close()
-	h, entries, err = db.ReadTranscript(path)
+	h, entries, err = db.ReadTranscript(context.Background(), path)
 	if err != nil || h.SessionKey != testHeader().SessionKey || len(entries) != 4 || entries[3].Content != "fourth" {
 		t.Fatalf("after reopen: %+v %d entries, %v", h, len(entries), err)
 	}
@@ -72,31 +72,31 @@ func TestTranscriptsContract(t *testing.T) {
 
 	// Archive renames; Find follows the archive; the old name is free.
 	at := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
-	archived, err := db.ArchiveTranscript(path, at)
+	archived, err := db.ArchiveTranscript(context.Background(), path, at)
 	if err != nil || archived != path+".deleted.2026-11-24T10-00-00Z" {
 		t.Fatalf("archive = %q, %v", archived, err)
 	}
-	if got := db.FindTranscript(path); got != archived {
+	if got := db.FindTranscript(context.Background(), path); got != archived {
 		t.Errorf("FindTranscript = %q, want %q", got, archived)
 	}
-	if _, entries, err := db.ReadTranscript(archived); err != nil || len(entries) != 4 {
+	if _, entries, err := db.ReadTranscript(context.Background(), archived); err != nil || len(entries) != 4 {
 		t.Errorf("read archive: %d entries, %v", len(entries), err)
 	}
-	if _, _, err := db.ReadTranscript(path); !errors.Is(err, ErrNotFound) {
+	if _, _, err := db.ReadTranscript(context.Background(), path); !errors.Is(err, ErrNotFound) {
 		t.Errorf("read after archive: %v, want ErrNotFound", err)
 	}
 	// A second archive at the same second does not overwrite the first.
-	tr, _ = db.OpenTranscript(path, testHeader())
-	tr.Append(TranscriptEntry{Role: "user", Content: "again"})
+	tr, _ = db.OpenTranscript(context.Background(), path, testHeader())
+	tr.Append(context.Background(), TranscriptEntry{Role: "user", Content: "again"})
 	tr.Close()
-	second, err := db.ArchiveTranscriptAs(path, "deleted", at)
+	second, err := db.ArchiveTranscriptAs(context.Background(), path, "deleted", at)
 	if err != nil || second != archived+".1" {
 		t.Errorf("second archive = %q, %v", second, err)
 	}
-	if got, err := db.ArchiveTranscript(path, at); got != "" || err != nil {
+	if got, err := db.ArchiveTranscript(context.Background(), path, at); got != "" || err != nil {
 		t.Errorf("archive of nothing = %q, %v; want \"\", nil", got, err)
 	}
-	if got := db.FindTranscript(db.TranscriptPath("main", "none")); got != "" {
+	if got := db.FindTranscript(context.Background(), db.TranscriptPath("main", "none")); got != "" {
 		t.Errorf("FindTranscript of nothing = %q", got)
 	}
 }
@@ -127,13 +127,13 @@ func TestTailTranscriptFollows(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- db.TailTranscript(ctx, path, true, &out) }()
-	tr, err := db.OpenTranscript(path, testHeader())
+	tr, err := db.OpenTranscript(context.Background(), path, testHeader())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
 	for i, c := range []string{"one", "two", "three"} {
-		if err := tr.Append(TranscriptEntry{Role: "user", Content: c}); err != nil {
+		if err := tr.Append(context.Background(), TranscriptEntry{Role: "user", Content: c}); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)

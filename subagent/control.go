@@ -389,7 +389,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	if !ok {
 		return "", fmt.Errorf("model %s is no longer configured", run.Model)
 	}
-	sess, err := agent.LoadSessionFrom(m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
+	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
 		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), m.d.Clock.Now())
 	if err != nil {
 		return "", err
@@ -414,8 +414,8 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 }
 
 // History returns the child transcript's messages.
-func (m *Manager) History(run *store.Run) ([]agent.Message, error) {
-	_, entries, err := m.d.Store.ReadTranscript(m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
+func (m *Manager) History(ctx context.Context, run *store.Run) ([]agent.Message, error) {
+	_, entries, err := m.d.Store.ReadTranscript(ctx, m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +479,7 @@ func (m *Manager) archiveDue(ctx context.Context) error {
 	for i := range due {
 		r := &due[i]
 		now := m.d.Clock.Now()
-		newPath, err := m.d.Store.ArchiveTranscript(m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID), now)
+		newPath, err := m.d.Store.ArchiveTranscript(ctx, m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID), now)
 		if err != nil {
 			return fmt.Errorf("archive transcript of run %s: %w", r.ID, err)
 		}

@@ -229,7 +229,7 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run) error {
 	}
 	path := m.d.Store.TranscriptPath(r.AgentID, r.ChildSessionID)
 	var usage agent.Usage
-	if _, entries, err := m.d.Store.ReadTranscript(path); err == nil {
+	if _, entries, err := m.d.Store.ReadTranscript(ctx, path); err == nil {
 		msgs := agent.MessagesFromTranscript(entries)
 		r.Result = agent.LastAssistantText(msgs)
 		usage = usageFromTranscript(entries)
@@ -546,7 +546,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("model %s is no longer configured", run.Model), agent.Usage{})
 		return
 	}
-	sess, err := agent.LoadSessionFrom(m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
+	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
 		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), run.StartedAt)
 	if err != nil {
 		m.finish(lr, &run, store.OutcomeError, "", err.Error(), agent.Usage{})

@@ -444,7 +444,7 @@ func TestSteerRunningAndOneMoreTurn(t *testing.T) {
 	if sr.Status != "ok" || sr.Reply != "sure, one more thing done" {
 		t.Fatalf("send to a finished run = %+v", sr)
 	}
-	msgs, err := h.m.History(done)
+	msgs, err := h.m.History(context.Background(), done)
 	if err != nil {
 		t.Fatal(err)
 	}

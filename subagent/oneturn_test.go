@@ -37,7 +37,7 @@ func TestOneMoreTurnsAreSerialised(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	msgs, err := h.m.History(done)
+	msgs, err := h.m.History(context.Background(), done)
 	if err != nil {
 		t.Fatal(err)
 	}

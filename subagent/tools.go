@@ -273,7 +273,7 @@ func (m *Manager) history(ctx context.Context, cc agent.CallContext, key string,
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := m.History(r)
+	msgs, err := m.History(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("read the transcript of %s: %w", r.ChildKey, err)
 	}
@@ -493,7 +493,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		res.Error = err.Error()
 		return res
 	}
-	sess, err := agent.LoadSessionFrom(m.d.Store, key, id, agentID, cc.SessionKey, path, now)
+	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, key, id, agentID, cc.SessionKey, path, now)
 	if err != nil {
 		res.Error = err.Error()
 		return res

@@ -49,7 +49,7 @@ func TestMCPToolsThroughAgentLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			model := &agent.Model{Ref: api + "/m", ProviderID: api, ID: "m", API: api, Provider: p}
-			s, err := agent.LoadSession("k", "id", "main", "", filepath.Join(t.TempDir(), "s.jsonl"), time.Now())
+			s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", filepath.Join(t.TempDir(), "s.jsonl"), time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -574,7 +574,7 @@ func TestCrashKill9(t *testing.T) {
 		if archived := strings.Contains(filepath.Base(path), ".deleted."); archived != slices.Contains(crashDelete, l) {
 			t.Errorf("%s: transcript %s archived=%v, want %v", l, path, archived, !archived)
 		}
-		hdr, entries, err := store.ReadTranscript(path)
+		hdr, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
 		if err != nil {
 			t.Errorf("%s: %v", l, err)
 			continue
@@ -593,7 +593,7 @@ func TestCrashKill9(t *testing.T) {
 	}
 	var mainChecked bool
 	for _, p := range sessions {
-		hdr, entries, err := store.ReadTranscript(p)
+		hdr, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), p)
 		if err != nil {
 			t.Errorf("%v", err)
 			continue
@@ -805,7 +805,7 @@ func TestCrashKill9AnyMoment(t *testing.T) {
 		case len(files) != 1:
 			t.Errorf("%s (%s at the kill): want one transcript file %s[.deleted.*], found %v", l, before.Status, base, files)
 		default:
-			if _, _, err := store.ReadTranscript(files[0]); err != nil && !(justStarted && errors.Is(err, store.ErrNotFound)) {
+			if _, _, err := (store.FileTranscripts{}).ReadTranscript(context.Background(), files[0]); err != nil && !(justStarted && errors.Is(err, store.ErrNotFound)) {
 				t.Errorf("%s: %v", l, err)
 			}
 		}

@@ -219,7 +219,7 @@ func tailTranscript(ctx context.Context, db interface {
 		path = db.TranscriptPath(s.AgentID, s.ID)
 	}
 	if !follow {
-		if found := db.FindTranscript(path); found != "" {
+		if found := db.FindTranscript(ctx, path); found != "" {
 			path = found
 		}
 		return db.TailTranscript(ctx, path, false, w)
@@ -463,7 +463,7 @@ func runInfo(ctx context.Context, db interface {
 	}
 	fmt.Fprintf(w, "Run:        %s\nStatus:     %s\nOutcome:    %s\nAgent:      %s\nModel:      %s\nLabel:      %s\nTask:       %s\nSession:    %s\nSessionId:  %s\nRequester:  %s\nOrigin:     %s\nTranscript: %s\nCreated:    %s\nStarted:    %s\nEnded:      %s\nRuntime:    %s\nTokens:     in %d / out %d\nCleanup:    %s\nArchive:    %s\nNote:       %s\n",
 		r.ID, r.Status, cmp.Or(r.Outcome, "-"), r.AgentID, r.Model, cmp.Or(r.Label, "-"), r.Task, r.ChildKey,
-		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(db.FindTranscript(db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
+		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(db.FindTranscript(ctx, db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
 		ts(r.CreatedAt), ts(r.StartedAt), ts(r.EndedAt), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
 		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), cmp.Or(r.Note, "-"))
 	return nil

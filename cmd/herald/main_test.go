@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/heraldhq/herald/channels"
-	"github.com/heraldhq/herald/store"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
 )
 
 // TestStartupErrors: each bad start gives one clear message and a non-zero

@@ -169,7 +169,7 @@ func (h handler) subagents(ctx context.Context, c Command) string {
 		}
 		return fmt.Sprintf("⚙️ Stop requested for %s.", title(r))
 	case ActionLog:
-		return h.log(r, c.Limit, c.Tools)
+		return h.log(ctx, r, c.Limit, c.Tools)
 	case ActionInfo:
 		return h.info(r)
 	default:
@@ -290,10 +290,10 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-func (h handler) log(r *store.Run, limit int, tools bool) string {
+func (h handler) log(ctx context.Context, r *store.Run, limit int, tools bool) string {
 	var b strings.Builder
 	b.WriteString("📜 Subagent log: " + title(r))
-	msgs, err := h.env.Subagents.History(r)
+	msgs, err := h.env.Subagents.History(ctx, r)
 	switch {
 	case err != nil && !r.ArchivedAt.IsZero():
 		b.WriteString("\n(the transcript was archived)")

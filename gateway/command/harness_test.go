@@ -139,7 +139,7 @@ func (h *harness) fixture(r store.Run) store.Run {
 // transcript writes a child transcript: entries alternate as given.
 func (h *harness) transcript(r store.Run, entries ...store.TranscriptEntry) {
 	h.t.Helper()
-	tr, err := store.OpenTranscript(h.db.TranscriptPath(r.AgentID, r.ChildSessionID), store.TranscriptHeader{
+	tr, err := store.FileTranscripts{}.OpenTranscript(context.Background(), h.db.TranscriptPath(r.AgentID, r.ChildSessionID), store.TranscriptHeader{
 		Type: "session", Version: 1, SessionKey: r.ChildKey, SessionID: r.ChildSessionID, AgentID: r.AgentID,
 		ParentKey: r.RequesterKey, CreatedAt: r.CreatedAt})
 	if err != nil {
@@ -151,7 +151,7 @@ func (h *harness) transcript(r store.Run, entries ...store.TranscriptEntry) {
 		if e.Timestamp.IsZero() {
 			e.Timestamp = r.CreatedAt
 		}
-		if err := tr.Append(e); err != nil {
+		if err := tr.Append(context.Background(), e); err != nil {
 			h.t.Fatal(err)
 		}
 	}
