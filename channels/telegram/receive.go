@@ -73,8 +73,12 @@ func (a *Adapter) poll(ctx context.Context, done chan struct{}) {
 		}
 		before := offset
 		held := false
-		for _, raw := range raws {
-			id := a.handle(ctx, raw)
+		for i := 0; i < len(raws); {
+			// An album (several photos or files sent at once) comes as
+			// messages with one media_group_id: it is one message.
+			n := albumLen(raws[i:])
+			id := a.handle(ctx, raws[i:i+n]...)
+			i += n
 			if id == notTaken {
 				// The rest of the batch waits too (order), and comes again
 				// with the next getUpdates from this offset.
@@ -111,52 +115,114 @@ type topicFields struct {
 	} `json:"message"`
 }
 
-// handle decodes one raw update, turns it into an Inbound and, if admitted,
-// gives it to the sink. It returns the update_id (-1 if unreadable,
-// notTaken if the gateway could not store it now).
-func (a *Adapter) handle(ctx context.Context, raw []byte) int {
-	var u tgbotapi.Update
-	if err := json.Unmarshal(raw, &u); err != nil {
-		var id struct {
-			UpdateID *int `json:"update_id"`
+// handle decodes one raw update (or the updates of one album), turns it
+// into an Inbound and, if admitted, gives it to the sink. It returns the
+// (last) update_id (-1 if unreadable, notTaken if the gateway could not
+// store it now).
+func (a *Adapter) handle(ctx context.Context, raws ...json.RawMessage) int {
+	last := -1
+	var msgs []*tgbotapi.Message
+	var extras []topicFields
+	for _, raw := range raws {
+		var u tgbotapi.Update
+		if err := json.Unmarshal(raw, &u); err != nil {
+			var id struct {
+				UpdateID *int `json:"update_id"`
+			}
+			if json.Unmarshal(raw, &id) == nil && id.UpdateID != nil {
+				a.log.Warn("telegram: skipping undecodable update", zap.Int("updateId", *id.UpdateID), zap.Error(err))
+				last = max(last, *id.UpdateID)
+				continue
+			}
+			a.log.Warn("telegram: skipping undecodable update", zap.Error(err))
+			continue
 		}
-		if json.Unmarshal(raw, &id) == nil && id.UpdateID != nil {
-			a.log.Warn("telegram: skipping undecodable update", zap.Int("updateId", *id.UpdateID), zap.Error(err))
-			return *id.UpdateID
+		last = max(last, u.UpdateID)
+		var extra topicFields
+		_ = json.Unmarshal(raw, &extra) // same bytes decoded above; cannot fail differently
+		if u.Message != nil {
+			msgs, extras = append(msgs, u.Message), append(extras, extra)
 		}
-		a.log.Warn("telegram: skipping undecodable update", zap.Error(err))
-		return -1
 	}
-	var extra topicFields
-	_ = json.Unmarshal(raw, &extra) // same bytes decoded above; cannot fail differently
-	in, ok := a.inbound(u.Message, extra)
+	if len(msgs) == 0 {
+		return last
+	}
+	// The album's caption (and so its mention) is on one of its messages,
+	// usually the first: that one leads, the files of all are its files.
+	lead := 0
+	for i, m := range msgs {
+		if strings.TrimSpace(m.Caption) != "" || strings.TrimSpace(m.Text) != "" {
+			lead = i
+			break
+		}
+	}
+	var files []channels.Attachment
+	for _, m := range msgs {
+		if m.From != nil && msgs[lead].From != nil && m.From.ID == msgs[lead].From.ID {
+			files = append(files, a.attachments(m)...)
+		}
+	}
+	in, ok := a.inbound(msgs[lead], extras[lead], files)
 	if !ok {
-		return u.UpdateID
+		return last
 	}
 	a.mu.Lock()
 	sink := a.sink
 	a.mu.Unlock()
-	a.log.Debug("telegram message", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Bool("mentioned", in.Mentioned))
+	a.log.Debug("telegram message", zap.Int("updateId", last), zap.String("origin", in.Origin.String()),
+		zap.Bool("mentioned", in.Mentioned), zap.Int("files", len(in.Attachments)))
 	if err := sink(ctx, in); err != nil {
 		if errors.Is(err, channels.ErrUnavailable) {
 			// Not stored (the gateway's store is away): not confirmed
 			// either, so Telegram delivers it again.
-			a.log.Warn("telegram message not taken; left unconfirmed for Telegram to deliver again", zap.Int("updateId", u.UpdateID), zap.Error(err))
+			a.log.Warn("telegram message not taken; left unconfirmed for Telegram to deliver again", zap.Int("updateId", last), zap.Error(err))
 			return -2
 		}
-		a.log.Warn("telegram message not taken", zap.Int("updateId", u.UpdateID), zap.String("origin", in.Origin.String()), zap.Error(err))
+		a.log.Warn("telegram message not taken", zap.Int("updateId", last), zap.String("origin", in.Origin.String()), zap.Error(err))
 	}
-	return u.UpdateID
+	return last
+}
+
+// albumLen is how many updates at the start of raws form one album: 1, or
+// the run of messages with the first one's media_group_id in its chat.
+func albumLen(raws []json.RawMessage) int {
+	group := func(raw json.RawMessage) (string, int64) {
+		var u struct {
+			Message *struct {
+				MediaGroupID string `json:"media_group_id"`
+				Chat         struct {
+					ID int64 `json:"id"`
+				} `json:"chat"`
+			} `json:"message"`
+		}
+		if json.Unmarshal(raw, &u) != nil || u.Message == nil {
+			return "", 0
+		}
+		return u.Message.MediaGroupID, u.Message.Chat.ID
+	}
+	g, chat := group(raws[0])
+	if g == "" {
+		return 1
+	}
+	n := 1
+	for n < len(raws) {
+		if g2, chat2 := group(raws[n]); g2 != g || chat2 != chat {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // notTaken is what handle returns for an update the gateway could not store
 // now: it stays unconfirmed.
 const notTaken = -2
 
-// inbound maps a message to an Inbound; ok is false for messages Herald
-// ignores (no text, from a bot, a channel post, a command for another bot,
+// inbound maps a message (with files, the attachments of it or of its
+// album) to an Inbound; ok is false for messages Herald ignores (neither
+// text nor files, from a bot, a channel post, a command for another bot,
 // or not admitted by the access rules).
-func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields) (channels.Inbound, bool) {
+func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields, files []channels.Attachment) (channels.Inbound, bool) {
 	if m == nil || m.Chat == nil || m.From == nil || m.From.IsBot {
 		return channels.Inbound{}, false
 	}
@@ -164,7 +230,7 @@ func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields) (channels.Inbo
 	if text == "" {
 		text = m.Caption
 	}
-	if strings.TrimSpace(text) == "" {
+	if strings.TrimSpace(text) == "" && len(files) == 0 {
 		return channels.Inbound{}, false
 	}
 	var chatType string
@@ -195,7 +261,7 @@ func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields) (channels.Inbo
 			mentioned = true
 		}
 	}
-	if strings.TrimSpace(text) == "" {
+	if strings.TrimSpace(text) == "" && len(files) == 0 {
 		return channels.Inbound{}, false
 	}
 	o := channels.Origin{
@@ -217,11 +283,12 @@ func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields) (channels.Inbo
 		name = m.From.UserName
 	}
 	return channels.Inbound{
-		Origin:     o,
-		SenderName: name,
-		Text:       text,
-		Mentioned:  mentioned,
-		At:         time.Unix(int64(m.Date), 0),
+		Origin:      o,
+		SenderName:  name,
+		Text:        text,
+		Mentioned:   mentioned,
+		At:          time.Unix(int64(m.Date), 0),
+		Attachments: files,
 	}, true
 }
 

@@ -1,8 +1,10 @@
 // Package tgfake is a fake Telegram Bot API for tests: an httptest server
 // that speaks the real Bot API wire format (`{"ok":true,"result":…}` with
 // integer ids) for getMe, getUpdates (long polling, offsets), setWebhook,
-// getWebhookInfo, deleteWebhook, sendMessage, editMessageText and
-// sendChatAction, including forum-topic fields
+// getWebhookInfo, deleteWebhook, sendMessage, editMessageText,
+// sendChatAction, and files (files.go: photo, document, audio, voice and
+// video messages, getFile and /file/bot<token>/<path>, sendPhoto and
+// sendDocument multipart uploads), including forum-topic fields
 // (message_thread_id, is_topic_message) and injected failures (429 with
 // retry_after, 5xx, per-chat 4xx).
 //
@@ -56,6 +58,12 @@ type In struct {
 	// ReplyTo is the message_id of a message the fake knows (one queued
 	// with SendText/Queue or one the bot sent) that this one replies to.
 	ReplyTo int
+	// A file on the message (at most one, as on Telegram; Text is then its
+	// caption): a photo (sent in three sizes, this one the largest), a
+	// document, an audio file, a voice note or a video.
+	Photo, Document, Audio, Voice, Video *FileIn
+	// MediaGroup is set by QueueAlbum: the media_group_id of an album.
+	MediaGroup string
 }
 
 // Server is a running fake Bot API. Create it with New.
@@ -65,6 +73,7 @@ type Server struct {
 	srv   *httptest.Server
 
 	mu           sync.Mutex
+	fs           fileState
 	changed      chan struct{} // closed and replaced whenever updates or sent change
 	updates      []json.RawMessage
 	updateIDs    []int
@@ -325,6 +334,14 @@ type message struct {
 	Date            int64    `json:"date"`
 	Text            string   `json:"text,omitempty"`
 	ReplyTo         *message `json:"reply_to_message,omitempty"`
+
+	Caption      string      `json:"caption,omitempty"`
+	MediaGroupID string      `json:"media_group_id,omitempty"`
+	Photo        []photoSize `json:"photo,omitempty"`
+	Document     *fileObj    `json:"document,omitempty"`
+	Audio        *fileObj    `json:"audio,omitempty"`
+	Voice        *fileObj    `json:"voice,omitempty"`
+	Video        *fileObj    `json:"video,omitempty"`
 }
 
 type update struct {
@@ -353,6 +370,24 @@ func (s *Server) updateLocked(in In) (int, json.RawMessage) {
 	}
 	if in.ChatType != "private" {
 		m.Chat.Title = "Group " + strconv.FormatInt(in.ChatID, 10)
+	}
+	if in.Photo != nil || in.Document != nil || in.Audio != nil || in.Voice != nil || in.Video != nil {
+		m.Text, m.Caption, m.MediaGroupID = "", in.Text, in.MediaGroup
+		switch {
+		case in.Photo != nil:
+			m.Photo = s.photoSizesLocked(in.Photo)
+		case in.Document != nil:
+			m.Document = s.fileObjLocked("documents", "", in.Document)
+		case in.Audio != nil:
+			m.Audio = s.fileObjLocked("music", ".mp3", in.Audio)
+			m.Audio.Duration = 3
+		case in.Voice != nil:
+			m.Voice = s.fileObjLocked("voice", ".oga", in.Voice)
+			m.Voice.FileName, m.Voice.Duration = "", 2 // Telegram gives a voice note no name
+		case in.Video != nil:
+			m.Video = s.fileObjLocked("videos", ".mp4", in.Video)
+			m.Video.Duration, m.Video.Width, m.Video.Height = 4, 640, 360
+		}
 	}
 	s.nextMsg++
 	if in.ThreadID > 0 {
@@ -398,6 +433,10 @@ func describe(status, retryAfter int) string {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/file/bot") {
+		s.serveFile(w, r)
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/bot")
 	if !ok {
 		writeError(w, failure{status: http.StatusNotFound, description: "Not Found"})
@@ -410,6 +449,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if token != s.token {
 		writeError(w, failure{status: http.StatusUnauthorized, description: "Unauthorized"})
+		return
+	}
+	if _, ok := fileMethods[method]; ok {
+		s.sendFile(w, r, method)
 		return
 	}
 	params, err := readParams(r)
@@ -439,6 +482,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeResult(w, true)
 	case "sendMessage":
 		s.sendMessage(w, params)
+	case "getFile":
+		s.getFile(w, params)
 	case "editMessageText":
 		s.editMessageText(w, params)
 	case "sendChatAction":
