@@ -102,6 +102,8 @@ type Adapter struct {
 	batchTaken []id.EventID
 	retaken    map[id.EventID]bool
 	names      channels.NameCache // room|user → display name, for thread context
+
+	media mediaState // files.go
 }
 
 var (
@@ -199,6 +201,7 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	if err := a.login(startCtx); err != nil {
 		return err
 	}
+	a.loadMediaConfig(startCtx)
 	if resp, err := a.client.GetOwnDisplayName(startCtx); err == nil && resp != nil {
 		a.mu.Lock()
 		a.displayName = resp.DisplayName

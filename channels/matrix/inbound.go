@@ -76,8 +76,8 @@ func (a *Adapter) onMember(ctx context.Context, evt *event.Event) {
 	}
 }
 
-// onMessage turns a new m.text or m.notice into an Inbound, after the
-// mention and allowlist checks.
+// onMessage turns a new m.text, m.notice, or a file (m.image, m.file,
+// m.audio, m.video) into an Inbound, after the mention and allowlist checks.
 func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 	if evt.Mautrix.EventSource&event.SourceJoin == 0 || evt.Mautrix.EventSource&event.SourceTimeline == 0 {
 		return
@@ -95,7 +95,16 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 	if evt.Sender == a.client.UserID {
 		return
 	}
-	if content.MsgType != event.MsgText && content.MsgType != event.MsgNotice {
+	var files []channels.Attachment
+	if isMedia(content.MsgType) {
+		// m.image, m.file, m.audio, m.video (files.go): the body is the
+		// caption, or only the file name.
+		var caption string
+		caption, files = a.mediaInbound(content)
+		c := *content
+		c.Body, c.Format, c.FormattedBody = caption, "", ""
+		content = &c
+	} else if content.MsgType != event.MsgText && content.MsgType != event.MsgNotice {
 		return
 	}
 	if content.RelatesTo.GetReplaceID() != "" || content.NewContent != nil {
@@ -132,10 +141,11 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 			SenderID:  string(evt.Sender),
 			MessageID: string(evt.ID),
 		},
-		SenderName: senderName(evt.Sender),
-		Text:       text,
-		Mentioned:  mentioned,
-		At:         time.UnixMilli(evt.Timestamp),
+		SenderName:  senderName(evt.Sender),
+		Text:        text,
+		Mentioned:   mentioned,
+		At:          time.UnixMilli(evt.Timestamp),
+		Attachments: files,
 	}
 	a.mu.Lock()
 	sink, refused, taken := a.sink, a.refused, a.retaken[evt.ID]
