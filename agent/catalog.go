@@ -24,6 +24,9 @@ type Model struct {
 	// contextWindow, else KnownContextWindow; 0 = unknown (history is
 	// then sent whole and only a context-length error compacts it).
 	ContextWindow int
+	// Images: the model takes image content (models[].input, else the
+	// known vision families).
+	Images bool
 }
 
 // Catalog resolves "provider/model" references to models. A config reload
@@ -56,7 +59,7 @@ func NewCatalog(cfg *config.Config, newProvider func(id string, p config.Provide
 		for _, m := range p.Models {
 			ref := id + "/" + m.ID
 			c.models[ref] = &Model{Ref: ref, ProviderID: id, ID: m.ID, API: p.API, Provider: prov, MaxTokens: m.MaxTokens, Cost: m.Cost,
-				ContextWindow: cmp.Or(m.ContextWindow, KnownContextWindow(m.ID))}
+				ContextWindow: cmp.Or(m.ContextWindow, KnownContextWindow(m.ID)), Images: m.TakesImages(p.API)}
 		}
 	}
 	return c, nil

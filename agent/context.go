@@ -78,7 +78,26 @@ func estimateMessage(m Message) int {
 	for _, r := range m.ToolResults {
 		n += 8 + EstimateTokens(r.Content)
 	}
+	// An image costs about what a 1000×1000 picture does on Anthropic
+	// (width×height/750); a PDF about its size in text.
+	for _, f := range m.Files {
+		switch {
+		case strings.HasPrefix(f.MIME, "image/"):
+			n += 1600
+		case f.MIME == "application/pdf":
+			n += int(min(f.Size/3, 200_000))
+		}
+	}
 	return n
+}
+
+// fileRef names a file for the model: attachments/report.pdf (application/pdf).
+func fileRef(f File) string {
+	p := f.Path
+	if p == "" {
+		p = f.Name
+	}
+	return p + " (" + f.MIME + ")"
 }
 
 // EstimateRequest estimates the input tokens of a request.
@@ -132,7 +151,18 @@ const summaryPrefix = "[Summary of the earlier conversation (compacted to fit th
 
 // withSummary puts summary in front of the first kept message, a user
 // message, so roles still alternate.
-func withSummary(summary string, kept []Message) []Message {
+// The files of the summarised messages lose their content (images are
+// not sent again) but keep their references, listed after the summary.
+func withSummary(summary string, dropped, kept []Message) []Message {
+	var refs []string
+	for _, m := range dropped {
+		for _, f := range m.Files {
+			refs = append(refs, fileRef(f))
+		}
+	}
+	if len(refs) > 0 {
+		summary += "\n[Files of the summarised messages, still in the workspace: " + strings.Join(refs, ", ") + "]"
+	}
 	out := make([]Message, len(kept))
 	copy(out, kept)
 	if len(out) == 0 || out[0].Role != RoleUser {
@@ -150,7 +180,7 @@ func contextFromTranscript(entries []store.TranscriptEntry) []Message {
 	for i, e := range entries {
 		if e.Type == "compaction" {
 			kept := min(max(e.Kept, 0), len(msgs))
-			msgs = withSummary(e.Content, msgs[len(msgs)-kept:])
+			msgs = withSummary(e.Content, msgs[:len(msgs)-kept], msgs[len(msgs)-kept:])
 			continue
 		}
 		if e.Type == "message" {
@@ -304,7 +334,7 @@ func (s *Session) compact(ctx context.Context, t Turn, focus string, keep, budge
 		return c, errors.New("compact the conversation: the model returned an empty summary")
 	}
 	kept := len(s.History) - cut
-	s.History = withSummary(summary, s.History[cut:])
+	s.History = withSummary(summary, s.History[:cut], s.History[cut:])
 	c.After = EstimateRequest(t.System, specs, s.History)
 	if s.Transcript != nil {
 		u := resp.Usage

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -101,6 +102,9 @@ func MessagesFromTranscript(entries []store.TranscriptEntry) []Message {
 		if len(e.ToolResults) > 0 {
 			_ = json.Unmarshal(e.ToolResults, &m.ToolResults)
 		}
+		if len(e.Files) > 0 {
+			_ = json.Unmarshal(e.Files, &m.Files)
+		}
 		switch m.Role {
 		case RoleUser, RoleAssistant, RoleTool:
 			msgs = append(msgs, m)
@@ -158,6 +162,10 @@ type Turn struct {
 	// history: the input is already there and is not added again; tool
 	// calls whose results are in the history are not made again.
 	Resume bool
+	// Files are the files on the input message (SPEC §18); OpenFile reads
+	// their bytes for a model that takes them as content.
+	Files    []File
+	OpenFile func(ctx context.Context, id string) (io.ReadCloser, error)
 }
 
 // Result is what a turn produced.
@@ -213,7 +221,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 		}
 	}
 	if !t.Resume {
-		if err := s.append(ctx, Message{Role: RoleUser, Text: input}, nil, "", t.Clock); err != nil {
+		if err := s.append(ctx, Message{Role: RoleUser, Text: input, Files: t.Files}, nil, "", t.Clock); err != nil {
 			return res, err
 		}
 	}
@@ -354,6 +362,7 @@ func (s *Session) complete(ctx context.Context, t Turn, res *Result) (*Response,
 		req := Request{
 			Model: t.Model.ID, System: t.System, Messages: msgs, Tools: t.Tools.Specs(),
 			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
+			Images: t.Model.Images, OpenFile: t.OpenFile,
 		}
 		ctx, span := startChatSpan(ctx, t.Model, req)
 		var resp *Response
@@ -430,6 +439,9 @@ func (s *Session) append(ctx context.Context, m Message, u *Usage, model string,
 	}
 	if len(m.ToolResults) > 0 {
 		e.ToolResults, _ = json.Marshal(m.ToolResults)
+	}
+	if len(m.Files) > 0 {
+		e.Files, _ = json.Marshal(m.Files)
 	}
 	if u != nil {
 		e.Usage, _ = json.Marshal(u)

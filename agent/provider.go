@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -55,6 +56,21 @@ type Message struct {
 	Text        string       `json:"text,omitempty"`
 	ToolCalls   []ToolCall   `json:"toolCalls,omitempty"`   // assistant only
 	ToolResults []ToolResult `json:"toolResults,omitempty"` // tool only
+	// Files are the files on a user message (SPEC §18): references only;
+	// a provider reads the bytes of an image or a PDF it sends as content
+	// through Request.OpenFile.
+	Files []File `json:"files,omitempty"`
+}
+
+// File is a stored file a message holds: its id (SHA-256 of the bytes),
+// the name in the workspace (Path, "attachments/<name>"), its sniffed
+// type and size.
+type File struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	MIME string `json:"mime"`
+	Size int64  `json:"size"`
+	Path string `json:"path,omitempty"`
 }
 
 // ToolSpec is what a provider is told about a tool.
@@ -88,6 +104,12 @@ type Request struct {
 	Tools     []ToolSpec
 	Thinking  string // off|low|medium|high; "" = provider default
 	MaxTokens int    // 0 = provider default
+	// Images: the model takes image content (models[].input); without it
+	// a message's files are only their reference lines in the text.
+	Images bool
+	// OpenFile reads a stored file's bytes (nil: files are not sent as
+	// content).
+	OpenFile func(ctx context.Context, id string) (io.ReadCloser, error)
 }
 
 // Response is the model's answer to one Request.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -329,7 +330,9 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
 				g.panel.changed(SessionKey(route(g.cfg(), o), o))
 			},
-			Logger: log})
+			Files: webFiles{g: g}, MaxFileBytes: cfg.Attachments.MaxBytes, MaxFiles: cfg.Attachments.MaxFiles,
+			SpoolDir: filepath.Join(g.stateDir, store.FilesDir, "tmp"),
+			Logger:   log})
 		if err != nil {
 			return nil, fmt.Errorf("channels.web: %w", err)
 		}
@@ -404,7 +407,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.spend.Run(g.bgCtx, spend.RefreshEvery) }()
 	}
-	g.bg.Add(5)
+	g.bg.Add(6)
+	go func() { defer g.bg.Done(); g.sweepFiles(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.sweepOwed(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.panel.run(g.bgCtx) }()

@@ -94,6 +94,24 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	if in.Origin.MessageID != "" {
 		it.PlatformID = in.Origin.ChatID + "/" + in.Origin.MessageID
 	}
+	// Files are stored before the message (SPEC §18): a crash before the
+	// message is stored leaves it unacknowledged, and its re-delivery
+	// downloads them again into the same content-addressed places.
+	var fileNotes []string
+	if len(in.Attachments) > 0 {
+		text, refs, notes, err := g.takeFiles(ctx, in, log)
+		if err != nil {
+			g.metrics.refused.WithLabelValues(ch, "store_unavailable").Inc()
+			log.Warn("message refused: the state store does not take its files", zap.Error(err))
+			return &channels.UnavailableError{RetryAfter: storeRetry, Reason: err.Error()}
+		}
+		it.Text, it.Files, fileNotes = text, refs, notes
+		if strings.TrimSpace(it.Text) == "" {
+			// Nothing was read and nothing was said: the person hears why.
+			g.post(ctx, in.Origin, channels.KindSystem, strings.Join(fileNotes, "\n"), "")
+			return nil
+		}
+	}
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.AttrChannel.String(ch), telemetry.AttrChatType.String(string(in.Origin.ChatType)),
 			telemetry.AttrSessionKey.String(key), telemetry.AttrAgentID.String(agentID), telemetry.AttrChars.Int(len(in.Text)))
@@ -115,6 +133,9 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		return fmt.Errorf("store message: %w", err)
 	}
 	span.SetAttributes(telemetry.AttrIntakeID.Int64(it.ID))
+	if added && len(fileNotes) > 0 {
+		g.post(ctx, in.Origin, channels.KindSystem, strings.Join(fileNotes, "\n"), "")
+	}
 	if !added {
 		// The stored message keeps its own trace; this span records the
 		// re-delivery in a trace of its own.

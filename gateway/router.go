@@ -279,9 +279,9 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	if err := tools.EnsureWorkspace(aws, cws); err != nil {
 		log.Warn("could not create the conversation workspace", zap.Error(err))
 	}
+	text, files := g.turnFiles(ctx, it, cws, log)
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
 		Workspace: cws, AgentWorkspace: aws, Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
-	text := in.Text
 	if len(s.sess.History) == 0 && !resume {
 		text = g.threadContext(ctx, in.Origin, text, log)
 	}
@@ -301,6 +301,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			spent(m, u)
 			g.panel.changed(key)
 		},
+		Files: files, OpenFile: g.openFile,
 	}, text)
 	switch {
 	case res.Fallback != "":

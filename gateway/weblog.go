@@ -19,6 +19,9 @@ var _ web.Log = webLog{}
 
 func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
 	m := store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Key: e.Key}
+	for _, f := range e.Files {
+		m.Files = append(m.Files, store.FileRef{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
+	}
 	seq, err := l.db.AppendWeb(ctx, client, &m)
 	if err == nil && l.told != nil {
 		l.told(client)
@@ -40,6 +43,9 @@ func (l webLog) After(ctx context.Context, client string, after int64, limit int
 	out := make([]web.Entry, len(msgs))
 	for i, m := range msgs {
 		out[i] = web.Entry{Seq: m.Seq, Role: m.Role, Text: m.Text, RunID: m.RunID, At: m.At}
+		for _, f := range m.Files {
+			out[i].Files = append(out[i].Files, web.File{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
+		}
 	}
 	return out, nil
 }

@@ -32,7 +32,9 @@ func IsImage(mime string) bool { return imageTypes[mime] }
 func IsPDF(mime string) bool { return mime == "application/pdf" }
 
 // IsAudio reports whether mime is audio (transcribed when voice is on).
-func IsAudio(mime string) bool { return strings.HasPrefix(mime, "audio/") || mime == "video/webm" || mime == "application/ogg" }
+func IsAudio(mime string) bool {
+	return strings.HasPrefix(mime, "audio/") || mime == "video/webm" || mime == "application/ogg"
+}
 
 // ErrCorrupt: a file says it is an image but does not decode as one.
 var ErrCorrupt = errors.New("it is not a readable image (the file is damaged or not what its type says)")

@@ -208,6 +208,8 @@ type WebMessage struct {
 	// Key, when set, makes the append idempotent per client (e.g. the
 	// outbox item it delivers): a second append with it adds nothing.
 	Key string `json:"-"`
+	// Files are the message's files (SPEC §18), references only.
+	Files []FileRef `json:"files,omitempty"`
 }
 
 // SessionFilter selects sessions for ListSessions.
@@ -238,9 +240,12 @@ type TranscriptEntry struct {
 	Content     string          `json:"content,omitempty"`
 	ToolCalls   json.RawMessage `json:"toolCalls,omitempty"`
 	ToolResults json.RawMessage `json:"toolResults,omitempty"`
-	Usage       json.RawMessage `json:"usage,omitempty"`
-	Model       string          `json:"model,omitempty"`
-	Timestamp   time.Time       `json:"timestamp"`
+	// Files (user and announce messages) are references to stored files:
+	// id (SHA-256), name, type, size — never the bytes (SPEC §18).
+	Files     json.RawMessage `json:"files,omitempty"`
+	Usage     json.RawMessage `json:"usage,omitempty"`
+	Model     string          `json:"model,omitempty"`
+	Timestamp time.Time       `json:"timestamp"`
 	// Kept (compaction lines): how many of the latest messages the summary
 	// did not replace; the messages before them are summarised by Content.
 	Kept int `json:"kept,omitempty"`

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // AppendWeb adds m to the web chat client's conversation and returns its
@@ -42,8 +44,16 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 			`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = ?`, client); err != nil {
 			return err
 		}
-		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli())
+		files := ""
+		if len(m.Files) > 0 {
+			b, err := json.Marshal(m.Files)
+			if err != nil {
+				return err
+			}
+			files = string(b)
+		}
+		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
 		return err
 	})
 	if err != nil {
@@ -59,7 +69,7 @@ func (d *DB) WebAfter(ctx context.Context, client string, after int64, limit int
 	if limit <= 0 {
 		limit = noLimit
 	}
-	rows, err := d.reader(ctx).query(`SELECT seq, role, text, run_id, at FROM web_messages
+	rows, err := d.reader(ctx).query(`SELECT seq, role, text, run_id, at, files FROM web_messages
 		WHERE client = ? AND seq > ? ORDER BY seq LIMIT ?`, client, after, limit)
 	if err != nil {
 		return nil, d.wrap("web messages for "+client, err)
@@ -70,8 +80,14 @@ func (d *DB) WebAfter(ctx context.Context, client string, after int64, limit int
 		var m WebMessage
 		var runID sql.NullString
 		var at sql.NullInt64
-		if err := rows.Scan(&m.Seq, &m.Role, &m.Text, &runID, &at); err != nil {
+		var files string
+		if err := rows.Scan(&m.Seq, &m.Role, &m.Text, &runID, &at, &files); err != nil {
 			return nil, d.wrap("web messages for "+client, err)
+		}
+		if files != "" {
+			if err := json.Unmarshal([]byte(files), &m.Files); err != nil {
+				return nil, d.wrap("web messages for "+client, fmt.Errorf("message %d: files: %w", m.Seq, err))
+			}
 		}
 		m.RunID, m.At = runID.String, fromMS(at)
 		out = append(out, m)

@@ -124,7 +124,7 @@ func (p *anthropicProvider) params(req agent.Request) anthropic.MessageNewParams
 	params := anthropic.MessageNewParams{
 		Model:     anthropic.Model(req.Model),
 		MaxTokens: maxTokens,
-		Messages:  p.messages(req.Messages, budget > 0),
+		Messages:  p.messages(req, budget > 0),
 	}
 	if budget > 0 {
 		params.Thinking = anthropic.ThinkingConfigParamOfEnabled(budget)
@@ -173,7 +173,8 @@ func anthropicTool(t agent.ToolSpec) *anthropic.ToolParam {
 // messages maps the conversation. Tool results go in a user message as
 // tool_result blocks; consecutive messages of one role are merged, as the
 // API wants roles to alternate.
-func (p *anthropicProvider) messages(msgs []agent.Message, thinking bool) []anthropic.MessageParam {
+func (p *anthropicProvider) messages(req agent.Request, thinking bool) []anthropic.MessageParam {
+	msgs := req.Messages
 	var out []anthropic.MessageParam
 	add := func(role anthropic.MessageParamRole, blocks []anthropic.ContentBlockParamUnion) {
 		if len(blocks) == 0 {
@@ -188,9 +189,28 @@ func (p *anthropicProvider) messages(msgs []agent.Message, thinking bool) []anth
 	for _, m := range msgs {
 		switch m.Role {
 		case agent.RoleUser:
-			if strings.TrimSpace(m.Text) != "" {
-				add(anthropic.MessageParamRoleUser, []anthropic.ContentBlockParamUnion{anthropic.NewTextBlock(m.Text)})
+			// Images and PDFs first, then the text naming them.
+			var blocks []anthropic.ContentBlockParamUnion
+			for _, f := range m.Files {
+				kind := asContent(req, f, true)
+				if kind == "" {
+					continue
+				}
+				data, err := fileBase64(req, f)
+				if err != nil {
+					p.log.Warn("a file is sent as its reference only", zap.String("file", f.Name), zap.Error(err))
+					continue
+				}
+				if kind == "image" {
+					blocks = append(blocks, anthropic.NewImageBlockBase64(f.MIME, data))
+				} else {
+					blocks = append(blocks, anthropic.NewDocumentBlock(anthropic.Base64PDFSourceParam{Data: data}))
+				}
 			}
+			if strings.TrimSpace(m.Text) != "" {
+				blocks = append(blocks, anthropic.NewTextBlock(m.Text))
+			}
+			add(anthropic.MessageParamRoleUser, blocks)
 		case agent.RoleAssistant:
 			var blocks []anthropic.ContentBlockParamUnion
 			if thinking && len(m.ToolCalls) > 0 {

@@ -168,7 +168,7 @@ func openAIMessages(req agent.Request) []openai.ChatCompletionMessageParamUnion 
 	for _, m := range req.Messages {
 		switch m.Role {
 		case agent.RoleUser:
-			out = append(out, openai.UserMessage(m.Text))
+			out = append(out, openAIUser(req, m))
 		case agent.RoleAssistant:
 			am := openai.ChatCompletionAssistantMessageParam{}
 			if m.Text != "" || len(m.ToolCalls) == 0 {
@@ -289,4 +289,26 @@ func classifyOpenAIStreamError(se *ssestream.StreamError) failure {
 		f.contextLength = contextLengthMessage(f.status, f.message)
 	}
 	return f
+}
+
+// openAIUser is a user message: its text, and its images (image_url with
+// a data: URL) when the model takes images. PDFs go as their reference
+// line: OpenAI-compatible servers rarely take file parts.
+func openAIUser(req agent.Request, m agent.Message) openai.ChatCompletionMessageParamUnion {
+	var parts []openai.ChatCompletionContentPartUnionParam
+	for _, f := range m.Files {
+		if asContent(req, f, false) != "image" {
+			continue
+		}
+		data, err := fileBase64(req, f)
+		if err != nil {
+			continue
+		}
+		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:" + f.MIME + ";base64," + data}))
+	}
+	if len(parts) == 0 {
+		return openai.UserMessage(m.Text)
+	}
+	parts = append(parts, openai.TextContentPart(m.Text))
+	return openai.UserMessage(parts)
 }

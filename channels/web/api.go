@@ -12,12 +12,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/media"
 )
 
 // postRequest is the body of POST /api/messages.
 type postRequest struct {
 	Client string `json:"client"`
 	Text   string `json:"text"`
+	// Files are base64 files (SPEC §18); multipart/form-data posts send
+	// "file" parts instead.
+	Files []jsonFile `json:"files"`
 }
 
 // postResponse is the 202 answer to POST /api/messages.
@@ -100,25 +104,69 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req postRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err := dec.Decode(&req); err != nil {
+	// A post's files: a body carrying them may be as large as they are
+	// allowed to be (base64 in JSON takes a third more).
+	bodyLimit := int64(maxBodyBytes)
+	if a.opts.Files != nil {
+		bodyLimit += int64(a.maxFiles()+1) * (a.opts.MaxFileBytes/3*4 + 4<<10)
+	}
+	body := http.MaxBytesReader(w, r.Body, bodyLimit)
+	form := &postForm{}
+	defer func() { form.cleanup() }()
+	tooLarge := func(err error) bool {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes))
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", bodyLimit))
+			return true
+		}
+		return false
+	}
+	if isMultipart(r) && a.opts.Files != nil {
+		r.Body = body
+		mr, err := r.MultipartReader()
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())
 			return
 		}
-		writeError(w, http.StatusBadRequest, "body must be a JSON object {\"client\": \"<id>\", \"text\": \"<message>\"}: "+err.Error())
-		return
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "body must be a single JSON object")
-		return
+		f, status, err := a.readMultipart(r, mr)
+		form = f
+		if err != nil {
+			if !tooLarge(err) {
+				writeError(w, status, err.Error())
+			}
+			return
+		}
+		req.Client, req.Text = form.Client, form.Text
+	} else {
+		dec := json.NewDecoder(body)
+		if err := dec.Decode(&req); err != nil {
+			if tooLarge(err) {
+				return
+			}
+			writeError(w, http.StatusBadRequest, "body must be a JSON object {\"client\": \"<id>\", \"text\": \"<message>\"}: "+err.Error())
+			return
+		}
+		if dec.More() {
+			writeError(w, http.StatusBadRequest, "body must be a single JSON object")
+			return
+		}
+		if len(req.Files) > 0 {
+			if a.opts.Files == nil {
+				writeError(w, http.StatusBadRequest, "files: this web chat takes no files")
+				return
+			}
+			if status, err := a.readJSONFiles(form, req.Files); err != nil {
+				writeError(w, status, err.Error())
+				return
+			}
+			req.Files = nil // the spool holds them now
+		}
 	}
 	if !ValidClient(req.Client) {
 		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
 		return
 	}
-	if strings.TrimSpace(req.Text) == "" {
+	if strings.TrimSpace(req.Text) == "" && len(form.uploads) == 0 {
 		writeError(w, http.StatusBadRequest, "text is empty")
 		return
 	}
@@ -186,6 +234,13 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	e := &Entry{Role: RoleUser, Text: req.Text, At: now}
+	var atts []channels.Attachment
+	for _, u := range form.uploads {
+		atts = append(atts, u.attachment())
+		if !u.tooBig && u.id != "" {
+			e.Files = append(e.Files, File{ID: u.id, Name: media.SafeName(u.name, u.mime), MIME: u.mime, Size: u.size})
+		}
+	}
 	seq, err := a.append(r.Context(), req.Client, e)
 	if err != nil {
 		// The state store did not take it (an outage): nothing was
@@ -207,10 +262,11 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 			SenderID:  req.Client,
 			MessageID: strconv.FormatInt(seq, 10),
 		},
-		SenderName: req.Client,
-		Text:       req.Text,
-		Mentioned:  true,
-		At:         now,
+		SenderName:  req.Client,
+		Text:        req.Text,
+		Mentioned:   true,
+		At:          now,
+		Attachments: atts,
 	})
 	var busy *channels.BusyError
 	var unavailable *channels.UnavailableError
@@ -279,7 +335,7 @@ func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
 		entries = []Entry{}
 	}
 	for i := range entries {
-		entries[i] = withHTML(entries[i])
+		entries[i] = withURLs(client, withHTML(entries[i]))
 	}
 	writeJSON(w, http.StatusOK, listResponse{Messages: entries})
 }

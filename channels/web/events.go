@@ -108,7 +108,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			buf.Reset()
 			for _, e := range entries {
-				data, err := json.Marshal(withHTML(e))
+				data, err := json.Marshal(withURLs(client, withHTML(e)))
 				if err != nil {
 					log.Error("web entry not encoded", zap.Int64("seq", e.Seq), zap.Error(err))
 					return false

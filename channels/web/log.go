@@ -28,6 +28,8 @@ type Entry struct {
 	// Key makes Append idempotent per client: the outbox item an entry
 	// delivers ("outbox:<id>"). Not shown to clients.
 	Key string `json:"-"`
+	// Files are the message's files (SPEC §18); URL is set when served.
+	Files []File `json:"files,omitempty"`
 }
 
 // Log persists each client's conversation. The gateway implements it over

@@ -78,6 +78,16 @@ type Options struct {
 	// OnStream, if set, is told when a client opens an event stream (the
 	// gateway then sends it the sub-agents panel). It must not block.
 	OnStream func(client string)
+	// Files serves the conversations' files (GET /api/files/<id>); nil:
+	// none are served.
+	Files FileStore
+	// MaxFileBytes and MaxFiles bound the files of one post
+	// (attachments.maxBytes, attachments.maxFiles); a file over them is
+	// not kept and the person is told. SpoolDir holds a post's files while
+	// the gateway stores them ("" = the system's temp dir).
+	MaxFileBytes int64
+	MaxFiles     int
+	SpoolDir     string
 }
 
 // Adapter is the web chat channel.
@@ -217,11 +227,26 @@ func (a *Adapter) runningSink() (channels.Sink, bool) {
 // announce re-delivered with the same RunID is stored and shown once. The
 // web chat never splits a message.
 func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Message) error {
+	e, err := a.entry(to, msg)
+	if err != nil {
+		return err
+	}
+	if msg.ID != "" {
+		e.Key = "outbox:" + msg.ID // a re-send after a crash shows once
+	}
+	if _, err := a.append(ctx, to.ChatID, e); err != nil {
+		return fmt.Errorf("web: send %s to %s: %w", e.Role, to.ChatID, err)
+	}
+	return nil
+}
+
+// entry is the conversation entry of an outbound message.
+func (a *Adapter) entry(to channels.Origin, msg channels.Message) (*Entry, error) {
 	if to.Channel != "" && to.Channel != Name {
-		return fmt.Errorf("web: send to %s: not a web origin: %w", to, channels.ErrPermanent)
+		return nil, fmt.Errorf("web: send to %s: not a web origin: %w", to, channels.ErrPermanent)
 	}
 	if !ValidClient(to.ChatID) {
-		return fmt.Errorf("web: send to %q: %w: %w", to.ChatID, ErrInvalidClient, channels.ErrPermanent)
+		return nil, fmt.Errorf("web: send to %q: %w: %w", to.ChatID, ErrInvalidClient, channels.ErrPermanent)
 	}
 	var role string
 	switch msg.Kind {
@@ -232,16 +257,9 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 	case channels.KindSystem:
 		role = RoleSystem
 	default:
-		return fmt.Errorf("web: send to %s: unknown message kind %q: %w", to.ChatID, msg.Kind, channels.ErrPermanent)
+		return nil, fmt.Errorf("web: send to %s: unknown message kind %q: %w", to.ChatID, msg.Kind, channels.ErrPermanent)
 	}
-	e := &Entry{Role: role, Text: msg.Text, RunID: msg.RunID, At: time.Now().UTC()}
-	if msg.ID != "" {
-		e.Key = "outbox:" + msg.ID // a re-send after a crash shows once
-	}
-	if _, err := a.append(ctx, to.ChatID, e); err != nil {
-		return fmt.Errorf("web: send %s to %s: %w", role, to.ChatID, err)
-	}
-	return nil
+	return &Entry{Role: role, Text: msg.Text, RunID: msg.RunID, At: time.Now().UTC()}, nil
 }
 
 // append stores e and wakes the client's streams.
@@ -258,12 +276,13 @@ func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, e
 // Routes implements channels.HTTPMounter.
 func (a *Adapter) Routes() map[string]http.Handler {
 	return map[string]http.Handler{
-		"GET /{$}":           a.guard(false, http.HandlerFunc(a.handlePage)),
-		"POST /api/messages": a.guard(true, http.HandlerFunc(a.handlePost)),
-		"GET /api/messages":  a.guard(true, http.HandlerFunc(a.handleList)),
-		"GET /api/events":    a.guard(true, http.HandlerFunc(a.handleEvents)),
-		"GET /api/session":   a.guard(true, http.HandlerFunc(a.handleSession)),
-		"POST /api/login":    a.guard(true, http.HandlerFunc(a.handleLogin)),
+		"GET /{$}":            a.guard(false, http.HandlerFunc(a.handlePage)),
+		"POST /api/messages":  a.guard(true, http.HandlerFunc(a.handlePost)),
+		"GET /api/messages":   a.guard(true, http.HandlerFunc(a.handleList)),
+		"GET /api/events":     a.guard(true, http.HandlerFunc(a.handleEvents)),
+		"GET /api/session":    a.guard(true, http.HandlerFunc(a.handleSession)),
+		"GET /api/files/{id}": a.guard(true, http.HandlerFunc(a.handleFile)),
+		"POST /api/login":     a.guard(true, http.HandlerFunc(a.handleLogin)),
 	}
 }
 

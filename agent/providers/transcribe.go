@@ -1,0 +1,42 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/heraldhq/herald/config"
+)
+
+// Transcribe turns audio into text through the provider's OpenAI-
+// compatible /audio/transcriptions endpoint (attachments.transcription,
+// SPEC §18): OpenAI, Groq or a local whisper server. The audio is
+// streamed from r as a multipart upload named name.
+func Transcribe(ctx context.Context, client *http.Client, p config.Provider, model, name, mime string, r io.Reader) (string, error) {
+	base := p.BaseURL
+	if base == "" {
+		base = DefaultOpenAIBaseURL
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	c := openai.NewClient(option.WithHTTPClient(client), option.WithBaseURL(base), option.WithAPIKey(firstKey(p.Keys())), option.WithMaxRetries(1))
+	res, err := c.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{
+		File:  openai.File(r, name, mime),
+		Model: openai.AudioModel(model),
+	})
+	if err != nil {
+		var apiErr *openai.Error
+		if errors.As(err, &apiErr) {
+			return "", fmt.Errorf("transcription: HTTP %d: %s", apiErr.StatusCode, strings.TrimSpace(apiErr.Message))
+		}
+		return "", fmt.Errorf("transcription: %w", err)
+	}
+	return strings.TrimSpace(res.Text), nil
+}

@@ -1,0 +1,314 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/media"
+	"github.com/heraldhq/herald/store"
+)
+
+// AttachmentDeadline bounds the download of one file on an inbound message
+// (SPEC §18): a platform that stalls past it leaves the file unread and
+// the person is told; the message is still taken. Tests shorten it.
+var AttachmentDeadline = 2 * time.Minute
+
+// fileSweepEvery is how often the retention sweeper looks for files no
+// conversation named for attachments.retentionDays.
+const fileSweepEvery = time.Hour
+
+// takeFiles stores the files of an inbound message before it is stored
+// itself (and so before the platform is acknowledged): each is streamed
+// to the store under attachments.maxBytes and a deadline, its type sniffed
+// from its bytes. It returns the stored files, the message text with a
+// reference line per file, and a 📎 line per file not read. A store
+// outage is returned as an error: the message is then not taken at all.
+func (g *Gateway) takeFiles(ctx context.Context, in channels.Inbound, log *zap.Logger) (string, []store.FileRef, []string, error) {
+	conf := g.cfg().Attachments
+	text := in.Text
+	var refs []store.FileRef
+	var notes []string
+	used := map[string]bool{}
+	hinted := false
+	for i, a := range in.Attachments {
+		if (a.Kind == channels.KindVoice || a.Kind == channels.KindAudio) && !conf.Transcription.Enabled() && !hinted {
+			notes = append(notes, media.VoiceHint)
+			hinted = true
+		}
+		name := media.SafeName(a.Name, a.MIME)
+		if i >= conf.MaxFiles {
+			notes = append(notes, media.NotReadLine(name, fmt.Sprintf("a message takes at most %d files (attachments.maxFiles)", conf.MaxFiles)))
+			continue
+		}
+		if a.Err != nil {
+			notes = append(notes, media.NotReadLine(name, a.Err.Error()))
+			continue
+		}
+		if a.Size > conf.MaxBytes {
+			notes = append(notes, media.NotReadLine(name, fmt.Sprintf("it is over the %s limit (attachments.maxBytes)", media.Size(conf.MaxBytes))))
+			continue
+		}
+		ref, err := g.fetchFile(ctx, a, conf.MaxBytes)
+		if err != nil {
+			if !fileProblem(err) && storeFailed(err) {
+				return "", nil, nil, err
+			}
+			log.Info("file on a message not read", zap.String("file", name), zap.Error(err))
+			notes = append(notes, media.NotReadLine(name, fileReason(err, conf.MaxBytes)))
+			continue
+		}
+		if strings.TrimSpace(a.Name) == "" || media.Ext(ref.MIME) != "" && filepath.Ext(name) == "" {
+			name = strings.TrimSuffix(name, filepath.Ext(name)) + media.Ext(ref.MIME)
+		}
+		name = uniqueName(name, used)
+		ref.Name, ref.Kind = name, a.Kind
+		refs = append(refs, ref)
+		if text != "" {
+			text += "\n"
+		}
+		text += media.RefLine(ref.Name, ref.MIME, ref.Size)
+	}
+	return text, refs, notes, nil
+}
+
+// fetchFile downloads one attachment into the store within the deadline.
+func (g *Gateway) fetchFile(ctx context.Context, a channels.Attachment, limit int64) (store.FileRef, error) {
+	if a.Open == nil {
+		return store.FileRef{}, errors.New("the channel gave no way to download it")
+	}
+	dctx, cancel := context.WithTimeoutCause(ctx, AttachmentDeadline, errStalled)
+	defer cancel()
+	rc, err := a.Open(dctx)
+	if err != nil {
+		if context.Cause(dctx) == errStalled {
+			return store.FileRef{}, errStalled
+		}
+		return store.FileRef{}, fmt.Errorf("the download failed (%w)", err)
+	}
+	// Close ends a read the deadline cut short, on every platform's body.
+	stop := context.AfterFunc(dctx, func() { rc.Close() })
+	defer stop()
+	defer rc.Close()
+	ref, err := g.db.PutFile(dctx, downloadReader{rc}, limit, func(head []byte) (string, error) { return media.Sniff(head, a.MIME) })
+	if err != nil && context.Cause(dctx) == errStalled {
+		return ref, errStalled
+	}
+	return ref, err
+}
+
+var errStalled = errors.New("the download did not finish in time")
+
+// downloadError is a platform's download failing midway.
+type downloadError struct{ err error }
+
+func (e *downloadError) Error() string { return "the download failed (" + e.err.Error() + ")" }
+func (e *downloadError) Unwrap() error { return e.err }
+
+// downloadReader marks its read errors as the download's, not the store's.
+type downloadReader struct{ r io.Reader }
+
+func (d downloadReader) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &downloadError{err}
+	}
+	return n, err
+}
+
+// fileProblem reports whether err is about the file or its download (the
+// person is told), not the store (the message is then not taken).
+func fileProblem(err error) bool {
+	var de *downloadError
+	return errors.Is(err, store.ErrFileTooLarge) || errors.Is(err, media.ErrCorrupt) || errors.Is(err, errStalled) ||
+		errors.As(err, &de) || strings.HasPrefix(err.Error(), "the download failed") || strings.HasPrefix(err.Error(), "the channel gave")
+}
+
+// fileReason is the 📎 line's reason for err.
+func fileReason(err error, limit int64) string {
+	switch {
+	case errors.Is(err, store.ErrFileTooLarge):
+		return fmt.Sprintf("it is over the %s limit (attachments.maxBytes)", media.Size(limit))
+	case errors.Is(err, media.ErrCorrupt):
+		return media.ErrCorrupt.Error()
+	case errors.Is(err, errStalled):
+		return fmt.Sprintf("the download did not finish within %s", AttachmentDeadline)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "the download failed") {
+		msg = "it could not be read (" + msg + ")"
+	}
+	return msg
+}
+
+// uniqueName gives the second "a.png" of one message the name "a-2.png".
+func uniqueName(name string, used map[string]bool) string {
+	out := name
+	for n := 2; used[out]; n++ {
+		ext := filepath.Ext(name)
+		out = fmt.Sprintf("%s-%d%s", strings.TrimSuffix(name, ext), n, ext)
+	}
+	used[out] = true
+	return out
+}
+
+// turnFiles readies the files of an owed message for its turn: each is
+// copied into the conversation workspace as attachments/<name>, and voice
+// and audio are transcribed (attachments.transcription) into the text.
+// It returns the input text and the files for the model.
+func (g *Gateway) turnFiles(ctx context.Context, it store.Intake, cws string, log *zap.Logger) (string, []agent.File) {
+	refs, err := g.db.IntakeFiles(ctx, it.ID)
+	if err != nil {
+		log.Warn("could not read the message's files; the turn goes on without them", zap.Error(err))
+		return it.Text, nil
+	}
+	if len(refs) == 0 {
+		return it.Text, nil
+	}
+	text := it.Text
+	var out []agent.File
+	for _, r := range refs {
+		if cws != "" {
+			if err := g.copyToWorkspace(ctx, r, cws); err != nil {
+				log.Warn("could not copy a file into the conversation workspace", zap.String("file", r.Name), zap.Error(err))
+			}
+		}
+		if (r.Kind == channels.KindVoice || r.Kind == channels.KindAudio) && media.IsAudio(r.MIME) {
+			text = g.transcribeInto(ctx, it, r, text, log)
+		}
+		out = append(out, agent.File{ID: r.ID, Name: r.Name, MIME: r.MIME, Size: r.Size, Path: media.AttachmentsDir + "/" + r.Name})
+	}
+	return text, out
+}
+
+// copyToWorkspace writes file r to <cws>/attachments/<name> unless the
+// same bytes are there already.
+func (g *Gateway) copyToWorkspace(ctx context.Context, r store.FileRef, cws string) error {
+	dir := filepath.Join(cws, media.AttachmentsDir)
+	if err := os.MkdirAll(dir, tools.DirMode); err != nil {
+		return err
+	}
+	dst := filepath.Join(dir, r.Name)
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == r.Size {
+		return nil
+	}
+	rc, _, err := g.db.OpenFile(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(dir, ".in-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, rc); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	os.Remove(dst) // a symlink a tool left there is replaced, never followed
+	return os.Rename(tmp.Name(), dst)
+}
+
+// sweepFiles removes, every hour, the files no conversation named for
+// attachments.retentionDays. It runs until ctx ends (its owner waits).
+func (g *Gateway) sweepFiles(ctx context.Context) {
+	for {
+		days := g.cfg().Attachments.RetentionDays
+		if days > 0 {
+			n, err := g.db.SweepFiles(ctx, g.clock.Now().Add(-time.Duration(days)*24*time.Hour))
+			switch {
+			case err != nil && ctx.Err() == nil:
+				g.log.Warn("file retention sweep", zap.Error(err))
+			case n > 0:
+				g.log.Info("removed files past attachments.retentionDays", zap.Int("files", n), zap.Int("retentionDays", days))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(fileSweepEvery):
+		}
+	}
+}
+
+// transcribeInto puts the transcript of voice or audio file r in front of
+// the message text (attachments.transcription): the transcript is what
+// the person said. A failed transcription leaves the file's reference
+// line and says why.
+func (g *Gateway) transcribeInto(ctx context.Context, it store.Intake, r store.FileRef, text string, log *zap.Logger) string {
+	conf := g.cfg().Attachments.Transcription
+	if !conf.Enabled() {
+		return text
+	}
+	p, ok := g.cfg().Models.Providers[conf.Provider]
+	if !ok {
+		return text
+	}
+	rc, _, err := g.db.OpenFile(ctx, r.ID)
+	if err != nil {
+		log.Warn("voice message not transcribed: file not readable", zap.Error(err))
+		return text
+	}
+	defer rc.Close()
+	tctx, cancel := context.WithTimeout(ctx, AttachmentDeadline)
+	defer cancel()
+	transcript, err := providers.Transcribe(tctx, g.provOpts.HTTPClient, p, conf.Model, r.Name, r.MIME, rc)
+	if err != nil {
+		log.Warn("voice message not transcribed", zap.String("file", r.Name), zap.Error(err))
+		return text + "\n(" + r.Name + " could not be transcribed: " + err.Error() + ")"
+	}
+	log.Debug("voice message transcribed", zap.String("file", r.Name), zap.Int("chars", len(transcript)))
+	if transcript == "" {
+		return text
+	}
+	return transcript + "\n" + text
+}
+
+// openFile reads a stored file (agent.Turn.OpenFile).
+func (g *Gateway) openFile(ctx context.Context, id string) (io.ReadCloser, error) {
+	rc, _, err := g.db.OpenFile(ctx, id)
+	return rc, err
+}
+
+// webFiles serves the web chat's files: a file is the client's when its
+// conversation (the client's session) names it.
+type webFiles struct{ g *Gateway }
+
+func (w webFiles) OpenFile(ctx context.Context, client, id string) (io.ReadCloser, web.File, error) {
+	o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
+	key := SessionKey(route(w.g.cfg(), o), o)
+	if !store.ValidFileID(id) {
+		return nil, web.File{}, web.ErrNoFile
+	}
+	named, err := w.g.db.FileNamed(ctx, id, key)
+	if err != nil {
+		return nil, web.File{}, err
+	}
+	if !named {
+		return nil, web.File{}, web.ErrNoFile
+	}
+	rc, ref, err := w.g.db.OpenFile(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, web.File{}, web.ErrNoFile
+	}
+	if err != nil {
+		return nil, web.File{}, err
+	}
+	return rc, web.File{ID: id, MIME: ref.MIME, Size: ref.Size}, nil
+}
