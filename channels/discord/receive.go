@@ -1,0 +1,500 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// Keys in the adapter's KV.
+const (
+	keyCursors = "discord.cursors" // JSON {channelId: last message id handled}
+	keyThread  = "discord.thread." // + thread id: the bot is in it
+)
+
+// retryHeld is how long a channel whose message the gateway could not
+// store waits before it is caught up again.
+const retryHeld = 5 * time.Second
+
+// work handles gateway events one at a time, in the order they came: the
+// sink is called here, and a channel's cursor advances only past messages
+// the gateway took (or Herald ignores).
+func (a *Adapter) work(ctx context.Context) {
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-retry:
+			retry = nil
+			a.mu.Lock()
+			held := make([]string, 0, len(a.held))
+			for ch := range a.held {
+				held = append(held, ch)
+			}
+			a.mu.Unlock()
+			for _, ch := range held {
+				a.mu.Lock()
+				delete(a.held, ch)
+				a.mu.Unlock()
+				a.catchUp(ctx, ch)
+			}
+		case e := <-a.events:
+			switch e := e.(type) {
+			case *discordgo.Ready:
+				a.ready(ctx, e)
+			case *discordgo.Resumed:
+				a.log.Info("discord gateway session resumed")
+			case *discordgo.ThreadCreate:
+				if e.Channel != nil {
+					a.remember(e.Channel)
+					if e.OwnerID == a.Self().ID || e.Member != nil && e.Member.UserID == a.Self().ID {
+						a.markThread(ctx, e.ID)
+					}
+				}
+			case *discordgo.MessageCreate:
+				if e.Message != nil {
+					a.message(ctx, e.Message, true)
+				}
+			case *discordgo.InteractionCreate:
+				if e.Interaction != nil {
+					a.interaction(ctx, e.Interaction)
+				}
+			}
+		}
+		a.mu.Lock()
+		pending := len(a.held) > 0
+		a.mu.Unlock()
+		if pending && retry == nil {
+			retry = time.After(a.retryHeld)
+		}
+	}
+}
+
+// ready starts a new gateway session (not a resume): events of the old one
+// are gone, so every channel with a cursor is caught up over REST, and the
+// application commands are registered once.
+func (a *Adapter) ready(ctx context.Context, r *discordgo.Ready) {
+	a.mu.Lock()
+	if r.User != nil {
+		a.self = *r.User
+	}
+	if a.appID == "" {
+		a.appID = a.opts.ApplicationID
+		if a.appID == "" && r.Application != nil {
+			a.appID = r.Application.ID
+		}
+	}
+	register := !a.commands
+	chans := make([]string, 0, len(a.cursors))
+	for ch := range a.cursors {
+		chans = append(chans, ch)
+	}
+	a.mu.Unlock()
+	a.log.Info("discord gateway session ready", zap.Int("guilds", len(r.Guilds)), zap.Int("catchUpChannels", len(chans)))
+	if register {
+		if err := a.registerCommands(ctx); err != nil {
+			a.log.Warn("discord: could not register the application commands; they work as text", zap.Error(err))
+		} else {
+			a.mu.Lock()
+			a.commands = true
+			a.mu.Unlock()
+		}
+	}
+	slices.SortFunc(chans, func(x, y string) int { return compareIDs(x, y) })
+	for _, ch := range chans {
+		if ctx.Err() != nil {
+			return
+		}
+		a.catchUp(ctx, ch)
+	}
+}
+
+// catchUp fetches what channel ch received after its cursor (GET
+// channels/{id}/messages?after=) and handles it oldest first.
+func (a *Adapter) catchUp(ctx context.Context, ch string) {
+	for page := 0; page < catchUpPages; page++ {
+		after := a.cursor(ch)
+		if after == "" {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		msgs, err := a.s.ChannelMessages(ch, 100, "", after, "", discordgo.WithContext(rctx))
+		cancel()
+		if err != nil {
+			var re *discordgo.RESTError
+			if errors.As(err, &re) && re.Response != nil && (re.Response.StatusCode == 404 || re.Response.StatusCode == 403) {
+				a.log.Info("discord: channel gone or not readable; no longer caught up", zap.String("channelId", ch), zap.Error(err))
+				a.dropCursor(ctx, ch)
+				return
+			}
+			a.log.Warn("discord: catch-up failed; it is tried again at the next session", zap.String("channelId", ch), zap.Error(a.redact(err)))
+			return
+		}
+		slices.SortFunc(msgs, func(x, y *discordgo.Message) int { return compareIDs(x.ID, y.ID) })
+		for _, m := range msgs {
+			if !a.message(ctx, m, false) {
+				return // held: the rest waits for the next catch-up
+			}
+		}
+		if len(msgs) > 0 {
+			a.log.Info("discord: caught up missed messages", zap.String("channelId", ch), zap.Int("messages", len(msgs)))
+		}
+		if len(msgs) < 100 {
+			return
+		}
+	}
+	a.log.Warn("discord: catch-up stopped after its page limit; older missed messages are skipped", zap.String("channelId", ch),
+		zap.Int("messages", catchUpPages*100))
+}
+
+// message handles one message from the gateway (live) or a catch-up. It
+// reports false when the gateway could not store it: the channel is held
+// until a catch-up, which starts from the cursor, so nothing is lost.
+func (a *Adapter) message(ctx context.Context, m *discordgo.Message, live bool) bool {
+	if m.Author == nil || m.ChannelID == "" || m.ID == "" {
+		return true
+	}
+	a.mu.Lock()
+	held := a.held[m.ChannelID]
+	cur := a.cursors[m.ChannelID]
+	self := a.self
+	a.mu.Unlock()
+	if live && held {
+		return true // the catch-up of this channel fetches it
+	}
+	if cur != "" && compareIDs(m.ID, cur) <= 0 {
+		return true // handled already (a resume or catch-up overlap)
+	}
+	if m.Author.ID == self.ID {
+		// The bot's own post: it is in that thread now.
+		if info, ok := a.channelInfo(ctx, m.ChannelID, m.GuildID); ok && info.thread {
+			a.markThread(ctx, m.ChannelID)
+		}
+		a.advance(ctx, m.ChannelID, m.ID, false)
+		return true
+	}
+	in, serve, ok := a.inbound(ctx, m)
+	if ok {
+		a.mu.Lock()
+		sink := a.sink
+		a.mu.Unlock()
+		a.log.Debug("discord message", zap.String("messageId", m.ID), zap.String("origin", in.Origin.String()), zap.Bool("mentioned", in.Mentioned))
+		if err := sink(ctx, in); err != nil {
+			if errors.Is(err, channels.ErrUnavailable) {
+				a.log.Warn("discord message not taken; its channel is caught up again later", zap.String("messageId", m.ID), zap.Error(err))
+				a.mu.Lock()
+				a.held[m.ChannelID] = true
+				a.mu.Unlock()
+				if cur == "" { // no cursor yet: start one just before this message
+					a.advance(ctx, m.ChannelID, prevID(m.ID), true)
+				}
+				return false
+			}
+			a.log.Warn("discord message not taken", zap.String("messageId", m.ID), zap.String("origin", in.Origin.String()), zap.Error(err))
+		}
+	}
+	a.advance(ctx, m.ChannelID, m.ID, serve)
+	return true
+}
+
+// advance moves a channel's cursor to id; create says the channel may get
+// a cursor when it has none (a chat Herald serves).
+func (a *Adapter) advance(ctx context.Context, ch, id string, create bool) {
+	a.mu.Lock()
+	cur, has := a.cursors[ch]
+	if !has && !create || has && compareIDs(id, cur) <= 0 {
+		a.mu.Unlock()
+		return
+	}
+	a.cursors[ch] = id
+	if len(a.cursors) > maxCursors { // forget the channel quiet the longest
+		oldest := ""
+		for c, v := range a.cursors {
+			if oldest == "" || compareIDs(v, a.cursors[oldest]) < 0 {
+				oldest = c
+			}
+		}
+		delete(a.cursors, oldest)
+	}
+	b, _ := json.Marshal(a.cursors)
+	a.mu.Unlock()
+	a.saveCursors(ctx, b)
+}
+
+func (a *Adapter) dropCursor(ctx context.Context, ch string) {
+	a.mu.Lock()
+	delete(a.cursors, ch)
+	b, _ := json.Marshal(a.cursors)
+	a.mu.Unlock()
+	a.saveCursors(ctx, b)
+}
+
+func (a *Adapter) saveCursors(ctx context.Context, b []byte) {
+	if a.opts.State == nil {
+		return
+	}
+	if err := a.opts.State.SetKV(context.WithoutCancel(ctx), keyCursors, string(b)); err != nil {
+		a.log.Warn("discord: could not save the catch-up cursors", zap.Error(err))
+	}
+}
+
+func (a *Adapter) cursor(ch string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cursors[ch]
+}
+
+// loadState reads the cursors kept by the last run.
+func (a *Adapter) loadState(ctx context.Context) error {
+	a.mu.Lock()
+	loaded := a.loaded
+	a.mu.Unlock()
+	if a.opts.State == nil || loaded {
+		return nil
+	}
+	v, found, err := a.opts.State.GetKV(ctx, keyCursors)
+	if err != nil {
+		return err // Start fails: starting without them would skip messages
+	}
+	cursors := map[string]string{}
+	if found {
+		if err := json.Unmarshal([]byte(v), &cursors); err != nil {
+			a.log.Warn("discord: saved catch-up cursors unreadable; starting without them", zap.Error(err))
+			cursors = map[string]string{}
+		}
+	}
+	a.mu.Lock()
+	a.cursors, a.loaded = cursors, true
+	a.mu.Unlock()
+	return nil
+}
+
+// inbound maps a message to an Inbound. serve says the chat is one Herald
+// serves (its cursor is kept); ok says the message goes to the gateway.
+func (a *Adapter) inbound(ctx context.Context, m *discordgo.Message) (in channels.Inbound, serve, ok bool) {
+	if m.Author.Bot || m.Author.System {
+		return in, false, false
+	}
+	switch m.Type {
+	case discordgo.MessageTypeDefault, discordgo.MessageTypeReply:
+	default: // joins, pins, thread-created notices …
+		return in, false, false
+	}
+	self := a.Self()
+	o := channels.Origin{Channel: Name, ChatID: m.ChannelID, SenderID: m.Author.ID, MessageID: m.ID}
+	var thread bool
+	if m.GuildID == "" {
+		o.ChatType = channels.ChatDM
+	} else {
+		o.ChatType = channels.ChatGroup
+		info, known := a.channelInfo(ctx, m.ChannelID, m.GuildID)
+		if !known {
+			a.log.Warn("discord: message in a channel that could not be looked up; skipped", zap.String("channelId", m.ChannelID))
+			return in, false, false
+		}
+		if info.thread && info.parentID != "" {
+			o.ChatID, o.ThreadID, thread = info.parentID, m.ChannelID, true
+		}
+	}
+	serve = a.serves(o.ChatType, o.ChatID)
+	text, mentioned := addressed(m, self.ID)
+	if r := m.ReferencedMessage; r != nil && r.Author != nil && r.Author.ID == self.ID {
+		mentioned = true
+	}
+	if thread && !mentioned && a.isThread(ctx, o.ThreadID) {
+		mentioned = true
+	}
+	if strings.TrimSpace(text) == "" {
+		return in, serve, false
+	}
+	if !a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, mentioned) {
+		a.log.Debug("discord message not admitted", zap.String("origin", o.String()), zap.String("senderId", o.SenderID), zap.Bool("mentioned", mentioned))
+		return in, serve, false
+	}
+	if o.ChatType == channels.ChatGroup && !thread && mentioned && a.inThread {
+		// A top-level mention opens a thread: Discord gives a thread
+		// started from a message that message's id, so the reply's origin
+		// is known now and the thread is opened with the first post.
+		o.ThreadID = m.ID
+		a.mu.Lock()
+		if len(a.names) > maxKnown {
+			clear(a.names)
+		}
+		a.names[m.ID] = threadName(text)
+		a.mu.Unlock()
+		a.markThread(ctx, m.ID)
+	}
+	name := m.Author.GlobalName
+	if m.Member != nil && m.Member.Nick != "" {
+		name = m.Member.Nick
+	}
+	if name == "" {
+		name = m.Author.Username
+	}
+	at := m.Timestamp
+	if at.IsZero() {
+		at = snowflakeTime(m.ID)
+	}
+	return channels.Inbound{Origin: o, SenderName: name, Text: text, Mentioned: mentioned, At: at}, serve, true
+}
+
+// serves reports whether Herald answers in the chat at all (its cursor is
+// worth keeping).
+func (a *Adapter) serves(chatType, chatID string) bool {
+	if chatType != channels.ChatGroup {
+		return true
+	}
+	switch a.opts.Access.GroupPolicy {
+	case channels.GroupDisabled:
+		return false
+	case channels.GroupOpen:
+		return true
+	default:
+		_, ok := a.opts.Access.Groups[chatID]
+		return ok
+	}
+}
+
+var spaces = regexp.MustCompile(`[ \t]{2,}`)
+
+// addressed strips the bot's mentions (<@id>, <@!id>) from the content and
+// says whether there was one.
+func addressed(m *discordgo.Message, selfID string) (string, bool) {
+	text := m.Content
+	mentioned := false
+	for _, u := range m.Mentions {
+		if u != nil && u.ID == selfID {
+			mentioned = true
+		}
+	}
+	for _, tok := range []string{"<@" + selfID + ">", "<@!" + selfID + ">"} {
+		if strings.Contains(text, tok) {
+			mentioned = true
+			text = strings.ReplaceAll(text, tok, "")
+		}
+	}
+	if mentioned {
+		text = strings.TrimSpace(spaces.ReplaceAllString(text, " "))
+		text = strings.TrimLeft(text, ",: ")
+	}
+	return text, mentioned
+}
+
+func threadName(text string) string {
+	name := strings.Join(strings.Fields(text), " ")
+	if r := []rune(name); len(r) > 90 {
+		name = string(r[:89]) + "…"
+	}
+	if name == "" {
+		name = "Herald"
+	}
+	return name
+}
+
+// channelInfo says whether a guild channel is a thread and its parent:
+// from the adapter's memory, discordgo's state (GUILD_CREATE,
+// THREAD_CREATE), or GET channels/{id}.
+func (a *Adapter) channelInfo(ctx context.Context, id, guildID string) (chanInfo, bool) {
+	a.mu.Lock()
+	info, ok := a.known[id]
+	a.mu.Unlock()
+	if ok {
+		return info, true
+	}
+	c, err := a.s.State.Channel(id)
+	if err != nil || c == nil {
+		rctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		c, err = a.s.Channel(id, discordgo.WithContext(rctx))
+		cancel()
+		if err != nil {
+			a.log.Warn("discord: channel lookup failed", zap.String("channelId", id), zap.Error(a.redact(err)))
+			return chanInfo{}, false
+		}
+	}
+	return a.remember(c), true
+}
+
+func (a *Adapter) remember(c *discordgo.Channel) chanInfo {
+	info := chanInfo{guildID: c.GuildID, parentID: c.ParentID, thread: c.IsThread()}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.known) > maxKnown {
+		clear(a.known)
+	}
+	a.known[c.ID] = info
+	return info
+}
+
+// isThread reports whether the bot is in thread id (it opened it, was
+// added, or posted there), from memory or the store.
+func (a *Adapter) isThread(ctx context.Context, id string) bool {
+	a.mu.Lock()
+	in := a.threads[id]
+	a.mu.Unlock()
+	if in || a.opts.State == nil {
+		return in
+	}
+	_, found, err := a.opts.State.GetKV(ctx, keyThread+id)
+	if err != nil {
+		a.log.Warn("discord: could not read thread membership", zap.String("threadId", id), zap.Error(err))
+		return false
+	}
+	if found {
+		a.mu.Lock()
+		a.threads[id] = true
+		a.mu.Unlock()
+	}
+	return found
+}
+
+func (a *Adapter) markThread(ctx context.Context, id string) {
+	a.mu.Lock()
+	was := a.threads[id]
+	if len(a.threads) > maxKnown {
+		clear(a.threads)
+	}
+	a.threads[id] = true
+	a.mu.Unlock()
+	if was || a.opts.State == nil {
+		return
+	}
+	if err := a.opts.State.SetKV(context.WithoutCancel(ctx), keyThread+id, "1"); err != nil {
+		a.log.Warn("discord: could not save thread membership", zap.String("threadId", id), zap.Error(err))
+	}
+}
+
+// compareIDs orders snowflakes (decimal strings) numerically.
+func compareIDs(x, y string) int {
+	if len(x) != len(y) {
+		return len(x) - len(y)
+	}
+	return strings.Compare(x, y)
+}
+
+func prevID(id string) string {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || n == 0 {
+		return id
+	}
+	return strconv.FormatUint(n-1, 10)
+}
+
+// snowflakeTime is when a snowflake was made (Discord epoch 2015).
+func snowflakeTime(id string) time.Time {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return time.Now()
+	}
+	return time.UnixMilli(int64(n>>22) + 1420070400000)
+}
