@@ -102,7 +102,7 @@ func TestE2EUncertainPartOnTelegram(t *testing.T) {
 			if v := tg.metric(t, fmt.Sprintf(`herald_outbox_uncertain_total{action=%q,channel="telegram"}`, tc.setting)); v != 1 {
 				t.Errorf("uncertain metric = %v, want 1", v)
 			}
-			it, err := tg.G.Store().GetOutbox(context.Background(), 1)
+			it, err := tg.G.Store().(*store.DB).GetOutbox(context.Background(), 1)
 			if err != nil || it.PartsSent != 3 || it.SendingPart != -1 || len(it.PartIDs) != 3 {
 				t.Errorf("outbox row after delivery: %+v, %v; want 3 parts recorded", it, err)
 			}

@@ -80,7 +80,7 @@ func TestE2ESessionCommands(t *testing.T) {
 	if err != nil || after.ID == before.ID || after.TranscriptPath == before.TranscriptPath {
 		t.Fatalf("session row after /new: %+v, %v (before id %s)", after, err, before.ID)
 	}
-	resets, err := tg.G.Store().SessionResets(ctx, key)
+	resets, err := tg.G.Store().(*store.DB).SessionResets(ctx, key)
 	if err != nil || len(resets) != 1 || resets[0].OldSessionID != before.ID || !strings.HasPrefix(resets[0].OldTranscript, before.TranscriptPath+".reset.") {
 		t.Fatalf("session resets = %+v, %v", resets, err)
 	}

@@ -7,9 +7,11 @@ import (
 )
 
 // The store's contract, one interface per aggregate. *DB implements every
-// one of them on SQLite and on PostgreSQL (the package's tests run on both:
-// pgtest.RunBoth); consumers declare the aggregates they use. Open and
-// OpenPostgres (or OpenStore, by config) create a *DB.
+// one of them on SQLite and on PostgreSQL (store/storetest.Run is the
+// contract suite, run on both); consumers declare the aggregates they use.
+// Open and OpenPostgres (or OpenStore, by config) create a *DB. Methods
+// only tests use (GetOutbox, CreateRun, SessionResets, ...) are on *DB and
+// in storetest.Store, not in these interfaces.
 
 // Sessions are conversation histories' rows (the history itself is in
 // Transcripts) and per-conversation settings.
@@ -18,9 +20,7 @@ type Sessions interface {
 	GetSession(ctx context.Context, key string) (*Session, error)            // ErrNotFound
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)    // newest first
 	AddSessionUsage(ctx context.Context, key string, in, out int64) error
-	MarkSessionDeleted(ctx context.Context, key string, at time.Time) error
 	ResetSession(ctx context.Context, key, newID, newPath, archivedPath string, at time.Time) error // /new, /reset: one transaction
-	SessionResets(ctx context.Context, key string) ([]SessionReset, error)
 	ConversationSettings(ctx context.Context, key string) (ConversationSettings, error)
 	SetConversationSettings(ctx context.Context, key string, s ConversationSettings) error
 	HoldSession(ctx context.Context, key, holder string) (moved bool, err error) // moved: another replica held it
@@ -28,18 +28,14 @@ type Sessions interface {
 
 // Runs are sub-agent runs; a run's end and its announce are one transaction.
 type Runs interface {
-	CreateRun(ctx context.Context, r *Run, child *Session) error                 // run + child session, one transaction
 	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error // CreateRun with the limits checked in its transaction (*LimitError)
 	RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error)
 	StartRun(ctx context.Context, runID string, at time.Time) error // queued → running; ErrNotQueued
 	SetRunStatus(ctx context.Context, runID, status string) error
-	SetRunNote(ctx context.Context, runID, status, note string) error
 	FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error // the run's end + its outbox row, one transaction
 	AddRunUsage(ctx context.Context, runID string, in, out, cacheRead, cacheWrite int64) error
 	GetRun(ctx context.Context, runID string) (*Run, error)
-	GetRunByChildKey(ctx context.Context, key string) (*Run, error)
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error) // newest first
-	CountSpawns(ctx context.Context, rootKey string) (int, error)
 	DueArchives(ctx context.Context, now time.Time) ([]Run, error)
 	NextArchiveAt(ctx context.Context) (time.Time, bool, error)
 	MarkArchived(ctx context.Context, runID string, at time.Time) error // also marks the child session deleted
@@ -61,10 +57,8 @@ type Turns interface {
 // Outbox is every message to a platform, delivered in order per destination.
 type Outbox interface {
 	EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) // a known RunID returns the existing row
-	DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxItem, error)
 	ClaimOutbox(ctx context.Context, holder string, chans []string, now time.Time, mine bool, limit int) ([]OutboxItem, error)
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
-	GetOutbox(ctx context.Context, id int64) (*OutboxItem, error)
 	NextOutboxAt(ctx context.Context) (time.Time, bool, error)
 	MarkDelivered(ctx context.Context, id int64, at time.Time) error
 	MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error
@@ -164,7 +158,6 @@ type Store interface {
 	Driver() string                                // DriverSQLite or DriverPostgres
 	StateDir() string
 	Path() string // the SQLite file, or the PostgreSQL URL without its password
-	SchemaVersion() int
 	Close() error
 }
 

@@ -39,7 +39,7 @@ func (d *DB) CreateApproval(ctx context.Context, a *Approval) error {
 	if err != nil {
 		return fmt.Errorf("create approval %s: %w", a.Code, err)
 	}
-	_, err = d.writer(ctx).exec(`INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = d.writer(ctx).exec(`INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		a.Code, a.SessionKey, a.RunID, a.Tool, a.Args, origin, a.Status, a.CreatedAt.UnixMilli(),
 		msOrNull(a.ExpiresAt), msOrNull(a.ResolvedAt), a.ResolvedBy, a.Replica)
 	if err != nil {
@@ -52,7 +52,7 @@ func (d *DB) CreateApproval(ctx context.Context, a *Approval) error {
 func (d *DB) GetApproval(ctx context.Context, code string) (*Approval, error) {
 	var a Approval
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanApproval(rows, &a) },
-		`SELECT `+approvalCols+` FROM approvals WHERE code = ?`, code)
+		`SELECT `+approvalCols+` FROM approvals WHERE code = $1`, code)
 	if err != nil {
 		return nil, d.wrap("get approval "+code, err)
 	}
@@ -75,7 +75,7 @@ func (d *DB) ResolveApproval(ctx context.Context, code, status, by string, at ti
 	var a Approval
 	err := d.tx(ctx, func(c conn) error {
 		if err := c.queryRow(func(rows *sql.Rows) error { return scanApproval(rows, &a) },
-			`SELECT `+approvalCols+` FROM approvals WHERE code = ?`+c.forUpdate(), code); err != nil {
+			`SELECT `+approvalCols+` FROM approvals WHERE code = $1`+c.dialect.forUpdate, code); err != nil {
 			return err
 		}
 		if a.Status != ApprovalPending {
@@ -86,8 +86,8 @@ func (d *DB) ResolveApproval(ctx context.Context, code, status, by string, at ti
 		if expired {
 			a.Status, a.ResolvedAt, a.ResolvedBy = ApprovalExpired, a.ExpiresAt, ""
 		}
-		_, err := c.exec(`UPDATE approvals SET status = ?, resolved_at = ?, resolved_by = ?
-			WHERE code = ? AND status = ?`, a.Status, a.ResolvedAt.UnixMilli(), a.ResolvedBy, code, ApprovalPending)
+		_, err := c.exec(`UPDATE approvals SET status = $1, resolved_at = $2, resolved_by = $3
+			WHERE code = $4 AND status = $5`, a.Status, a.ResolvedAt.UnixMilli(), a.ResolvedBy, code, ApprovalPending)
 		if err != nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func (e errCommitThen) Error() string { return e.err.Error() }
 // them).
 func (d *DB) PendingApprovals(ctx context.Context) ([]Approval, error) {
 	rows, err := d.reader(ctx).query(`SELECT ` + approvalCols + ` FROM approvals
-		WHERE status = 'pending' ORDER BY created_at, rowid`)
+		WHERE status = 'pending' ORDER BY created_at, ` + d.dialect.rowid)
 	if err != nil {
 		return nil, d.wrap("pending approvals", err)
 	}

@@ -26,43 +26,26 @@ func ReplicaLease(id string) string { return "replica:" + id }
 var ErrNoHolder = errors.New("claim: the replica id is empty")
 
 // free is the SQL condition that the row whose holder column is col may be
-// claimed by holder: nobody holds it, or a replica whose lease lapsed (on
-// SQLite, any replica but holder: one process runs). With mine, rows holder
-// itself holds are free too: a replica restarted under the same id takes
-// back what it held. The args fill its placeholders, in order.
-func (d *DB) free(col, holder string, mine bool) (string, []any) {
-	var b strings.Builder
-	var args []any
-	b.WriteString("(" + col + " = ''")
+// claimed by the holder in placeholder ph: nobody holds it, or a replica
+// whose lease lapsed (on SQLite, any replica but holder: one process runs).
+// With mine, rows holder itself holds are free too: a replica restarted
+// under the same id takes back what it held.
+func (d *DB) free(col, ph string, mine bool) string {
+	cond := "(" + col + " = ''"
 	if mine {
-		b.WriteString(" OR " + col + " = ?")
-		args = append(args, holder)
+		cond += " OR " + col + " = " + ph
 	}
-	if d.pg != nil {
-		now, _ := d.leaseNow()
-		b.WriteString(" OR (" + col + " <> ? AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = 'replica:' || " + col +
-			" AND l.expires_at > " + now + ")))")
-	} else {
-		b.WriteString(" OR " + col + " <> ?)")
+	if d.dialect.replicas {
+		return cond + " OR (" + col + " <> " + ph + " AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = 'replica:' || " + col +
+			" AND l.expires_at > " + d.dialect.nowMS + ")))"
 	}
-	args = append(args, holder)
-	return b.String(), args
-}
-
-// skipLocked is the row-lock clause of a claim: rows another transaction
-// is claiming are passed over, not waited for. None on SQLite.
-func (d *DB) skipLocked() string {
-	if d.pg != nil {
-		return " FOR UPDATE SKIP LOCKED"
-	}
-	return ""
+	return cond + " OR " + col + " <> " + ph + ")"
 }
 
 // LiveReplicas returns the ids of the replicas whose lease is alive,
 // sorted.
 func (d *DB) LiveReplicas(ctx context.Context) ([]string, error) {
-	now, args := d.leaseNow()
-	rows, err := d.reader(ctx).query(`SELECT holder FROM leases WHERE name LIKE 'replica:%' AND expires_at > `+now, args(1)...)
+	rows, err := d.reader(ctx).query(`SELECT holder FROM leases WHERE name LIKE 'replica:%' AND expires_at > ` + d.dialect.nowMS)
 	if err != nil {
 		return nil, d.wrap("live replicas", err)
 	}
@@ -116,13 +99,11 @@ func (d *DB) ClaimOwed(ctx context.Context, holder string, mine bool, limit int)
 	if limit <= 0 {
 		limit = noLimit
 	}
-	cond, args := d.free("claimed_by", holder, mine)
-	q := `UPDATE intake SET claimed_by = ? WHERE id IN (
-		SELECT id FROM intake WHERE done_at IS NULL AND ` + cond + ` AND NOT EXISTS (
+	q := `UPDATE intake SET claimed_by = $1 WHERE id IN (
+		SELECT id FROM intake WHERE done_at IS NULL AND ` + d.free("claimed_by", "$1", mine) + ` AND NOT EXISTS (
 			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
-		ORDER BY id LIMIT ?` + d.skipLocked() + `) RETURNING ` + intakeCols
-	all := append(append([]any{holder}, args...), limit)
-	out, err := claim(d, ctx, q, all, scanIntake)
+		ORDER BY id LIMIT $2` + d.dialect.skipLocked + `) RETURNING ` + intakeCols
+	out, err := claim(d, ctx, q, []any{holder, limit}, scanIntake)
 	if err != nil {
 		return nil, d.wrap("claim owed turns", err)
 	}
@@ -146,20 +127,15 @@ func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now
 	if limit <= 0 {
 		limit = noLimit
 	}
-	cond, args := d.free("claimed_by", holder, mine)
+	args := sqlArgs{holder, msOrNow(now), limit}
 	onChans := ""
 	if chans != nil {
-		onChans = ` AND channel IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chans)), ", ") + `)`
+		onChans = ` AND channel IN (` + list(&args, chans) + `)`
 	}
-	q := `UPDATE outbox SET claimed_by = ? WHERE id IN (
-		SELECT id FROM outbox WHERE ` + d.pendingHead() + ` AND next_attempt_at <= ?` + onChans + ` AND ` + cond + `
-		ORDER BY id LIMIT ?` + d.skipLocked() + `) RETURNING ` + outboxCols
-	all := []any{holder, msOrNow(now)}
-	for _, c := range chans {
-		all = append(all, c)
-	}
-	all = append(append(all, args...), limit)
-	out, err := claim(d, ctx, q, all, scanOutbox)
+	q := `UPDATE outbox SET claimed_by = $1 WHERE id IN (
+		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND next_attempt_at <= $2` + onChans + ` AND ` + d.free("claimed_by", "$1", mine) + `
+		ORDER BY id LIMIT $3` + d.dialect.skipLocked + `) RETURNING ` + outboxCols
+	out, err := claim(d, ctx, q, args, scanOutbox)
 	if err != nil {
 		return nil, d.wrap("claim outbox", err)
 	}
@@ -175,10 +151,9 @@ func (d *DB) ClaimRuns(ctx context.Context, holder string, mine bool) ([]Run, er
 	if holder == "" {
 		return nil, ErrNoHolder
 	}
-	cond, args := d.free("owner", holder, mine)
-	q := `UPDATE runs SET owner = ? WHERE id IN (
-		SELECT id FROM runs WHERE status IN (?, ?, ?) AND ` + cond + d.skipLocked() + `) RETURNING ` + runCols
-	all := append([]any{holder, StatusQueued, StatusRunning, StatusAnnouncing}, args...)
+	q := `UPDATE runs SET owner = $1 WHERE id IN (
+		SELECT id FROM runs WHERE status IN ($2, $3, $4) AND ` + d.free("owner", "$1", mine) + d.dialect.skipLocked + `) RETURNING ` + runCols
+	all := []any{holder, StatusQueued, StatusRunning, StatusAnnouncing}
 	var out []Run
 	err := d.tx(ctx, func(c conn) error {
 		rows, err := c.query(q, all...)
@@ -207,7 +182,7 @@ func (d *DB) HoldSession(ctx context.Context, key, holder string) (moved bool, e
 	if holder == "" {
 		return false, ErrNoHolder
 	}
-	n, err := d.writer(ctx).execN(`UPDATE sessions SET holder = ? WHERE key = ? AND holder <> ?`, holder, key, holder)
+	n, err := d.writer(ctx).execN(`UPDATE sessions SET holder = $1 WHERE key = $2 AND holder <> $3`, holder, key, holder)
 	if err != nil {
 		return false, d.wrap("hold session "+key, err)
 	}

@@ -48,6 +48,8 @@ type DB struct {
 
 	// pg is set for PostgreSQL (postgres.go): w and r are then one pool.
 	pg *pgBackend
+	// dialect is the engine's SQL differences.
+	dialect *dialect
 
 	// Transcripts is the engine's transcript sink: files under the state
 	// dir (SQLite) or rows (PostgreSQL).
@@ -86,7 +88,7 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		return nil, err
 	}
 
-	d := &DB{dir: dir, path: path, Transcripts: FileTranscripts{Dir: dir}}
+	d := &DB{dir: dir, path: path, dialect: &sqliteDialect, Transcripts: FileTranscripts{Dir: dir}}
 	d.w, err = sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
@@ -352,26 +354,15 @@ func safeName(s string) string {
 	return s
 }
 
-// stmtCache keeps one prepared statement per query text. Queries are
-// written for SQLite; on PostgreSQL pg is set and each is rebound once
-// (pgRebind) before it is prepared.
+// stmtCache keeps one prepared statement per query text.
 type stmtCache struct {
 	db *sql.DB
-	pg bool
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
 }
 
 func newStmtCache(db *sql.DB) *stmtCache {
 	return &stmtCache{db: db, m: make(map[string]*sql.Stmt)}
-}
-
-// dialect returns q as the cache's database reads it.
-func (c *stmtCache) dialect(q string) string {
-	if c.pg {
-		return pgRebind(q)
-	}
-	return q
 }
 
 // get returns the statement for q, preparing it on the pool if needed. The
@@ -381,7 +372,7 @@ func (c *stmtCache) get(ctx context.Context, q string) (*sql.Stmt, error) {
 	if s, ok := c.peek(q); ok {
 		return s, nil
 	}
-	s, err := c.db.PrepareContext(ctx, c.dialect(q))
+	s, err := c.db.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -419,10 +410,11 @@ func (c *stmtCache) close() {
 // conn is what the query helpers run on: the read pool, the writer outside a
 // transaction, or a write transaction.
 type conn struct {
-	ctx   context.Context
-	cache *stmtCache
-	tx    *sql.Tx   // nil outside a transaction
-	miss  *[]string // in a transaction: queries to prepare once it ends
+	ctx     context.Context
+	dialect *dialect
+	cache   *stmtCache
+	tx      *sql.Tx   // nil outside a transaction
+	miss    *[]string // in a transaction: queries to prepare once it ends
 	// d is set on SQLite's writer outside a transaction: a write there
 	// joins the group commit (group.go) instead of committing alone.
 	d *DB
@@ -441,7 +433,7 @@ func (c conn) stmt(q string) (*sql.Stmt, error) {
 			return c.tx.StmtContext(c.ctx, s), nil
 		}
 		*c.miss = append(*c.miss, q)
-		return c.tx.PrepareContext(c.ctx, c.cache.dialect(q))
+		return c.tx.PrepareContext(c.ctx, q)
 	}
 	return c.cache.get(c.ctx, q)
 }
@@ -501,21 +493,11 @@ func (c conn) queryRow(scan func(*sql.Rows) error, q string, args ...any) error 
 	return rows.Close()
 }
 
-// forUpdate is the row-lock clause for a SELECT in a write transaction:
-// none on SQLite, whose write transactions are already serialised (BEGIN
-// IMMEDIATE on the one writer connection).
-func (c conn) forUpdate() string {
-	if c.cache.pg {
-		return " FOR UPDATE"
-	}
-	return ""
-}
-
 // lock serialises the write transactions that name the same key, for the
 // rest of the transaction: a read-then-write on rows that do not exist yet
 // (a count against a limit, the next sequence number). A no-op on SQLite.
 func (c conn) lock(key string) error {
-	if !c.cache.pg || c.tx == nil {
+	if !c.dialect.advisoryLocks || c.tx == nil {
 		return nil
 	}
 	_, err := c.tx.ExecContext(c.ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
@@ -530,12 +512,17 @@ func (c conn) insertID(q string, args ...any) (int64, error) {
 	return id, err
 }
 
-func (d *DB) reader(ctx context.Context) conn { return conn{ctx: ctx, cache: d.rs} }
+func (d *DB) reader(ctx context.Context) conn {
+	return conn{ctx: ctx, dialect: d.dialect, cache: d.rs}
+}
+
+// writer is the writer outside a transaction: on SQLite a write there joins
+// the group commit.
 func (d *DB) writer(ctx context.Context) conn {
 	if d.pg != nil {
-		return conn{ctx: ctx, cache: d.ws}
+		return conn{ctx: ctx, dialect: d.dialect, cache: d.ws}
 	}
-	return conn{ctx: ctx, cache: d.ws, d: d}
+	return conn{ctx: ctx, dialect: d.dialect, cache: d.ws, d: d}
 }
 
 // InjectWriteFault makes every write transaction fail with err until it is
@@ -571,7 +558,7 @@ func (d *DB) tx(ctx context.Context, fn func(c conn) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(conn{ctx: ctx, cache: d.ws, tx: tx, miss: &miss}); err != nil {
+	if err := fn(conn{ctx: ctx, dialect: d.dialect, cache: d.ws, tx: tx, miss: &miss}); err != nil {
 		var ct errCommitThen
 		if errors.As(err, &ct) {
 			if cerr := tx.Commit(); cerr != nil {
@@ -654,6 +641,6 @@ func (d *DB) Backup(ctx context.Context, path string) error {
 		return fmt.Errorf("backup: %s already exists; choose a new file", path)
 	}
 	// Outside the group commit: VACUUM cannot run in a transaction.
-	_, err := conn{ctx: ctx, cache: d.ws}.exec(`VACUUM INTO ?`, path)
+	_, err := conn{ctx: ctx, dialect: d.dialect, cache: d.ws}.exec(`VACUUM INTO $1`, path)
 	return d.wrap("backup to "+path, err)
 }

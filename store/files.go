@@ -96,7 +96,7 @@ func (d *DB) PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(h
 			if err := c.lock("file:" + ref.ID); err != nil {
 				return err
 			}
-			n, err := c.execN(`UPDATE files SET last_ref_at = ? WHERE id = ?`, now, ref.ID)
+			n, err := c.execN(`UPDATE files SET last_ref_at = $1 WHERE id = $2`, now, ref.ID)
 			if err != nil || n == 1 {
 				return err
 			}
@@ -104,7 +104,7 @@ func (d *DB) PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(h
 			for seq := 0; ; seq++ {
 				k, rerr := io.ReadFull(tmp, buf)
 				if k > 0 {
-					if _, err := c.exec(`INSERT INTO file_chunks (file_id, seq, data) VALUES (?, ?, ?)`, ref.ID, seq, buf[:k]); err != nil {
+					if _, err := c.exec(`INSERT INTO file_chunks (file_id, seq, data) VALUES ($1, $2, $3)`, ref.ID, seq, buf[:k]); err != nil {
 						return err
 					}
 				}
@@ -115,7 +115,7 @@ func (d *DB) PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(h
 					return rerr
 				}
 			}
-			_, err = c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES (?, ?, ?, ?, ?)`, ref.ID, ref.Size, ref.MIME, now, now)
+			_, err = c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES ($1, $2, $3, $4, $5)`, ref.ID, ref.Size, ref.MIME, now, now)
 			return err
 		})
 		return ref, d.wrap("store file", err)
@@ -136,7 +136,7 @@ func (d *DB) PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(h
 				return err
 			}
 		}
-		_, err := c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES (?, ?, ?, ?, ?)
+		_, err := c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (id) DO UPDATE SET last_ref_at = excluded.last_ref_at`, ref.ID, ref.Size, ref.MIME, now, now)
 		return err
 	})
@@ -156,7 +156,7 @@ func (d *DB) StatFile(ctx context.Context, id string) (FileRef, error) {
 		return ref, ErrNotFound
 	}
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&ref.Size, &ref.MIME) },
-		`SELECT size, mime FROM files WHERE id = ?`, id)
+		`SELECT size, mime FROM files WHERE id = $1`, id)
 	return ref, d.wrap("stat file", err)
 }
 
@@ -184,7 +184,7 @@ func (d *DB) OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, e
 func (d *DB) FileNamed(ctx context.Context, id, scope string) (bool, error) {
 	var one int
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&one) },
-		`SELECT 1 FROM file_refs WHERE file_id = ? AND scope = ?`, id, scope)
+		`SELECT 1 FROM file_refs WHERE file_id = $1 AND scope = $2`, id, scope)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
@@ -204,11 +204,11 @@ func (d *DB) RefFiles(ctx context.Context, scope string, files []FileRef) error 
 
 func refFiles(c conn, scope string, files []FileRef, at int64) error {
 	for _, f := range files {
-		if _, err := c.exec(`INSERT INTO file_refs (file_id, scope, at) VALUES (?, ?, ?)
+		if _, err := c.exec(`INSERT INTO file_refs (file_id, scope, at) VALUES ($1, $2, $3)
 			ON CONFLICT (file_id, scope) DO UPDATE SET at = excluded.at`, f.ID, scope, at); err != nil {
 			return err
 		}
-		if _, err := c.exec(`UPDATE files SET last_ref_at = ? WHERE id = ? AND last_ref_at < ?`, at, f.ID, at); err != nil {
+		if _, err := c.exec(`UPDATE files SET last_ref_at = $1 WHERE id = $2 AND last_ref_at < $3`, at, f.ID, at); err != nil {
 			return err
 		}
 	}
@@ -219,7 +219,7 @@ func refFiles(c conn, scope string, files []FileRef, at int64) error {
 // intake_files or outbox_files) and references them for scope.
 func insertFiles(c conn, table, key string, id int64, scope string, files []FileRef, at int64) error {
 	for i, f := range files {
-		if _, err := c.exec(`INSERT INTO `+table+` (`+key+`, seq, file_id, name, mime, size, kind) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		if _, err := c.exec(`INSERT INTO `+table+` (`+key+`, seq, file_id, name, mime, size, kind) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 			id, i, f.ID, f.Name, f.MIME, f.Size, f.Kind); err != nil {
 			return err
 		}
@@ -228,7 +228,7 @@ func insertFiles(c conn, table, key string, id int64, scope string, files []File
 }
 
 func (d *DB) listFiles(ctx context.Context, table, key string, id int64) ([]FileRef, error) {
-	rows, err := d.reader(ctx).query(`SELECT file_id, name, mime, size, kind FROM `+table+` WHERE `+key+` = ? ORDER BY seq`, id)
+	rows, err := d.reader(ctx).query(`SELECT file_id, name, mime, size, kind FROM `+table+` WHERE `+key+` = $1 ORDER BY seq`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +262,7 @@ func (d *DB) OutboxFiles(ctx context.Context, outboxID int64) ([]FileRef, error)
 func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 	cut := before.UnixMilli()
 	var ids []string
-	rows, err := d.reader(ctx).query(`SELECT id FROM files WHERE last_ref_at < ? ORDER BY last_ref_at LIMIT 1000`, cut)
+	rows, err := d.reader(ctx).query(`SELECT id FROM files WHERE last_ref_at < $1 ORDER BY last_ref_at LIMIT 1000`, cut)
 	if err != nil {
 		return 0, d.wrap("sweep files", err)
 	}
@@ -281,15 +281,15 @@ func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 			if err := c.lock("file:" + id); err != nil {
 				return err
 			}
-			n, err := c.execN(`DELETE FROM files WHERE id = ? AND last_ref_at < ?`, id, cut)
+			n, err := c.execN(`DELETE FROM files WHERE id = $1 AND last_ref_at < $2`, id, cut)
 			if err != nil || n == 0 {
 				return err
 			}
-			if _, err := c.exec(`DELETE FROM file_refs WHERE file_id = ?`, id); err != nil {
+			if _, err := c.exec(`DELETE FROM file_refs WHERE file_id = $1`, id); err != nil {
 				return err
 			}
 			if d.pg != nil {
-				_, err := c.exec(`DELETE FROM file_chunks WHERE file_id = ?`, id)
+				_, err := c.exec(`DELETE FROM file_chunks WHERE file_id = $1`, id)
 				return err
 			}
 			// In the write transaction: PutFile places a file and its row
@@ -361,7 +361,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 		}
 		var data []byte
 		err := r.d.reader(r.ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&data) },
-			`SELECT data FROM file_chunks WHERE file_id = ? AND seq = ?`, r.id, r.seq)
+			`SELECT data FROM file_chunks WHERE file_id = $1 AND seq = $2`, r.id, r.seq)
 		if errors.Is(err, ErrNotFound) {
 			r.eof = true
 			continue

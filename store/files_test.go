@@ -96,7 +96,7 @@ func TestSweepFilesRemovesUnreferenced(t *testing.T) {
 	}
 	// kept's reference is newer than the cut only if made after it.
 	if err := db.tx(ctx, func(c conn) error {
-		_, err := c.exec(`UPDATE files SET last_ref_at = ? WHERE id = ?`, cut.Add(time.Hour).UnixMilli(), kept.ID)
+		_, err := c.exec(`UPDATE files SET last_ref_at = $1 WHERE id = $2`, cut.Add(time.Hour).UnixMilli(), kept.ID)
 		return err
 	}); err != nil {
 		t.Fatal(err)

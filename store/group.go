@@ -93,7 +93,7 @@ func (d *DB) commitGroup(batch []*groupTx) {
 		return
 	}
 	single := len(batch) == 1
-	c := conn{ctx: bctx, cache: d.ws, tx: tx, miss: &miss}
+	c := conn{ctx: bctx, dialect: d.dialect, cache: d.ws, tx: tx, miss: &miss}
 	var fatal error
 	committed := make([]bool, len(batch)) // changes kept if the commit succeeds
 	for i, t := range batch {

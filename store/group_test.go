@@ -67,7 +67,7 @@ func TestGroupCommitKeepsTransactionsApart(t *testing.T) {
 				return
 			}
 			errs[i] = db.tx(ctx, func(c conn) error {
-				if _, err := c.exec(`INSERT INTO kv (key, value, updated_at) VALUES (?, 'lost', 0)`, key); err != nil {
+				if _, err := c.exec(`INSERT INTO kv (key, value, updated_at) VALUES ($1, 'lost', 0)`, key); err != nil {
 					return err
 				}
 				return errors.New("fails after its write")

@@ -84,12 +84,12 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 			return err
 		}
 		id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at, trace_parent)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id`,
 			in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
 			in.Mentioned, in.CreatedAt.UnixMilli(), in.TraceParent)
 		if errors.Is(err, ErrNotFound) {
 			return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
-				`SELECT id FROM intake WHERE channel = ? AND platform_id = ?`, string(in.Origin.Channel), in.PlatformID)
+				`SELECT id FROM intake WHERE channel = $1 AND platform_id = $2`, string(in.Origin.Channel), in.PlatformID)
 		}
 		if err != nil {
 			return err
@@ -101,8 +101,8 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 		if holder == "" {
 			return nil
 		}
-		n, err := c.execN(`UPDATE intake SET claimed_by = ? WHERE id = ? AND NOT EXISTS (
-			SELECT 1 FROM intake e WHERE e.session_key = ? AND e.id < ? AND e.done_at IS NULL)`, holder, id, in.SessionKey, id)
+		n, err := c.execN(`UPDATE intake SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
+			SELECT 1 FROM intake e WHERE e.session_key = $3 AND e.id < $4 AND e.done_at IS NULL)`, holder, id, in.SessionKey, id)
 		if n == 1 {
 			in.ClaimedBy = holder
 		}
@@ -117,7 +117,7 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 // StartIntake records that the turn of an owed message started (once; a
 // resumed turn keeps the first time).
 func (d *DB) StartIntake(ctx context.Context, id int64, at time.Time) error {
-	_, err := d.writer(ctx).exec(`UPDATE intake SET started_at = ? WHERE id = ? AND started_at IS NULL`, msOrNow(at), id)
+	_, err := d.writer(ctx).exec(`UPDATE intake SET started_at = $1 WHERE id = $2 AND started_at IS NULL`, msOrNow(at), id)
 	return d.wrap("start intake", err)
 }
 
@@ -143,13 +143,13 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 		next = nil
 		var key, holder string
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder) },
-			`SELECT session_key, claimed_by FROM intake WHERE id = ?`, id); err != nil {
+			`SELECT session_key, claimed_by FROM intake WHERE id = $1`, id); err != nil {
 			return err
 		}
 		if err := c.lock("session:" + key); err != nil {
 			return err
 		}
-		n, err := c.execN(`UPDATE intake SET done_at = ? WHERE id = ? AND done_at IS NULL`, msOrNow(at), id)
+		n, err := c.execN(`UPDATE intake SET done_at = $1 WHERE id = $2 AND done_at IS NULL`, msOrNow(at), id)
 		if err != nil {
 			return err
 		}
@@ -163,8 +163,8 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 			}
 			var in Intake
 			err := c.queryRow(func(rows *sql.Rows) error { return scanIntake(rows, &in) },
-				`SELECT `+intakeCols+` FROM intake WHERE id = (SELECT MIN(id) FROM intake WHERE session_key = ? AND done_at IS NULL)
-					AND claimed_by = ?`, key, holder)
+				`SELECT `+intakeCols+` FROM intake WHERE id = (SELECT MIN(id) FROM intake WHERE session_key = $1 AND done_at IS NULL)
+					AND claimed_by = $2`, key, holder)
 			switch {
 			case err == nil:
 				next = &in
@@ -183,7 +183,7 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 		}
 		var in Intake
 		err = c.queryRow(func(rows *sql.Rows) error { return scanIntake(rows, &in) },
-			`UPDATE intake SET claimed_by = ? WHERE id = (SELECT MIN(id) FROM intake WHERE session_key = ? AND done_at IS NULL)
+			`UPDATE intake SET claimed_by = $1 WHERE id = (SELECT MIN(id) FROM intake WHERE session_key = $2 AND done_at IS NULL)
 				AND claimed_by = '' RETURNING `+intakeCols, holder, key)
 		switch {
 		case err == nil:
@@ -227,6 +227,6 @@ func (d *DB) OwedIntake(ctx context.Context) ([]Intake, error) {
 // SetIntakeDraft records the platform id of the draft the owed message's
 // turn shows, so a resumed turn edits the same draft.
 func (d *DB) SetIntakeDraft(ctx context.Context, id int64, ref string) error {
-	_, err := d.writer(ctx).exec(`UPDATE intake SET draft_ref = ? WHERE id = ?`, ref, id)
+	_, err := d.writer(ctx).exec(`UPDATE intake SET draft_ref = $1 WHERE id = $2`, ref, id)
 	return d.wrap("set intake draft", err)
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -24,24 +23,20 @@ var ErrLeaseHeld = errors.New("lease is held by another replica")
 // holder already has it. It succeeds when nobody holds the lease, when its
 // holder let it expire, or when holder is the holder (even after expiry, as
 // long as nobody else took it). Otherwise it returns the current lease and
-// an error wrapping ErrLeaseHeld. Times come from the database server's
-// clock on PostgreSQL, so replicas' clocks need not agree.
+// an error wrapping ErrLeaseHeld. Times come from the database's clock
+// (dialect.nowMS), so replicas' clocks need not agree.
 func (d *DB) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if name == "" || holder == "" {
 		return Lease{}, errors.New("acquire lease: name and holder must be set")
 	}
-	now, args := d.leaseNow()
-	q := `INSERT INTO leases (name, holder, acquired_at, expires_at) VALUES (?, ?, {now}, {now} + ?)
+	now := d.dialect.nowMS
+	q := `INSERT INTO leases (name, holder, acquired_at, expires_at) VALUES ($1, $2, ` + now + `, ` + now + ` + $3)
 		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
 			acquired_at = CASE WHEN leases.holder = excluded.holder THEN leases.acquired_at ELSE excluded.acquired_at END
-		WHERE leases.holder = excluded.holder OR leases.expires_at <= {now}
+		WHERE leases.holder = excluded.holder OR leases.expires_at <= ` + now + `
 		RETURNING name, holder, acquired_at, expires_at`
-	// The parameters in the order the query names them.
-	all := append([]any{name, holder}, args(2)...)
-	all = append(all, ttl.Milliseconds())
-	all = append(all, args(1)...)
 	var l Lease
-	err := d.writer(ctx).queryRow(func(rows *sql.Rows) error { return scanLease(rows, &l) }, strings.ReplaceAll(q, "{now}", now), all...)
+	err := d.writer(ctx).queryRow(func(rows *sql.Rows) error { return scanLease(rows, &l) }, q, name, holder, ttl.Milliseconds())
 	if errors.Is(err, ErrNotFound) {
 		cur, gerr := d.GetLease(ctx, name)
 		if gerr != nil {
@@ -58,7 +53,7 @@ func (d *DB) AcquireLease(ctx context.Context, name, holder string, ttl time.Dur
 // ReleaseLease gives the lease up if holder has it (a clean shutdown: the
 // next replica need not wait for it to expire).
 func (d *DB) ReleaseLease(ctx context.Context, name, holder string) error {
-	_, err := d.writer(ctx).exec(`DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder)
+	_, err := d.writer(ctx).exec(`DELETE FROM leases WHERE name = $1 AND holder = $2`, name, holder)
 	return d.wrap("release lease "+name, err)
 }
 
@@ -66,27 +61,11 @@ func (d *DB) ReleaseLease(ctx context.Context, name, holder string) error {
 func (d *DB) GetLease(ctx context.Context, name string) (Lease, error) {
 	var l Lease
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanLease(rows, &l) },
-		`SELECT name, holder, acquired_at, expires_at FROM leases WHERE name = ?`, name)
+		`SELECT name, holder, acquired_at, expires_at FROM leases WHERE name = $1`, name)
 	if err != nil {
 		return Lease{}, d.wrap("get lease "+name, err)
 	}
 	return l, nil
-}
-
-// leaseNow is the SQL for "now" in unix milliseconds: the server's clock on
-// PostgreSQL; on SQLite a parameter (args gives n copies of it).
-func (d *DB) leaseNow() (string, func(n int) []any) {
-	if d.pg != nil {
-		return "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT", func(int) []any { return nil }
-	}
-	return "?", func(n int) []any {
-		now := time.Now().UnixMilli()
-		out := make([]any, n)
-		for i := range out {
-			out[i] = now
-		}
-		return out
-	}
 }
 
 func scanLease(rows *sql.Rows, l *Lease) error {

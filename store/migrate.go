@@ -122,9 +122,9 @@ func migrateStep(ctx context.Context, db *sql.DB, dbPath string, ms []migration,
 			_ = tx.Rollback()
 		}
 	}()
-	insert := "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)"
+	insert := "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)"
 	if pg {
-		insert = pgRebind(insert)
+
 		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('herald schema migration', 0))"); err != nil {
 			return false, fmt.Errorf("migrate state database %s: lock: %w", dbPath, err)
 		}

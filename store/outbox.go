@@ -74,7 +74,7 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // returns the id of the row that holds the RunID.
 func (r *outboxRow) insert(c conn) (int64, error) {
 	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref, trace_parent)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING id`,
 		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef, r.trace)
 	if err == nil && len(r.files) > 0 {
 		err = insertFiles(c, "outbox_files", "outbox_id", id, r.session, r.files, r.createdAt.UnixMilli())
@@ -83,7 +83,7 @@ func (r *outboxRow) insert(c conn) (int64, error) {
 		return id, err
 	}
 	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) },
-		`SELECT id FROM outbox WHERE run_id = ?`, r.runID)
+		`SELECT id FROM outbox WHERE run_id = $1`, r.runID)
 	return id, err
 }
 
@@ -122,7 +122,7 @@ func (d *DB) PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
 		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
-		WHERE delivered_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT ?`, limit)
+		WHERE delivered_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1`, limit)
 	if err != nil {
 		return nil, d.wrap("pending outbox", err)
 	}
@@ -148,25 +148,12 @@ func Destination(o channels.Origin) string {
 	return string(o.Channel) + "|" + o.Account + "|" + o.ChatID + "|" + o.ThreadID
 }
 
-// pendingHead selects pending items that are the oldest pending item of
-// their destination. It finds the heads through the (dest, id) index of
-// pending items, so a pass costs in destinations, not in backlog (the
-// earlier per-row NOT EXISTS took 2.3 ms on SQLite and 339 ms on
-// PostgreSQL per pass with 5,000 items pending, BenchmarkClaimOutboxBacklog).
-// SQLite walks the distinct destinations with a recursive skip-scan;
-// PostgreSQL plans a GROUP BY over the index better than that.
-func (d *DB) pendingHead() string {
-	if d.pg != nil {
-		return `id IN (SELECT min(id) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL GROUP BY dest)`
-	}
-	return `id IN (WITH RECURSIVE d(dest) AS (
-		SELECT min(dest) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL
-		UNION ALL
-		SELECT (SELECT min(o.dest) FROM outbox o WHERE o.delivered_at IS NULL AND o.failed_at IS NULL AND o.dest > d.dest)
-		FROM d WHERE d.dest IS NOT NULL)
-	SELECT (SELECT min(h.id) FROM outbox h WHERE h.delivered_at IS NULL AND h.failed_at IS NULL AND h.dest = d.dest)
-	FROM d WHERE d.dest IS NOT NULL)`
-}
+// pendingHead (the dialect's) selects pending items that are the oldest
+// pending item of their destination. It finds the heads through the (dest,
+// id) index of pending items, so a pass costs in destinations, not in
+// backlog (the earlier per-row NOT EXISTS took 2.3 ms on SQLite and 339 ms
+// on PostgreSQL per pass with 5,000 items pending,
+// BenchmarkClaimOutboxBacklog).
 
 // DueOutbox returns up to limit pending items (neither delivered nor
 // failed) whose NextAttemptAt ≤ now and that are the oldest pending item
@@ -178,8 +165,8 @@ func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxI
 		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox
-		WHERE `+d.pendingHead()+` AND next_attempt_at <= ?
-		ORDER BY id LIMIT ?`, msOrNow(now), limit)
+		WHERE `+d.dialect.pendingHead+` AND next_attempt_at <= $1
+		ORDER BY id LIMIT $2`, msOrNow(now), limit)
 	if err != nil {
 		return nil, d.wrap("due outbox", err)
 	}
@@ -202,7 +189,7 @@ func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxI
 func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
 	var o OutboxItem
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanOutbox(rows, &o) },
-		`SELECT `+outboxCols+` FROM outbox WHERE id = ?`, id)
+		`SELECT `+outboxCols+` FROM outbox WHERE id = $1`, id)
 	if err != nil {
 		return nil, d.wrap(fmt.Sprintf("get outbox %d", id), err)
 	}
@@ -214,7 +201,7 @@ func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
 func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
-		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+d.pendingHead())
+		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+d.dialect.pendingHead)
 	if err != nil {
 		return time.Time{}, false, d.wrap("next outbox", err)
 	}
@@ -224,7 +211,7 @@ func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
 // MarkDelivered records that a channel accepted the item. Marking an item
 // delivered twice keeps the first time. ErrNotFound.
 func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, ?), claimed_by = '' WHERE id = ?`,
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`,
 		msOrNow(at), id)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d delivered", id), n, err)
 }
@@ -232,8 +219,8 @@ func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
 // MarkRetry counts a failed attempt and schedules the next one at next;
 // ErrNotFound.
 func (d *DB) MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error {
-	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?,
-		last_error = ?, claimed_by = '' WHERE id = ?`, msOrNow(next), errText, id)
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $1,
+		last_error = $2, claimed_by = '' WHERE id = $3`, msOrNow(next), errText, id)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d retry", id), n, err)
 }
 
@@ -241,7 +228,7 @@ func (d *DB) MarkRetry(ctx context.Context, id int64, next time.Time, errText st
 // and leaves the pending set; ErrNotFound.
 func (d *DB) MarkFailed(ctx context.Context, id int64, at time.Time, errText string) error {
 	n, err := d.writer(ctx).execN(`UPDATE outbox SET attempts = attempts + 1,
-		failed_at = COALESCE(failed_at, ?), last_error = ?, claimed_by = '' WHERE id = ?`, msOrNow(at), errText, id)
+		failed_at = COALESCE(failed_at, $1), last_error = $2, claimed_by = '' WHERE id = $3`, msOrNow(at), errText, id)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d failed", id), n, err)
 }
 
@@ -275,7 +262,7 @@ func (d *DB) OutboxStats(ctx context.Context) (pending, delivered, failed int, e
 // the process dies before EndPart or AbortPart, the part's outcome is
 // unknown at the next attempt. ErrNotFound.
 func (d *DB) BeginPart(ctx context.Context, id int64, part int) error {
-	n, err := d.writer(ctx).execN(`UPDATE outbox SET sending_part = ? WHERE id = ? AND delivered_at IS NULL`, part, id)
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET sending_part = $1 WHERE id = $2 AND delivered_at IS NULL`, part, id)
 	return d.outboxResult(fmt.Sprintf("begin part %d of outbox %d", part+1, id), n, err)
 }
 
@@ -284,12 +271,8 @@ func (d *DB) BeginPart(ctx context.Context, id int64, part int) error {
 // Parts end in order; ending a part already ended changes nothing.
 func (d *DB) EndPart(ctx context.Context, id int64, part int, platformID string) error {
 	pid, _ := json.Marshal(platformID)
-	appendID := `json_insert(part_ids, '$[#]', json(?))`
-	if d.pg != nil {
-		appendID = `(part_ids::jsonb || jsonb_build_array(?::jsonb))::text`
-	}
-	n, err := d.writer(ctx).execN(`UPDATE outbox SET parts_sent = ?, sending_part = -1,
-		part_ids = `+appendID+` WHERE id = ? AND parts_sent = ?`, part+1, string(pid), id, part)
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET parts_sent = $1, sending_part = -1,
+		part_ids = `+d.dialect.jsonAppend("part_ids", "$2")+` WHERE id = $3 AND parts_sent = $4`, part+1, string(pid), id, part)
 	if err == nil && n == 0 {
 		return nil // already ended
 	}
@@ -299,7 +282,7 @@ func (d *DB) EndPart(ctx context.Context, id int64, part int, platformID string)
 // AbortPart records that the part being sent of item id failed with a
 // known outcome (the platform refused it): nothing is uncertain.
 func (d *DB) AbortPart(ctx context.Context, id int64) error {
-	_, err := d.writer(ctx).exec(`UPDATE outbox SET sending_part = -1 WHERE id = ?`, id)
+	_, err := d.writer(ctx).exec(`UPDATE outbox SET sending_part = -1 WHERE id = $1`, id)
 	return d.wrap(fmt.Sprintf("abort part of outbox %d", id), err)
 }
 
@@ -314,7 +297,7 @@ func (d *DB) ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]Out
 	if pendingOnly {
 		where = "WHERE delivered_at IS NULL AND failed_at IS NULL"
 	}
-	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox `+where+` ORDER BY id DESC LIMIT ?`, limit)
+	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox `+where+` ORDER BY id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, d.wrap("list outbox", err)
 	}

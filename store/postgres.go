@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -88,10 +87,9 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
 		return nil, fmt.Errorf("open state database %s: %s", shown, redactPGError(err, url))
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
-	d := &DB{dir: dir, path: shown, w: sqlDB, r: sqlDB, pg: &pgBackend{pool: pool, url: shown}}
+	d := &DB{dir: dir, path: shown, w: sqlDB, r: sqlDB, pg: &pgBackend{pool: pool, url: shown}, dialect: &postgresDialect}
 	d.Transcripts = rowTranscripts{d: d}
 	d.ws = newStmtCache(sqlDB)
-	d.ws.pg = true
 	d.rs = d.ws
 	if err := pgCreateMigrationsTable(ctx, sqlDB); err != nil {
 		d.Close()
@@ -164,43 +162,6 @@ func (b *pgBackend) wrap(op string, err error) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", op, descriptorError(err, false))
-}
-
-// pgRebind turns a query written for SQLite into PostgreSQL's: ? → $1, $2,
-// … (outside quoted text) and the word rowid → seq (the identity column
-// that stands in for it in PostgreSQL's schema).
-func pgRebind(q string) string {
-	var b strings.Builder
-	b.Grow(len(q) + 16)
-	n := 0
-	quoted := false
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		switch {
-		case c == '\'':
-			quoted = !quoted
-		case c == '?' && !quoted:
-			n++
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			continue
-		case !quoted && strings.HasPrefix(q[i:], "rowid") && wordEdge(q, i-1) && wordEdge(q, i+5):
-			b.WriteString("seq")
-			i += 4
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
-
-// wordEdge reports whether q[i] is outside q or not part of an identifier.
-func wordEdge(q string, i int) bool {
-	if i < 0 || i >= len(q) {
-		return true
-	}
-	c := q[i]
-	return !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
 }
 
 // redactURL returns a postgres:// URL without its password, or only the

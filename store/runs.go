@@ -164,7 +164,7 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 		if err != nil || r.SpawnCallID == "" {
 			return err
 		}
-		_, err = c.exec(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES (?, ?, ?)`,
+		_, err = c.exec(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)`,
 			r.RequesterKey, r.SpawnCallID, r.ID)
 		return err
 	})
@@ -180,7 +180,7 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
@@ -199,7 +199,7 @@ func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
 		return n, err
 	}
 	if lim.MaxChildren > 0 {
-		n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = ? AND status IN ('`+
+		n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = $1 AND status IN ('`+
 			StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`') AND schedule_id = ''`, r.RequesterKey)
 		if err != nil {
 			return err
@@ -209,7 +209,7 @@ func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
 		}
 	}
 	if lim.MaxTotal > 0 {
-		n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = ? AND schedule_id = ''`, r.RootKey)
+		n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = $1 AND schedule_id = ''`, r.RootKey)
 		if err != nil {
 			return err
 		}
@@ -225,7 +225,7 @@ func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
 func (d *DB) RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error) {
 	var runID string
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&runID) },
-		`SELECT run_id FROM spawn_calls WHERE requester_key = ? AND call_id = ?`, requesterKey, callID)
+		`SELECT run_id FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, requesterKey, callID)
 	if err != nil {
 		return nil, d.wrap("run by spawn call "+callID, err)
 	}
@@ -271,7 +271,7 @@ func fillChild(r *Run, s *Session) {
 // StartRun moves a queued run to running and sets StartedAt. ErrNotFound;
 // a run that is not queued gives an error wrapping ErrNotQueued.
 func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE runs SET status = ?, started_at = ? WHERE id = ? AND status = ?`,
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, started_at = $2 WHERE id = $3 AND status = $4`,
 		StatusRunning, msOrNow(at), runID, StatusQueued)
 	if err != nil {
 		return d.wrap("start run "+runID, err)
@@ -288,7 +288,7 @@ func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
 
 // SetRunStatus sets the run's status (and nothing else); ErrNotFound.
 func (d *DB) SetRunStatus(ctx context.Context, runID, status string) error {
-	n, err := d.writer(ctx).execN(`UPDATE runs SET status = ? WHERE id = ?`, status, runID)
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1 WHERE id = $2`, status, runID)
 	if err != nil {
 		return d.wrap("set run status "+runID, err)
 	}
@@ -301,7 +301,7 @@ func (d *DB) SetRunStatus(ctx context.Context, runID, status string) error {
 // SetRunNote sets the run's status and note, e.g. running with
 // "awaiting approval <code>"; ErrNotFound.
 func (d *DB) SetRunNote(ctx context.Context, runID, status, note string) error {
-	n, err := d.writer(ctx).execN(`UPDATE runs SET status = ?, note = ? WHERE id = ?`, status, note, runID)
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, note = $2 WHERE id = $3`, status, note, runID)
 	if err != nil {
 		return d.wrap("set run note "+runID, err)
 	}
@@ -336,9 +336,9 @@ func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error 
 		}
 	}
 	err := d.tx(ctx, func(c conn) error {
-		n, err := c.execN(`UPDATE runs SET status = ?, outcome = ?, note = ?, result = ?,
-			started_at = COALESCE(?, started_at), ended_at = ?, tokens_in = ?, tokens_out = ?,
-			cache_read = ?, cache_write = ?, cost_usd = ?, archive_at = ? WHERE id = ?`,
+		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
+			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
+			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12 WHERE id = $13`,
 			r.Status, r.Outcome, r.Note, r.Result, msOrNull(r.StartedAt), r.EndedAt.UnixMilli(),
 			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.ID)
 		if err != nil {
@@ -348,8 +348,8 @@ func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error 
 			return ErrNotFound
 		}
 		// The child session shows the run's tokens (herald sessions list).
-		if _, err := c.exec(`UPDATE sessions SET tokens_in = ?, tokens_out = ?, updated_at = ?
-			WHERE key = (SELECT child_key FROM runs WHERE id = ?)`, r.TokensIn, r.TokensOut, r.EndedAt.UnixMilli(), r.ID); err != nil {
+		if _, err := c.exec(`UPDATE sessions SET tokens_in = $1, tokens_out = $2, updated_at = $3
+			WHERE key = (SELECT child_key FROM runs WHERE id = $4)`, r.TokensIn, r.TokensOut, r.EndedAt.UnixMilli(), r.ID); err != nil {
 			return err
 		}
 		if testHookFinishRun != nil {
@@ -390,12 +390,12 @@ var testHookFinishRun func() error
 
 // GetRun returns the run; ErrNotFound.
 func (d *DB) GetRun(ctx context.Context, runID string) (*Run, error) {
-	return d.getRun(ctx, "get run "+runID, `SELECT `+runCols+` FROM runs WHERE id = ?`, runID)
+	return d.getRun(ctx, "get run "+runID, `SELECT `+runCols+` FROM runs WHERE id = $1`, runID)
 }
 
 // GetRunByChildKey returns the run whose child session is key; ErrNotFound.
 func (d *DB) GetRunByChildKey(ctx context.Context, key string) (*Run, error) {
-	return d.getRun(ctx, "get run of "+key, `SELECT `+runCols+` FROM runs WHERE child_key = ?`, key)
+	return d.getRun(ctx, "get run of "+key, `SELECT `+runCols+` FROM runs WHERE child_key = $1`, key)
 }
 
 func (d *DB) getRun(ctx context.Context, op, q string, arg any) (*Run, error) {
@@ -409,29 +409,23 @@ func (d *DB) getRun(ctx context.Context, op, q string, arg any) (*Run, error) {
 // ListRuns returns the runs matching f, newest first.
 func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	var where []string
-	var args []any
+	var args sqlArgs
 	if f.RequesterKey != "" {
-		where = append(where, "requester_key = ?")
-		args = append(args, f.RequesterKey)
+		where = append(where, "requester_key = "+args.add(f.RequesterKey))
 	}
 	if f.RootKey != "" {
-		where = append(where, "root_key = ?")
-		args = append(args, f.RootKey)
+		where = append(where, "root_key = "+args.add(f.RootKey))
 	}
 	if len(f.Statuses) > 0 {
-		where = append(where, "status IN (?"+strings.Repeat(", ?", len(f.Statuses)-1)+")")
-		for _, s := range f.Statuses {
-			args = append(args, s)
-		}
+		where = append(where, "status IN ("+list(&args, f.Statuses)+")")
 	}
 	q := `SELECT ` + runCols + ` FROM runs`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at DESC, rowid DESC"
+	q += " ORDER BY created_at DESC, " + d.dialect.rowid + " DESC"
 	if f.Limit > 0 {
-		q += " LIMIT ?"
-		args = append(args, f.Limit)
+		q += " LIMIT " + args.add(f.Limit)
 	}
 	rows, err := d.reader(ctx).query(q, args...)
 	if err != nil {
@@ -449,7 +443,7 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 func (d *DB) CountSpawns(ctx context.Context, rootKey string) (int, error) {
 	var n int
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
-		`SELECT COUNT(*) FROM runs WHERE root_key = ?`, rootKey)
+		`SELECT COUNT(*) FROM runs WHERE root_key = $1`, rootKey)
 	if err != nil {
 		return 0, d.wrap("count spawns "+rootKey, err)
 	}
@@ -460,8 +454,8 @@ func (d *DB) CountSpawns(ctx context.Context, rootKey string) (int, error) {
 // not archived yet, earliest deadline first.
 func (d *DB) DueArchives(ctx context.Context, now time.Time) ([]Run, error) {
 	rows, err := d.reader(ctx).query(`SELECT `+runCols+` FROM runs
-		WHERE archive_at IS NOT NULL AND archived_at IS NULL AND archive_at <= ?
-		ORDER BY archive_at, rowid`, msOrNow(now))
+		WHERE archive_at IS NOT NULL AND archived_at IS NULL AND archive_at <= $1
+		ORDER BY archive_at, `+d.dialect.rowid, msOrNow(now))
 	if err != nil {
 		return nil, d.wrap("due archives", err)
 	}
@@ -489,15 +483,15 @@ func (d *DB) NextArchiveAt(ctx context.Context) (time.Time, bool, error) {
 func (d *DB) MarkArchived(ctx context.Context, runID string, at time.Time) error {
 	ms := msOrNow(at)
 	err := d.tx(ctx, func(c conn) error {
-		n, err := c.execN(`UPDATE runs SET archived_at = COALESCE(archived_at, ?) WHERE id = ?`, ms, runID)
+		n, err := c.execN(`UPDATE runs SET archived_at = COALESCE(archived_at, $1) WHERE id = $2`, ms, runID)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			return ErrNotFound
 		}
-		_, err = c.exec(`UPDATE sessions SET deleted_at = COALESCE(deleted_at, ?)
-			WHERE key = (SELECT child_key FROM runs WHERE id = ?)`, ms, runID)
+		_, err = c.exec(`UPDATE sessions SET deleted_at = COALESCE(deleted_at, $1)
+			WHERE key = (SELECT child_key FROM runs WHERE id = $2)`, ms, runID)
 		return err
 	})
 	if err != nil {
@@ -511,16 +505,16 @@ func (d *DB) MarkArchived(ctx context.Context, runID string, at time.Time) error
 // to its child session; ErrNotFound.
 func (d *DB) AddRunUsage(ctx context.Context, runID string, in, out, cacheRead, cacheWrite int64) error {
 	return d.tx(ctx, func(c conn) error {
-		n, err := c.execN(`UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,
-			cache_read = cache_read + ?, cache_write = cache_write + ? WHERE id = ?`, in, out, cacheRead, cacheWrite, runID)
+		n, err := c.execN(`UPDATE runs SET tokens_in = tokens_in + $1, tokens_out = tokens_out + $2,
+			cache_read = cache_read + $3, cache_write = cache_write + $4 WHERE id = $5`, in, out, cacheRead, cacheWrite, runID)
 		if err != nil {
 			return d.wrap("add run usage "+runID, err)
 		}
 		if n == 0 {
 			return fmt.Errorf("add run usage %s: %w", runID, ErrNotFound)
 		}
-		_, err = c.exec(`UPDATE sessions SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?
-			WHERE key = (SELECT child_key FROM runs WHERE id = ?)`, in, out, runID)
+		_, err = c.exec(`UPDATE sessions SET tokens_in = tokens_in + $1, tokens_out = tokens_out + $2
+			WHERE key = (SELECT child_key FROM runs WHERE id = $3)`, in, out, runID)
 		return d.wrap("add run usage "+runID, err)
 	})
 }

@@ -130,7 +130,7 @@ func insertSchedule(c conn, s *Schedule) error {
 		return err
 	}
 	_, err = c.exec(`INSERT INTO schedules (`+scheduleCols+`) VALUES
-		(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
 		s.ID, s.SessionKey, s.AgentID, s.Kind, s.Expr, s.Timezone, s.Task, origin, s.Source, s.CatchUp,
 		s.MaxFailures, boolInt(s.Paused), msOrNull(s.NextDue), s.ActiveRun, s.Failures, s.Fired, s.Skipped,
 		s.Missed, msOrNull(s.LastDue), s.CreatedAt.UnixMilli(), s.CreatedBy)
@@ -177,7 +177,7 @@ func (d *DB) AddSchedule(ctx context.Context, s *Schedule, max int) error {
 		if max > 0 {
 			var n int
 			if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
-				`SELECT COUNT(*) FROM schedules WHERE session_key = ? AND source <> '`+ScheduleFromConfig+`'
+				`SELECT COUNT(*) FROM schedules WHERE session_key = $1 AND source <> '`+ScheduleFromConfig+`'
 				AND (paused <> 0 OR next_due IS NOT NULL OR active_run <> '')`, s.SessionKey); err != nil {
 				return err
 			}
@@ -207,7 +207,7 @@ func (d *DB) SyncConfigSchedules(ctx context.Context, list []Schedule) error {
 		}
 	}
 	err := d.tx(ctx, func(c conn) error {
-		rows, err := c.query(`SELECT ` + scheduleCols + ` FROM schedules WHERE source = '` + ScheduleFromConfig + `'` + c.forUpdate())
+		rows, err := c.query(`SELECT ` + scheduleCols + ` FROM schedules WHERE source = '` + ScheduleFromConfig + `'` + c.dialect.forUpdate)
 		if err != nil {
 			return err
 		}
@@ -240,8 +240,8 @@ func (d *DB) SyncConfigSchedules(ctx context.Context, list []Schedule) error {
 			if err != nil {
 				return err
 			}
-			if _, err := c.exec(`UPDATE schedules SET session_key = ?, agent_id = ?, kind = ?, expr = ?, timezone = ?,
-				task = ?, origin = ?, catch_up = ?, max_failures = ?, next_due = ? WHERE id = ?`,
+			if _, err := c.exec(`UPDATE schedules SET session_key = $1, agent_id = $2, kind = $3, expr = $4, timezone = $5,
+				task = $6, origin = $7, catch_up = $8, max_failures = $9, next_due = $10 WHERE id = $11`,
 				s.SessionKey, s.AgentID, s.Kind, s.Expr, s.Timezone, s.Task, origin, s.CatchUp, s.MaxFailures,
 				msOrNull(s.NextDue), s.ID); err != nil {
 				return err
@@ -249,7 +249,7 @@ func (d *DB) SyncConfigSchedules(ctx context.Context, list []Schedule) error {
 		}
 		for _, o := range old {
 			if !keep[o.ID] {
-				if _, err := c.exec(`DELETE FROM schedules WHERE id = ?`, o.ID); err != nil {
+				if _, err := c.exec(`DELETE FROM schedules WHERE id = $1`, o.ID); err != nil {
 					return err
 				}
 			}
@@ -266,7 +266,7 @@ func (d *DB) SyncConfigSchedules(ctx context.Context, list []Schedule) error {
 func (d *DB) GetSchedule(ctx context.Context, id string) (*Schedule, error) {
 	var s Schedule
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanSchedule(rows, &s) },
-		`SELECT `+scheduleCols+` FROM schedules WHERE id = ?`, id)
+		`SELECT `+scheduleCols+` FROM schedules WHERE id = $1`, id)
 	if err != nil {
 		return nil, d.wrap("get schedule "+id, err)
 	}
@@ -279,7 +279,7 @@ func (d *DB) ListSchedules(ctx context.Context, sessionKey string) ([]Schedule, 
 	q := `SELECT ` + scheduleCols + ` FROM schedules`
 	var args []any
 	if sessionKey != "" {
-		q += ` WHERE session_key = ?`
+		q += ` WHERE session_key = $1`
 		args = append(args, sessionKey)
 	}
 	rows, err := d.reader(ctx).query(q+` ORDER BY created_at, id`, args...)
@@ -292,7 +292,7 @@ func (d *DB) ListSchedules(ctx context.Context, sessionKey string) ([]Schedule, 
 
 // PauseSchedule pauses a schedule; ErrNotFound.
 func (d *DB) PauseSchedule(ctx context.Context, id string) error {
-	n, err := d.writer(ctx).execN(`UPDATE schedules SET paused = 1 WHERE id = ?`, id)
+	n, err := d.writer(ctx).execN(`UPDATE schedules SET paused = 1 WHERE id = $1`, id)
 	if err != nil {
 		return d.wrap("pause schedule "+id, err)
 	}
@@ -306,7 +306,7 @@ func (d *DB) PauseSchedule(ctx context.Context, id string) error {
 // computes it from now: due times that passed while it was paused are not
 // fired) and forgets its failures; ErrNotFound.
 func (d *DB) ResumeSchedule(ctx context.Context, id string, next time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE schedules SET paused = 0, failures = 0, next_due = ? WHERE id = ?`,
+	n, err := d.writer(ctx).execN(`UPDATE schedules SET paused = 0, failures = 0, next_due = $1 WHERE id = $2`,
 		msOrNull(next), id)
 	if err != nil {
 		return d.wrap("resume schedule "+id, err)
@@ -320,7 +320,7 @@ func (d *DB) ResumeSchedule(ctx context.Context, id string, next time.Time) erro
 // RemoveSchedule deletes a schedule (a run it started runs to its end and
 // is announced); ErrNotFound.
 func (d *DB) RemoveSchedule(ctx context.Context, id string) error {
-	n, err := d.writer(ctx).execN(`DELETE FROM schedules WHERE id = ?`, id)
+	n, err := d.writer(ctx).execN(`DELETE FROM schedules WHERE id = $1`, id)
 	if err != nil {
 		return d.wrap("remove schedule "+id, err)
 	}
@@ -332,10 +332,10 @@ func (d *DB) RemoveSchedule(ctx context.Context, id string) error {
 
 // dueCond selects the schedules that may fire: not paused, a due time,
 // and not a catchUp "all" schedule whose due time was missed while no
-// gateway ran (before the ? bound) waiting for its previous run to end. A
+// gateway ran (before the $1 bound) waiting for its previous run to end. A
 // due time that came while a gateway ran is selected even with a run going,
 // so the plan skips and counts it (SPEC §19).
-const dueCond = `paused = 0 AND next_due IS NOT NULL AND NOT (catch_up = 'all' AND active_run <> '' AND next_due < ?)`
+const dueCond = `paused = 0 AND next_due IS NOT NULL AND NOT (catch_up = 'all' AND active_run <> '' AND next_due < $1)`
 
 // waitBound is dueCond's bound: zero holds every catchUp "all" schedule
 // with a run going.
@@ -388,8 +388,8 @@ func (d *DB) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, 
 	var rowErrs []error
 	err := d.tx(ctx, func(c conn) error {
 		out = out[:0]
-		rows, err := c.query(`SELECT `+scheduleCols+` FROM schedules WHERE `+dueCond+` AND next_due <= ?
-			ORDER BY next_due LIMIT ?`+d.skipLocked(), waitBound(waitBefore), now.UnixMilli(), limit)
+		rows, err := c.query(`SELECT `+scheduleCols+` FROM schedules WHERE `+dueCond+` AND next_due <= $2
+			ORDER BY next_due LIMIT $3`+d.dialect.skipLocked, waitBound(waitBefore), now.UnixMilli(), limit)
 		if err != nil {
 			return err
 		}
@@ -487,8 +487,8 @@ func (d *DB) fireOne(c conn, s *Schedule, f *Firing) (Fired, error) {
 			notices = append(notices, pausedNotice(s, failures))
 		}
 	}
-	if _, err := c.exec(`UPDATE schedules SET next_due = ?, active_run = ?, fired = fired + ?, skipped = skipped + ?,
-		missed = missed + ?, last_due = ?, failures = ?, paused = ? WHERE id = ?`,
+	if _, err := c.exec(`UPDATE schedules SET next_due = $1, active_run = $2, fired = fired + $3, skipped = skipped + $4,
+		missed = missed + $5, last_due = $6, failures = $7, paused = $8 WHERE id = $9`,
 		msOrNull(truncMS(f.Next)), active, started, f.Skipped, f.Missed, lastDue, failures, boolInt(paused), s.ID); err != nil {
 		return fired, err
 	}
@@ -529,7 +529,7 @@ func pausedNotice(s *Schedule, failures int) *OutboxItem {
 func endScheduledRun(c conn, r *Run) error {
 	var s Schedule
 	err := c.queryRow(func(rows *sql.Rows) error { return scanSchedule(rows, &s) },
-		`SELECT `+scheduleCols+` FROM schedules WHERE id = ?`+c.forUpdate(), r.ScheduleID)
+		`SELECT `+scheduleCols+` FROM schedules WHERE id = $1`+c.dialect.forUpdate, r.ScheduleID)
 	if errors.Is(err, ErrNotFound) {
 		return nil // removed meanwhile
 	}
@@ -554,7 +554,7 @@ func endScheduledRun(c conn, r *Run) error {
 			notice.CreatedAt = r.EndedAt
 		}
 	}
-	if _, err := c.exec(`UPDATE schedules SET active_run = ?, failures = ?, paused = ? WHERE id = ?`,
+	if _, err := c.exec(`UPDATE schedules SET active_run = $1, failures = $2, paused = $3 WHERE id = $4`,
 		active, failures, boolInt(paused), s.ID); err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func (d *DB) normalizeSession(s *Session) error {
 }
 
 const insertSession = `INSERT INTO sessions (` + sessionCols + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
 func sessionArgs(s *Session) ([]any, error) {
 	origin, err := originJSON(s.Origin)
@@ -85,7 +85,7 @@ func (d *DB) EnsureSession(ctx context.Context, s *Session) (created bool, err e
 		return true, nil
 	}
 	err = w.queryRow(func(rows *sql.Rows) error { return scanSession(rows, s) },
-		`SELECT `+sessionCols+` FROM sessions WHERE key = ?`, s.Key)
+		`SELECT `+sessionCols+` FROM sessions WHERE key = $1`, s.Key)
 	if err != nil {
 		return false, d.wrap("ensure session "+s.Key, err)
 	}
@@ -96,7 +96,7 @@ func (d *DB) EnsureSession(ctx context.Context, s *Session) (created bool, err e
 func (d *DB) GetSession(ctx context.Context, key string) (*Session, error) {
 	var s Session
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return scanSession(rows, &s) },
-		`SELECT `+sessionCols+` FROM sessions WHERE key = ?`, key)
+		`SELECT `+sessionCols+` FROM sessions WHERE key = $1`, key)
 	if err != nil {
 		return nil, d.wrap("get session "+key, err)
 	}
@@ -106,14 +106,12 @@ func (d *DB) GetSession(ctx context.Context, key string) (*Session, error) {
 // ListSessions returns the sessions matching f, most recently updated first.
 func (d *DB) ListSessions(ctx context.Context, f SessionFilter) ([]Session, error) {
 	var where []string
-	var args []any
+	var args sqlArgs
 	if f.AgentID != "" {
-		where = append(where, "agent_id = ?")
-		args = append(args, f.AgentID)
+		where = append(where, "agent_id = "+args.add(f.AgentID))
 	}
 	if f.Kind != "" {
-		where = append(where, "kind = ?")
-		args = append(args, f.Kind)
+		where = append(where, "kind = "+args.add(f.Kind))
 	}
 	if !f.IncludeDeleted {
 		where = append(where, "deleted_at IS NULL")
@@ -122,10 +120,9 @@ func (d *DB) ListSessions(ctx context.Context, f SessionFilter) ([]Session, erro
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY updated_at DESC, rowid DESC"
+	q += " ORDER BY updated_at DESC, " + d.dialect.rowid + " DESC"
 	if f.Limit > 0 {
-		q += " LIMIT ?"
-		args = append(args, f.Limit)
+		q += " LIMIT " + args.add(f.Limit)
 	}
 	rows, err := d.reader(ctx).query(q, args...)
 	if err != nil {
@@ -149,8 +146,8 @@ func (d *DB) ListSessions(ctx context.Context, f SessionFilter) ([]Session, erro
 // AddSessionUsage adds in and out to the session's token totals and bumps
 // UpdatedAt; ErrNotFound.
 func (d *DB) AddSessionUsage(ctx context.Context, key string, in, out int64) error {
-	n, err := d.writer(ctx).execN(`UPDATE sessions SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,
-		updated_at = ? WHERE key = ?`, in, out, time.Now().UnixMilli(), key)
+	n, err := d.writer(ctx).execN(`UPDATE sessions SET tokens_in = tokens_in + $1, tokens_out = tokens_out + $2,
+		updated_at = $3 WHERE key = $4`, in, out, time.Now().UnixMilli(), key)
 	if err != nil {
 		return d.wrap("add session usage "+key, err)
 	}
@@ -163,7 +160,7 @@ func (d *DB) AddSessionUsage(ctx context.Context, key string, in, out int64) err
 // MarkSessionDeleted sets the session's DeletedAt (a session already
 // deleted keeps its first time); ErrNotFound.
 func (d *DB) MarkSessionDeleted(ctx context.Context, key string, at time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE sessions SET deleted_at = COALESCE(deleted_at, ?) WHERE key = ?`,
+	n, err := d.writer(ctx).execN(`UPDATE sessions SET deleted_at = COALESCE(deleted_at, $1) WHERE key = $2`,
 		msOrNow(at), key)
 	if err != nil {
 		return d.wrap("mark session deleted "+key, err)

@@ -60,7 +60,7 @@ func SpendDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // RecordSpend adds one model call's spend.
 func (d *DB) RecordSpend(ctx context.Context, e SpendEntry) error {
 	_, err := d.writer(ctx).exec(`INSERT INTO spend (at, day, conversation, agent_id, model, run_id, label, usd, tokens_in, tokens_out)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		e.At.UnixMilli(), SpendDay(e.At), e.Conversation, e.AgentID, e.Model, e.RunID, e.Label, e.USD, e.TokensIn, e.TokensOut)
 	return d.wrap("record spend", err)
 }
@@ -68,7 +68,7 @@ func (d *DB) RecordSpend(ctx context.Context, e SpendEntry) error {
 // SpendTotals sums spend by day, conversation, agent and model from fromDay on.
 func (d *DB) SpendTotals(ctx context.Context, fromDay string) ([]SpendTotal, error) {
 	rows, err := d.reader(ctx).query(`SELECT day, conversation, agent_id, model, SUM(usd), SUM(tokens_in), SUM(tokens_out), COUNT(*)
-		FROM spend WHERE day >= ? GROUP BY day, conversation, agent_id, model`, fromDay)
+		FROM spend WHERE day >= $1 GROUP BY day, conversation, agent_id, model`, fromDay)
 	if err != nil {
 		return nil, d.wrap("spend totals", err)
 	}
@@ -87,14 +87,12 @@ func (d *DB) SpendTotals(ctx context.Context, fromDay string) ([]SpendTotal, err
 // TopSpendRuns lists the costliest runs from fromDay on.
 func (d *DB) TopSpendRuns(ctx context.Context, fromDay, conversation string, limit int) ([]SpendRun, error) {
 	q := `SELECT run_id, MAX(conversation), MAX(agent_id), MAX(label), SUM(usd), SUM(tokens_in + tokens_out), MIN(at)
-		FROM spend WHERE day >= ?`
-	args := []any{fromDay}
+		FROM spend WHERE day >= $1`
+	args := sqlArgs{fromDay}
 	if conversation != "" {
-		q += ` AND conversation = ?`
-		args = append(args, conversation)
+		q += ` AND conversation = ` + args.add(conversation)
 	}
-	q += ` GROUP BY run_id ORDER BY SUM(usd) DESC, MIN(at) LIMIT ?`
-	args = append(args, limit)
+	q += ` GROUP BY run_id ORDER BY SUM(usd) DESC, MIN(at) LIMIT ` + args.add(limit)
 	rows, err := d.reader(ctx).query(q, args...)
 	if err != nil {
 		return nil, d.wrap("top spend runs", err)

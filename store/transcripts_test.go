@@ -158,19 +158,6 @@ func TestTailTranscriptFollows(t *testing.T) {
 	}
 }
 
-func TestPGRebind(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"SELECT a FROM t WHERE x = ? AND y = ?", "SELECT a FROM t WHERE x = $1 AND y = $2"},
-		{"SELECT '?' , ? ORDER BY created_at, rowid DESC", "SELECT '?' , $1 ORDER BY created_at, seq DESC"},
-		{"SELECT rowids, my_rowid FROM t", "SELECT rowids, my_rowid FROM t"},
-	}
-	for _, tt := range tests {
-		if got := pgRebind(tt.in); got != tt.want {
-			t.Errorf("pgRebind(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // A database URL's password never shows in an error or a message.
 func TestPostgresURLPasswordIsNeverShown(t *testing.T) {
 	for _, u := range []string{

@@ -32,7 +32,7 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 				continue
 			}
 			err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-				`SELECT seq FROM web_messages WHERE client = ? AND `+q.col+` = ?`, client, q.val)
+				`SELECT seq FROM web_messages WHERE client = $1 AND `+q.col+` = $2`, client, q.val)
 			if err == nil {
 				return nil
 			}
@@ -41,7 +41,7 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 			}
 		}
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-			`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = ?`, client); err != nil {
+			`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = $1`, client); err != nil {
 			return err
 		}
 		files := ""
@@ -52,7 +52,7 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 			}
 			files = string(b)
 		}
-		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
 		return err
 	})
@@ -70,7 +70,7 @@ func (d *DB) WebAfter(ctx context.Context, client string, after int64, limit int
 		limit = noLimit
 	}
 	rows, err := d.reader(ctx).query(`SELECT seq, role, text, run_id, at, files FROM web_messages
-		WHERE client = ? AND seq > ? ORDER BY seq LIMIT ?`, client, after, limit)
+		WHERE client = $1 AND seq > $2 ORDER BY seq LIMIT $3`, client, after, limit)
 	if err != nil {
 		return nil, d.wrap("web messages for "+client, err)
 	}
