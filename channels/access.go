@@ -1,10 +1,6 @@
 package channels
 
-import (
-	"slices"
-
-	"github.com/heraldhq/herald/config"
-)
+import "slices"
 
 // Group policies.
 const (
@@ -55,13 +51,4 @@ func (a Access) Admit(chatType, chatID, sender string, mentioned bool) bool {
 		return false
 	}
 	return mentioned || !rule.RequireMention
-}
-
-// AccessOf is the allowlist of a channel's config section (SPEC §9).
-func AccessOf(a config.Access) Access {
-	groups := make(map[string]GroupRule, len(a.Groups))
-	for id, g := range a.Groups {
-		groups[id] = GroupRule{RequireMention: g.RequiresMention(), AllowFrom: g.AllowFrom}
-	}
-	return Access{AllowFrom: a.AllowFrom, GroupPolicy: a.GroupPolicy, Groups: groups}
 }

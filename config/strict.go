@@ -113,10 +113,6 @@ func (c *strictChecker) check(n *node, t reflect.Type, path string) {
 	if t == modelSettingType && n.kind == kindString {
 		return // a plain "provider/model" reference
 	}
-	if t == channelsType {
-		c.checkChannels(n, path)
-		return
-	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.kind != kindObject && t == modelSettingType {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/tools"
 )
@@ -28,9 +29,11 @@ const filesE2EConfig = `{
   channels: { web: { enabled: true } },
 }`
 
-func testPNG(t *testing.T) []byte {
+func testPNG(t *testing.T) []byte { return testPNGSized(t, 4, 3) }
+
+func testPNGSized(t *testing.T, w, h int) []byte {
 	t.Helper()
-	img := image.NewRGBA(image.Rect(0, 0, 4, 3))
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	img.Set(1, 1, color.RGBA{R: 200, A: 255})
 	var b bytes.Buffer
 	if err := png.Encode(&b, img); err != nil {
@@ -213,4 +216,50 @@ func base64Hex(b []byte) string {
 		out[2*i], out[2*i+1] = hexd[c>>4], hexd[c&15]
 	}
 	return string(out)
+}
+
+// TestE2EWebSendFile: the model attaches a workspace file with send_file;
+// the reply's text and then the file, with its caption, reach the web
+// conversation, and the file is served to that conversation.
+func TestE2EWebSendFile(t *testing.T) {
+	tg := newTestGateway(t, filesE2EConfig, llmtest.Script(
+		llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: json.RawMessage(`{"path": "attachments/chart.png", "caption": "your chart"}`)}}},
+		llmtest.Reply{Text: "Here is the chart back."},
+	))
+	pic := testPNG(t)
+	const client = "files-out"
+	postFiles(t, tg.URL, client, "send it back", map[string][]byte{"chart.png": pic})
+	waitWeb(t, tg, client, 0, "assistant", func(s string) bool { return s == "your chart" })
+	msgs := webFileMessages(t, tg.URL, client)
+	var order []string
+	var url string
+	for _, m := range msgs {
+		if m.Role != "assistant" {
+			continue
+		}
+		order = append(order, m.Text)
+		for _, f := range m.Files {
+			if f.Name == "chart.png" && f.MIME == "image/png" {
+				url = f.URL
+			}
+		}
+	}
+	if len(order) != 2 || order[0] != "Here is the chart back." || order[1] != "your chart" {
+		t.Fatalf("assistant messages %q, want the text then the file's caption", order)
+	}
+	if url == "" {
+		t.Fatalf("the file message carries no chart.png: %+v", msgs)
+	}
+	resp, err := http.Get(tg.URL + "/" + url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(got, pic) {
+		t.Errorf("GET the sent file: %s, %d bytes", resp.Status, len(got))
+	}
+	if res := tg.LLM.Requests()[1].Messages; !strings.Contains(res[len(res)-1].ToolResults[0].Content, `"status":"attached"`) {
+		t.Errorf("send_file result %q", res[len(res)-1].ToolResults[0].Content)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -311,4 +312,67 @@ func (w webFiles) OpenFile(ctx context.Context, client, id string) (io.ReadClose
 		return nil, web.File{}, err
 	}
 	return rc, web.File{ID: id, MIME: ref.MIME, Size: ref.Size}, nil
+}
+
+// attachedFiles holds the files send_file attached during a turn or run,
+// by session key, until its reply or announce is written.
+type attachedFiles struct {
+	mu sync.Mutex
+	m  map[string][]store.FileRef
+}
+
+// maxAttached bounds the files one turn or run may attach.
+const maxAttached = 20
+
+func (a *attachedFiles) add(key string, f store.FileRef) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[string][]store.FileRef{}
+	}
+	if len(a.m[key]) >= maxAttached {
+		return fmt.Errorf("a reply takes at most %d files", maxAttached)
+	}
+	for _, old := range a.m[key] {
+		if old.ID == f.ID && old.Name == f.Name {
+			return nil // attached already
+		}
+	}
+	a.m[key] = append(a.m[key], f)
+	return nil
+}
+
+// take returns and forgets the files attached for key.
+func (a *attachedFiles) take(key string) []store.FileRef {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	files := a.m[key]
+	delete(a.m, key)
+	return files
+}
+
+// fileSink is send_file's store: the file is streamed into the store
+// (attachments.maxBytes) and attached to the caller's reply or announce.
+type fileSink struct{ g *Gateway }
+
+func (s fileSink) AttachFile(ctx context.Context, cc agent.CallContext, name, caption string, r io.Reader) (int64, string, error) {
+	limit := s.g.cfg().Attachments.MaxBytes
+	ref, err := s.g.db.PutFile(ctx, r, limit, func(head []byte) (string, error) {
+		t, err := media.Sniff(head, "")
+		if errors.Is(err, media.ErrCorrupt) {
+			return "application/octet-stream", nil // sent as a file, not shown as an image
+		}
+		return t, err
+	})
+	if errors.Is(err, store.ErrFileTooLarge) {
+		return 0, "", fmt.Errorf("it is over the %s limit (attachments.maxBytes)", media.Size(limit))
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	ref.Name, ref.Caption = media.SafeName(name, ref.MIME), caption
+	if err := s.g.attached.add(cc.SessionKey, ref); err != nil {
+		return 0, "", err
+	}
+	return ref.Size, ref.MIME, nil
 }

@@ -287,9 +287,10 @@ func (g *Gateway) resumeOwed(ctx context.Context) error {
 // outcome was lost adds nothing twice (CompleteIntake).
 func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
 	var reply *store.OutboxItem
-	if strings.TrimSpace(text) != "" {
+	files := g.attached.take(it.SessionKey) // send_file's, after the text
+	if strings.TrimSpace(text) != "" || len(files) > 0 {
 		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
-			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(laneCtx)}
+			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(laneCtx), Files: files}
 	}
 	var next *store.Intake
 	err := g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {

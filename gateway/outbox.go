@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/media"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
 )
@@ -204,14 +206,33 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	}
 	// Stopping the delivery loop does not cut a send: an interrupted send
 	// would leave its outcome unknown. Each send has its own deadline.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
-	var err error
+	// Files go after the text, one part each (SPEC §18); a send that
+	// carries files gets a deadline per file on top.
+	files, err := d.g.db.OutboxFiles(context.WithoutCancel(ctx), it.ID)
+	if err != nil {
+		d.retry(ctx, it, now.Add(5*time.Second), "read the message's files: "+err.Error())
+		log.Warn("could not read a queued message's files; will retry", zap.Error(err))
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout*time.Duration(1+len(files)))
 	if ps, ok := ch.(channels.PartSender); ok {
-		err = d.sendParts(sctx, ch, ps, it, log)
+		err = d.sendParts(sctx, ch, ps, it, files, log)
 	} else {
-		_, span := d.startSpan(sctx, it, it.Text, 1, 1)
-		err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), DraftRef: it.DraftRef})
-		endSpan(span, "", err)
+		if strings.TrimSpace(it.Text) != "" || len(files) == 0 {
+			_, span := d.startSpan(sctx, it, it.Text, 1, 1)
+			err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), DraftRef: it.DraftRef})
+			endSpan(span, "", err)
+		}
+		// A channel without part progress (the web chat) drops a file
+		// it has already by the part's key.
+		for i := 0; err == nil && i < len(files); i++ {
+			msg := d.fileMessage(it, files[i], i+2, len(files)+1)
+			if fs, ok := ch.(channels.FileSender); ok && fits(fs, files[i]) {
+				_, err = fs.SendFile(sctx, it.Origin, msg)
+			} else {
+				err = ch.Send(sctx, it.Origin, channels.Message{Kind: channels.KindSystem, Text: notSent(ch, files[i]), ID: msg.ID + "-" + strconv.Itoa(msg.Part)})
+			}
+		}
 	}
 	cancel()
 	// A send can take long (a channel waiting out a short rate limit itself,
@@ -253,14 +274,21 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 // recorded outcome (the process died during it) is looked up where the
 // channel can (Slack), else re-sent or skipped by the channel's
 // uncertainDelivery setting (Telegram), and counted either way.
-func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps channels.PartSender, it *store.OutboxItem, log *zap.Logger) error {
-	if strings.TrimSpace(it.Text) == "" {
-		return nil
+func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps channels.PartSender, it *store.OutboxItem, files []store.FileRef, log *zap.Logger) error {
+	var parts []string
+	if strings.TrimSpace(it.Text) != "" {
+		parts = channels.Split(it.Text, ps.PartLimit())
 	}
-	parts := channels.Split(it.Text, ps.PartLimit())
 	bg := context.WithoutCancel(ctx)
-	for p := it.PartsSent; p < len(parts); p++ {
-		msg := channels.Message{Kind: it.Kind, Text: parts[p], RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), Part: p + 1, Parts: len(parts)}
+	total := len(parts) + len(files)
+	for p := it.PartsSent; p < total; p++ {
+		if p >= len(parts) {
+			if err := d.sendFilePart(ctx, ch, ps, it, files[p-len(parts)], p, total, log); err != nil {
+				return err
+			}
+			continue
+		}
+		msg := channels.Message{Kind: it.Kind, Text: parts[p], RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), Part: p + 1, Parts: total}
 		if p == 0 {
 			msg.DraftRef = it.DraftRef // the first part replaces the draft
 		}
@@ -279,7 +307,7 @@ func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps chann
 		if err := d.g.db.BeginPart(bg, it.ID, p); err != nil {
 			return err
 		}
-		_, span := d.startSpan(ctx, it, parts[p], p+1, len(parts))
+		_, span := d.startSpan(ctx, it, parts[p], p+1, total)
 		pid, err := ps.SendPart(ctx, it.Origin, msg)
 		endSpan(span, pid, err)
 		if err != nil {
@@ -288,7 +316,7 @@ func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps chann
 				// (A send cut by the deadline stays uncertain.)
 				_ = d.g.db.AbortPart(bg, it.ID)
 			}
-			return fmt.Errorf("part %d/%d: %w", p+1, len(parts), err)
+			return fmt.Errorf("part %d/%d: %w", p+1, total, err)
 		}
 		if err := d.g.db.EndPart(bg, it.ID, p, pid); err != nil {
 			return err
@@ -312,11 +340,9 @@ func (d *deliverer) uncertain(ctx context.Context, ch channels.Channel, it *stor
 		}
 		return "resend"
 	}
-	if m, ok := channels.Lookup(it.Origin.Channel); ok {
-		if policy, key := m.UncertainPolicy(d.g.cfg().Channels.Options(string(m.Name))); policy == channels.UncertainSkip {
-			log.Warn(fmt.Sprintf("part whose delivery is uncertain skipped (channels.%s.%s: skip)", m.Name, key), zap.Int("part", msg.Part))
-			return "skip"
-		}
+	if it.Origin.Channel == "telegram" && d.g.cfg().Channels.Telegram.UncertainDelivery == "skip" {
+		log.Warn("part whose delivery is uncertain skipped (channels.telegram.uncertainDelivery: skip)", zap.Int("part", msg.Part))
+		return "skip"
 	}
 	log.Info("part whose delivery is uncertain sent again", zap.Int("part", msg.Part))
 	return "resend"
@@ -369,4 +395,78 @@ func (d *deliverer) retry(ctx context.Context, it *store.OutboxItem, next time.T
 		d.log.Error("mark retry", zap.Error(err))
 	}
 	d.g.metrics.retried.WithLabelValues(string(it.Kind)).Inc()
+}
+
+// fileMessage is the outbound message of file f, part part of parts: its
+// caption as text, its bytes streamed from the store.
+func (d *deliverer) fileMessage(it *store.OutboxItem, f store.FileRef, part, parts int) channels.Message {
+	id := f.ID
+	return channels.Message{Kind: it.Kind, Text: f.Caption, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), Part: part, Parts: parts,
+		File: &channels.OutFile{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size, Open: func(ctx context.Context) (io.ReadCloser, error) {
+			rc, _, err := d.g.db.OpenFile(ctx, id)
+			return rc, err
+		}}}
+}
+
+// fits reports whether f is within the channel's own upload limit.
+func fits(fs channels.FileSender, f store.FileRef) bool {
+	limit := fs.FileLimit()
+	return limit <= 0 || f.Size <= limit
+}
+
+// notSent is the line that says why file f did not go to ch.
+func notSent(ch channels.Channel, f store.FileRef) string {
+	fs, ok := ch.(channels.FileSender)
+	if !ok {
+		return fmt.Sprintf("📎 %s was not sent: %s does not take files from Herald.", f.Name, ch.Name())
+	}
+	return fmt.Sprintf("📎 %s was not sent: it is %s, over %s's upload limit of %s.", f.Name, media.Size(f.Size), ch.Name(), media.Size(fs.FileLimit()))
+}
+
+// sendFilePart sends file f as part p (0-based) of total, recorded like a
+// text part; a file the channel cannot take goes as the line saying why.
+// A file part whose outcome is unknown is looked up where the channel can
+// (FileFinder), else skipped or sent again as the text parts are.
+func (d *deliverer) sendFilePart(ctx context.Context, ch channels.Channel, ps channels.PartSender, it *store.OutboxItem, f store.FileRef, p, total int, log *zap.Logger) error {
+	bg := context.WithoutCancel(ctx)
+	msg := d.fileMessage(it, f, p+1, total)
+	fs, ok := ch.(channels.FileSender)
+	if !ok || !fits(fs, f) {
+		log.Warn("file not sent: the channel does not take it", zap.String("file", f.Name), zap.Int64("size", f.Size))
+		msg.File, msg.Kind, msg.Text = nil, channels.KindSystem, notSent(ch, f)
+	}
+	if it.SendingPart == p {
+		action := "resend"
+		if ff, ok := ch.(channels.FileFinder); ok && msg.File != nil {
+			if _, found, err := ff.FindFile(ctx, it.Origin, msg); err == nil && found {
+				action = "found"
+			}
+		} else if it.Origin.Channel == "telegram" && d.g.cfg().Channels.Telegram.UncertainDelivery == "skip" {
+			action = "skip"
+		}
+		d.g.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
+		if action != "resend" {
+			log.Info("file part whose delivery was uncertain not sent again", zap.Int("part", p+1), zap.String("action", action))
+			return d.g.db.EndPart(bg, it.ID, p, "")
+		}
+	}
+	if err := d.g.db.BeginPart(bg, it.ID, p); err != nil {
+		return err
+	}
+	_, span := d.startSpan(ctx, it, msg.Text, p+1, total)
+	var pid string
+	var err error
+	if msg.File != nil {
+		pid, err = fs.SendFile(ctx, it.Origin, msg)
+	} else {
+		pid, err = ps.SendPart(ctx, it.Origin, msg)
+	}
+	endSpan(span, pid, err)
+	if err != nil {
+		if ctx.Err() == nil {
+			_ = d.g.db.AbortPart(bg, it.ID)
+		}
+		return fmt.Errorf("part %d/%d (file %s): %w", p+1, total, f.Name, err)
+	}
+	return d.g.db.EndPart(bg, it.ID, p, pid)
 }

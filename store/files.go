@@ -37,6 +37,8 @@ type FileRef struct {
 	// Kind is what the platform said the file is (image, file, audio,
 	// voice, video); "" when not from a platform.
 	Kind string `json:"kind,omitempty"`
+	// Caption (outbound files) is the line posted with the file.
+	Caption string `json:"caption,omitempty"`
 }
 
 // ErrFileTooLarge: a file is larger than the limit given to PutFile.
@@ -219,8 +221,8 @@ func refFiles(c conn, scope string, files []FileRef, at int64) error {
 // intake_files or outbox_files) and references them for scope.
 func insertFiles(c conn, table, key string, id int64, scope string, files []FileRef, at int64) error {
 	for i, f := range files {
-		if _, err := c.exec(`INSERT INTO `+table+` (`+key+`, seq, file_id, name, mime, size, kind) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			id, i, f.ID, f.Name, f.MIME, f.Size, f.Kind); err != nil {
+		if _, err := c.exec(`INSERT INTO `+table+` (`+key+`, seq, file_id, name, mime, size, kind, caption) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			id, i, f.ID, f.Name, f.MIME, f.Size, f.Kind, f.Caption); err != nil {
 			return err
 		}
 	}
@@ -228,7 +230,7 @@ func insertFiles(c conn, table, key string, id int64, scope string, files []File
 }
 
 func (d *DB) listFiles(ctx context.Context, table, key string, id int64) ([]FileRef, error) {
-	rows, err := d.reader(ctx).query(`SELECT file_id, name, mime, size, kind FROM `+table+` WHERE `+key+` = $1 ORDER BY seq`, id)
+	rows, err := d.reader(ctx).query(`SELECT file_id, name, mime, size, kind, caption FROM `+table+` WHERE `+key+` = $1 ORDER BY seq`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +238,7 @@ func (d *DB) listFiles(ctx context.Context, table, key string, id int64) ([]File
 	var out []FileRef
 	for rows.Next() {
 		var f FileRef
-		if err := rows.Scan(&f.ID, &f.Name, &f.MIME, &f.Size, &f.Kind); err != nil {
+		if err := rows.Scan(&f.ID, &f.Name, &f.MIME, &f.Size, &f.Kind, &f.Caption); err != nil {
 			return nil, err
 		}
 		out = append(out, f)

@@ -77,6 +77,10 @@ type Deps struct {
 	// spawned, started or ended (the web chat's sub-agents panel). It must
 	// not block.
 	OnChange func(rootKey string)
+	// Files, if set, returns (and forgets) the files a run's send_file
+	// calls attached, by the run's child session key: they go out with its
+	// announce, after the text (SPEC §18).
+	Files func(childKey string) []store.FileRef
 	// Tracer starts the herald.run spans (SPEC §22); nil = off.
 	Tracer *telemetry.Tracer
 }
@@ -870,8 +874,12 @@ func (m *Manager) announceItem(r *store.Run, result, notes, status string) *stor
 	if r.ScheduleID != "" {
 		a.Schedule = r.ScheduleID + " @ " + r.ScheduleDue.UTC().Format(time.RFC3339)
 	}
-	return &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt,
+	item := &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt,
 		SessionKey: r.RequesterKey, AgentID: r.AgentID}
+	if m.d.Files != nil {
+		item.Files = m.d.Files(r.ChildKey)
+	}
+	return item
 }
 
 // finish ends a run: run row and (unless stopped) its announce in one

@@ -32,6 +32,9 @@ type Options struct {
 	ReadMaxBytes   int         // read_file cap, default 256 KiB
 	ListMaxEntries int         // list_files cap, default 1000
 	Logger         *zap.Logger // nil = no logging
+	// Files, when set, adds send_file (SPEC §18): it attaches workspace
+	// files to the reply.
+	Files FileSink
 }
 
 // OptionsFromConfig maps the tools section of the config to Options.
@@ -101,11 +104,15 @@ func (o Options) withDefaults() Options {
 // New returns all built-in non-session tools: read_file, write_file,
 // list_files, exec and web_fetch.
 func New(opts Options) []agent.Tool {
-	return []agent.Tool{
+	list := []agent.Tool{
 		NewReadFile(opts),
 		NewWriteFile(opts),
 		NewListFiles(opts),
 		NewExec(opts),
 		NewWebFetch(opts),
 	}
+	if opts.Files != nil {
+		list = append(list, NewSendFile(opts.Files))
+	}
+	return list
 }

@@ -8,6 +8,7 @@ package webtest
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,4 +204,69 @@ func evalVoid(expr string) chromedp.Action[chromedp.Void] {
 		_, err := chromedp.Evaluate[any](expr+"; null")(ctx, t)
 		return err
 	})
+}
+
+// File is a file a test hands to the chat page.
+type File struct {
+	Name, MIME string
+	Data       []byte
+}
+
+// AddFiles gives the page files the way a person does: "paste" pastes them
+// into the message box, "drop" drops them on the page, "attach" picks them
+// with the attach button's file chooser. They wait with the next message.
+func AddFiles(ctx context.Context, how string, files ...File) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	list, _ := json.Marshal(func() []map[string]any {
+		var out []map[string]any
+		for _, f := range files {
+			out = append(out, map[string]any{"name": f.Name, "mime": f.MIME, "b64": base64.StdEncoding.EncodeToString(f.Data)})
+		}
+		return out
+	}())
+	js := fmt.Sprintf(`(() => {
+		const dt = new DataTransfer();
+		for (const f of %s) {
+			const bin = atob(f.b64), b = new Uint8Array(bin.length);
+			for (let i = 0; i < bin.length; i++) b[i] = bin.charCodeAt(i);
+			dt.items.add(new File([b], f.name, { type: f.mime }));
+		}
+		switch (%q) {
+		case "paste":
+			document.querySelector("#input").dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+			break;
+		case "drop":
+			document.querySelector("#messages").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+			break;
+		default:
+			const input = document.querySelector("#file");
+			input.files = dt.files;
+			input.dispatchEvent(new Event("change", { bubbles: true }));
+		}
+	})()`, list, how)
+	if err := chromedp.Do(ctx, evalVoid(js)); err != nil {
+		return fmt.Errorf("%s %d files: %w", how, len(files), err)
+	}
+	return nil
+}
+
+// Images returns, per message with role, the natural widths of its inline
+// images (0 = not loaded or not an image), oldest first.
+func Images(ctx context.Context, role string) ([][]int, error) {
+	sel, _ := json.Marshal(selector(role))
+	js := fmt.Sprintf(`Array.from(document.querySelectorAll(%s), m => Array.from(m.querySelectorAll(".files img"), i => i.complete ? i.naturalWidth : 0))`, sel)
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[[][]int](js))
+	if err != nil {
+		return nil, fmt.Errorf("read %s images: %w", roleName(role), err)
+	}
+	return out, nil
+}
+
+// FileLinks returns the texts of the download links of the messages with
+// role, oldest first.
+func FileLinks(ctx context.Context, role string) ([]string, error) {
+	sel, _ := json.Marshal(selector(role))
+	js := fmt.Sprintf(`Array.from(document.querySelectorAll(%s + " .files a[download]"), a => a.textContent)`, sel)
+	return chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
 }
