@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/heraldhq/herald/agent"
@@ -261,5 +262,66 @@ func TestE2EWebSendFile(t *testing.T) {
 	}
 	if res := tg.LLM.Requests()[1].Messages; !strings.Contains(res[len(res)-1].ToolResults[0].Content, `"status":"attached"`) {
 		t.Errorf("send_file result %q", res[len(res)-1].ToolResults[0].Content)
+	}
+}
+
+// TestE2ESpawnHandsFilesToChild: sessions_spawn's attachments give the
+// child the picture (an image block with its bytes, the path in its task);
+// the child's send_file goes out with its announce, after the announce's
+// text, in the same conversation.
+func TestE2ESpawnHandsFilesToChild(t *testing.T) {
+	var mu sync.Mutex
+	childCalls := 0
+	tg := newTestGateway(t, filesE2EConfig, func(c llmtest.Call) llmtest.Reply {
+		u := c.LastUser()
+		switch {
+		case strings.HasPrefix(u, "describe the chart"):
+			mu.Lock()
+			childCalls++
+			n := childCalls
+			mu.Unlock()
+			if n == 1 {
+				return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: json.RawMessage(`{"path": "attachments/chart.png", "caption": "annotated"}`)}}}
+			}
+			return llmtest.Reply{Text: "a red dot on white"}
+		case strings.Contains(u, "Announce step"):
+			return llmtest.Reply{Text: "Result:\na red dot on white\n\nNotes:\n(none)"}
+		case strings.Contains(u, "look at this") && len(c.Messages) == 1:
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: json.RawMessage(`{"task": "describe the chart", "attachments": ["attachments/chart.png"]}`)}}}
+		}
+		return llmtest.Reply{Text: "a sub-agent is on it"}
+	})
+	pic := testPNG(t)
+	const client = "files-spawn"
+	postFiles(t, tg.URL, client, "look at this", map[string][]byte{"chart.png": pic})
+	waitWeb(t, tg, client, 0, "announce", func(s string) bool { return s == "annotated" })
+	var child *llmtest.Call
+	for _, c := range tg.LLM.Requests() {
+		if strings.HasPrefix(c.LastUser(), "describe the chart") {
+			child = &c
+			break
+		}
+	}
+	if child == nil {
+		t.Fatal("the child made no model call")
+	}
+	if u := child.LastUser(); !strings.Contains(u, "\n[file: attachments/chart.png · image/png · ") {
+		t.Errorf("child task %q does not name the file", u)
+	}
+	if b := child.Blocks(); len(b) != 1 || !bytes.Equal(b[0].Data, pic) {
+		t.Errorf("child's model got %d blocks, want the picture", len(b))
+	}
+	var announces []string
+	for _, m := range webFileMessages(t, tg.URL, client) {
+		if m.Role == "announce" {
+			s := m.Text
+			if len(m.Files) > 0 {
+				s = "file:" + m.Files[0].Name + ":" + m.Text
+			}
+			announces = append(announces, s)
+		}
+	}
+	if len(announces) != 2 || !strings.HasPrefix(announces[0], "Status: success") || announces[1] != "file:chart.png:annotated" {
+		t.Errorf("announce messages %q, want the announce then the child's file", announces)
 	}
 }

@@ -376,3 +376,45 @@ func (s fileSink) AttachFile(ctx context.Context, cc agent.CallContext, name, ca
 	}
 	return ref.Size, ref.MIME, nil
 }
+
+// workspaceFile stores the file at path of conversation workspace ws
+// (sessions_spawn's attachments): a relative path that stays inside it,
+// through no symbolic link.
+func (g *Gateway) workspaceFile(ctx context.Context, ws, path string) (agent.File, error) {
+	rel := filepath.ToSlash(filepath.Clean(path))
+	if filepath.IsAbs(path) || !filepath.IsLocal(rel) {
+		return agent.File{}, errors.New("give a path relative to the workspace, inside it (e.g. attachments/chart.png)")
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return agent.File{}, err
+	}
+	defer root.Close()
+	fi, err := root.Lstat(rel)
+	if err != nil {
+		return agent.File{}, errors.New("no such file in the workspace")
+	}
+	if !fi.Mode().IsRegular() {
+		return agent.File{}, errors.New("not a regular file")
+	}
+	f, err := root.Open(rel)
+	if err != nil {
+		return agent.File{}, err
+	}
+	defer f.Close()
+	limit := g.cfg().Attachments.MaxBytes
+	ref, err := g.db.PutFile(ctx, f, limit, func(head []byte) (string, error) {
+		t, err := media.Sniff(head, "")
+		if errors.Is(err, media.ErrCorrupt) {
+			return "application/octet-stream", nil
+		}
+		return t, err
+	})
+	if errors.Is(err, store.ErrFileTooLarge) {
+		return agent.File{}, fmt.Errorf("it is over the %s limit (attachments.maxBytes)", media.Size(limit))
+	}
+	if err != nil {
+		return agent.File{}, err
+	}
+	return agent.File{ID: ref.ID, Name: fi.Name(), MIME: ref.MIME, Size: ref.Size, Path: rel}, nil
+}

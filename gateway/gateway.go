@@ -172,6 +172,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take,
+		WorkspaceFile: g.workspaceFile, OpenFile: g.openFile,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, RetryWrite: g.retryWrite,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,

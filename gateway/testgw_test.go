@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/gateway"
@@ -35,6 +36,10 @@ var testReadTimeout time.Duration
 // testLogger, when set, is the Logger of the next test gateway (a test that
 // reads log lines sets and resets it).
 var testLogger *zap.Logger
+
+// testChannels, when set, are extra channels of the next test gateway (a
+// test that sets it resets it).
+var testChannels []channels.Channel
 
 // testNoWaitReady, when set, makes the next test gateway return without
 // waiting for /readyz 200 (a test of the start-up phases sets and resets it).
@@ -101,6 +106,7 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 		Logger:          cmp.Or(testLogger, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))),
 		Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
 		HTTPReadTimeout: testReadTimeout,
+		Channels:        testChannels,
 	})
 	if err != nil {
 		ln.Close()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/media"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
@@ -77,6 +79,11 @@ type Deps struct {
 	// spawned, started or ended (the web chat's sub-agents panel). It must
 	// not block.
 	OnChange func(rootKey string)
+	// WorkspaceFile, if set, stores the file at path (relative) of the
+	// conversation workspace ws and returns it (sessions_spawn's
+	// attachments); OpenFile reads a stored file for a model.
+	WorkspaceFile func(ctx context.Context, ws, path string) (agent.File, error)
+	OpenFile      func(ctx context.Context, id string) (io.ReadCloser, error)
 	// Files, if set, returns (and forgets) the files a run's send_file
 	// calls attached, by the run's child session key: they go out with its
 	// announce, after the text (SPEC §18).
@@ -272,6 +279,9 @@ type SpawnParams struct {
 	Action            string   `json:"action,omitempty"`
 	SessionKey        string   `json:"sessionKey,omitempty"`
 	Message           string   `json:"message,omitempty"`
+	// Attachments are workspace files handed to the child (SPEC §18):
+	// named in its task, and images given to its model as content.
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // SpawnResult is sessions_spawn's result.
@@ -369,6 +379,23 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		// (childTools intersects its agent's with them), like a delegate:
 		// spawning never widens what the caller may do (SPEC §3, §17).
 		allowed = slices.Clone(cc.Tools)
+	}
+	if len(p.Attachments) > 0 {
+		if m.d.WorkspaceFile == nil {
+			return nil, nil, "", spawnErrorP("attachments are not available here")
+		}
+		ws := m.conversationWorkspace(cmp.Or(cc.RootKey, cc.SessionKey), cc.AgentID)
+		var lines []string
+		fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, path := range p.Attachments {
+			f, err := m.d.WorkspaceFile(fctx, ws, path)
+			if err != nil {
+				return nil, nil, "", spawnErrorP("attachments: %q: %v", path, err)
+			}
+			lines = append(lines, fmt.Sprintf("[file: %s · %s · %s]", f.Path, f.MIME, media.Size(f.Size)))
+		}
+		task += "\n" + strings.Join(lines, "\n")
 	}
 	cleanup := p.Cleanup
 	switch cleanup {
@@ -567,6 +594,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		runCtx, c = context.WithTimeout(ctx, time.Duration(run.TimeoutSeconds)*time.Second)
 		defer c()
 	}
+	turn.Files, turn.OpenFile = m.taskFiles(ctx, turn.Call.Workspace, run.Task), m.d.OpenFile
 	res, runErr := sess.Run(runCtx, turn, run.Task)
 	if res.Fallback != "" {
 		m.noteFallback(lr, res.Fallback)
@@ -1011,4 +1039,31 @@ func budgetLine(err error) string {
 		return be.Error()
 	}
 	return err.Error()
+}
+
+// taskFiles are the files a spawn handed its child (the task's
+// "[file: <path> · <type> · <size>]" lines), stored again from the
+// conversation workspace so the child's model can take them as content.
+func (m *Manager) taskFiles(ctx context.Context, ws, task string) []agent.File {
+	if m.d.WorkspaceFile == nil || ws == "" {
+		return nil
+	}
+	var out []agent.File
+	for _, line := range strings.Split(task, "\n") {
+		rest, ok := strings.CutPrefix(line, "[file: ")
+		if !ok {
+			continue
+		}
+		path, _, ok := strings.Cut(rest, " · ")
+		if !ok {
+			continue
+		}
+		f, err := m.d.WorkspaceFile(ctx, ws, path)
+		if err != nil {
+			m.log.Warn("a file handed to a sub-agent is no longer readable", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
 }

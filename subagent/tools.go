@@ -86,7 +86,8 @@ func (m *Manager) spawnToolDef() agent.Tool {
 "allowedTools":{"type":"array","items":{"type":"string"},"description":"a subset of your tools"},
 "allowed_tools":{"type":"array","items":{"type":"string"}},
 "action":{"type":"string","enum":["spawn","history","steer"]},
-"sessionKey":{"type":"string"},"message":{"type":"string"}},"required":["task"]}`,
+"sessionKey":{"type":"string"},"message":{"type":"string"},
+"attachments":{"type":"array","items":{"type":"string"},"description":"workspace files to hand to the sub-agent, e.g. [\"attachments/chart.png\"]"}},"required":["task"]}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
 			var p SpawnParams
 			if err := decode("sessions_spawn", args, &p); err != nil {
