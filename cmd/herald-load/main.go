@@ -39,6 +39,8 @@ func main() {
 	waves := flag.Int("waves", 2, "with -sessions: waves of new conversations")
 	ttft := flag.Int("ttft", 0, "measure time to the first streamed token: this many conversations, one message each (instead of the sub-agent load)")
 	streamDelay := flag.Duration("stream-delay", 200*time.Millisecond, "with -ttft: the fake model's pause between streamed pieces")
+	uploads := flag.Int("uploads", 0, "measure file uploads: this many web conversations each post one message with a file at once (instead of the sub-agent load)")
+	uploadBytes := flag.Int64("upload-bytes", 20_000_000, "with -uploads: bytes of each file")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "herald-load: unexpected argument %q\n", flag.Arg(0))
@@ -57,6 +59,17 @@ func main() {
 		fmt.Printf("ttft: conversations=%d model-first-piece=%s stream-delay=%s first-delta p50=%s p95=%s (%d of %d streamed) final p50=%s p95=%s\n",
 			*ttft, o.Latency, *streamDelay, load.Percentile(r.First, 50).Round(time.Millisecond), load.Percentile(r.First, 95).Round(time.Millisecond),
 			len(r.First), len(r.Final), load.Percentile(r.Final, 50).Round(time.Millisecond), load.Percentile(r.Final, 95).Round(time.Millisecond))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *uploads > 0 {
+		uctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		r, err := load.Uploads(uctx, load.UploadOptions{Conversations: *uploads, Bytes: *uploadBytes, Bin: o.Bin, Dir: o.Dir, Log: o.Log})
+		fmt.Printf("uploads: conversations=%d bytes=%d %s\n", *uploads, *uploadBytes, r)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
 			os.Exit(1)
