@@ -1,6 +1,10 @@
 package channels
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/heraldhq/herald/config"
+)
 
 // Group policies.
 const (
@@ -51,4 +55,13 @@ func (a Access) Admit(chatType, chatID, sender string, mentioned bool) bool {
 		return false
 	}
 	return mentioned || !rule.RequireMention
+}
+
+// AccessOf is the allowlist of a channel's config section (SPEC §9).
+func AccessOf(a config.Access) Access {
+	groups := make(map[string]GroupRule, len(a.Groups))
+	for id, g := range a.Groups {
+		groups[id] = GroupRule{RequireMention: g.RequiresMention(), AllowFrom: g.AllowFrom}
+	}
+	return Access{AllowFrom: a.AllowFrom, GroupPolicy: a.GroupPolicy, Groups: groups}
 }

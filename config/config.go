@@ -2,7 +2,9 @@
 // keys are errors), ${ENV} substitution, defaults, and validation that reports
 // every problem with its key path and line:column.
 //
-// It must not import any other Herald package.
+// It must not import any other Herald package. It knows no chat channel by
+// name but the web chat: each channel module registers its own section
+// (RegisterChannel, through channels.Register).
 package config
 
 import "slices"
@@ -304,14 +306,6 @@ type ToolPolicy struct {
 	Tools   map[string]string `json:"tools"`
 }
 
-// Channels configures each chat channel.
-type Channels struct {
-	Slack    Slack    `json:"slack"`
-	Telegram Telegram `json:"telegram"`
-	Matrix   Matrix   `json:"matrix"`
-	Web      Web      `json:"web"`
-}
-
 // Group configures one group chat.
 type Group struct {
 	RequireMention *bool    `json:"requireMention"` // default true
@@ -323,51 +317,6 @@ type Access struct {
 	AllowFrom   []string         `json:"allowFrom"`   // user ids; empty = anyone in DMs
 	GroupPolicy string           `json:"groupPolicy"` // allowlist (default) | open | disabled
 	Groups      map[string]Group `json:"groups"`
-}
-
-// Slack configures the Slack channel.
-type Slack struct {
-	Enabled       bool   `json:"enabled"`
-	Streaming     string `json:"streaming"` // edit (default) | off: the reply shown while it is written (SPEC §16)
-	Mode          string `json:"mode"`      // socket (default) | http
-	BotToken      Secret `json:"botToken"`
-	AppToken      Secret `json:"appToken"`      // socket mode
-	SigningSecret Secret `json:"signingSecret"` // http mode
-	APIURL        string `json:"apiUrl"`        // default https://slack.com/api/
-	WebhookPath   string `json:"webhookPath"`   // http mode; default /slack/events
-	ReplyToMode   string `json:"replyToMode"`   // off|first|all; default all
-	ThreadContext *int   `json:"threadContext"` // earlier thread messages given to the model (SPEC §21); default 20, 0 = off
-	Access
-}
-
-// Telegram configures the Telegram channel.
-type Telegram struct {
-	Enabled       bool   `json:"enabled"`
-	Streaming     string `json:"streaming"` // edit (default) | off: the reply shown while it is written (SPEC §16)
-	BotToken      Secret `json:"botToken"`
-	APIURL        string `json:"apiUrl"`        // default https://api.telegram.org
-	WebhookURL    string `json:"webhookUrl"`    // set = webhook mode, else long polling
-	WebhookSecret Secret `json:"webhookSecret"` // checked against X-Telegram-Bot-Api-Secret-Token
-	WebhookPath   string `json:"webhookPath"`   // default /telegram/webhook
-	// UncertainDelivery: a message part whose send outcome is unknown after
-	// a crash is sent again ("resend", the default) or dropped ("skip").
-	UncertainDelivery string `json:"uncertainDelivery"`
-	Access
-}
-
-// Matrix configures the Matrix channel.
-type Matrix struct {
-	Enabled       bool   `json:"enabled"`
-	Streaming     string `json:"streaming"` // edit (default) | off: the reply shown while it is written (SPEC §16)
-	Homeserver    string `json:"homeserver"`
-	UserID        string `json:"userId"`
-	AccessToken   Secret `json:"accessToken"`
-	Password      Secret `json:"password"`
-	DeviceID      string `json:"deviceId"`
-	AutoJoin      *bool  `json:"autoJoin"`      // default true
-	ThreadReplies string `json:"threadReplies"` // off|inbound|always; default inbound
-	ThreadContext *int   `json:"threadContext"` // earlier thread messages given to the model (SPEC §21); default 20, 0 = off
-	Access
 }
 
 // Web configures the local web chat.
@@ -391,15 +340,10 @@ type WebRateLimit struct {
 // ChannelStreaming is channels.<name>.streaming: "edit" (the default) or "off".
 func (c *Config) ChannelStreaming(name string) string {
 	var v string
-	switch name {
-	case "slack":
-		v = c.Channels.Slack.Streaming
-	case "telegram":
-		v = c.Channels.Telegram.Streaming
-	case "matrix":
-		v = c.Channels.Matrix.Streaming
-	case "web":
+	if name == "web" {
 		v = c.Channels.Web.Streaming
+	} else if o := c.Channels.Options(name); o != nil {
+		v = o.Common().Streaming
 	}
 	if v == "" {
 		return "edit"

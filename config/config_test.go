@@ -99,10 +99,10 @@ func TestFullConfigLoads(t *testing.T) {
 	if got := cfg.Models.Providers["anthropic"].APIKey.Value(); got != fullEnv["ANTHROPIC_API_KEY"] {
 		t.Errorf("anthropic apiKey not substituted: %q", got)
 	}
-	if got := cfg.Channels.Slack.AppToken.Value(); got != fullEnv["SLACK_APP_TOKEN"] {
+	if got := chOpt(t, cfg, "slack", "AppToken").(Secret).Value(); got != fullEnv["SLACK_APP_TOKEN"] {
 		t.Errorf("slack appToken = %q", got)
 	}
-	if got := cfg.Channels.Slack.Mode; got != "socket" {
+	if got := chOpt(t, cfg, "slack", "Mode"); got != "socket" {
 		t.Errorf("slack mode default = %q", got)
 	}
 	if !cfg.WebEnabled() {
@@ -173,9 +173,9 @@ func TestSpecExampleLoads(t *testing.T) {
 func TestSecretsNeverPrinted(t *testing.T) {
 	cfg := loadFull(t)
 	// Fill every secret, including those the file leaves empty.
-	cfg.Channels.Slack.SigningSecret = "signing-SECRET-8"
-	cfg.Channels.Telegram.WebhookSecret = "hook-SECRET-9"
-	cfg.Channels.Matrix.Password = "pw-SECRET-10"
+	setChOpt(t, cfg, "slack", "SigningSecret", "signing-SECRET-8")
+	setChOpt(t, cfg, "telegram", "WebhookSecret", "hook-SECRET-9")
+	setChOpt(t, cfg, "matrix", "Password", "pw-SECRET-10")
 	cfg.Channels.Web.Token = "web-SECRET-11"
 
 	js, err := json.Marshal(cfg)
@@ -358,15 +358,16 @@ func TestDefaultsApplied(t *testing.T) {
 		{"exec cpu", cfg.Tools.Exec.CPUSeconds, 300},
 		{"fetch timeout", cfg.Tools.WebFetch.TimeoutSeconds, 20},
 		{"fetch bytes", cfg.Tools.WebFetch.MaxBytes, 1 << 20},
-		{"slack api", cfg.Channels.Slack.APIURL, "https://slack.com/api/"},
-		{"slack path", cfg.Channels.Slack.WebhookPath, "/slack/events"},
-		{"slack reply", cfg.Channels.Slack.ReplyToMode, "all"},
-		{"telegram api", cfg.Channels.Telegram.APIURL, "https://api.telegram.org"},
-		{"telegram path", cfg.Channels.Telegram.WebhookPath, "/telegram/webhook"},
-		{"group policy", cfg.Channels.Telegram.GroupPolicy, "allowlist"},
-		{"require mention", cfg.Channels.Telegram.Groups["-1"].RequiresMention(), true},
-		{"matrix autojoin", *cfg.Channels.Matrix.AutoJoin, true},
-		{"matrix threads", cfg.Channels.Matrix.ThreadReplies, "inbound"},
+		{"slack api", chOpt(t, cfg, "slack", "APIURL"), "https://slack.com/api/"},
+		{"slack path", chOpt(t, cfg, "slack", "WebhookPath"), "/slack/events"},
+		{"slack reply", chOpt(t, cfg, "slack", "ReplyToMode"), "all"},
+		{"telegram api", chOpt(t, cfg, "telegram", "APIURL"), "https://api.telegram.org"},
+		{"telegram path", chOpt(t, cfg, "telegram", "WebhookPath"), "/telegram/webhook"},
+		{"telegram uncertain", chOpt(t, cfg, "telegram", "UncertainDelivery"), "resend"},
+		{"group policy", cfg.Channels.Options("telegram").Common().GroupPolicy, "allowlist"},
+		{"require mention", cfg.Channels.Options("telegram").Common().Groups["-1"].RequiresMention(), true},
+		{"matrix autojoin", *chOpt(t, cfg, "matrix", "AutoJoin").(*bool), true},
+		{"matrix threads", chOpt(t, cfg, "matrix", "ThreadReplies"), "inbound"},
 		{"agent", cfg.DefaultAgentID(), "main"},
 		{"model", cfg.AgentModel("main"), "demo/demo"},
 		{"limits", cfg.SubagentLimits("main"), Limits{8, 1, 5, 20, 300, 60, 30, "", "", []string{"main"}}},
@@ -513,4 +514,27 @@ func TestDocsExampleIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// chOpt is a field of the section channels.<name> by its Go name: the
+// sections' types live in the channel packages, registered through the
+// import of channels/all in registry_test.go (package config_test).
+func chOpt(t testing.TB, cfg *Config, name, field string) any {
+	t.Helper()
+	o := cfg.Channels.Options(name)
+	if o == nil {
+		t.Fatalf("channel %s is not registered", name)
+	}
+	f := reflect.ValueOf(o).Elem().FieldByName(field)
+	if !f.IsValid() {
+		t.Fatalf("channels.%s has no field %s", name, field)
+	}
+	return f.Interface()
+}
+
+// setChOpt sets a string field of channels.<name>.
+func setChOpt(t testing.TB, cfg *Config, name, field, value string) {
+	t.Helper()
+	chOpt(t, cfg, name, field)
+	reflect.ValueOf(cfg.Channels.Options(name)).Elem().FieldByName(field).SetString(value)
 }

@@ -37,11 +37,6 @@ const (
 	DefaultServiceName            = "herald"
 	DefaultSampleRatio            = 1.0
 
-	DefaultSlackAPIURL         = "https://slack.com/api/"
-	DefaultSlackWebhookPath    = "/slack/events"
-	DefaultTelegramAPIURL      = "https://api.telegram.org"
-	DefaultTelegramWebhookPath = "/telegram/webhook"
-
 	// DefaultThreadContext is channels.<name>.threadContext: the earlier
 	// thread messages read when the bot is first addressed mid-thread;
 	// MaxThreadContext bounds it.
@@ -195,7 +190,6 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Tools.WebFetch.MaxBytes, DefaultWebFetchMaxBytes)
 	setInt(&c.Channels.Web.RateLimit.PerMinute, DefaultWebRatePerMinute)
 	setInt(&c.Agents.Defaults.TurnTimeoutSeconds, DefaultTurnTimeoutSeconds)
-	setStr(&c.Channels.Telegram.UncertainDelivery, "resend")
 	setInt(&c.Channels.Web.RateLimit.Burst, DefaultWebRateBurst)
 	setInt(&c.Channels.Web.MaxStreams, DefaultWebMaxStreams)
 
@@ -214,34 +208,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 		tp.Tools["exec"] = "supervised"
 	}
 
-	ch := &c.Channels
-	setStr(&ch.Slack.Mode, "socket")
-	setStr(&ch.Slack.APIURL, DefaultSlackAPIURL)
-	setStr(&ch.Slack.WebhookPath, DefaultSlackWebhookPath)
-	setStr(&ch.Slack.ReplyToMode, "all")
-	setStr(&ch.Telegram.APIURL, DefaultTelegramAPIURL)
-	setStr(&ch.Telegram.WebhookPath, DefaultTelegramWebhookPath)
-	if ch.Matrix.AutoJoin == nil {
-		ch.Matrix.AutoJoin = boolp(true)
-	}
-	setStr(&ch.Matrix.ThreadReplies, "inbound")
-	for _, tc := range []**int{&ch.Slack.ThreadContext, &ch.Matrix.ThreadContext} {
-		if *tc == nil {
-			*tc = intp(DefaultThreadContext)
-		}
-	}
-	for _, a := range []*Access{&ch.Slack.Access, &ch.Telegram.Access, &ch.Matrix.Access} {
-		setStr(&a.GroupPolicy, "allowlist")
-		for id, g := range a.Groups {
-			if g.RequireMention == nil {
-				g.RequireMention = boolp(true)
-				a.Groups[id] = g
-			}
-		}
-	}
-	if ch.Web.Enabled == nil {
-		ch.Web.Enabled = boolp(true)
-	}
+	c.applyChannelDefaults()
 	c.applyMCPDefaults()
 	c.applyScheduleDefaults()
 }

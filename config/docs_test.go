@@ -46,6 +46,11 @@ func configKeys() map[string]string {
 		}
 	}
 	walk(reflect.TypeOf(Config{}), "")
+	// Each registered channel's section (registry_test.go imports them).
+	for _, name := range RegisteredChannels() {
+		o, _ := newChannelOptions(name)
+		walk(reflect.TypeOf(o), "channels."+name)
+	}
 	return keys
 }
 

@@ -75,6 +75,10 @@ func (e *envExpander) walk(v reflect.Value, path string) {
 		}
 	case reflect.Struct:
 		t := v.Type()
+		if t == channelsType {
+			e.walkChannels(v.Addr().Interface().(*Channels), path)
+			return
+		}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
 			if !f.IsExported() {

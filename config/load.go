@@ -115,10 +115,11 @@ func parse(file string, data []byte, env func(string) (string, bool), only func(
 	cfg.src = &source{file: file, pos: pos}
 
 	disabled := map[string]bool{
-		"channels.slack":    !cfg.Channels.Slack.Enabled,
-		"channels.telegram": !cfg.Channels.Telegram.Enabled,
-		"channels.matrix":   !cfg.Channels.Matrix.Enabled,
-		"channels.web":      cfg.Channels.Web.Enabled != nil && !*cfg.Channels.Web.Enabled,
+		"channels.web": cfg.Channels.Web.Enabled != nil && !*cfg.Channels.Web.Enabled,
+	}
+	for _, name := range RegisteredChannels() {
+		o, ok := cfg.Channels.mods[name]
+		disabled[joinKey("channels", name)] = !ok || !o.Common().Enabled
 	}
 	for name, s := range cfg.MCP.Servers {
 		disabled[joinKey("mcp.servers", name)] = s.Enabled != nil && !*s.Enabled

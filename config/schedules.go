@@ -237,9 +237,9 @@ func (v *validator) schedules() {
 			v.add(p+".task", "missing: what the agent should do at each firing")
 		}
 		if l.Deliver.Channel == "" {
-			v.add(p+".deliver.channel", "missing: the channel to announce into (%s)", oneOf(channelNames))
+			v.add(p+".deliver.channel", "missing: the channel to announce into (%s)", oneOf(ChannelNames()))
 		} else {
-			v.enum(p+".deliver.channel", l.Deliver.Channel, channelNames)
+			v.enum(p+".deliver.channel", l.Deliver.Channel, ChannelNames())
 		}
 		if l.Deliver.Chat == "" {
 			v.add(p+".deliver.chat", "missing: the chat to announce into (Slack channel id, Telegram chat id, Matrix room id or web client id)")

@@ -113,6 +113,10 @@ func (c *strictChecker) check(n *node, t reflect.Type, path string) {
 	if t == modelSettingType && n.kind == kindString {
 		return // a plain "provider/model" reference
 	}
+	if t == channelsType {
+		c.checkChannels(n, path)
+		return
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.kind != kindObject && t == modelSettingType {

@@ -19,17 +19,11 @@ var (
 	policyValues   = []string{"allow", "supervised", "deny"}
 	policyGroups   = []string{"sessions", "files", "exec", "web", "mcp"}
 	execSandboxes  = []string{"auto", "bwrap", "landlock", "off"}
-	slackModes     = []string{"socket", "http"}
-	replyToModes   = []string{"off", "first", "all"}
-	threadReplies  = []string{"off", "inbound", "always"}
 	groupPolicies  = []string{"allowlist", "open", "disabled"}
-	channelNames   = []string{"slack", "telegram", "matrix", "web"}
 	chatTypes      = []string{"dm", "group"}
 	streamingModes = []string{"edit", "off"}
 
-	agentIDRe       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
-	matrixUserRe    = regexp.MustCompile(`^@[^:\s]+:\S+$`)
-	webhookSecretRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+	agentIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
 )
 
 // validator collects problems with their positions.
@@ -128,9 +122,7 @@ func (v *validator) gateway() {
 	case v.c.State.Driver != "postgres" && v.c.State.URL != "":
 		v.add("state.url", "is only read with driver \"postgres\" (driver is %q)", v.c.State.Driver)
 	}
-	for _, ch := range channelNames {
-		v.enum("channels."+ch+".streaming", v.c.ChannelStreaming(ch), streamingModes)
-	}
+	v.enum("channels.web.streaming", v.c.Channels.Web.Streaming, streamingModes)
 	if _, err := listenIsLoopback(g.HTTP.Listen); err != nil {
 		v.add("gateway.http.listen", "%v", err)
 	}
@@ -298,7 +290,6 @@ func (v *validator) agents() {
 	v.atLeast("agents.defaults.turnTimeoutSeconds", d.TurnTimeoutSeconds, 1)
 	v.nonNegative("channels.web.rateLimit.burst", v.c.Channels.Web.RateLimit.Burst)
 	v.nonNegative("channels.web.maxStreams", v.c.Channels.Web.MaxStreams)
-	v.enum("channels.telegram.uncertainDelivery", v.c.Channels.Telegram.UncertainDelivery, []string{"resend", "skip"})
 	v.atLeast("agents.defaults.maxIterations", d.MaxIterations, 1)
 	v.subagents("agents.defaults.subagents", d.Subagents, true, ids)
 
@@ -346,7 +337,7 @@ func (v *validator) bindings() {
 		case !ids[b.AgentID]:
 			v.add(path+".agentId", "unknown agent %q (agents: %s)", b.AgentID, strings.Join(sortedKeys(ids), ", "))
 		}
-		v.enum(path+".match.channel", b.Match.Channel, channelNames)
+		v.enum(path+".match.channel", b.Match.Channel, ChannelNames())
 		v.enum(path+".match.chatType", b.Match.ChatType, chatTypes)
 	}
 }
@@ -384,9 +375,9 @@ func (v *validator) security() {
 	v.atLeast("security.approvalTimeoutSeconds", s.ApprovalTimeoutSeconds, 1)
 	for _, ch := range sortedKeys(s.Approvers) {
 		path := joinKey("security.approvers", ch)
-		check, ok := approverID[ch]
+		check, ok := channelApprover(ch)
 		if !ok {
-			v.add(path, "unknown channel %q (approvers can be listed for %s)", ch, oneOf(sortedKeys(approverID)))
+			v.add(path, "unknown channel %q (approvers can be listed for %s)", ch, oneOf(approverChannels()))
 			continue
 		}
 		for i, id := range s.Approvers[ch] {
@@ -409,31 +400,6 @@ func (v *validator) security() {
 	}
 }
 
-// approverID checks a user id of each channel that has approvers; it
-// returns what an id must be, or "" when id is one.
-var approverID = map[string]func(id string) string{
-	"slack": func(id string) string {
-		if slackUserRe.MatchString(id) {
-			return ""
-		}
-		return "a Slack user id (U… or W…, upper-case letters and digits)"
-	},
-	"telegram": func(id string) string {
-		if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > 0 {
-			return ""
-		}
-		return "a Telegram user id (a positive number)"
-	},
-	"matrix": func(id string) string {
-		if matrixUserRe.MatchString(id) {
-			return ""
-		}
-		return "a Matrix user id (@name:server)"
-	},
-}
-
-var slackUserRe = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
-
 func (v *validator) policyValue(path, val string) {
 	if !contains(policyValues, val) {
 		v.add(path, "%q is not one of %s", val, oneOf(policyValues))
@@ -449,70 +415,8 @@ func (v *validator) access(path string, a Access) {
 	}
 }
 
-// threadContext checks a channel's threadContext: 0 (off) to MaxThreadContext.
-func (v *validator) threadContext(path string, n *int) {
-	if n != nil && (*n < 0 || *n > MaxThreadContext) {
-		v.add(path, "%d is out of range: 0 (off) to %d earlier messages", *n, MaxThreadContext)
-	}
-}
-
 func (v *validator) channels() {
-	ch := v.c.Channels
-
-	s := ch.Slack
-	v.enum("channels.slack.mode", s.Mode, slackModes)
-	v.enum("channels.slack.replyToMode", s.ReplyToMode, replyToModes)
-	v.httpURL("channels.slack.apiUrl", s.APIURL)
-	v.urlPath("channels.slack.webhookPath", s.WebhookPath)
-	v.access("channels.slack", s.Access)
-	v.threadContext("channels.slack.threadContext", s.ThreadContext)
-	if s.Enabled {
-		if s.BotToken == "" {
-			v.add("channels.slack.botToken", "missing: the enabled slack channel needs a botToken (xoxb-…)")
-		}
-		switch s.Mode {
-		case "socket":
-			if s.AppToken == "" {
-				v.add("channels.slack.appToken", "missing: slack socket mode needs an appToken (xapp-…)")
-			}
-		case "http":
-			if s.SigningSecret == "" {
-				v.add("channels.slack.signingSecret", "missing: slack http mode needs a signingSecret")
-			}
-		}
-	}
-
-	t := ch.Telegram
-	v.httpURL("channels.telegram.apiUrl", t.APIURL)
-	v.httpURL("channels.telegram.webhookUrl", t.WebhookURL)
-	v.urlPath("channels.telegram.webhookPath", t.WebhookPath)
-	if t.WebhookSecret != "" && !webhookSecretRe.MatchString(t.WebhookSecret.Value()) {
-		v.add("channels.telegram.webhookSecret", "must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
-	}
-	v.access("channels.telegram", t.Access)
-	if t.Enabled && t.BotToken == "" {
-		v.add("channels.telegram.botToken", "missing: the enabled telegram channel needs a botToken")
-	}
-
-	m := ch.Matrix
-	v.httpURL("channels.matrix.homeserver", m.Homeserver)
-	v.enum("channels.matrix.threadReplies", m.ThreadReplies, threadReplies)
-	if m.UserID != "" && !matrixUserRe.MatchString(m.UserID) {
-		v.add("channels.matrix.userId", "%q is not a Matrix user id like @herald:example.org", m.UserID)
-	}
-	v.access("channels.matrix", m.Access)
-	v.threadContext("channels.matrix.threadContext", m.ThreadContext)
-	if m.Enabled {
-		if m.Homeserver == "" {
-			v.add("channels.matrix.homeserver", "missing: the enabled matrix channel needs a homeserver URL")
-		}
-		if m.UserID == "" {
-			v.add("channels.matrix.userId", "missing: the enabled matrix channel needs a userId")
-		}
-		if m.AccessToken == "" && m.Password == "" {
-			v.add("channels.matrix.accessToken", "missing: the enabled matrix channel needs an accessToken or a password")
-		}
-	}
+	v.registeredChannels()
 
 	if tok := v.c.Channels.Web.Token; tok != "" && strings.TrimSpace(string(tok)) == "" {
 		v.add("channels.web.token", "is only whitespace: set a real token or leave it out")

@@ -16,7 +16,6 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
-	"github.com/heraldhq/herald/channels/slack"
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/store"
 )
@@ -210,8 +209,8 @@ func (a *approvals) mayAnswer(origin channels.Origin, by string) bool {
 // separator before and after too: " {…}\n", or "\n```{…}```\n" on Slack.
 func shownArgs(ch channels.Name, args string) string {
 	shown := channels.Visible(strings.TrimSpace(args))
-	if ch == "slack" {
-		return "\n" + slack.Verbatim(shown) + "\n"
+	if m, ok := channels.Lookup(ch); ok && m.Verbatim != nil {
+		return "\n" + m.Verbatim(shown) + "\n"
 	}
 	return " " + shown + "\n"
 }
@@ -222,8 +221,9 @@ func requesterName(o channels.Origin) string {
 		return o.SenderName
 	case o.SenderID == "":
 		return "the person who asked"
-	case o.Channel == "slack":
-		return "<@" + o.SenderID + ">" // Slack shows a mention as the person's name
+	}
+	if m, ok := channels.Lookup(o.Channel); ok && m.MentionOf != nil {
+		return m.MentionOf(o.SenderID) // shown as the person's name
 	}
 	return o.SenderID
 }

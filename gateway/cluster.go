@@ -13,8 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
-	"github.com/heraldhq/herald/channels/matrix"
-	"github.com/heraldhq/herald/channels/telegram"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
 )
@@ -250,16 +248,11 @@ func (c *cluster) lose(reason string) {
 }
 
 // exclusive reports whether only one replica at a time may run the
-// channel: Telegram long polling (a second poller gets 409) and Matrix
-// /sync. Webhooks, Slack and the web chat run on every replica.
+// channel, as its module says (Telegram long polling, Matrix /sync); the
+// web chat runs on every replica.
 func (g *Gateway) exclusive(name channels.Name) bool {
-	switch name {
-	case telegram.Name:
-		return g.cfg().Channels.Telegram.WebhookURL == ""
-	case matrix.Name:
-		return true
-	}
-	return false
+	m, ok := channels.Lookup(name)
+	return ok && m.IsExclusive(g.cfg().Channels.Options(string(name)))
 }
 
 // runs reports whether this replica runs the channel: always, unless it

@@ -14,9 +14,6 @@ import (
 
 	"github.com/heraldhq/herald/agent/providers"
 	"github.com/heraldhq/herald/channels"
-	"github.com/heraldhq/herald/channels/matrix"
-	"github.com/heraldhq/herald/channels/slack"
-	"github.com/heraldhq/herald/channels/telegram"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
@@ -26,8 +23,8 @@ const doctorTimeout = 20 * time.Second
 
 // Doctor checks what `herald doctor` checks besides the config itself: the
 // state dir, each provider (its model list against the configured models)
-// and each enabled Slack, Telegram and Matrix channel against its real
-// endpoint. It starts nothing and changes nothing.
+// and each enabled channel module against its real endpoint (its Check,
+// else its adapter's Checker). It starts nothing and changes nothing.
 func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels.Check {
 	out := []channels.Check{checkState(ctx, cfg, stateDir), checkDescriptors(cfg)}
 	ids := make([]string, 0, len(cfg.Models.Providers))
@@ -40,7 +37,16 @@ func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels
 	}
 	g := &Gateway{log: zap.NewNop(), metrics: newMetrics()}
 	g.conf.Store(cfg)
-	for _, name := range []channels.Name{slack.Name, telegram.Name, matrix.Name} {
+	for _, m := range channels.Modules() {
+		name := m.Name
+		if m.Check != nil {
+			if opts := cfg.Channels.Options(string(name)); opts.Common().Enabled {
+				cctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+				out = append(out, m.Check(cctx, channels.Deps{Options: opts, Logger: zap.NewNop(), State: &channels.MemoryKV{}})...)
+				cancel()
+			}
+			continue
+		}
 		ch, err := g.buildChannel(name, cfg)
 		if err != nil {
 			out = append(out, channels.Check{Name: string(name), Status: channels.CheckFail, Detail: err.Error(), Fix: "fix channels." + string(name)})

@@ -23,9 +23,6 @@ import (
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
-	"github.com/heraldhq/herald/channels/matrix"
-	"github.com/heraldhq/herald/channels/slack"
-	"github.com/heraldhq/herald/channels/telegram"
 	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lane"
@@ -254,7 +251,7 @@ func (g *Gateway) allowedOnly(agentID string, reg *agent.Registry) *agent.Regist
 }
 
 func (g *Gateway) buildChannels(extra []channels.Channel) error {
-	for _, name := range []channels.Name{slack.Name, telegram.Name, matrix.Name, web.Name} {
+	for _, name := range append(moduleNames(), web.Name) {
 		ch, err := g.buildChannel(name, g.cfg())
 		if err != nil {
 			return err
@@ -269,53 +266,24 @@ func (g *Gateway) buildChannels(extra []channels.Channel) error {
 	return nil
 }
 
-// buildChannel builds the adapter of one built-in channel from cfg; nil
-// when the channel is not enabled. It does no I/O.
+// buildChannel builds the adapter of one channel from cfg — the web chat,
+// or a registered module with its options, its logger and its namespaced
+// store; nil when the channel is not enabled. It does no I/O.
 func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels.Channel, error) {
 	c := cfg.Channels
 	log := g.log.Named("channel").With(zap.String("channel", string(name)))
+	if m, ok := channels.Lookup(name); ok {
+		opts := c.Options(string(name))
+		if !opts.Common().Enabled {
+			return nil, nil
+		}
+		a, err := m.New(channels.Deps{Options: opts, Logger: log, State: g.channelState(name)})
+		if err != nil {
+			return nil, fmt.Errorf("channels.%s: %w", name, err)
+		}
+		return a, nil
+	}
 	switch name {
-	case slack.Name:
-		if !c.Slack.Enabled {
-			return nil, nil
-		}
-		a, err := slack.New(slack.Options{BotToken: c.Slack.BotToken.Value(), AppToken: c.Slack.AppToken.Value(),
-			SigningSecret: c.Slack.SigningSecret.Value(), Mode: c.Slack.Mode, APIURL: c.Slack.APIURL,
-			WebhookPath: c.Slack.WebhookPath, ReplyToMode: c.Slack.ReplyToMode, Access: accessOf(c.Slack.Access),
-			ThreadContext: derefInt(c.Slack.ThreadContext),
-			Replays:       &slackReplays{db: g.db},
-			Logger:        log})
-		if err != nil {
-			return nil, fmt.Errorf("channels.slack: %w", err)
-		}
-		return a, nil
-	case telegram.Name:
-		if !c.Telegram.Enabled {
-			return nil, nil
-		}
-		a, err := telegram.New(telegram.Options{BotToken: c.Telegram.BotToken.Value(), APIURL: c.Telegram.APIURL,
-			WebhookURL: c.Telegram.WebhookURL, WebhookSecret: c.Telegram.WebhookSecret.Value(),
-			WebhookPath: c.Telegram.WebhookPath, Access: accessOf(c.Telegram.Access), Offsets: telegramOffsets{g.db},
-			Logger: log})
-		if err != nil {
-			return nil, fmt.Errorf("channels.telegram: %w", err)
-		}
-		return a, nil
-	case matrix.Name:
-		if !c.Matrix.Enabled {
-			return nil, nil
-		}
-		autoJoin := c.Matrix.AutoJoin == nil || *c.Matrix.AutoJoin
-		a, err := matrix.New(matrix.Options{Homeserver: c.Matrix.Homeserver, UserID: c.Matrix.UserID,
-			AccessToken: c.Matrix.AccessToken.Value(), Password: c.Matrix.Password.Value(), DeviceID: c.Matrix.DeviceID,
-			AutoJoin: autoJoin, ThreadReplies: c.Matrix.ThreadReplies, Access: accessOf(c.Matrix.Access),
-			ThreadContext: derefInt(c.Matrix.ThreadContext),
-			SyncStore:     matrixSyncStore{g.db},
-			Logger:        log})
-		if err != nil {
-			return nil, fmt.Errorf("channels.matrix: %w", err)
-		}
-		return a, nil
 	case web.Name:
 		if !cfg.WebEnabled() {
 			return nil, nil

@@ -35,20 +35,3 @@ func route(cfg *config.Config, o channels.Origin) string {
 	}
 	return cfg.DefaultAgentID()
 }
-
-// accessOf converts a channel's config allowlist.
-func accessOf(a config.Access) channels.Access {
-	groups := make(map[string]channels.GroupRule, len(a.Groups))
-	for id, g := range a.Groups {
-		groups[id] = channels.GroupRule{RequireMention: g.RequiresMention(), AllowFrom: g.AllowFrom}
-	}
-	return channels.Access{AllowFrom: a.AllowFrom, GroupPolicy: a.GroupPolicy, Groups: groups}
-}
-
-// derefInt is *p, or 0 when p is nil.
-func derefInt(p *int) int {
-	if p == nil {
-		return 0
-	}
-	return *p
-}

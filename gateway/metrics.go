@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/lane"
 )
 
@@ -72,11 +74,15 @@ func newMetrics() *metrics {
 		m.retried.WithLabelValues(kind)
 		m.failed.WithLabelValues(kind)
 	}
-	m.uncertain.WithLabelValues("telegram", "resend")
-	m.uncertain.WithLabelValues("telegram", "skip")
-	for _, ch := range []string{"web", "slack", "telegram", "matrix"} {
+	for _, mod := range channels.Modules() {
+		if mod.Uncertain != nil {
+			m.uncertain.WithLabelValues(string(mod.Name), string(channels.UncertainResend))
+			m.uncertain.WithLabelValues(string(mod.Name), string(channels.UncertainSkip))
+		}
+	}
+	for _, ch := range append([]channels.Name{web.Name}, moduleNames()...) {
 		for _, r := range []string{"busy", "commands_busy", "draining"} {
-			m.refused.WithLabelValues(ch, r)
+			m.refused.WithLabelValues(string(ch), r)
 		}
 	}
 	m.refused.WithLabelValues("web", "rate_limited")

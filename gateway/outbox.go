@@ -340,9 +340,11 @@ func (d *deliverer) uncertain(ctx context.Context, ch channels.Channel, it *stor
 		}
 		return "resend"
 	}
-	if it.Origin.Channel == "telegram" && d.g.cfg().Channels.Telegram.UncertainDelivery == "skip" {
-		log.Warn("part whose delivery is uncertain skipped (channels.telegram.uncertainDelivery: skip)", zap.Int("part", msg.Part))
-		return "skip"
+	if m, ok := channels.Lookup(it.Origin.Channel); ok {
+		if policy, key := m.UncertainPolicy(d.g.cfg().Channels.Options(string(m.Name))); policy == channels.UncertainSkip {
+			log.Warn(fmt.Sprintf("part whose delivery is uncertain skipped (channels.%s.%s: skip)", m.Name, key), zap.Int("part", msg.Part))
+			return "skip"
+		}
 	}
 	log.Info("part whose delivery is uncertain sent again", zap.Int("part", msg.Part))
 	return "resend"

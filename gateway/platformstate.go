@@ -2,86 +2,57 @@ package gateway
 
 import (
 	"context"
-	"strconv"
-	"sync"
 	"time"
 
-	"maunium.net/go/mautrix"
-	"maunium.net/go/mautrix/id"
-
-	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/channels"
 )
 
-// matrixSyncStore keeps the Matrix /sync tokens in the store (SPEC §12:
-// Matrix next_batch persisted), so a restart continues from the last
-// token instead of skipping what arrived while the gateway was down.
-type matrixSyncStore struct{ db store.KV }
-
-var _ mautrix.SyncStore = matrixSyncStore{}
-
-func (m matrixSyncStore) SaveFilterID(ctx context.Context, userID id.UserID, filterID string) error {
-	return m.db.SetKV(ctx, "matrix.filter."+string(userID), filterID)
-}
-
-func (m matrixSyncStore) LoadFilterID(ctx context.Context, userID id.UserID) (string, error) {
-	v, _, err := m.db.GetKV(ctx, "matrix.filter."+string(userID))
-	return v, err
-}
-
-func (m matrixSyncStore) SaveNextBatch(ctx context.Context, userID id.UserID, token string) error {
-	return m.db.SetKV(ctx, "matrix.next_batch."+string(userID), token)
-}
-
-func (m matrixSyncStore) LoadNextBatch(ctx context.Context, userID id.UserID) (string, error) {
-	v, _, err := m.db.GetKV(ctx, "matrix.next_batch."+string(userID))
-	return v, err
-}
-
-// telegramOffsets keeps the Telegram getUpdates offset in the store (SPEC
-// §12: Telegram update_id, offset persisted).
-type telegramOffsets struct{ db store.KV }
-
-func (t telegramOffsets) LoadOffset(ctx context.Context) (int, error) {
-	v, found, err := t.db.GetKV(ctx, "telegram.offset")
-	if err != nil || !found {
-		return 0, err
+// moduleNames lists the registered channel modules.
+func moduleNames() []channels.Name {
+	mods := channels.Modules()
+	names := make([]channels.Name, len(mods))
+	for i, m := range mods {
+		names[i] = m.Name
 	}
-	return strconv.Atoi(v)
+	return names
 }
 
-func (t telegramOffsets) SaveOffset(ctx context.Context, offset int) error {
-	return t.db.SetKV(ctx, "telegram.offset", strconv.Itoa(offset))
+// channelState is a channel's namespaced key-value store: its keys live
+// under "<name>." in the store's kv table (telegram.offset,
+// matrix.next_batch.<user>, slack.slash:<signature>), where they always
+// were. Without a store (doctor) it is a memory one.
+func (g *Gateway) channelState(name channels.Name) channels.KV {
+	if g.db == nil {
+		return &channels.MemoryKV{}
+	}
+	return channelKV{db: g.db, prefix: string(name) + "."}
 }
 
-// slackReplays records the Slack slash commands taken in the store's kv
-// table (SPEC §17), so a replayed signed request runs nothing on any
-// replica or after a restart. Keys past their window are swept at most
-// once a minute.
-type slackReplays struct {
+// channelKV is the gateway's kv table seen through one channel's prefix.
+type channelKV struct {
 	db interface {
+		GetKV(ctx context.Context, key string) (string, bool, error)
+		SetKV(ctx context.Context, key, value string) error
 		ClaimKV(ctx context.Context, key, value string) (bool, error)
 		DeleteKVBefore(ctx context.Context, prefix string, t time.Time) (int64, error)
 	}
-	mu        sync.Mutex
-	lastSweep time.Time
+	prefix string
 }
 
-const slackReplayPrefix = "slack.slash:"
+var _ channels.KV = channelKV{}
 
-func (s *slackReplays) TakeOnce(ctx context.Context, key string, ttl time.Duration) (bool, error) {
-	now := time.Now()
-	s.mu.Lock()
-	sweep := now.Sub(s.lastSweep) > time.Minute
-	if sweep {
-		s.lastSweep = now
-	}
-	s.mu.Unlock()
-	if sweep {
-		// Every key is recorded at most one window (5 min, and as much
-		// again for a timestamp ahead of the clock) before it lapses.
-		if _, err := s.db.DeleteKVBefore(ctx, slackReplayPrefix, now.Add(-11*time.Minute)); err != nil {
-			return false, err
-		}
-	}
-	return s.db.ClaimKV(ctx, key, now.Add(ttl).UTC().Format(time.RFC3339))
+func (k channelKV) Get(ctx context.Context, key string) (string, bool, error) {
+	return k.db.GetKV(ctx, k.prefix+key)
+}
+
+func (k channelKV) Set(ctx context.Context, key, value string) error {
+	return k.db.SetKV(ctx, k.prefix+key, value)
+}
+
+func (k channelKV) Claim(ctx context.Context, key, value string) (bool, error) {
+	return k.db.ClaimKV(ctx, k.prefix+key, value)
+}
+
+func (k channelKV) DeleteBefore(ctx context.Context, prefix string, t time.Time) (int64, error) {
+	return k.db.DeleteKVBefore(ctx, k.prefix+prefix, t)
 }

@@ -15,9 +15,6 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
-	"github.com/heraldhq/herald/channels/matrix"
-	"github.com/heraldhq/herald/channels/slack"
-	"github.com/heraldhq/herald/channels/telegram"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -93,8 +90,14 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 		ch   channels.Channel // nil: the channel was disabled
 	}
 	var swaps []swap
-	for _, name := range []channels.Name{slack.Name, telegram.Name, matrix.Name} {
-		if reflect.DeepEqual(channelSettings(old, name), channelSettings(next, name)) {
+	var settled []string // channels whose change needs no reconnect
+	for _, m := range channels.Modules() {
+		name := m.Name
+		o, n := old.Channels.Options(string(name)), next.Channels.Options(string(name))
+		if !m.NeedsReconnect(o, n) {
+			if !channels.SameOptions(o, n) {
+				settled = append(settled, "channels."+string(name))
+			}
 			continue
 		}
 		ch, err := g.buildChannel(name, next)
@@ -123,7 +126,7 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	changed("mcp.servers", old.MCP, next.MCP)
 	changed("schedules", old.Schedules, next.Schedules)
 	changed("gateway.shutdownGraceSeconds", old.Gateway.ShutdownGraceSeconds, next.Gateway.ShutdownGraceSeconds)
-	changed("channels.telegram.uncertainDelivery", old.Channels.Telegram.UncertainDelivery, next.Channels.Telegram.UncertainDelivery)
+	res.Changed = append(res.Changed, settled...)
 	restart := func(what string, a, b any) {
 		if !reflect.DeepEqual(a, b) {
 			res.NeedsRestart = append(res.NeedsRestart, what)
@@ -164,30 +167,6 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 	}
 	slices.Sort(res.Changed)
 	return res
-}
-
-// channelSettings is a channel's config section, or nil when it is off.
-func channelSettings(cfg *config.Config, name channels.Name) any {
-	c := cfg.Channels
-	switch name {
-	case slack.Name:
-		if c.Slack.Enabled {
-			return c.Slack
-		}
-	case telegram.Name:
-		if c.Telegram.Enabled {
-			// How an uncertain delivery is handled is the outbox's business,
-			// read on every delivery: not a reason to reconnect.
-			t := c.Telegram
-			t.UncertainDelivery = ""
-			return t
-		}
-	case matrix.Name:
-		if c.Matrix.Enabled {
-			return c.Matrix
-		}
-	}
-	return nil
 }
 
 // replaceChannel stops the running adapter of name (if any) and starts ch

@@ -412,7 +412,7 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
 	if err == nil && fresh && a.opts.Replays != nil {
 		// Until the timestamp leaves the window (it may lie ahead of now).
 		ttl := time.Unix(sec, 0).Add(replayWindow + time.Second).Sub(a.now())
-		fresh, err = a.opts.Replays.TakeOnce(ctx, "slack.slash:"+sig, ttl)
+		fresh, err = a.opts.Replays.TakeOnce(ctx, "slash:"+sig, ttl)
 	}
 	switch {
 	case err != nil:

@@ -12,14 +12,24 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 )
 
-// initChannels and initProviders are what `herald init` offers.
-var (
-	initChannels  = []string{"web", "slack", "telegram", "matrix"}
-	initProviders = []string{"anthropic", "openai", "openai-compatible", "demo"}
-)
+// initProviders are the providers `herald init` offers.
+var initProviders = []string{"anthropic", "openai", "openai-compatible", "demo"}
+
+// initChannels are the channels `herald init` offers: the web chat and
+// every registered module with init questions.
+func initChannels() []string {
+	out := []string{"web"}
+	for _, m := range channels.Modules() {
+		if m.Init != nil {
+			out = append(out, string(m.Name))
+		}
+	}
+	return out
+}
 
 // initCmd is `herald init`: ask (on a terminal) or read from flags which
 // channels and provider to use, write a commented starter config with
@@ -35,7 +45,7 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "herald: init: no terminal to ask on; say what to configure with flags, for example\n"+
 			"  herald init --channel web --provider anthropic\n"+
 			"--channel: %s (repeat or comma-separate); --provider: %s\n",
-			strings.Join(initChannels, ", "), strings.Join(initProviders, ", "))
+			strings.Join(initChannels(), ", "), strings.Join(initProviders, ", "))
 		return 2
 	}
 	if interactive && len(chans) == 0 && provider == "" {
@@ -53,8 +63,8 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 		provider = "anthropic"
 	}
 	for _, c := range chans {
-		if !slices.Contains(initChannels, c) {
-			fmt.Fprintf(stderr, "herald: --channel %q: want one of %s\n", c, strings.Join(initChannels, ", "))
+		if !slices.Contains(initChannels(), c) {
+			fmt.Fprintf(stderr, "herald: --channel %q: want one of %s\n", c, strings.Join(initChannels(), ", "))
 			return 2
 		}
 	}
@@ -112,10 +122,11 @@ func whereToTalk(chans []string) string {
 	if slices.Contains(chans, "web") {
 		return fmt.Sprintf("open http://%s/", config.DefaultListen)
 	}
-	names := map[string]string{"slack": "Slack", "telegram": "Telegram", "matrix": "Matrix"}
 	var on []string
 	for _, c := range chans {
-		on = append(on, names[c])
+		if m, ok := channels.Lookup(channels.Name(c)); ok && m.Init != nil {
+			on = append(on, m.Init.Title)
+		}
 	}
 	return "message the bot on " + strings.Join(on, ", ") + " (the web chat is off)"
 }
@@ -134,13 +145,13 @@ func askInit(stdin io.Reader, stdout io.Writer) ([]string, string, error) {
 		return cmp.Or(strings.TrimSpace(in.Text()), def), nil
 	}
 	for {
-		a, err := ask("Channels ("+strings.Join(initChannels, ", ")+"; comma-separated)", "web")
+		a, err := ask("Channels ("+strings.Join(initChannels(), ", ")+"; comma-separated)", "web")
 		if err != nil {
 			return nil, "", err
 		}
 		chans := splitList(a)
-		if bad := slices.IndexFunc(chans, func(c string) bool { return !slices.Contains(initChannels, c) }); bad >= 0 {
-			fmt.Fprintf(stdout, "  %q is not one of %s\n", chans[bad], strings.Join(initChannels, ", "))
+		if bad := slices.IndexFunc(chans, func(c string) bool { return !slices.Contains(initChannels(), c) }); bad >= 0 {
+			fmt.Fprintf(stdout, "  %q is not one of %s\n", chans[bad], strings.Join(initChannels(), ", "))
 			continue
 		}
 		for {
@@ -271,39 +282,13 @@ func starterConfig(chans []string, provider string) (string, []secretVar) {
 `, model)
 	w(`    web: { enabled: %t }, // the local web chat at http://%s/
 `, on("web"), config.DefaultListen)
-	if on("slack") {
-		secrets = append(secrets,
-			secretVar{"SLACK_BOT_TOKEN", "api.slack.com/apps → OAuth & Permissions → Bot User OAuth Token (xoxb-…)"},
-			secretVar{"SLACK_APP_TOKEN", "api.slack.com/apps → Basic Information → App-Level Token with connections:write (xapp-…)"})
-		w(`    slack: {
-      enabled: true,
-      mode: "socket", // Socket Mode: no public URL needed ("http" for the Events API)
-      botToken: "${SLACK_BOT_TOKEN}",
-      appToken: "${SLACK_APP_TOKEN}",
-      // allowFrom: ["U012ABCDEF"], // only these users (empty: everyone in the workspace)
-    },
-`)
-	}
-	if on("telegram") {
-		secrets = append(secrets, secretVar{"TELEGRAM_BOT_TOKEN", "@BotFather → /newbot"})
-		w(`    telegram: {
-      enabled: true,
-      botToken: "${TELEGRAM_BOT_TOKEN}", // long polling; set webhookUrl for a webhook
-      // allowFrom: ["123456789"], // only these user ids in private chats
-      // groups: { "-1001234567890": { requireMention: false } },
-    },
-`)
-	}
-	if on("matrix") {
-		secrets = append(secrets, secretVar{"MATRIX_ACCESS_TOKEN", "the bot account's access token (Element → Settings → Help & About)"})
-		w(`    matrix: {
-      enabled: true,
-      homeserver: "https://matrix.example.org", // change to your homeserver
-      userId: "@herald:example.org",            // change to the bot's user id
-      accessToken: "${MATRIX_ACCESS_TOKEN}",
-      threadReplies: "inbound", // off | inbound | always
-    },
-`)
+	for _, m := range channels.Modules() {
+		if m.Init != nil && on(string(m.Name)) {
+			for _, sv := range m.Init.Secrets {
+				secrets = append(secrets, secretVar{sv.Var, sv.Hint})
+			}
+			w("%s", m.Init.Section)
+		}
 	}
 	w(`  },
 }

@@ -48,8 +48,8 @@ func TestInitWritesAValidStarterConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("written config does not validate: %v\n%s", err, text)
 			}
-			if !cfg.Channels.Slack.Enabled || !cfg.Channels.Telegram.Enabled || !cfg.Channels.Matrix.Enabled || !cfg.WebEnabled() {
-				t.Errorf("not every chosen channel is enabled: %+v", cfg.Channels)
+			if !cfg.ChannelEnabled("slack") || !cfg.ChannelEnabled("telegram") || !cfg.ChannelEnabled("matrix") || !cfg.WebEnabled() {
+				t.Errorf("not every chosen channel is enabled: %v", cfg.EnabledChannels())
 			}
 			if got := cfg.AgentModel("main"); !strings.HasPrefix(got, map[string]string{"anthropic": "anthropic/", "openai": "openai/", "openai-compatible": "local/", "demo": "demo/"}[provider]) {
 				t.Errorf("main agent model %q for provider %s", got, provider)
@@ -77,7 +77,7 @@ func TestInitRefusesToOverwriteWithoutForce(t *testing.T) {
 	if code := run([]string{"init", "--config", path, "--provider", "demo", "--force"}, &out, &errOut); code != 0 {
 		t.Fatalf("--force: exit %d, stderr %q", code, errOut.String())
 	}
-	if code := run([]string{"init", "--config", path + ".2", "--channel", "irc"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--channel "irc": want one of web, slack, telegram, matrix`) {
+	if code := run([]string{"init", "--config", path + ".2", "--channel", "irc"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--channel "irc": want one of web, matrix, slack, telegram`) {
 		t.Errorf("unknown channel: exit %d, stderr %q", code, errOut.String())
 	}
 }
@@ -97,8 +97,8 @@ func TestInitAsksOnATerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Channels.Slack.Enabled || !cfg.Channels.Telegram.Enabled || cfg.Channels.Matrix.Enabled || cfg.AgentModel("main") != "openai/gpt-4o" {
-		t.Errorf("answers not applied: slack %v telegram %v matrix %v model %s", cfg.Channels.Slack.Enabled, cfg.Channels.Telegram.Enabled, cfg.Channels.Matrix.Enabled, cfg.AgentModel("main"))
+	if !cfg.ChannelEnabled("slack") || !cfg.ChannelEnabled("telegram") || cfg.ChannelEnabled("matrix") || cfg.AgentModel("main") != "openai/gpt-4o" {
+		t.Errorf("answers not applied: channels %v model %s", cfg.EnabledChannels(), cfg.AgentModel("main"))
 	}
 }
 
@@ -172,7 +172,7 @@ func TestStartedLineSaysWhatIsOn(t *testing.T) {
 	off, on := false, true
 	cfg := config.Default(func(string) (string, bool) { return "", false })
 	cfg.Channels.Web.Enabled = &off
-	cfg.Channels.Telegram.Enabled = true
+	cfg.Channels.Options("telegram").Common().Enabled = true
 	if got := startedLine(cfg, "127.0.0.1:8790"); strings.Contains(got, "web chat on") || !strings.Contains(got, "telegram") || !strings.Contains(got, "web chat is off") {
 		t.Errorf("web off: %q", got)
 	}
@@ -190,7 +190,7 @@ func TestInitWithoutTerminalNamesTheFlags(t *testing.T) {
 	if code := initCmd(&flags{config: path}, strings.NewReader(""), false, &out, &errOut); code != 2 {
 		t.Fatalf("exit %d, want 2; stderr: %s", code, errOut.String())
 	}
-	for _, want := range []string{"no terminal to ask on", "herald init --channel web --provider anthropic", "--channel: web, slack, telegram, matrix", "--provider: anthropic, openai"} {
+	for _, want := range []string{"no terminal to ask on", "herald init --channel web --provider anthropic", "--channel: web, matrix, slack, telegram", "--provider: anthropic, openai"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut.String())
 		}

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	_ "github.com/heraldhq/herald/channels/all" // every channel module registers itself
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
 	"github.com/heraldhq/herald/store"
@@ -371,15 +372,7 @@ func runGateway(f *flags, stderr io.Writer) int {
 // startedLine is what the gateway prints once it serves: the web chat's
 // address only when the web chat is on.
 func startedLine(cfg *config.Config, addr string) string {
-	var chans []string
-	for _, c := range []struct {
-		name string
-		on   bool
-	}{{"slack", cfg.Channels.Slack.Enabled}, {"telegram", cfg.Channels.Telegram.Enabled}, {"matrix", cfg.Channels.Matrix.Enabled}} {
-		if c.on {
-			chans = append(chans, c.name)
-		}
-	}
+	chans := cfg.EnabledChannels()
 	model := cfg.AgentModel(cfg.DefaultAgentID())
 	if cfg.WebEnabled() {
 		if len(chans) > 0 {

@@ -1,0 +1,15 @@
+package slack
+
+import "github.com/heraldhq/herald/channels"
+
+// The capabilities of the Slack adapter (SPEC §21: one delivery path,
+// PartSender; a guard for each).
+var (
+	_ channels.Channel     = (*Adapter)(nil)
+	_ channels.PartSender  = (*Adapter)(nil)
+	_ channels.PartFinder  = (*Adapter)(nil)
+	_ channels.Healther    = (*Adapter)(nil)
+	_ channels.HTTPMounter = (*Adapter)(nil)
+	_ channels.Checker     = (*Adapter)(nil)
+	_ channels.Drafter     = (*Adapter)(nil)
+)

@@ -1,0 +1,150 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels"
+	_ "github.com/heraldhq/herald/channels/all" // the channel modules the tests configure
+	"github.com/heraldhq/herald/config"
+)
+
+// echoConfig is the section channels.echo of the throwaway module below.
+type echoConfig struct {
+	config.ChannelCommon
+	Room  string `json:"room"`
+	Limit int    `json:"limit"`
+}
+
+func (c *echoConfig) Common() *config.ChannelCommon { return &c.ChannelCommon }
+func (c *echoConfig) Defaults() {
+	if c.Limit == 0 {
+		c.Limit = 4096
+	}
+}
+func (c *echoConfig) Validate(s *config.Section) {
+	if c.Enabled && c.Room == "" {
+		s.Missing("room", "the enabled echo channel needs a room")
+	}
+}
+
+// echoAdapter is a platform adapter that lives in memory: the test pushes
+// messages in through the sink the gateway gave it, and every part the
+// outbox delivers lands in sent.
+type echoAdapter struct {
+	opts  *echoConfig
+	state channels.KV
+
+	mu   sync.Mutex
+	sink channels.Sink
+	sent []channels.Message
+	to   []channels.Origin
+	got  chan struct{}
+}
+
+var (
+	_ channels.Channel    = (*echoAdapter)(nil)
+	_ channels.PartSender = (*echoAdapter)(nil)
+)
+
+func (a *echoAdapter) Name() channels.Name { return "echo" }
+
+func (a *echoAdapter) Start(ctx context.Context, sink channels.Sink) error {
+	a.mu.Lock()
+	a.sink = sink
+	a.mu.Unlock()
+	// Resume state goes to the adapter's own namespaced store.
+	return a.state.Set(ctx, "cursor", "started")
+}
+
+func (a *echoAdapter) Stop(context.Context) error { return nil }
+
+func (a *echoAdapter) Send(ctx context.Context, to channels.Origin, msg channels.Message) error {
+	return fmt.Errorf("echo: Send called: every delivery goes through SendPart")
+}
+
+func (a *echoAdapter) PartLimit() int { return a.opts.Limit }
+
+func (a *echoAdapter) SendPart(_ context.Context, to channels.Origin, msg channels.Message) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sent = append(a.sent, msg)
+	a.to = append(a.to, to)
+	select {
+	case a.got <- struct{}{}:
+	default:
+	}
+	return fmt.Sprintf("echo-%d", len(a.sent)), nil
+}
+
+func (a *echoAdapter) push(t *testing.T, text string) {
+	t.Helper()
+	a.mu.Lock()
+	sink := a.sink
+	a.mu.Unlock()
+	in := channels.Inbound{Origin: channels.Origin{Channel: "echo", ChatID: a.opts.Room, ChatType: channels.ChatDM, SenderID: "u1", MessageID: "m1"},
+		SenderName: "Uma", Text: text, At: time.Now()}
+	if err := sink(context.Background(), in); err != nil {
+		t.Fatalf("sink: %v", err)
+	}
+}
+
+// TestThrowawayChannelModule: a channel module registered from a test
+// package — nothing of it in config, gateway or cmd — is configured from
+// its own section, built by the gateway, and carries a message end to end:
+// in through the sink, a turn on the fake model, the reply out through
+// PartSender split at the module's limit; its resume state lands under its
+// own prefix in the store.
+func TestThrowawayChannelModule(t *testing.T) {
+	var built *echoAdapter
+	channels.Register(channels.Module{
+		Name:    "echo",
+		Options: func() config.ChannelOptions { return &echoConfig{} },
+		New: func(d channels.Deps) (channels.Channel, error) {
+			built = &echoAdapter{opts: d.Options.(*echoConfig), state: d.State, got: make(chan struct{}, 1)}
+			return built, nil
+		},
+	})
+	t.Cleanup(func() { channels.Unregister("echo") })
+
+	reply := strings.Repeat("pong ", 12) + "done" // 64 characters: two parts at limit 40
+	tg := newTestGateway(t, `{
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: { echo: { enabled: true, room: "r1", limit: 40 }, web: { enabled: false } },
+}`, llmtest.ByLastUser(func(text string) llmtest.Reply { return llmtest.Reply{Text: reply} }))
+	if built == nil {
+		t.Fatal("the gateway did not build the registered channel")
+	}
+	built.push(t, "ping")
+	tg.waitDelivered(t, 1)
+
+	built.mu.Lock()
+	sent, to := built.sent, built.to
+	built.mu.Unlock()
+	var texts []string
+	for _, m := range sent {
+		texts = append(texts, m.Text)
+	}
+	if len(sent) != 2 || strings.Join(texts, "") != reply || sent[0].Part != 1 || sent[1].Parts != 2 {
+		t.Fatalf("parts sent = %q, want the reply %q in 2 parts", texts, reply)
+	}
+	if to[0].Channel != "echo" || to[0].ChatID != "r1" {
+		t.Errorf("reply went to %v, want the echo room r1", to[0])
+	}
+	if keys := tg.sessionKeys(t); len(keys) != 1 || keys[0] != "agent:main:echo:dm:r1" {
+		t.Errorf("session keys = %v", keys)
+	}
+	v, ok, err := tg.G.Store().GetKV(context.Background(), "echo.cursor")
+	if err != nil || !ok || v != "started" {
+		t.Errorf("echo.cursor in the store = %q, %v, %v; want the adapter's state under its prefix", v, ok, err)
+	}
+	if got := tg.metric(t, `herald_channel_up{channel="echo"}`); got != 1 {
+		t.Errorf("herald_channel_up{channel=\"echo\"} = %v, want 1", got)
+	}
+}
