@@ -12,4 +12,6 @@ var (
 	_ channels.HTTPMounter = (*Adapter)(nil)
 	_ channels.Checker     = (*Adapter)(nil)
 	_ channels.Drafter     = (*Adapter)(nil)
+	_ channels.FileSender  = (*Adapter)(nil)
+	_ channels.FileFinder  = (*Adapter)(nil)
 )

@@ -12,4 +12,5 @@ var (
 	_ channels.Checker     = (*Adapter)(nil)
 	_ channels.Typer       = (*Adapter)(nil)
 	_ channels.Drafter     = (*Adapter)(nil)
+	_ channels.FileSender  = (*Adapter)(nil)
 )
