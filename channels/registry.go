@@ -1,7 +1,9 @@
 package channels
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -236,6 +238,31 @@ func (k *MemoryKV) DeleteBefore(_ context.Context, prefix string, t time.Time) (
 // SameOptions reports whether two option values are equal (reload's
 // default test for a reconnect).
 func SameOptions(a, b config.ChannelOptions) bool { return reflect.DeepEqual(a, b) }
+
+// ChangedKeys lists the keys of a section whose values differ between a
+// and b, sorted ("uncertainDelivery"); a secret's change shows only when
+// its redacted form differs.
+func ChangedKeys(a, b config.ChannelOptions) []string {
+	var ma, mb map[string]json.RawMessage
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	if errA != nil || errB != nil || json.Unmarshal(ja, &ma) != nil || json.Unmarshal(jb, &mb) != nil {
+		return nil
+	}
+	var keys []string
+	for k, v := range ma {
+		if !bytes.Equal(v, mb[k]) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
 
 // NeedsReconnect reports whether a reload from old to next must rebuild the
 // channel's adapter: it was turned on or off, or (while on) its options

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -113,11 +114,14 @@ func TestThrowawayChannelModule(t *testing.T) {
 	t.Cleanup(func() { channels.Unregister("echo") })
 
 	reply := strings.Repeat("pong ", 12) + "done" // 64 characters: two parts at limit 40
-	tg := newTestGateway(t, `{
+	cfgText := func(echo string) string {
+		return `{
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
   agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
-  channels: { echo: { enabled: true, room: "r1", limit: 40 }, web: { enabled: false } },
-}`, llmtest.ByLastUser(func(text string) llmtest.Reply { return llmtest.Reply{Text: reply} }))
+  channels: { echo: ` + echo + `, web: { enabled: false } },
+}`
+	}
+	tg := newTestGateway(t, cfgText(`{ enabled: true, room: "r1", limit: 40 }`), llmtest.ByLastUser(func(text string) llmtest.Reply { return llmtest.Reply{Text: reply} }))
 	if built == nil {
 		t.Fatal("the gateway did not build the registered channel")
 	}
@@ -146,5 +150,54 @@ func TestThrowawayChannelModule(t *testing.T) {
 	}
 	if got := tg.metric(t, `herald_channel_up{channel="echo"}`); got != 1 {
 		t.Errorf("herald_channel_up{channel=\"echo\"} = %v, want 1", got)
+	}
+}
+
+// TestThrowawayChannelModuleReload: reload loops over the registry too —
+// a module's bad section is refused with its key path and the old config
+// kept, a changed one rebuilds the adapter, a disabled one stops it.
+func TestThrowawayChannelModuleReload(t *testing.T) {
+	var builds []*echoAdapter
+	channels.Register(channels.Module{
+		Name:    "echo",
+		Options: func() config.ChannelOptions { return &echoConfig{} },
+		New: func(d channels.Deps) (channels.Channel, error) {
+			a := &echoAdapter{opts: d.Options.(*echoConfig), state: d.State, got: make(chan struct{}, 1)}
+			builds = append(builds, a)
+			return a, nil
+		},
+	})
+	t.Cleanup(func() { channels.Unregister("echo") })
+	cfgText := func(echo string) string {
+		return `{
+  models: { providers: { demo: { api: "demo" } } },
+  channels: { echo: ` + echo + `, web: { enabled: false } },
+}`
+	}
+	tg := newTestGateway(t, cfgText(`{ enabled: true, room: "r1" }`), nil)
+	ctx := context.Background()
+	load := func(text string) func() (*config.Config, error) {
+		return func() (*config.Config, error) {
+			cfg, err := config.Parse("herald.json5", []byte(text), func(string) (string, bool) { return "", false })
+			if err != nil {
+				return nil, err
+			}
+			return cfg, cfg.Validate()
+		}
+	}
+	bad := tg.G.Reload(ctx, load(cfgText(`{ enabled: true }`)))
+	if bad.Result != "rejected" || !strings.Contains(strings.Join(bad.Errors, "\n"), "channels.echo.room: missing") {
+		t.Fatalf("reload with a bad echo section = %+v, want rejected naming channels.echo.room", bad)
+	}
+	if len(builds) != 1 {
+		t.Fatalf("%d adapters built; a rejected reload must build none", len(builds))
+	}
+	res := tg.G.Reload(ctx, load(cfgText(`{ enabled: true, room: "r2" }`)))
+	if res.Result != "ok" || !slices.Contains(res.Changed, "channels.echo (reconnected)") || len(builds) != 2 || builds[1].opts.Room != "r2" {
+		t.Fatalf("reload with a new room = %+v (%d builds)", res, len(builds))
+	}
+	res = tg.G.Reload(ctx, load(cfgText(`{ enabled: false, room: "r2" }`)))
+	if res.Result != "ok" || !slices.Contains(res.Changed, "channels.echo (stopped)") || len(builds) != 2 {
+		t.Fatalf("reload with echo off = %+v (%d builds)", res, len(builds))
 	}
 }

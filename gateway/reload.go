@@ -95,8 +95,8 @@ func (g *Gateway) reload(ctx context.Context, load func() (*config.Config, error
 		name := m.Name
 		o, n := old.Channels.Options(string(name)), next.Channels.Options(string(name))
 		if !m.NeedsReconnect(o, n) {
-			if !channels.SameOptions(o, n) {
-				settled = append(settled, "channels."+string(name))
+			for _, k := range channels.ChangedKeys(o, n) {
+				settled = append(settled, "channels."+string(name)+"."+k)
 			}
 			continue
 		}
