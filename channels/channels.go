@@ -254,13 +254,6 @@ func (e *RetryAfterError) Error() string {
 
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
-// Platform message limits, in characters.
-const (
-	LimitSlack    = 4000
-	LimitTelegram = 4096
-	LimitMatrix   = 16000
-)
-
 // Split cuts text into parts of at most limit characters (runes), breaking on
 // line boundaries where it can. If the text ends with a stats line (a last
 // line starting with "Stats:"), that line is kept whole and in the last part.

@@ -540,7 +540,7 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 	if strings.TrimSpace(msg.Text) == "" {
 		return nil
 	}
-	for i, part := range channels.Split(msg.Text, channels.LimitMatrix) {
+	for i, part := range channels.Split(msg.Text, Limit) {
 		// A transaction id derived from the outbox item and part makes a
 		// re-send (after a crash between the homeserver accepting a part and
 		// the outbox marking it) return the event already sent instead of

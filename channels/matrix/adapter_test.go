@@ -91,8 +91,8 @@ func TestSendSplitsLongTextInThread(t *testing.T) {
 	wantReplyTo := []string{"$root", "$sent1"} // the root, then the latest event in the thread
 	for i, c := range sent {
 		body, _ := c["body"].(string)
-		if n := len([]rune(body)); n > channels.LimitMatrix {
-			t.Fatalf("part %d has %d characters, limit %d", i+1, n, channels.LimitMatrix)
+		if n := len([]rune(body)); n > Limit {
+			t.Fatalf("part %d has %d characters, limit %d", i+1, n, Limit)
 		}
 		bodies = append(bodies, body)
 		rel, _ := c["m.relates_to"].(map[string]any)

@@ -199,8 +199,8 @@ func TestDendriteThreads(t *testing.T) {
 		t.Fatalf("got %d bot messages in the second thread, want 1 + 2 parts", len(parts))
 	}
 	for _, p := range parts[1:] {
-		if n := len([]rune(p.Content.AsMessage().Body)); n > channels.LimitMatrix {
-			t.Fatalf("part of %d characters exceeds %d", n, channels.LimitMatrix)
+		if n := len([]rune(p.Content.AsMessage().Body)); n > Limit {
+			t.Fatalf("part of %d characters exceeds %d", n, Limit)
 		}
 	}
 }

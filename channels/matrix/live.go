@@ -37,8 +37,8 @@ func (a *Adapter) Draft(ctx context.Context, to channels.Origin, ref, text strin
 	if !strings.HasPrefix(to.ChatID, "!") {
 		return ref, fmt.Errorf("matrix: draft: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
 	}
-	if r := []rune(text); len(r) > channels.LimitMatrix {
-		text = string(r[:channels.LimitMatrix-1]) + "…"
+	if r := []rune(text); len(r) > Limit {
+		text = string(r[:Limit-1]) + "…"
 	}
 	if ref != "" {
 		return ref, a.edit(ctx, to, id.EventID(ref), text, "")

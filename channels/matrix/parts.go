@@ -21,8 +21,12 @@ var (
 	_ channels.Drafter    = (*Adapter)(nil)
 )
 
+// Limit is the message size in characters the outbox splits Matrix
+// messages at (SPEC §9).
+const Limit = 16000
+
 // PartLimit is Matrix's message size the outbox splits at (SPEC §9).
-func (a *Adapter) PartLimit() int { return channels.LimitMatrix }
+func (a *Adapter) PartLimit() int { return Limit }
 
 // SendPart posts one part into the origin's room (in its thread when
 // ThreadID is set) and returns its event id. The transaction id

@@ -15,3 +15,7 @@ var (
 	_ channels.FileSender  = (*Adapter)(nil)
 	_ channels.FileFinder  = (*Adapter)(nil)
 )
+
+// Limit is Slack's message size in characters (SPEC §9): the outbox splits
+// at it (PartLimit).
+const Limit = 4000

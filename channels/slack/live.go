@@ -17,8 +17,8 @@ func (a *Adapter) DraftEvery() time.Duration { return 1200 * time.Millisecond }
 // Draft shows the reply written so far in the thread: the first draft is
 // posted, the next ones edit it with chat.update (SPEC §16).
 func (a *Adapter) Draft(ctx context.Context, to channels.Origin, ref, text string) (string, error) {
-	if r := []rune(text); len(r) > channels.LimitSlack {
-		text = string(r[:channels.LimitSlack-1]) + "…"
+	if r := []rune(text); len(r) > Limit {
+		text = string(r[:Limit-1]) + "…"
 	}
 	if ref != "" {
 		err := a.update(ctx, to, ref, channels.Message{Text: text})

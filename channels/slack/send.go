@@ -40,7 +40,7 @@ var permanentErrors = map[string]bool{
 // set, split at the Slack limit. The outbox does not call it: it sends
 // part by part with SendPart and keeps the progress itself.
 func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Message) error {
-	parts := channels.Split(msg.Text, channels.LimitSlack)
+	parts := channels.Split(msg.Text, Limit)
 	for i, part := range parts {
 		m := msg
 		m.Text, m.Part, m.Parts = part, i+1, len(parts)
@@ -52,7 +52,7 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 }
 
 // PartLimit implements channels.PartSender: Slack's 4000 characters.
-func (a *Adapter) PartLimit() int { return channels.LimitSlack }
+func (a *Adapter) PartLimit() int { return Limit }
 
 // metadataEvent is the event_type of the message metadata every post from
 // the outbox carries (SPEC §12), so a post whose outcome is unknown after a
@@ -165,7 +165,7 @@ func (a *Adapter) post(ctx context.Context, to channels.Origin, msg channels.Mes
 }
 
 // verbatimChunk is the most characters of escaped text one code block of
-// Verbatim holds, so a block always fits a part (channels.LimitSlack) and the
+// Verbatim holds, so a block always fits a part (Limit) and the
 // outbox never splits inside one.
 const verbatimChunk = 3000
 

@@ -335,7 +335,7 @@ func TestSendSplitsInOrder(t *testing.T) {
 	}
 	var parts []string
 	for i, p := range posts {
-		if n := len([]rune(p.Text)); n > channels.LimitSlack {
+		if n := len([]rune(p.Text)); n > slack.Limit {
 			t.Errorf("part %d has %d chars, over the Slack limit", i, n)
 		}
 		if p.ThreadTS != thread.ThreadID || p.Channel != thread.ChatID {
@@ -425,7 +425,7 @@ func TestSendPartMetadataAndFindPart(t *testing.T) {
 			t.Errorf("FindPart of a part never posted = %v, %v; want not found", found, err)
 		}
 	}
-	if a.PartLimit() != channels.LimitSlack {
+	if a.PartLimit() != slack.Limit {
 		t.Errorf("PartLimit = %d", a.PartLimit())
 	}
 }
@@ -569,7 +569,7 @@ func TestVerbatim(t *testing.T) {
 	}
 	long := strings.Repeat("<", 5000)
 	got = slack.Verbatim(long)
-	parts := channels.Split(got, channels.LimitSlack)
+	parts := channels.Split(got, slack.Limit)
 	total := 0
 	for i, p := range parts {
 		if !strings.HasPrefix(p, "```") || !strings.HasSuffix(p, "```") || strings.Count(p, "```")%2 != 0 {

@@ -14,3 +14,7 @@ var (
 	_ channels.Drafter     = (*Adapter)(nil)
 	_ channels.FileSender  = (*Adapter)(nil)
 )
+
+// Limit is Telegram's message size in characters (SPEC §9): the outbox
+// splits at it (PartLimit).
+const Limit = 4096

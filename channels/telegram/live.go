@@ -46,8 +46,8 @@ func (a *Adapter) Draft(ctx context.Context, to channels.Origin, ref, text strin
 	if err != nil {
 		return ref, fmt.Errorf("telegram: draft in %s: chat id %q is not a number: %w", to, to.ChatID, channels.ErrPermanent)
 	}
-	if r := []rune(text); len(r) > channels.LimitTelegram {
-		text = string(r[:channels.LimitTelegram-1]) + "…"
+	if r := []rune(text); len(r) > Limit {
+		text = string(r[:Limit-1]) + "…"
 	}
 	if ref != "" {
 		switch err := a.editText(ctx, chatID, ref, text); {

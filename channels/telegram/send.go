@@ -33,7 +33,7 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 	}
 	// Outside the outbox (which sends part by part with SendPart and keeps
 	// the progress), every part is sent in turn.
-	parts := channels.Split(msg.Text, channels.LimitTelegram)
+	parts := channels.Split(msg.Text, Limit)
 	for i, part := range parts {
 		if _, err := a.sendPart(ctx, chatID, to.ThreadID, part); err != nil {
 			return fmt.Errorf("telegram: send part %d/%d to %s: %w", i+1, len(parts), to, err)
@@ -43,7 +43,7 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 }
 
 // PartLimit implements channels.PartSender: Telegram's 4096 characters.
-func (a *Adapter) PartLimit() int { return channels.LimitTelegram }
+func (a *Adapter) PartLimit() int { return Limit }
 
 // SendPart implements channels.PartSender: one sendMessage; the platform
 // id is the message_id.

@@ -325,7 +325,7 @@ func TestSendPartReturnsMessageID(t *testing.T) {
 	if !errors.As(err, &ra) || ra.After != 2*time.Second || !strings.Contains(err.Error(), "part 2/2") {
 		t.Fatalf("SendPart during a 429 = %v, want retry after 2s naming the part", err)
 	}
-	if a.PartLimit() != channels.LimitTelegram {
+	if a.PartLimit() != Limit {
 		t.Errorf("PartLimit = %d", a.PartLimit())
 	}
 }
