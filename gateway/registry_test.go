@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/channels"
 	_ "github.com/heraldhq/herald/channels/all" // the channel modules the tests configure
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -199,5 +200,43 @@ func TestThrowawayChannelModuleReload(t *testing.T) {
 	res = tg.G.Reload(ctx, load(cfgText(`{ enabled: false, room: "r2" }`)))
 	if res.Result != "ok" || !slices.Contains(res.Changed, "channels.echo (stopped)") || len(builds) != 2 {
 		t.Fatalf("reload with echo off = %+v (%d builds)", res, len(builds))
+	}
+}
+
+// TestTelegramOffsetFromEarlierRelease: the Telegram module keeps its
+// getUpdates offset through its namespaced store under the key earlier
+// releases wrote (telegram.offset), so a state from before the registry
+// resumes where it was: the update the old offset confirmed is not run
+// again, the next one is, and the offset moves on under the same key.
+func TestTelegramOffsetFromEarlierRelease(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	tf.SendText(tgAlice, "private", 0, tgAlice, "taken before the upgrade") // update 100000
+	tf.SendText(tgAlice, "private", 0, tgAlice, "sent while it was down")   // update 100001
+
+	dir := t.TempDir()
+	db := openTestStore(t, dir)
+	if err := db.SetKV(context.Background(), "telegram.offset", "100001"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	tg := newTestGatewayIn(t, dir, fmt.Sprintf(`{
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: { telegram: { enabled: true, botToken: %q, apiUrl: %q }, web: { enabled: false } },
+}`, tgToken, tf.URL()), llmtest.ByLastUser(func(text string) llmtest.Reply { return llmtest.Reply{Text: "answer to " + text} }))
+	sent := tf.WaitSent(1, e2eWait)
+	if len(sent) != 1 || !strings.Contains(sent[0].Text, "answer to sent while it was down") {
+		t.Fatalf("sent = %+v, want one answer, to the update after the stored offset", sent)
+	}
+	if !waitFor(e2eWait, func() bool {
+		v, _, _ := tg.G.Store().GetKV(context.Background(), "telegram.offset")
+		return v == "100002"
+	}) {
+		v, _, err := tg.G.Store().GetKV(context.Background(), "telegram.offset")
+		t.Fatalf("telegram.offset = %q (%v), want 100002", v, err)
+	}
+	if got := tf.Sent(); len(got) != 1 {
+		t.Errorf("%d messages sent, want 1: %+v", len(got), got)
 	}
 }
