@@ -340,14 +340,30 @@ func (d *deliverer) uncertain(ctx context.Context, ch channels.Channel, it *stor
 		}
 		return "resend"
 	}
-	if m, ok := channels.Lookup(it.Origin.Channel); ok {
-		if policy, key := m.UncertainPolicy(d.g.cfg().Channels.Options(string(m.Name))); policy == channels.UncertainSkip {
-			log.Warn(fmt.Sprintf("part whose delivery is uncertain skipped (channels.%s.%s: skip)", m.Name, key), zap.Int("part", msg.Part))
-			return "skip"
-		}
+	if d.uncertainPolicy(it.Origin.Channel) == channels.UncertainSkip {
+		_, key := d.uncertainKey(it.Origin.Channel)
+		log.Warn(fmt.Sprintf("part whose delivery is uncertain skipped (channels.%s.%s: skip)", it.Origin.Channel, key), zap.Int("part", msg.Part))
+		return "skip"
 	}
 	log.Info("part whose delivery is uncertain sent again", zap.Int("part", msg.Part))
 	return "resend"
+}
+
+// uncertainPolicy is the channel module's uncertain-delivery policy
+// (resend for a channel that is not a module).
+func (d *deliverer) uncertainPolicy(name channels.Name) channels.Uncertain {
+	p, _ := d.uncertainKey(name)
+	return p
+}
+
+// uncertainKey is the policy and the key of the channel's section that
+// sets it.
+func (d *deliverer) uncertainKey(name channels.Name) (channels.Uncertain, string) {
+	m, ok := channels.Lookup(name)
+	if !ok {
+		return channels.UncertainResend, ""
+	}
+	return m.UncertainPolicy(d.g.cfg().Channels.Options(string(name)))
 }
 
 // startSpan starts the herald.deliver span of one part of a traced
@@ -443,7 +459,7 @@ func (d *deliverer) sendFilePart(ctx context.Context, ch channels.Channel, ps ch
 			if _, found, err := ff.FindFile(ctx, it.Origin, msg); err == nil && found {
 				action = "found"
 			}
-		} else if it.Origin.Channel == "telegram" && d.g.cfg().Channels.Telegram.UncertainDelivery == "skip" {
+		} else if d.uncertainPolicy(it.Origin.Channel) == channels.UncertainSkip {
 			action = "skip"
 		}
 		d.g.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
