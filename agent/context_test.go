@@ -1,10 +1,12 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -187,5 +189,64 @@ func TestCompactionKeepsToolPairs(t *testing.T) {
 	}
 	if bad.Load() > 0 {
 		t.Errorf("%d requests had a tool result without its call right before it", bad.Load())
+	}
+}
+
+// Compaction drops old images but keeps their references: after /compact,
+// the picture of the first turn is no longer sent as image content, the
+// summary names its workspace path, and the transcript (reloaded) keeps the
+// file's reference on the first user line, never its bytes.
+func TestCompactionDropsImagesKeepsReferences(t *testing.T) {
+	srv := llmtest.NewAnthropic(t, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "compact summaries") {
+			return llmtest.Reply{Text: "The person showed a chart."}
+		}
+		return llmtest.Reply{Text: "ok"}
+	})
+	p, err := providers.New("anthropic", config.Provider{API: "anthropic", BaseURL: srv.URL, APIKey: "k", Models: []config.Model{{ID: "m"}}}, providers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := &agent.Model{Ref: "anthropic/m", ID: "m", Provider: p, MaxTokens: 512, Images: true}
+	png := []byte("\x89PNG\r\n\x1a\n picture")
+	open := func(context.Context, string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(png)), nil }
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	file := agent.File{ID: "abc", Name: "chart.png", MIME: "image/png", Size: int64(len(png)), Path: "attachments/chart.png"}
+	turn := agent.Turn{Model: model, OpenFile: open, Files: []agent.File{file}}
+	if _, err := s.Run(context.Background(), turn, "see\n[file: attachments/chart.png · image/png · 17 B]"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := srv.Last(); len(c.Blocks()) != 1 {
+		t.Fatalf("first turn sent %d blocks, want the image", len(c.Blocks()))
+	}
+	for i := range 3 {
+		if _, err := s.Run(context.Background(), agent.Turn{Model: model, OpenFile: open}, fmt.Sprintf("turn %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Compact(context.Background(), agent.Turn{Model: model}, "", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), agent.Turn{Model: model, OpenFile: open}, "and now?"); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := srv.Last()
+	if n := len(c.Blocks()); n != 0 {
+		t.Errorf("after compaction %d image blocks are still sent", n)
+	}
+	if body := string(c.Body); !strings.Contains(body, "attachments/chart.png (image/png)") {
+		t.Errorf("the request after compaction does not name the dropped file")
+	}
+	_, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries[0].Files) == 0 || !strings.Contains(string(entries[0].Files), `"id":"abc"`) || strings.Contains(string(entries[0].Files), "picture") {
+		t.Errorf("first transcript line files %s, want the reference only", entries[0].Files)
 	}
 }
