@@ -321,7 +321,9 @@ func resumeMode(it store.Intake, history []agent.Message) (resume bool, written 
 	}
 	for i := len(history) - 1; i >= 0; i-- {
 		m := history[i]
-		if m.Role != agent.RoleUser || m.Text != it.Text {
+		// The turn may have put text before the message (thread context, a
+		// voice transcript): the stored message ends the line.
+		if m.Role != agent.RoleUser || m.Text != it.Text && !strings.HasSuffix(m.Text, "\n"+it.Text) {
 			continue
 		}
 		for _, after := range history[i+1:] {

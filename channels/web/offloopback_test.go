@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -136,5 +137,39 @@ func TestProxiedRequestIsOffLoopback(t *testing.T) {
 				t.Errorf("proxied read with the client secret: %d %s; want 200", r.status, r.raw)
 			}
 		})
+	}
+}
+
+// oneFile serves one file to client "off".
+type oneFile struct{}
+
+func (oneFile) OpenFile(_ context.Context, client, id string) (io.ReadCloser, web.File, error) {
+	if client != "off" || id != strings.Repeat("a", 64) {
+		return nil, web.File{}, web.ErrNoFile
+	}
+	return io.NopCloser(strings.NewReader("PNGDATA")), web.File{ID: id, Name: "x.png", MIME: "image/png", Size: 7}, nil
+}
+
+// TestFileNeedsClientSecretOffLoopback: off loopback a conversation's file
+// is served only with the client's secret, like its messages; another
+// conversation's file is 404.
+func TestFileNeedsClientSecretOffLoopback(t *testing.T) {
+	h := newHarness(t, web.Options{Token: "t", OffLoopback: true, Files: oneFile{}}, nil)
+	auth := map[string]string{"Authorization": "Bearer t"}
+	r := h.do(t, "POST", "/api/messages", `{"client":"off","text":"hi"}`, auth)
+	secret, _ := r.body["clientSecret"].(string)
+	if secret == "" {
+		t.Fatalf("first post: %d %s", r.status, r.raw)
+	}
+	path := "/api/files/" + strings.Repeat("a", 64) + "?client=off"
+	if r := h.do(t, "GET", path, "", auth); r.status != http.StatusForbidden {
+		t.Errorf("GET the file without the secret: %d, want 403", r.status)
+	}
+	auth[web.ClientSecretHeader] = secret
+	if r := h.do(t, "GET", path, "", auth); r.status != http.StatusOK || r.raw != "PNGDATA" {
+		t.Errorf("GET the file with the secret: %d %q", r.status, r.raw)
+	}
+	if r := h.do(t, "GET", "/api/files/"+strings.Repeat("b", 64)+"?client=off", "", auth); r.status != http.StatusNotFound {
+		t.Errorf("GET a file the conversation does not name: %d, want 404", r.status)
 	}
 }
