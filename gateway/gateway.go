@@ -300,7 +300,7 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
 				g.panel.changed(SessionKey(route(g.cfg(), o), o))
 			},
-			Files: webFiles{g: g}, MaxFileBytes: cfg.Attachments.MaxBytes, MaxFiles: cfg.Attachments.MaxFiles,
+			Files: webFiles{g: g}, FileLimits: func() (int64, int) { a := g.cfg().Attachments; return a.MaxBytes, a.MaxFiles },
 			SpoolDir: filepath.Join(g.stateDir, store.FilesDir, "tmp"),
 			Logger:   log})
 		if err != nil {

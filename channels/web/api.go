@@ -108,7 +108,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	// allowed to be (base64 in JSON takes a third more).
 	bodyLimit := int64(maxBodyBytes)
 	if a.opts.Files != nil {
-		bodyLimit += int64(a.maxFiles()+1) * (a.opts.MaxFileBytes/3*4 + 4<<10)
+		bodyLimit += int64(a.maxFiles()+1) * (a.maxFileBytes()/3*4 + 4<<10)
 	}
 	body := http.MaxBytesReader(w, r.Body, bodyLimit)
 	form := &postForm{}

@@ -183,7 +183,7 @@ func (a *Adapter) readMultipart(r *http.Request, mr *multipart.Reader) (*postFor
 				_, _ = io.Copy(io.Discard, part)
 				continue
 			}
-			u, err := spool(a.spoolDir(), part, a.opts.MaxFileBytes, part.FileName(), part.Header.Get("Content-Type"))
+			u, err := spool(a.spoolDir(), part, a.maxFileBytes(), part.FileName(), part.Header.Get("Content-Type"))
 			if u != nil {
 				p.uploads = append(p.uploads, u)
 			}
@@ -202,7 +202,7 @@ func (a *Adapter) readJSONFiles(p *postForm, files []jsonFile) (int, error) {
 		if i > a.maxFiles() {
 			break
 		}
-		u, err := spool(a.spoolDir(), base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Data)), a.opts.MaxFileBytes, f.Name, f.MIME)
+		u, err := spool(a.spoolDir(), base64.NewDecoder(base64.StdEncoding, strings.NewReader(f.Data)), a.maxFileBytes(), f.Name, f.MIME)
 		if u != nil {
 			p.uploads = append(p.uploads, u)
 		}
@@ -214,10 +214,23 @@ func (a *Adapter) readJSONFiles(p *postForm, files []jsonFile) (int, error) {
 }
 
 func (a *Adapter) maxFiles() int {
-	if a.opts.MaxFiles <= 0 {
-		return 10
+	_, n := a.fileLimits()
+	return n
+}
+
+// fileLimits are the post's limits: attachments.maxBytes and maxFiles.
+func (a *Adapter) fileLimits() (int64, int) {
+	b, n := a.opts.MaxFileBytes, a.opts.MaxFiles
+	if a.opts.FileLimits != nil {
+		b, n = a.opts.FileLimits()
 	}
-	return a.opts.MaxFiles
+	if n <= 0 {
+		n = 10
+	}
+	if b <= 0 {
+		b = 20_000_000
+	}
+	return b, n
 }
 
 func (a *Adapter) spoolDir() string {
@@ -323,3 +336,8 @@ func (a *Adapter) SendFile(ctx context.Context, to channels.Origin, msg channels
 func (a *Adapter) FileLimit() int64 { return 0 }
 
 var _ channels.FileSender = (*Adapter)(nil)
+
+func (a *Adapter) maxFileBytes() int64 {
+	b, _ := a.fileLimits()
+	return b
+}

@@ -88,6 +88,9 @@ type Options struct {
 	MaxFileBytes int64
 	MaxFiles     int
 	SpoolDir     string
+	// FileLimits, when set, gives MaxFileBytes and MaxFiles at each post
+	// (a config reload changes them).
+	FileLimits func() (maxBytes int64, maxFiles int)
 }
 
 // Adapter is the web chat channel.
