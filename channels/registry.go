@@ -3,6 +3,7 @@ package channels
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -101,6 +102,19 @@ type Deps struct {
 	// HTTPClient, if set, is used for the platform's API (tests); nil =
 	// the adapter's default.
 	HTTPClient *http.Client
+	// SQL opens a handle on the gateway's state database for a channel
+	// whose library keeps tables of its own there (the Matrix crypto
+	// store); the channel closes it. Nil where there is no state (doctor).
+	SQL func() (SQLDB, error)
+}
+
+// SQLDB is a database/sql handle on the gateway's state database: Dialect
+// is "sqlite" or "postgres"; Close releases what the handle holds (never
+// the gateway's store).
+type SQLDB struct {
+	DB      *sql.DB
+	Dialect string
+	Close   func() error
 }
 
 // KV is a channel's namespaced key-value store: its keys never meet

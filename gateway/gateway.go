@@ -277,7 +277,7 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 		if !opts.Common().Enabled {
 			return nil, nil
 		}
-		a, err := m.New(channels.Deps{Options: opts, Logger: log, State: g.channelState(name)})
+		a, err := m.New(channels.Deps{Options: opts, Logger: log, State: g.channelState(name), SQL: g.stateSQL})
 		if err != nil {
 			return nil, fmt.Errorf("channels.%s: %w", name, err)
 		}

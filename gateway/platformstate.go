@@ -2,10 +2,30 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
 )
+
+// stateSQL opens a handle on the state database for a channel whose
+// library keeps its own tables there (channels.Deps.SQL): the Matrix
+// crypto store, so the bot's device survives a restart and a failover to
+// another replica on the same PostgreSQL database (SPEC §21).
+func (g *Gateway) stateSQL() (channels.SQLDB, error) {
+	opener, ok := g.db.(interface {
+		SQLHandle() (store.SQLHandle, error)
+	})
+	if !ok {
+		return channels.SQLDB{}, fmt.Errorf("the state store (%T) gives no SQL handle", g.db)
+	}
+	h, err := opener.SQLHandle()
+	if err != nil {
+		return channels.SQLDB{}, err
+	}
+	return channels.SQLDB{DB: h.DB, Dialect: h.Dialect, Close: h.Close}, nil
+}
 
 // moduleNames lists the registered channel modules.
 func moduleNames() []channels.Name {

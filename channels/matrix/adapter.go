@@ -64,6 +64,20 @@ type Options struct {
 	// delivered (the gateway drops re-deliveries by event id). Nil keeps it
 	// in memory: a start then skips what came before it.
 	SyncStore mautrix.SyncStore
+	// Encryption turns on end-to-end encryption (SPEC §21, crypto.go): the
+	// bot reads and answers in encrypted rooms. CryptoDB is then required.
+	Encryption bool
+	// CryptoDB opens the database that keeps the device's keys and Olm and
+	// Megolm sessions (the gateway's state database), at Start; its Close
+	// runs at Stop.
+	CryptoDB func() (CryptoDB, error)
+	// RecoveryKey, with Encryption, verifies the bot's device by
+	// cross-signing: the account's cross-signing keys are fetched from its
+	// secret storage with it and sign the device. A secret: never logged.
+	RecoveryKey string
+	// KeyWait is how long a message whose key has not arrived waits for it
+	// before the sender is told to share keys (default 30 s).
+	KeyWait time.Duration
 }
 
 // Adapter is the Matrix channel.
@@ -104,6 +118,10 @@ type Adapter struct {
 	names      channels.NameCache // room|user → display name, for thread context
 
 	media mediaState // files.go
+
+	// e2ee is the end-to-end encryption state while started with
+	// Encryption (crypto.go); nil otherwise.
+	e2ee *e2ee
 }
 
 var (
@@ -126,6 +144,9 @@ func New(opts Options) (*Adapter, error) {
 		if _, _, err := id.UserID(opts.UserID).Parse(); err != nil {
 			return nil, fmt.Errorf("matrix: userId %q: %w", opts.UserID, err)
 		}
+	}
+	if err := checkEncryption(opts); err != nil {
+		return nil, err
 	}
 	switch opts.ThreadReplies {
 	case "":
@@ -198,7 +219,7 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	startCtx, cancelStart := context.WithTimeout(ctx, startupBudget)
 	defer cancelStart()
-	if err := a.login(startCtx); err != nil {
+	if err := a.login(startCtx, a.deviceForLogin()); err != nil {
 		return err
 	}
 	a.loadMediaConfig(startCtx)
@@ -217,7 +238,21 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	if err != nil {
 		return fmt.Errorf("matrix: load the saved sync token: %w", err)
 	}
-	if err := a.initialSync(startCtx); err != nil {
+	if a.opts.Encryption {
+		// Before initialSync and the handlers below: the crypto handlers run
+		// first on each /sync batch (keys before the messages they open).
+		if err := a.startCrypto(startCtx, syncer); err != nil {
+			return err
+		}
+		started := false
+		defer func() {
+			if !started {
+				a.stopCrypto(context.WithoutCancel(ctx))
+			}
+		}()
+		defer func() { started = a.started }()
+	}
+	if err := a.initialSync(startCtx, resume == ""); err != nil {
 		return err
 	}
 	if resume != "" {
@@ -231,6 +266,9 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	syncer.OnSync(a.onSync)
 	syncer.OnEventType(event.StateMember, a.onMember)
 	syncer.OnEventType(event.EventMessage, a.onMessage)
+	if a.opts.Encryption {
+		syncer.OnEventType(event.EventEncrypted, a.onEncrypted)
+	}
 
 	a.mu.Lock()
 	a.sink = sink
@@ -243,6 +281,9 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	a.done = make(chan struct{})
 	a.started = true
 	go a.syncLoop(runCtx, a.done)
+	if a.opts.Encryption {
+		a.startKeyWaits(runCtx)
+	}
 	a.log.Info("matrix channel started", zap.String("userId", string(a.client.UserID)),
 		zap.String("homeserver", a.opts.Homeserver), zap.String("threadReplies", a.opts.ThreadReplies))
 	return nil
@@ -263,6 +304,9 @@ func (a *Adapter) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("matrix: stop: sync loop did not end: %w", ctx.Err())
 	}
+	if a.opts.Encryption {
+		a.stopCrypto(ctx)
+	}
 	a.started = false
 	a.mu.Lock()
 	a.running = false
@@ -274,7 +318,7 @@ func (a *Adapter) Stop(ctx context.Context) error {
 
 // login verifies the access token with whoami, or logs in with the password
 // and keeps the new token in memory.
-func (a *Adapter) login(ctx context.Context) error {
+func (a *Adapter) login(ctx context.Context, deviceID string) error {
 	if a.opts.AccessToken != "" {
 		who, err := a.client.Whoami(ctx)
 		if err != nil {
@@ -292,7 +336,7 @@ func (a *Adapter) login(ctx context.Context) error {
 			Type:                     mautrix.AuthTypePassword,
 			Identifier:               mautrix.UserIdentifier{Type: mautrix.IdentifierTypeUser, User: a.opts.UserID},
 			Password:                 a.opts.Password,
-			DeviceID:                 id.DeviceID(a.opts.DeviceID),
+			DeviceID:                 id.DeviceID(deviceID),
 			InitialDeviceDisplayName: "Herald",
 			StoreCredentials:         true,
 		})
@@ -311,7 +355,7 @@ func (a *Adapter) login(ctx context.Context) error {
 // timeline is not delivered: it only teaches the adapter which threads the
 // bot already posted in, and accepts pending invites. The next batch token is
 // stored so the loop continues from here.
-func (a *Adapter) initialSync(ctx context.Context) error {
+func (a *Adapter) initialSync(ctx context.Context, fresh bool) error {
 	filter, err := a.client.CreateFilter(ctx, a.client.Syncer.GetFilterJSON(a.client.UserID))
 	if err != nil {
 		return fmt.Errorf("matrix: create sync filter on %s: %w", a.opts.Homeserver, err)
@@ -324,6 +368,11 @@ func (a *Adapter) initialSync(ctx context.Context) error {
 		return fmt.Errorf("matrix: first /sync on %s: %w", a.opts.Homeserver, err)
 	}
 	self := a.client.UserID
+	if a.opts.Encryption {
+		if err := a.cryptoFirstSync(ctx, resp, fresh); err != nil {
+			return err
+		}
+	}
 	a.mu.Lock()
 	for roomID, room := range resp.Rooms.Join {
 		if n := room.Summary.JoinedMemberCount; n != nil {
@@ -396,7 +445,7 @@ func (a *Adapter) syncLoop(ctx context.Context, done chan struct{}) {
 		}
 		backoff = min(backoff*2, maxBackoff)
 		if errors.Is(err, mautrix.MUnknownToken) && a.opts.AccessToken == "" {
-			if lerr := a.login(ctx); lerr != nil {
+			if lerr := a.login(ctx, a.deviceForLogin()); lerr != nil {
 				a.log.Warn("matrix re-login failed", zap.Error(lerr))
 			}
 		}

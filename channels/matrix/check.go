@@ -11,7 +11,7 @@ import (
 // password, a login whose new device is logged out again) and runs one
 // /sync with timeout 0, as the first sync at start does.
 func (a *Adapter) Check(ctx context.Context) []channels.Check {
-	if err := a.login(ctx); err != nil {
+	if err := a.login(ctx, a.opts.DeviceID); err != nil {
 		fix := "check channels.matrix.userId and accessToken (or password)"
 		if channels.Unreachable(err) {
 			fix = "cannot reach " + a.opts.Homeserver + ": check the network or channels.matrix.homeserver"

@@ -22,6 +22,10 @@ type Config struct {
 	AutoJoin      *bool         `json:"autoJoin"`      // default true
 	ThreadReplies string        `json:"threadReplies"` // off|inbound|always; default inbound
 	ThreadContext *int          `json:"threadContext"` // earlier thread messages given to the model (SPEC §21); default 20, 0 = off
+	// Encryption reads and answers in end-to-end encrypted rooms (SPEC §21,
+	// crypto.go); RecoveryKey verifies the bot's device by cross-signing.
+	Encryption  bool          `json:"encryption"`
+	RecoveryKey config.Secret `json:"recoveryKey"`
 }
 
 var (
@@ -53,6 +57,12 @@ func (c *Config) Validate(s *config.Section) {
 	s.ThreadContext("threadContext", c.ThreadContext)
 	if c.UserID != "" && !userRe.MatchString(c.UserID) {
 		s.Add("userId", "%q is not a Matrix user id like @herald:example.org", c.UserID)
+	}
+	if c.RecoveryKey != "" && !c.Encryption {
+		s.Add("recoveryKey", "is set but channels.matrix.encryption is false: a recovery key verifies the device of an encrypting bot")
+	}
+	if c.Encryption && !EncryptionAvailable {
+		s.Add("encryption", "this binary was built without the goolm tag (go build -tags goolm): it has no Olm for end-to-end encryption")
 	}
 	if !c.Enabled {
 		return
@@ -90,7 +100,8 @@ func init() {
 				AccessToken: c.AccessToken.Value(), Password: c.Password.Value(), DeviceID: c.DeviceID,
 				AutoJoin: c.AutoJoin == nil || *c.AutoJoin, ThreadReplies: c.ThreadReplies, Access: channels.AccessOf(c.Access),
 				ThreadContext: config.ThreadContextOr(c.ThreadContext),
-				SyncStore:     sync, Logger: d.Logger, HTTPClient: d.HTTPClient})
+				SyncStore:     sync, Logger: d.Logger, HTTPClient: d.HTTPClient,
+				Encryption:    c.Encryption, RecoveryKey: c.RecoveryKey.Value(), CryptoDB: d.SQL})
 		},
 		Init: &channels.Init{
 			Title:   "Matrix",

@@ -1,0 +1,208 @@
+//go:build goolm
+
+package matrixtest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/crypto"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+)
+
+// E2EE is a person's client that encrypts, as Element does: an Olm machine
+// (mautrix's pure-Go Olm, keys in memory) and a /sync loop of its own that
+// takes the keys sent to it and the rooms' state, until the test ends.
+type E2EE struct {
+	*mautrix.Client
+	Mach *crypto.OlmMachine
+}
+
+// NewE2EE gives c (from RegisterUser) an Olm device, uploads its keys and
+// starts its /sync loop.
+func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	state := mautrix.NewMemoryStateStore()
+	c.StateStore = state
+	c.Store = mautrix.NewMemorySyncStore()
+	syncer := mautrix.NewDefaultSyncer()
+	c.Syncer = syncer
+	log := zerolog.Nop()
+	mach := crypto.NewOlmMachine(c, &log, crypto.NewMemoryStore(nil), state.(crypto.StateStore))
+	if err := mach.Load(ctx); err != nil {
+		t.Fatalf("%s: load Olm account: %v", c.UserID, err)
+	}
+	if err := mach.ShareKeys(ctx, -1); err != nil {
+		t.Fatalf("%s: upload device keys: %v", c.UserID, err)
+	}
+	syncer.OnSync(mach.ProcessSyncResponse)
+	syncer.OnEvent(c.StateStoreSyncHandler)
+	syncer.OnEventType(event.StateMember, mach.HandleMemberEvent)
+	e := &E2EE{Client: c, Mach: mach}
+	c.Crypto = e2eeHelper{e}
+
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for runCtx.Err() == nil {
+			_ = c.SyncWithContext(runCtx)
+			select {
+			case <-runCtx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		c.StopSync()
+		select {
+		case <-done:
+		case <-time.After(WaitTimeout):
+			t.Errorf("%s: /sync loop did not stop", c.UserID)
+		}
+	})
+	return e
+}
+
+// CreateEncryptedRoom creates a private room with encryption on from its
+// first event (as Element does for DMs and private rooms), inviting the
+// given users.
+func (e *E2EE) CreateEncryptedRoom(t testing.TB, invite ...id.UserID) id.RoomID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	resp, err := e.CreateRoom(ctx, &mautrix.ReqCreateRoom{Preset: "private_chat", Invite: invite, Name: "herald e2ee test",
+		InitialState: []*event.Event{{Type: event.StateEncryption, Content: event.Content{
+			Parsed: &event.EncryptionEventContent{Algorithm: id.AlgorithmMegolmV1}}}}})
+	if err != nil {
+		t.Fatalf("%s creates an encrypted room inviting %v: %v", e.UserID, invite, err)
+	}
+	return resp.RoomID
+}
+
+// WaitMember waits until e's own /sync has shown user joined in room (so a
+// message e encrypts next is shared with user's devices).
+func (e *E2EE) WaitMember(t testing.TB, room id.RoomID, user id.UserID) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s to see %s joined in %s", e.UserID, user, room), func(ctx context.Context) (bool, error) {
+		return e.StateStore.IsInRoom(ctx, room, user), nil
+	})
+}
+
+// PostEncrypted sends an encrypted m.text into room (in the thread rooted
+// at root unless it is empty), with mentions in m.mentions, and returns its
+// event id.
+func (e *E2EE) PostEncrypted(t testing.TB, room id.RoomID, root id.EventID, text string, mentions ...id.UserID) id.EventID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	if ok, err := e.StateStore.IsEncrypted(ctx, room); err != nil || !ok {
+		t.Fatalf("%s: room %s is not known as encrypted (err %v)", e.UserID, room, err)
+	}
+	return PostInThread(t, e.Client, room, root, text, mentions...)
+}
+
+// Decrypted is a message as e reads it: decrypted when it was encrypted.
+type Decrypted struct {
+	*event.Event
+	Encrypted bool // it came as m.room.encrypted
+}
+
+// Body is the message's text.
+func (d Decrypted) Body() string {
+	if msg, ok := d.Content.Parsed.(*event.MessageEventContent); ok {
+		return msg.Body
+	}
+	return ""
+}
+
+// Messages returns the last 200 messages of room, oldest first, decrypted
+// where e has the key; ok is false while one of them cannot be decrypted
+// yet.
+func (e *E2EE) Messages(ctx context.Context, room id.RoomID) (out []Decrypted, ok bool, err error) {
+	resp, err := e.Client.Messages(ctx, room, "", "", mautrix.DirectionBackward, nil, 200)
+	if err != nil {
+		return nil, false, err
+	}
+	ok = true
+	for i := len(resp.Chunk) - 1; i >= 0; i-- {
+		evt := resp.Chunk[i]
+		evt.RoomID = room
+		switch evt.Type {
+		case event.EventMessage:
+			_ = evt.Content.ParseRaw(evt.Type)
+			out = append(out, Decrypted{Event: evt})
+		case event.EventEncrypted:
+			if err := evt.Content.ParseRaw(evt.Type); err != nil {
+				return nil, false, err
+			}
+			dec, err := e.Mach.DecryptMegolmEvent(ctx, evt)
+			if err != nil {
+				ok = false
+				continue
+			}
+			if dec.Type == event.EventMessage {
+				out = append(out, Decrypted{Event: dec, Encrypted: true})
+			}
+		}
+	}
+	return out, ok, nil
+}
+
+// WaitMessages waits until room holds at least n messages from sender that
+// match (nil: all), e having decrypted them, and returns them, oldest first.
+func (e *E2EE) WaitMessages(t testing.TB, room id.RoomID, sender id.UserID, n int, match func(Decrypted) bool) []Decrypted {
+	t.Helper()
+	var got []Decrypted
+	waitFor(t, fmt.Sprintf("%d decrypted message(s) from %s in %s", n, sender, room), func(ctx context.Context) (bool, error) {
+		all, _, err := e.Messages(ctx, room)
+		if err != nil {
+			return false, err
+		}
+		got = got[:0]
+		for _, m := range all {
+			if m.Sender == sender && (match == nil || match(m)) {
+				got = append(got, m)
+			}
+		}
+		return len(got) >= n, nil
+	})
+	return got
+}
+
+// e2eeHelper encrypts e's messages the way Element does: the room's
+// Megolm session is shared with every joined or invited member's devices
+// that lack it, then the message is encrypted.
+type e2eeHelper struct{ e *E2EE }
+
+func (h e2eeHelper) Init(context.Context) error { return nil }
+
+func (h e2eeHelper) Decrypt(ctx context.Context, evt *event.Event) (*event.Event, error) {
+	return h.e.Mach.DecryptMegolmEvent(ctx, evt)
+}
+
+func (h e2eeHelper) WaitForSession(ctx context.Context, room id.RoomID, key id.SenderKey, session id.SessionID, d time.Duration) bool {
+	return h.e.Mach.WaitForSession(ctx, room, key, session, d)
+}
+
+func (h e2eeHelper) RequestSession(context.Context, id.RoomID, id.SenderKey, id.SessionID, id.UserID, id.DeviceID) {
+}
+
+func (h e2eeHelper) Encrypt(ctx context.Context, room id.RoomID, typ event.Type, content any) (*event.EncryptedEventContent, error) {
+	users, err := h.e.StateStore.GetRoomJoinedOrInvitedMembers(ctx, room)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.e.Mach.ShareGroupSession(ctx, room, users); err != nil {
+		return nil, fmt.Errorf("share the room key: %w", err)
+	}
+	return h.e.Mach.EncryptMegolmEvent(ctx, room, typ, content)
+}
