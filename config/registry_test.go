@@ -113,12 +113,12 @@ func TestRegisteredChannelSection(t *testing.T) {
 // TestChannelNamesFromRegistry: bindings and approvers accept the
 // registered channels and only them.
 func TestChannelNamesFromRegistry(t *testing.T) {
-	if got, want := strings.Join(config.ChannelNames(), ","), "matrix,slack,telegram,web"; got != want {
+	if got, want := strings.Join(config.ChannelNames(), ","), "discord,matrix,slack,telegram,web"; got != want {
 		t.Errorf("ChannelNames = %s, want %s", got, want)
 	}
 	_, err := openConfig(t, `{ bindings: [{ agentId: "main", match: { channel: "irc" } }], security: { approvers: { web: ["x"] } } }`, nil)
-	for _, w := range []string{`bindings[0].match.channel: "irc" is not one of "matrix", "slack", "telegram" or "web"`,
-		`security.approvers.web: unknown channel "web" (approvers can be listed for "matrix", "slack" or "telegram")`} {
+	for _, w := range []string{`bindings[0].match.channel: "irc" is not one of "discord", "matrix", "slack", "telegram" or "web"`,
+		`security.approvers.web: unknown channel "web" (approvers can be listed for "discord", "matrix", "slack" or "telegram")`} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("want %q in\n%v", w, err)
 		}

@@ -4,6 +4,7 @@
 package all
 
 import (
+	_ "github.com/heraldhq/herald/channels/discord"
 	_ "github.com/heraldhq/herald/channels/matrix"
 	_ "github.com/heraldhq/herald/channels/slack"
 	_ "github.com/heraldhq/herald/channels/telegram"

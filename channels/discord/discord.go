@@ -51,14 +51,6 @@ func init() {
 	discordgo.APIVersion = "10"
 }
 
-// KV is where the adapter keeps what must survive a restart: the last
-// message id seen per channel and the threads the bot is in. Keys start
-// with "discord.".
-type KV interface {
-	GetKV(ctx context.Context, key string) (value string, found bool, err error)
-	SetKV(ctx context.Context, key, value string) error
-}
-
 // Options configure an Adapter.
 type Options struct {
 	BotToken string
@@ -71,8 +63,13 @@ type Options struct {
 	// channel; nil = true.
 	ReplyInThread *bool
 	Access        channels.Access
-	// State keeps the catch-up cursors; nil keeps them in memory only.
-	State      KV
+	// State keeps the catch-up cursors and the threads the bot is in
+	// (the channel's namespaced store: keys "cursors", "thread.<id>");
+	// nil keeps them in memory only.
+	State      channels.KV
+	// ThreadContext is how many earlier messages of a thread ThreadHistory
+	// gives (SPEC §21); 0 = off.
+	ThreadContext int
 	Logger     *zap.Logger
 	HTTPClient *http.Client // base of REST requests (its Transport is used)
 }

@@ -28,29 +28,6 @@ var (
 	bob   = discordfake.User{ID: "700000000000000002", Username: "bob"}
 )
 
-// memKV is the adapter's store for these tests.
-type memKV struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (k *memKV) GetKV(_ context.Context, key string) (string, bool, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	v, ok := k.m[key]
-	return v, ok, nil
-}
-
-func (k *memKV) SetKV(_ context.Context, key, value string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = map[string]string{}
-	}
-	k.m[key] = value
-	return nil
-}
-
 // recorder is a Sink that hands inbound messages to the test; fail, when
 // set, decides the sink's answer.
 type recorder struct {
@@ -107,7 +84,7 @@ func testCtx(t *testing.T) context.Context {
 
 type setup struct {
 	fake *discordfake.Server
-	kv   *memKV
+	kv   *channels.MemoryKV
 	logs *observer.ObservedLogs
 }
 
@@ -115,7 +92,7 @@ func newSetup(t *testing.T) *setup {
 	fake := discordfake.New(t)
 	fake.AddGuildChannel(guild, general, "general")
 	fake.AddDM(dm)
-	return &setup{fake: fake, kv: &memKV{}}
+	return &setup{fake: fake, kv: &channels.MemoryKV{}}
 }
 
 // start starts an adapter on the fake; the access rules serve DMs from

@@ -18,8 +18,8 @@ import (
 
 // Keys in the adapter's KV.
 const (
-	keyCursors = "discord.cursors" // JSON {channelId: last message id handled}
-	keyThread  = "discord.thread." // + thread id: the bot is in it
+	keyCursors = "cursors" // JSON {channelId: last message id handled}
+	keyThread  = "thread." // + thread id: the bot is in it
 )
 
 // retryHeld is how long a channel whose message the gateway could not
@@ -244,7 +244,7 @@ func (a *Adapter) saveCursors(ctx context.Context, b []byte) {
 	if a.opts.State == nil {
 		return
 	}
-	if err := a.opts.State.SetKV(context.WithoutCancel(ctx), keyCursors, string(b)); err != nil {
+	if err := a.opts.State.Set(context.WithoutCancel(ctx), keyCursors, string(b)); err != nil {
 		a.log.Warn("discord: could not save the catch-up cursors", zap.Error(err))
 	}
 }
@@ -263,7 +263,7 @@ func (a *Adapter) loadState(ctx context.Context) error {
 	if a.opts.State == nil || loaded {
 		return nil
 	}
-	v, found, err := a.opts.State.GetKV(ctx, keyCursors)
+	v, found, err := a.opts.State.Get(ctx, keyCursors)
 	if err != nil {
 		return err // Start fails: starting without them would skip messages
 	}
@@ -335,13 +335,7 @@ func (a *Adapter) inbound(ctx context.Context, m *discordgo.Message) (in channel
 		a.mu.Unlock()
 		a.markThread(ctx, m.ID)
 	}
-	name := m.Author.GlobalName
-	if m.Member != nil && m.Member.Nick != "" {
-		name = m.Member.Nick
-	}
-	if name == "" {
-		name = m.Author.Username
-	}
+	name := displayName(m.Author, m.Member)
 	at := m.Timestamp
 	if at.IsZero() {
 		at = snowflakeTime(m.ID)
@@ -445,7 +439,7 @@ func (a *Adapter) isThread(ctx context.Context, id string) bool {
 	if in || a.opts.State == nil {
 		return in
 	}
-	_, found, err := a.opts.State.GetKV(ctx, keyThread+id)
+	_, found, err := a.opts.State.Get(ctx, keyThread+id)
 	if err != nil {
 		a.log.Warn("discord: could not read thread membership", zap.String("threadId", id), zap.Error(err))
 		return false
@@ -469,7 +463,7 @@ func (a *Adapter) markThread(ctx context.Context, id string) {
 	if was || a.opts.State == nil {
 		return
 	}
-	if err := a.opts.State.SetKV(context.WithoutCancel(ctx), keyThread+id, "1"); err != nil {
+	if err := a.opts.State.Set(context.WithoutCancel(ctx), keyThread+id, "1"); err != nil {
 		a.log.Warn("discord: could not save thread membership", zap.String("threadId", id), zap.Error(err))
 	}
 }

@@ -870,6 +870,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.postMessage(w, r, reMessages.FindStringSubmatch(path)[1])
 	case reMessages.MatchString(path) && r.Method == http.MethodGet:
 		s.history(w, r, reMessages.FindStringSubmatch(path)[1])
+	case reMessage.MatchString(path) && r.Method == http.MethodGet:
+		m := reMessage.FindStringSubmatch(path)
+		for _, msg := range s.Messages(m[1]) {
+			if msg.ID == m[2] {
+				writeJSON(w, 200, msg)
+				return
+			}
+		}
+		apiError(w, 404, CodeUnknownMessage, "Unknown Message")
 	case reMessage.MatchString(path) && r.Method == http.MethodPatch:
 		m := reMessage.FindStringSubmatch(path)
 		s.editMessage(w, r, m[1], m[2])
@@ -1065,6 +1074,15 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, channelID strin
 				sel = append(sel, m)
 			}
 		}
+	} else if before := q.Get("before"); before != "" {
+		b, _ := strconv.ParseInt(before, 10, 64)
+		var older []*Message
+		for _, m := range all {
+			if id, _ := strconv.ParseInt(m.ID, 10, 64); id < b {
+				older = append(older, m)
+			}
+		}
+		sel = older[max(0, len(older)-limit):]
 	} else {
 		sel = all[max(0, len(all)-limit):]
 	}
