@@ -66,12 +66,12 @@ type Options struct {
 	// State keeps the catch-up cursors and the threads the bot is in
 	// (the channel's namespaced store: keys "cursors", "thread.<id>");
 	// nil keeps them in memory only.
-	State      channels.KV
+	State channels.KV
 	// ThreadContext is how many earlier messages of a thread ThreadHistory
 	// gives (SPEC §21); 0 = off.
 	ThreadContext int
-	Logger     *zap.Logger
-	HTTPClient *http.Client // base of REST requests (its Transport is used)
+	Logger        *zap.Logger
+	HTTPClient    *http.Client // base of REST requests (its Transport is used)
 }
 
 // Adapter is the Discord channel.
