@@ -578,3 +578,24 @@ func extOf(name string) string {
 	}
 	return ""
 }
+
+// RememberUpload records a file share as if the bot had completed it (a
+// share Slack made just before the gateway died, so the gateway never heard
+// the answer). FileID and TS are filled in when empty; it returns the
+// upload as recorded.
+func (s *Server) RememberUpload(u Upload) Upload {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	if u.FileID == "" {
+		u.FileID = fmt.Sprintf("F0UP%06d", s.seq)
+	}
+	if u.TS == "" && u.Channel != "" {
+		u.TS = fmt.Sprintf("%d.%06d", s.tsBase, s.seq)
+	}
+	if u.Title == "" {
+		u.Title = u.Name
+	}
+	s.fs.uploads = append(s.fs.uploads, u)
+	return u
+}
