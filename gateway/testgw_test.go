@@ -318,12 +318,13 @@ func gatewayGoroutines() map[string]string {
 			case strings.Contains(frame, "/slackfake.") || strings.Contains(frame, "/tgfake.") ||
 				strings.Contains(frame, "/llmtest.") || strings.Contains(frame, "/webtest.") ||
 				strings.Contains(frame, "/matrixtest.") || strings.Contains(frame, "/slacktest.") ||
-				strings.Contains(frame, "/mcptest."):
+				strings.Contains(frame, "/mcptest.") || strings.Contains(frame, "/discordfake."):
 				ours = false
 			case strings.HasPrefix(frame, "github.com/heraldhq/herald/"),
 				strings.HasPrefix(frame, "github.com/slack-go/slack"),
 				strings.HasPrefix(frame, "github.com/go-telegram-bot-api/"),
-				strings.HasPrefix(frame, "maunium.net/go/mautrix"):
+				strings.HasPrefix(frame, "maunium.net/go/mautrix"),
+				strings.HasPrefix(frame, "github.com/bwmarrin/discordgo"):
 				ours = true
 			default:
 				continue

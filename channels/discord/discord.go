@@ -194,6 +194,7 @@ func New(opts Options) (*Adapter, error) {
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Resumed) { a.queue(e) })
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.MessageCreate) { a.queue(e) })
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.ThreadCreate) { a.queue(e) })
+	s.AddHandler(func(_ *discordgo.Session, e *discordgo.GuildCreate) { a.queue(e) })
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.InteractionCreate) { a.queue(e) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.disconnected() })
 	a.s = s

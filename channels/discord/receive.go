@@ -62,6 +62,10 @@ func (a *Adapter) work(ctx context.Context) {
 						a.markThread(ctx, e.ID)
 					}
 				}
+			case *discordgo.GuildCreate:
+				if e.Guild != nil {
+					a.guild(ctx, e.Guild)
+				}
 			case *discordgo.MessageCreate:
 				if e.Message != nil {
 					a.message(ctx, e.Message, true)
@@ -117,6 +121,38 @@ func (a *Adapter) ready(ctx context.Context, r *discordgo.Ready) {
 			return
 		}
 		a.catchUp(ctx, ch)
+	}
+}
+
+// guild starts a cursor at the channel's last message for every channel
+// and active thread of a guild that Herald serves and has none yet, so a
+// restart catches up a channel even when the bot never saw a message there.
+func (a *Adapter) guild(ctx context.Context, g *discordgo.Guild) {
+	for _, list := range [][]*discordgo.Channel{g.Channels, g.Threads} {
+		for _, c := range list {
+			if c == nil || c.ID == "" {
+				continue
+			}
+			info := a.remember(c)
+			chat := c.ID
+			if info.thread && info.parentID != "" {
+				chat = info.parentID
+			}
+			switch c.Type {
+			case discordgo.ChannelTypeGuildText, discordgo.ChannelTypeGuildNews,
+				discordgo.ChannelTypeGuildPublicThread, discordgo.ChannelTypeGuildPrivateThread, discordgo.ChannelTypeGuildNewsThread:
+			default:
+				continue
+			}
+			if !a.serves(channels.ChatGroup, chat) || a.cursor(c.ID) != "" {
+				continue
+			}
+			last := c.LastMessageID
+			if last == "" {
+				last = "0" // no message yet: everything after a restart is new
+			}
+			a.advance(ctx, c.ID, last, true)
+		}
 	}
 }
 
