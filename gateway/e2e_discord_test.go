@@ -174,3 +174,33 @@ func TestE2EDiscordResumeAndRestartMissNothingAndRepeatNothing(t *testing.T) {
 		t.Errorf("%d IDENTIFYs, want 2 (one per gateway start)", identify)
 	}
 }
+
+// TestE2EDiscordFilesRoundTrip: a mention with a PNG in a guild channel:
+// the model gets it as an image block and names attachments/<name>; the
+// file it sends back with send_file arrives in the thread the mention
+// opened, with the same bytes and its caption, after the reply.
+func TestE2EDiscordFilesRoundTrip(t *testing.T) {
+	f := newDiscordFake(t)
+	model := &fileEcho{}
+	newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`discord: { enabled: true, botToken: %q, apiUrl: %q, groups: { %q: {} } }`,
+		f.Token, f.URL(), dcGeneral)), model.handle)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	photo := filePNG(t, 64, 48)
+	m := f.SayWithFile(dcGeneral, dcAlice, dcMention(f, "what is in this picture?"), "screen.png", "image/png", photo)
+	var msgs []discordfake.Message
+	if err := f.Wait(ctx, "the reply and the file in the thread", func() bool {
+		msgs = f.BotMessages(m.ID)
+		return len(msgs) >= 2
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, msgs)
+	}
+	checkImageReached(t, model, photo, "screen.png")
+	if msgs[0].Content != "sent it back" {
+		t.Errorf("first message in the thread %q, want the reply", msgs[0].Content)
+	}
+	if len(msgs[1].Attachments) != 1 || msgs[1].Content != "back to you" ||
+		sha(f.AttachmentData(m.ID, msgs[1].Attachments[0].ID)) != sha(photo) {
+		t.Errorf("file message %+v: want the photo back with its caption", msgs[1])
+	}
+}

@@ -1,9 +1,11 @@
 package discord
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -558,5 +560,57 @@ func TestOverlapOfCatchUpAndLiveIsDeliveredOnce(t *testing.T) {
 	s.fake.Say(dm, alice, "marker", "")
 	if got := rec.upTo(t, "marker"); len(got) != 0 {
 		t.Errorf("a message handled twice: %+v", got)
+	}
+}
+
+func TestFilesBothWays(t *testing.T) {
+	s := newSetup(t)
+	rec := newRecorder()
+	a := s.start(t, rec, nil)
+	ctx := testCtx(t)
+
+	data := []byte("%PDF-1.4 a small report")
+	s.fake.SayWithFile(dm, alice, "", "report.pdf", "application/pdf", data)
+	in := rec.next(t)
+	if len(in.Attachments) != 1 {
+		t.Fatalf("attachments %+v, want the PDF (a message with only a file is taken)", in.Attachments)
+	}
+	f := in.Attachments[0]
+	if f.Name != "report.pdf" || f.MIME != "application/pdf" || f.Size != int64(len(data)) || f.Kind != channels.KindFile || f.Open == nil {
+		t.Fatalf("attachment %+v", f)
+	}
+	rc, err := f.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(got) != string(data) {
+		t.Errorf("downloaded %q, want %q", got, data)
+	}
+
+	m := s.fake.Say(general, alice, mention("make me a chart"), "")
+	in = rec.next(t)
+	png := []byte("\x89PNG\r\n\x1a\n fake chart")
+	msg := channels.Message{Kind: channels.KindAnnounce, Text: "the chart", ID: "77", Part: 4, Parts: 4,
+		File: &channels.OutFile{Name: "chart.png", MIME: "image/png", Size: int64(len(png)),
+			Open: func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(png)), nil }}}
+	id, err := a.SendFile(ctx, in.Origin, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	posted := s.fake.BotMessages(m.ID)
+	if len(posted) != 1 || posted[0].ID != id || posted[0].Content != "the chart" || len(posted[0].Attachments) != 1 {
+		t.Fatalf("thread %+v: want one message with the file and its caption", posted)
+	}
+	att := posted[0].Attachments[0]
+	if att.Filename != "chart.png" || att.ContentType != "image/png" || string(s.fake.AttachmentData(m.ID, att.ID)) != string(png) {
+		t.Errorf("posted attachment %+v", att)
+	}
+	if id2, err := a.SendFile(ctx, in.Origin, msg); err != nil || id2 != id || len(s.fake.BotMessages(m.ID)) != 1 {
+		t.Errorf("re-send of the file part: id %s (first %s) err %v; want the same message", id2, id, err)
+	}
+	if a.FileLimit() != 10<<20 {
+		t.Errorf("FileLimit %d", a.FileLimit())
 	}
 }

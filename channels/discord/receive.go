@@ -351,7 +351,8 @@ func (a *Adapter) inbound(ctx context.Context, m *discordgo.Message) (in channel
 	if thread && !mentioned && a.isThread(ctx, o.ThreadID) {
 		mentioned = true
 	}
-	if strings.TrimSpace(text) == "" {
+	files := a.attachments(m)
+	if strings.TrimSpace(text) == "" && len(files) == 0 {
 		return in, serve, false
 	}
 	if !a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, mentioned) {
@@ -376,7 +377,7 @@ func (a *Adapter) inbound(ctx context.Context, m *discordgo.Message) (in channel
 	if at.IsZero() {
 		at = snowflakeTime(m.ID)
 	}
-	return channels.Inbound{Origin: o, SenderName: name, Text: text, Mentioned: mentioned, At: at}, serve, true
+	return channels.Inbound{Origin: o, SenderName: name, Text: text, Mentioned: mentioned, At: at, Attachments: files}, serve, true
 }
 
 // serves reports whether Herald answers in the chat at all (its cursor is
