@@ -103,7 +103,7 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		d.w.Close()
 		return nil, err
 	}
-	if err := migrate(ctx, d.w, path, migrations, false); err != nil {
+	if err := migrate(ctx, d.w, path, d.dialect, upgrades); err != nil {
 		d.w.Close()
 		return nil, err
 	}

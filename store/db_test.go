@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 )
 
@@ -127,82 +126,6 @@ func TestReopenKeepsDataAndDoesNotRemigrate(t *testing.T) {
 	}
 }
 
-func TestMigrateAppliesOnlyNewSteps(t *testing.T) {
-	sqliteOnly(t)
-	ctx := context.Background()
-	db := newTestDB(t)
-	// A step that fails when run twice proves it runs once.
-	steps := append(append([]migration{}, migrations...),
-		migration{version: len(migrations) + 1, name: "extra", sql: "CREATE TABLE extra (a INTEGER);"})
-	for i := 0; i < 2; i++ {
-		if err := migrate(ctx, db.w, db.Path(), steps, false); err != nil {
-			t.Fatalf("migrate pass %d: %v", i+1, err)
-		}
-	}
-	if got := appliedMigrations(t, db); len(got) != len(steps) {
-		t.Errorf("applied = %v, want %d versions", got, len(steps))
-	}
-
-	// A failing step rolls back both its schema change and its version row.
-	bad := append(append([]migration{}, steps...), migration{version: len(steps) + 1, name: "bad",
-		sql: "CREATE TABLE half (a INTEGER); SELECT * FROM no_such_table;"})
-	err := migrate(ctx, db.w, db.Path(), bad, false)
-	if err == nil || !strings.Contains(err.Error(), "bad") {
-		t.Fatalf("migrate with a failing step: %v, want an error naming it", err)
-	}
-	if got := appliedMigrations(t, db); len(got) != len(steps) {
-		t.Errorf("failed step recorded: %v", got)
-	}
-	var n int
-	if err := db.w.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE name = 'half'").Scan(&n); err != nil || n != 0 {
-		t.Errorf("failed step left table half (n=%d, err=%v)", n, err)
-	}
-}
-
-func TestLoadMigrations(t *testing.T) {
-	tests := []struct {
-		name    string
-		files   fstest.MapFS
-		want    []int
-		wantErr string
-	}{
-		{"ordered", fstest.MapFS{
-			"migrations/0002_b.sql": {Data: []byte("B")},
-			"migrations/0001_a.sql": {Data: []byte("A")},
-		}, []int{1, 2}, ""},
-		{"gap", fstest.MapFS{
-			"migrations/0001_a.sql": {Data: []byte("A")},
-			"migrations/0003_c.sql": {Data: []byte("C")},
-		}, nil, "expected version 2"},
-		{"bad name", fstest.MapFS{"migrations/init.sql": {Data: []byte("A")}}, nil, "NNNN_description"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ms, err := loadMigrations(tt.files, "migrations")
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []int
-			for _, m := range ms {
-				got = append(got, m.version)
-			}
-			if len(got) != len(tt.want) || got[0] != tt.want[0] || got[1] != tt.want[1] {
-				t.Errorf("versions = %v, want %v", got, tt.want)
-			}
-		})
-	}
-	// The embedded set itself is valid.
-	if len(migrations) == 0 || migrations[0].version != 1 {
-		t.Errorf("embedded migrations invalid: %+v", migrations)
-	}
-}
-
 func TestOpenNewerSchema(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -210,7 +133,7 @@ func TestOpenNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.w.Exec("INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)"); err != nil {
+	if _, err := db.w.Exec("UPDATE herald_version SET version = 999, compat = 999"); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

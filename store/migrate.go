@@ -1,155 +1,191 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"go.mau.fi/util/dbutil"
 )
 
-//go:embed migrations/*.sql migrations/postgres/*.sql
-var migrationFiles embed.FS
+// The schema is one migration tree for both engines: store/upgrades, in
+// mautrix's dbutil upgrade-table format. Each file is one step:
+//
+//	-- v11: leases                          (header: the version it upgrades to)
+//	-- only: sqlite for next 2 lines        (engine-only lines)
+//	-- only: postgres until "end only" … -- end only postgres
+//
+// A file whose first line after the header is "-- only: sqlite" is a
+// SQLite-only step (v1–v9: PostgreSQL support started with v10, which
+// creates PostgreSQL's whole schema of v1–v10 at once). dbutil keeps the
+// version in herald_version (version, compat) and runs each step with the
+// version update in one transaction.
+//
+// Databases made before the one tree kept their own numbering in
+// schema_migrations (version, applied_at), one row per step: SQLite 1..N
+// as here, PostgreSQL 1..N-9. adoptLegacy turns that into herald_version
+// once; markLegacy keeps schema_migrations up to date so an older herald
+// opening a newer database still refuses it (ErrSchemaTooNew) instead of
+// running its own steps.
 
-// migration is one schema step. Version n is applied after n-1, once, in its
-// own transaction together with its schema_migrations row.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+//go:embed upgrades/*.sql
+var upgradeFiles embed.FS
 
-// migrations are the embedded steps, ordered by version (file NNNN_name.sql).
-var migrations = embeddedMigrations(migrationFiles, "migrations")
+// upgrades is the embedded tree; upgradesErr is set when a file of it is
+// malformed (a build-time mistake the tests catch: migrate then refuses
+// to run rather than the package panicking at init).
+var upgrades, upgradesErr = loadUpgrades(upgradeFiles, "upgrades")
 
-// pgMigrations are PostgreSQL's steps (migrations/postgres): their own
-// numbering, starting from the whole schema of SQLite's first ten.
-var pgMigrations = embeddedMigrations(migrationFiles, "migrations/postgres")
+// versionTable holds the schema version (dbutil's format).
+const versionTable = "herald_version"
 
-// embeddedMigrations reads the embedded migration files. It runs at package
-// init on files compiled into the binary, so a bad file name is a build-time
-// mistake that the tests catch; it reports it through an invalid migration
-// rather than a panic, and migrate refuses to run.
-func embeddedMigrations(fsys fs.FS, dir string) []migration {
-	ms, err := loadMigrations(fsys, dir)
-	if err != nil {
-		return []migration{{version: -1, name: "invalid", sql: err.Error()}}
-	}
-	return ms
-}
+// legacyPGOffset is where PostgreSQL's own migration numbering started in
+// the one tree: its version 1 was v10.
+const legacyPGOffset = 9
 
-func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
-	names, err := fs.Glob(fsys, dir+"/*.sql")
+// loadUpgrades reads an upgrade tree; versions must run 1..N without gaps.
+func loadUpgrades(fsys interface {
+	fs.ReadFileFS
+	fs.ReadDirFS
+}, dir string) (table dbutil.UpgradeTable, err error) {
+	defer func() {
+		if r := recover(); r != nil { // dbutil panics on a malformed file
+			table, err = nil, fmt.Errorf("%s: %v", dir, r)
+		}
+	}()
+	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_description.sql", n)
-		}
-		b, err := fs.ReadFile(fsys, n)
+	table = dbutil.BuildUpgradeTable().WithFSPath(fsys, dir).Finish()
+	if len(table) != len(names) {
+		return nil, fmt.Errorf("%s: %d files give versions up to %d: versions must be 1, 2, 3, ... once each", dir, len(names), len(table))
+	}
+	return table, nil
+}
+
+// SchemaVersion is the newest schema version this binary knows.
+func SchemaVersion() int { return len(upgrades) }
+
+// SchemaVersion is the newest schema version this binary knows (one
+// numbering for both engines).
+func (d *DB) SchemaVersion() int { return len(upgrades) }
+
+// migrate brings the database to the newest version of table. On
+// PostgreSQL it holds the migration lock meanwhile, so replicas starting
+// at once migrate one after the other.
+func migrate(ctx context.Context, db *sql.DB, shown string, dl *dialect, table dbutil.UpgradeTable) error {
+	if table == nil {
+		return fmt.Errorf("migrate state database %s: embedded upgrades are invalid: %w", shown, upgradesErr)
+	}
+	if dl.advisoryLocks {
+		unlock, err := pgMigrationLock(ctx, db)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("migrate state database %s: lock: %w", shown, err)
 		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(b)})
+		defer unlock()
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected version %d (versions must be 1, 2, 3, ...)", m.name, i+1)
-		}
+	udb, err := dbutil.NewWithDB(db, dl.name)
+	if err != nil {
+		return fmt.Errorf("migrate state database %s: %w", shown, err)
 	}
-	return ms, nil
+	udb.VersionTable = versionTable
+	udb.UpgradeTable = table
+	if err := adoptLegacy(ctx, udb, dl); err != nil {
+		return fmt.Errorf("migrate state database %s: adopt schema_migrations: %w", shown, err)
+	}
+	var version, compat sql.NullInt64
+	err = db.QueryRowContext(ctx, "SELECT version, compat FROM "+versionTable+" LIMIT 1").Scan(&version, &compat)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) && !isNoTable(err) {
+		return fmt.Errorf("migrate state database %s: read version: %w", shown, err)
+	}
+	if c := cmp.Or(compat.Int64, version.Int64); c > int64(len(table)) {
+		return fmt.Errorf("state database %s has schema version %d, this herald knows up to %d: %w; run a newer herald, or move the file away to start with an empty state",
+			shown, version.Int64, len(table), ErrSchemaTooNew)
+	}
+	if err := udb.Upgrade(ctx); err != nil {
+		return fmt.Errorf("migrate state database %s: %w", shown, err)
+	}
+	if err := markLegacy(ctx, db, dl, len(table)); err != nil {
+		return fmt.Errorf("migrate state database %s: mark schema_migrations: %w", shown, err)
+	}
+	return nil
 }
 
-// SchemaVersion is the newest SQLite schema version this binary knows.
-func SchemaVersion() int { return len(migrations) }
-
-// SchemaVersion is the newest schema version this binary knows for the
-// database's driver.
-func (d *DB) SchemaVersion() int {
-	if d.pg != nil {
-		return len(pgMigrations)
-	}
-	return len(migrations)
+// isNoTable reports whether err says a table does not exist (a new
+// database has no herald_version yet).
+func isNoTable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "no such table") || strings.Contains(s, "does not exist")
 }
 
-// migrate applies every migration newer than the database's version. It is
-// safe against a second process migrating at the same time: each step
-// re-reads the version inside its BEGIN IMMEDIATE transaction (SQLite) or
-// after taking the migration lock (PostgreSQL, pg set).
-func migrate(ctx context.Context, db *sql.DB, dbPath string, ms []migration, pg bool) error {
-	for _, m := range ms {
-		if m.version <= 0 {
-			return fmt.Errorf("migrate state database %s: embedded migrations are invalid: %s", dbPath, m.sql)
+// pgMigrationLock takes PostgreSQL's session advisory lock for migrations
+// on a connection of its own and returns its release.
+func pgMigrationLock(ctx context.Context, db *sql.DB) (func(), error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	const key = "hashtextextended('herald schema migration', 0)"
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock("+key+")"); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(uctx, "SELECT pg_advisory_unlock("+key+")")
+		conn.Close() // a lock left by a failed unlock ends with the session
+	}, nil
+}
+
+// adoptLegacy gives a database made before the one tree (schema_migrations
+// only) its herald_version: SQLite's numbering is the tree's, PostgreSQL's
+// is offset by legacyPGOffset.
+func adoptLegacy(ctx context.Context, udb *dbutil.Database, dl *dialect) error {
+	if has, err := udb.TableExists(ctx, versionTable); err != nil || has {
+		return err
+	}
+	if has, err := udb.TableExists(ctx, "schema_migrations"); err != nil || !has {
+		return err
+	}
+	return udb.DoTxn(ctx, nil, func(ctx context.Context) error {
+		var v int
+		if err := udb.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v); err != nil {
+			return err
 		}
+		if dl.name == DriverPostgres && v > 0 {
+			v += legacyPGOffset
+		}
+		if _, err := udb.Exec(ctx, "CREATE TABLE "+versionTable+" (version INTEGER, compat INTEGER)"); err != nil {
+			return err
+		}
+		_, err := udb.Exec(ctx, "INSERT INTO "+versionTable+" (version, compat) VALUES ($1, $1)", v)
+		return err
+	})
+}
+
+// markLegacy records versions up to top in schema_migrations, in that
+// table's numbering, for older binaries.
+func markLegacy(ctx context.Context, db *sql.DB, dl *dialect, top int) error {
+	if dl.name == DriverPostgres {
+		top -= legacyPGOffset
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		applied_at BIGINT NOT NULL
 	)`); err != nil {
-		return fmt.Errorf("migrate state database %s: %w", dbPath, err)
+		return err
 	}
-	known := len(ms)
-	for {
-		done, err := migrateStep(ctx, db, dbPath, ms, known, pg)
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-	}
-}
-
-// migrateStep applies the next pending migration, if any.
-func migrateStep(ctx context.Context, db *sql.DB, dbPath string, ms []migration, known int, pg bool) (done bool, err error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return false, fmt.Errorf("migrate state database %s: %w", dbPath, err)
-	}
-	defer func() {
-		if err != nil || done {
-			_ = tx.Rollback()
-		}
-	}()
-	insert := "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)"
-	if pg {
-
-		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('herald schema migration', 0))"); err != nil {
-			return false, fmt.Errorf("migrate state database %s: lock: %w", dbPath, err)
-		}
-	}
-	var cur int
-	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&cur); err != nil {
-		return false, fmt.Errorf("migrate state database %s: read version: %w", dbPath, err)
-	}
-	if cur > known {
-		return false, fmt.Errorf("state database %s has schema version %d, this herald knows up to %d: %w; run a newer herald, or move the file away to start with an empty state",
-			dbPath, cur, known, ErrSchemaTooNew)
-	}
-	if cur == known {
-		return true, nil
-	}
-	m := ms[cur]
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return false, fmt.Errorf("migrate state database %s to version %d (%s): %w", dbPath, m.version, m.name, err)
-	}
-	if _, err := tx.ExecContext(ctx, insert,
-		m.version, time.Now().UnixMilli()); err != nil {
-		return false, fmt.Errorf("migrate state database %s to version %d (%s): %w", dbPath, m.version, m.name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("migrate state database %s to version %d (%s): commit: %w", dbPath, m.version, m.name, err)
-	}
-	return false, nil
+	_, err := db.ExecContext(ctx, `WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < $1)
+		INSERT INTO schema_migrations (version, applied_at) SELECT v, $2 FROM n WHERE true
+		ON CONFLICT (version) DO NOTHING`, top, time.Now().UnixMilli())
+	return err
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -91,35 +90,11 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
 	d.Transcripts = rowTranscripts{d: d}
 	d.ws = newStmtCache(sqlDB)
 	d.rs = d.ws
-	if err := pgCreateMigrationsTable(ctx, sqlDB); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("migrate state database %s: %w", shown, err)
-	}
-	if err := migrate(ctx, sqlDB, shown, pgMigrations, true); err != nil {
+	if err := migrate(ctx, sqlDB, shown, d.dialect, upgrades); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
-}
-
-// pgCreateMigrationsTable creates schema_migrations under the migration
-// lock: two replicas starting at once must not both create it.
-func pgCreateMigrationsTable(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('herald schema migration', 0))"); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    INTEGER PRIMARY KEY,
-		applied_at BIGINT NOT NULL
-	)`); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // Driver returns the database's driver: DriverSQLite or DriverPostgres.

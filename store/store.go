@@ -2,9 +2,10 @@
 // intake of owed turns, the announce outbox, archive deadlines, approvals,
 // the web chat log, leases and the JSONL transcripts. Its contract is the
 // interfaces in api.go; *DB keeps them in one SQLite database in the state
-// dir (WAL, schema migrations; transcripts as files under
-// transcripts/<agentId>/<sessionId>.jsonl) or in PostgreSQL (postgres.go;
-// transcripts as rows), with the same queries.
+// dir (WAL; transcripts as files under transcripts/<agentId>/<sessionId>.jsonl)
+// or in PostgreSQL (postgres.go; transcripts as rows), with the same query
+// texts (the engines' differences are a dialect value, dialect.go) and one
+// migration tree (upgrades/, migrate.go).
 //
 // It must not import gateway, subagent, agent or any channels/<name> package.
 package store

@@ -1,0 +1,7 @@
+-- v7: outbox session
+-- only: sqlite (the whole step: PostgreSQL gets the schema of v1-v10 in v10)
+-- an outbox row names the session and agent it speaks for, so every
+-- log line about its delivery carries sessionKey and agentId (SPEC §13).
+
+ALTER TABLE outbox ADD COLUMN session_key TEXT NOT NULL DEFAULT '';
+ALTER TABLE outbox ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';

@@ -1,0 +1,6 @@
+-- v19: file captions
+-- the caption posted with an outbound file (send_file's caption) and
+-- the caption of an inbound one (kept for symmetry; '' = none).
+
+ALTER TABLE intake_files ADD COLUMN caption TEXT NOT NULL DEFAULT '';
+ALTER TABLE outbox_files ADD COLUMN caption TEXT NOT NULL DEFAULT '';
