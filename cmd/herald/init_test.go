@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -21,7 +22,13 @@ func TestInitWritesAValidStarterConfig(t *testing.T) {
 		t.Run(provider, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "conf", "herald.json5")
 			var out, errOut bytes.Buffer
-			code := run([]string{"init", "--config", path, "--channel", "web,slack", "--channel", "telegram", "--channel", "matrix", "--channel", "discord", "--provider", provider}, &out, &errOut)
+			// Every channel init offers (the web chat and each module with
+			// init questions), the first two comma-separated.
+			args := []string{"init", "--config", path, "--channel", strings.Join(initChannels()[:2], ",")}
+			for _, c := range initChannels()[2:] {
+				args = append(args, "--channel", c)
+			}
+			code := run(append(args, "--provider", provider), &out, &errOut)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut.String())
 			}
@@ -33,7 +40,16 @@ func TestInitWritesAValidStarterConfig(t *testing.T) {
 			if strings.Contains(text, "sk-ant-real-secret") {
 				t.Error("the config contains the value of ANTHROPIC_API_KEY")
 			}
-			for _, v := range []string{"${SLACK_BOT_TOKEN}", "${SLACK_APP_TOKEN}", "${TELEGRAM_BOT_TOKEN}", "${MATRIX_ACCESS_TOKEN}", "${DISCORD_BOT_TOKEN}"} {
+			vars := []string{"${SLACK_BOT_TOKEN}", "${SLACK_APP_TOKEN}", "${TELEGRAM_BOT_TOKEN}", "${MATRIX_ACCESS_TOKEN}"}
+			for _, m := range channels.Modules() {
+				if m.Init == nil {
+					continue
+				}
+				for _, sv := range m.Init.Secrets {
+					vars = append(vars, "${"+sv.Var+"}")
+				}
+			}
+			for _, v := range vars {
 				if !strings.Contains(text, v) {
 					t.Errorf("config lacks %s", v)
 				}
@@ -48,8 +64,13 @@ func TestInitWritesAValidStarterConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("written config does not validate: %v\n%s", err, text)
 			}
-			if !cfg.ChannelEnabled("slack") || !cfg.ChannelEnabled("telegram") || !cfg.ChannelEnabled("matrix") || !cfg.ChannelEnabled("discord") || !cfg.WebEnabled() {
-				t.Errorf("not every chosen channel is enabled: %v", cfg.EnabledChannels())
+			for _, c := range initChannels() {
+				if !cfg.ChannelEnabled(c) {
+					t.Errorf("channel %s chosen but not enabled (enabled: %v)", c, cfg.EnabledChannels())
+				}
+			}
+			if len(initChannels()) < 4 || !cfg.WebEnabled() {
+				t.Errorf("init offers %v; web on: %v", initChannels(), cfg.WebEnabled())
 			}
 			if got := cfg.AgentModel("main"); !strings.HasPrefix(got, map[string]string{"anthropic": "anthropic/", "openai": "openai/", "openai-compatible": "local/", "demo": "demo/"}[provider]) {
 				t.Errorf("main agent model %q for provider %s", got, provider)
@@ -77,7 +98,7 @@ func TestInitRefusesToOverwriteWithoutForce(t *testing.T) {
 	if code := run([]string{"init", "--config", path, "--provider", "demo", "--force"}, &out, &errOut); code != 0 {
 		t.Fatalf("--force: exit %d, stderr %q", code, errOut.String())
 	}
-	if code := run([]string{"init", "--config", path + ".2", "--channel", "irc"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--channel "irc": want one of web, discord, matrix, slack, telegram`) {
+	if code := run([]string{"init", "--config", path + ".2", "--channel", "irc"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--channel "irc": want one of `+strings.Join(initChannels(), ", ")) {
 		t.Errorf("unknown channel: exit %d, stderr %q", code, errOut.String())
 	}
 }
@@ -190,7 +211,7 @@ func TestInitWithoutTerminalNamesTheFlags(t *testing.T) {
 	if code := initCmd(&flags{config: path}, strings.NewReader(""), false, &out, &errOut); code != 2 {
 		t.Fatalf("exit %d, want 2; stderr: %s", code, errOut.String())
 	}
-	for _, want := range []string{"no terminal to ask on", "herald init --channel web --provider anthropic", "--channel: web, discord, matrix, slack, telegram", "--provider: anthropic, openai"} {
+	for _, want := range []string{"no terminal to ask on", "herald init --channel web --provider anthropic", "--channel: " + strings.Join(initChannels(), ", "), "--provider: anthropic, openai"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut.String())
 		}
