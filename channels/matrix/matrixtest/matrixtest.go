@@ -398,3 +398,10 @@ func waitFor(t testing.TB, what string, cond func(ctx context.Context) (bool, er
 	}
 	t.Fatalf("timed out after %s waiting for %s (last error: %v)", WaitTimeout, what, lastErr)
 }
+
+// Eventually polls cond until it is true, failing the test after
+// WaitTimeout with what it waited for.
+func Eventually(t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	waitFor(t, what, cond)
+}

@@ -1,0 +1,201 @@
+//go:build goolm
+
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/providers"
+	"github.com/heraldhq/herald/channels/matrix/matrixtest"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/gateway"
+)
+
+// matrixE2EEConfig is matrixGatewayConfig with encryption on.
+const matrixE2EEConfig = `{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: {
+    matrix: { enabled: true, homeserver: %q, userId: %q, accessToken: %q,
+      autoJoin: true, threadReplies: "inbound", groupPolicy: "open", encryption: true },
+    web: { enabled: false },
+  },
+}`
+
+// runE2EEGateway runs a gateway with an encrypting Matrix channel on the
+// state in dir; the returned stop ends it and waits (also at the test's end).
+func runE2EEGateway(t *testing.T, dir string, hs *matrixtest.Homeserver, bot *mautrix.Client, llm *llmtest.Server) (stop func()) {
+	t.Helper()
+	src := fmt.Sprintf(matrixE2EEConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken)
+	cfg, err := config.Parse("e2e-matrix-e2ee.json5", []byte(src), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(context.Background(), gateway.Options{
+		Config: cfg, StateDir: dir, Listener: ln,
+		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Providers: providers.Options{BackoffBase: time.Millisecond},
+	})
+	if err != nil {
+		ln.Close()
+		t.Fatalf("gateway.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gateway.Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not stop within 30s")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// finalText is what a person sees for a message: the last edit's text when
+// it was edited (streaming), else its body.
+func finalTexts(msgs []matrixtest.Decrypted) map[id.EventID]string {
+	out := map[id.EventID]string{}
+	for _, m := range msgs {
+		msg := m.Content.AsMessage()
+		if ref := msg.RelatesTo.GetReplaceID(); ref != "" && msg.NewContent != nil {
+			out[ref] = msg.NewContent.Body
+			continue
+		}
+		if _, edited := out[m.ID]; !edited {
+			out[m.ID] = msg.Body
+		}
+	}
+	return out
+}
+
+// TestE2EMatrixEncrypted drives the whole gateway through Dendrite in an
+// encrypted group room, as Element users would: a mention in a thread gets
+// the agent's reply and both sub-agent announces in that thread, every one
+// of them encrypted. After a gateway restart the bot is the same device
+// (same keys) and reads the next message in the thread on the Megolm
+// session it got before the restart.
+func TestE2EMatrixEncrypted(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "alice"))
+	carol := matrixtest.NewE2EE(t, hs.RegisterUser(t, "carol")) // a third member makes the room a group
+	bot := hs.RegisterUser(t, "herald")
+	llm := llmtest.NewAnthropic(t, spawningModel)
+	dir := t.TempDir()
+	stop := runE2EEGateway(t, dir, hs, bot, llm)
+
+	room := alice.CreateEncryptedRoom(t, bot.UserID, carol.UserID)
+	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
+		t.Fatalf("carol joins %s: %v", room, err)
+	}
+	alice.WaitMember(t, room, carol.UserID)
+	alice.WaitMember(t, room, bot.UserID) // the gateway auto-joins on invite
+
+	root := alice.PostEncrypted(t, room, "", "planning thread")
+	alice.PostEncrypted(t, room, root, "herald: please research both halves", bot.UserID)
+
+	inThread := func(m matrixtest.Decrypted) bool { return matrixtest.ThreadRoot(m.Event) == root }
+	var texts map[id.EventID]string
+	var posts []matrixtest.Decrypted
+	matrixtest.Eventually(t, "the reply and both announces, decrypted, in the thread", func(ctx context.Context) (bool, error) {
+		all, _, err := alice.Messages(ctx, room)
+		if err != nil {
+			return false, err
+		}
+		posts = posts[:0]
+		var mine []matrixtest.Decrypted
+		for _, m := range all {
+			if m.Sender != bot.UserID {
+				continue
+			}
+			mine = append(mine, m)
+			if inThread(m) {
+				posts = append(posts, m)
+			}
+		}
+		texts = finalTexts(mine)
+		var reply, alpha, beta bool
+		for _, p := range posts {
+			b := texts[p.ID]
+			reply = reply || strings.Contains(b, "Started alpha and beta")
+			alpha = alpha || strings.HasPrefix(b, "Status: success\nTask: alpha\n") && strings.Contains(b, "findings for A: look at the first half")
+			beta = beta || strings.HasPrefix(b, "Status: success\nTask: beta\n") && strings.Contains(b, "findings for B: look at the second half")
+		}
+		return reply && alpha && beta, nil
+	})
+	if len(posts) != 3 {
+		t.Errorf("the bot posted %d messages in the thread, want 3 (reply, two announces)", len(posts))
+	}
+	for _, p := range posts {
+		if !p.Encrypted {
+			t.Errorf("bot message %s in the encrypted thread went out in clear text: %q", p.ID, texts[p.ID])
+		}
+	}
+	// Carol, another member's device, reads them too.
+	carolSees := carol.WaitMessages(t, room, bot.UserID, 3, func(m matrixtest.Decrypted) bool { return inThread(m) && m.Encrypted })
+	if len(carolSees) < 3 {
+		t.Fatalf("carol decrypted %d of the bot's thread messages", len(carolSees))
+	}
+
+	// Restart: the same device and keys; alice's next message, on the
+	// Megolm session the bot already holds, is read and answered.
+	before := ownDevices(t, alice.Client, bot.UserID)
+	stop()
+	runE2EEGateway(t, dir, hs, bot, llm)
+	alice.PostEncrypted(t, room, root, "herald: and after the restart?", bot.UserID)
+	after := alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
+		return inThread(m) && strings.HasPrefix(m.Body(), "plain answer to: ") && strings.HasSuffix(m.Body(), "and after the restart?")
+	})
+	if !after[0].Encrypted {
+		t.Fatalf("the answer after the restart went out in clear text")
+	}
+	if now := ownDevices(t, alice.Client, bot.UserID); len(before) != 1 || fmt.Sprint(now) != fmt.Sprint(before) {
+		t.Fatalf("the bot's devices changed over the restart: before %v, after %v", before, now)
+	}
+}
+
+// ownDevices is the ed25519 key of each device the homeserver lists for user.
+func ownDevices(t *testing.T, c *mautrix.Client, user id.UserID) map[id.DeviceID]id.Ed25519 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.QueryKeys(ctx, &mautrix.ReqQueryKeys{DeviceKeys: map[id.UserID]mautrix.DeviceIDList{user: nil}})
+	if err != nil {
+		t.Fatalf("query keys of %s: %v", user, err)
+	}
+	out := map[id.DeviceID]id.Ed25519{}
+	for dev, k := range resp.DeviceKeys[user] {
+		out[dev] = k.Keys.GetEd25519(dev)
+	}
+	return out
+}
