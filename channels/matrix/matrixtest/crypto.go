@@ -88,12 +88,27 @@ func (e *E2EE) CreateEncryptedRoom(t testing.TB, invite ...id.UserID) id.RoomID 
 	return resp.RoomID
 }
 
-// WaitMember waits until e's own /sync has shown user joined in room (so a
-// message e encrypts next is shared with user's devices).
+// WaitMember waits until user is a joined member of room on the
+// homeserver, and records the room's joined members in e's state store
+// (whose own /sync may have recorded the invite after the join: mautrix
+// writes a created room's invites when createRoom returns), so a message e
+// encrypts next is shared with user's devices.
 func (e *E2EE) WaitMember(t testing.TB, room id.RoomID, user id.UserID) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%s to see %s joined in %s", e.UserID, user, room), func(ctx context.Context) (bool, error) {
-		return e.StateStore.IsInRoom(ctx, room, user), nil
+		resp, err := e.JoinedMembers(ctx, room)
+		if err != nil {
+			return false, err
+		}
+		if _, ok := resp.Joined[user]; !ok {
+			return false, nil
+		}
+		for member := range resp.Joined {
+			if err := e.StateStore.SetMembership(ctx, room, member, event.MembershipJoin); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
 	})
 }
 
