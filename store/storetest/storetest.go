@@ -1,0 +1,535 @@
+// Package storetest is the store's contract suite: Run drives any backend
+// through the store interfaces — intake, outbox claims, runs, sessions,
+// transcripts, leases, KV, schedules, spend — and checks what a user of
+// Herald would notice (a message stored once, a reply delivered once and
+// in order, a run's announce with its end, a lease held by one replica).
+// The store package runs it on SQLite and on PostgreSQL.
+//
+// It must not import gateway, subagent, agent or any channels/<name>
+// package.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// Store is what the suite drives: the production contract plus GetOutbox,
+// the one read only tests need (to see an item's state between claims).
+type Store interface {
+	store.Store
+	GetOutbox(ctx context.Context, id int64) (*store.OutboxItem, error)
+}
+
+// Run runs the contract suite; open returns a new, empty store for one
+// test (and closes it at the test's cleanup).
+func Run(t *testing.T, open func(t *testing.T) Store) {
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, Store)
+	}{
+		{"Sessions", testSessions},
+		{"Intake", testIntake},
+		{"IntakeClaims", testIntakeClaims},
+		{"OutboxClaims", testOutboxClaims},
+		{"OutboxParts", testOutboxParts},
+		{"Runs", testRuns},
+		{"Transcripts", testTranscripts},
+		{"Leases", testLeases},
+		{"KV", testKV},
+		{"Schedules", testSchedules},
+		{"Spend", testSpend},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
+	}
+}
+
+var (
+	t0     = time.Date(2026, 11, 21, 20, 41, 26, 0, time.UTC)
+	origin = channels.Origin{Channel: "slack", Account: "T1", ChatID: "C42", ChatType: channels.ChatGroup}
+)
+
+const convKey = "agent:main:slack:group:C42"
+
+func testSessions(t *testing.T, s Store) {
+	ctx := context.Background()
+	sess := &store.Session{Key: convKey, AgentID: "main", Origin: origin, CreatedAt: t0, UpdatedAt: t0}
+	if created, err := s.EnsureSession(ctx, sess); err != nil || !created || sess.ID == "" {
+		t.Fatalf("EnsureSession = %v, %v (id %q)", created, err, sess.ID)
+	}
+	again := &store.Session{Key: convKey, AgentID: "main", ID: "other"}
+	if created, err := s.EnsureSession(ctx, again); err != nil || created || again.ID != sess.ID {
+		t.Fatalf("second EnsureSession = %v, %v, id %q; want the stored row %q", created, err, again.ID, sess.ID)
+	}
+	got, err := s.GetSession(ctx, convKey)
+	if err != nil || got.Origin != origin || got.Kind != store.KindMain || !got.CreatedAt.Equal(t0) {
+		t.Fatalf("GetSession = %+v, %v", got, err)
+	}
+	if _, err := s.GetSession(ctx, "agent:main:none"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetSession(missing) = %v, want ErrNotFound", err)
+	}
+	if err := s.AddSessionUsage(ctx, convKey, 100, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddSessionUsage(ctx, convKey, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSession(ctx, convKey); got.TokensIn != 101 || got.TokensOut != 22 {
+		t.Errorf("usage = %d in, %d out; want 101, 22", got.TokensIn, got.TokensOut)
+	}
+	newPath := s.TranscriptPath("main", "s2")
+	if err := s.ResetSession(ctx, convKey, "s2", newPath, sess.TranscriptPath+".reset", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSession(ctx, convKey); got.ID != "s2" || got.TranscriptPath != newPath {
+		t.Errorf("after reset: id %q path %q", got.ID, got.TranscriptPath)
+	}
+	list, err := s.ListSessions(ctx, store.SessionFilter{Kind: store.KindMain})
+	if err != nil || len(list) != 1 || list[0].Key != convKey {
+		t.Errorf("ListSessions = %+v, %v", list, err)
+	}
+	cs := store.ConversationSettings{}
+	if err := s.SetConversationSettings(ctx, convKey, cs); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := s.HoldSession(ctx, convKey, "r1"); err != nil || !moved {
+		t.Errorf("first HoldSession = %v, %v; want moved", moved, err)
+	}
+	if moved, err := s.HoldSession(ctx, convKey, "r1"); err != nil || moved {
+		t.Errorf("second HoldSession by the same replica = %v, %v; want not moved", moved, err)
+	}
+}
+
+func intake(key, pid, text string) *store.Intake {
+	return &store.Intake{SessionKey: key, AgentID: "main", PlatformID: pid, Origin: origin, Text: text, CreatedAt: t0}
+}
+
+// A message is stored once however often the platform delivers it; its
+// turn is owed until CompleteIntake puts the reply in the outbox.
+func testIntake(t *testing.T, s Store) {
+	ctx := context.Background()
+	a, b := intake(convKey, "m1", "first"), intake(convKey, "m2", "second")
+	for _, in := range []*store.Intake{a, b} {
+		if added, err := s.AddIntake(ctx, in); err != nil || !added || in.ID == 0 {
+			t.Fatalf("AddIntake(%s) = %v, %v", in.Text, added, err)
+		}
+	}
+	dup := intake(convKey, "m1", "first")
+	if added, err := s.AddIntake(ctx, dup); err != nil || added || dup.ID != a.ID {
+		t.Fatalf("re-delivery = %v, %v, id %d; want not added, id %d", added, err, dup.ID, a.ID)
+	}
+	owed, err := s.OwedIntake(ctx)
+	if err != nil || len(owed) != 2 || owed[0].Text != "first" || owed[1].Text != "second" {
+		t.Fatalf("owed = %+v, %v", owed, err)
+	}
+	if err := s.StartIntake(ctx, a.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	reply := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "answer"}
+	id, _, err := s.CompleteIntake(ctx, a.ID, reply, t0)
+	if err != nil || id == 0 {
+		t.Fatalf("CompleteIntake = %d, %v", id, err)
+	}
+	if id2, _, err := s.CompleteIntake(ctx, a.ID, &store.OutboxItem{Origin: origin, Text: "answer"}, t0); err != nil || id2 != 0 {
+		t.Errorf("second CompleteIntake = %d, %v; want no second reply", id2, err)
+	}
+	owed, _ = s.OwedIntake(ctx)
+	if len(owed) != 1 || owed[0].ID != b.ID {
+		t.Errorf("owed after completing = %+v, want the second only", owed)
+	}
+	item, err := s.GetOutbox(ctx, id)
+	if err != nil || item.Text != "answer" || item.Origin.ChatID != "C42" {
+		t.Errorf("reply in the outbox = %+v, %v", item, err)
+	}
+}
+
+// A replica claims only the oldest owed message of a session; the next one
+// follows when that turn completes.
+func testIntakeClaims(t *testing.T, s Store) {
+	ctx := context.Background()
+	for _, r := range []string{"r1", "r2"} {
+		if _, err := s.AcquireLease(ctx, store.ReplicaLease(r), r, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b, c := intake("k1", "m1", "a"), intake("k1", "m2", "b"), intake("k2", "m3", "c")
+	for _, in := range []*store.Intake{a, b, c} {
+		if _, err := s.AddIntake(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ClaimOwed(ctx, "r1", false, 0)
+	if err != nil || len(got) != 2 || got[0].ID != a.ID || got[1].ID != c.ID {
+		t.Fatalf("r1 claims %+v, %v; want a and c (each session's oldest)", got, err)
+	}
+	// Several replicas share a PostgreSQL state: r1's claims stay r1's
+	// while its lease lives. On SQLite one process runs, so another holder
+	// is a previous run of it and its claims are free (checked apart).
+	if s.Driver() == store.DriverPostgres {
+		if got, err := s.ClaimOwed(ctx, "r2", false, 0); err != nil || len(got) != 0 {
+			t.Fatalf("r2 claims %d messages, %v; want none while r1 is alive", len(got), err)
+		}
+	}
+	if _, err := s.ClaimOwed(ctx, "", false, 0); !errors.Is(err, store.ErrNoHolder) {
+		t.Errorf("claim without holder = %v", err)
+	}
+	_, next, err := s.CompleteIntake(ctx, a.ID, nil, t0)
+	if err != nil || next == nil || next.ID != b.ID || next.ClaimedBy != "r1" {
+		t.Fatalf("CompleteIntake next = %+v, %v; want b, claimed by r1", next, err)
+	}
+}
+
+// The outbox delivers in order per destination: a later item waits until
+// the earlier one is delivered or failed; a retry waits for its time.
+func testOutboxClaims(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, err := s.AcquireLease(ctx, store.ReplicaLease("r1"), "r1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	other := origin
+	other.ChatID = "C99"
+	first := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "one", CreatedAt: t0, NextAttemptAt: t0}
+	second := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "two", CreatedAt: t0, NextAttemptAt: t0}
+	elsewhere := &store.OutboxItem{Origin: other, Kind: channels.KindReply, Text: "three", CreatedAt: t0, NextAttemptAt: t0}
+	for _, o := range []*store.OutboxItem{first, second, elsewhere} {
+		if _, err := s.EnqueueOutbox(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ann := &store.OutboxItem{RunID: "run-1", Origin: other, Kind: channels.KindAnnounce, Text: "done", CreatedAt: t0, NextAttemptAt: t0}
+	id1, err := s.EnqueueOutbox(ctx, ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id2, err := s.EnqueueOutbox(ctx, &store.OutboxItem{RunID: "run-1", Origin: other, Text: "again"}); err != nil || id2 != id1 {
+		t.Errorf("second announce of a run = %d, %v; want the first %d", id2, err, id1)
+	}
+	got, err := s.ClaimOutbox(ctx, "r1", nil, t0, false, 0)
+	if err != nil || len(got) != 2 || got[0].Text != "one" || got[1].Text != "three" {
+		t.Fatalf("claims %+v, %v; want one and three (the heads of their chats)", texts(got), err)
+	}
+	if got, _ := s.ClaimOutbox(ctx, "r1", nil, t0, false, 0); len(got) != 0 {
+		t.Fatalf("claimed again: %v", texts(got))
+	}
+	if got, _ := s.ClaimOutbox(ctx, "r1", []string{"telegram"}, t0, true, 0); len(got) != 0 {
+		t.Fatalf("claimed on another channel: %v", texts(got))
+	}
+	if err := s.MarkDelivered(ctx, first.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkRetry(ctx, elsewhere.ID, t0.Add(time.Minute), "429"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.ClaimOutbox(ctx, "r1", []string{"slack"}, t0, false, 0)
+	if len(got) != 1 || got[0].Text != "two" {
+		t.Fatalf("after delivering one: claims %v; want two (three waits for its retry)", texts(got))
+	}
+	if err := s.MarkFailed(ctx, second.ID, t0, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.ClaimOutbox(ctx, "r1", nil, t0.Add(time.Minute), false, 0)
+	if len(got) != 1 || got[0].Text != "three" || got[0].Attempts != 1 || got[0].LastError != "429" {
+		t.Fatalf("at the retry time: %+v", got)
+	}
+	pending, delivered, failed, err := s.OutboxStats(ctx)
+	if err != nil || pending != 2 || delivered != 1 || failed != 1 {
+		t.Errorf("stats = %d pending, %d delivered, %d failed, %v; want 2, 1, 1", pending, delivered, failed, err)
+	}
+}
+
+func texts(items []store.OutboxItem) []string {
+	var out []string
+	for _, o := range items {
+		out = append(out, o.Text)
+	}
+	return out
+}
+
+// A message sent part by part keeps its progress: the parts on the
+// platform and the one whose outcome is unknown.
+func testOutboxParts(t *testing.T, s Store) {
+	ctx := context.Background()
+	o := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "long", CreatedAt: t0, NextAttemptAt: t0}
+	id, err := s.EnqueueOutbox(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for part, pid := range []string{"p1", "p2"} {
+		if err := s.BeginPart(ctx, id, part); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.EndPart(ctx, id, part, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.BeginPart(ctx, id, 2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetOutbox(ctx, id)
+	if err != nil || got.PartsSent != 2 || strings.Join(got.PartIDs, ",") != "p1,p2" || got.SendingPart != 2 {
+		t.Fatalf("progress = %d sent %v, sending %d, %v", got.PartsSent, got.PartIDs, got.SendingPart, err)
+	}
+	if err := s.EndPart(ctx, id, 1, "p2"); err != nil { // ended twice: nothing changes
+		t.Fatal(err)
+	}
+	if err := s.AbortPart(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetOutbox(ctx, id); got.PartsSent != 2 || got.SendingPart != -1 || len(got.PartIDs) != 2 {
+		t.Errorf("after abort = %d sent %v, sending %d", got.PartsSent, got.PartIDs, got.SendingPart)
+	}
+}
+
+func newRun(id string) (*store.Run, *store.Session) {
+	return &store.Run{ID: id, RequesterKey: convKey, AgentID: "main", Task: "sum up", Origin: origin,
+		Cleanup: "keep", CostUSD: -1, CreatedAt: t0}, &store.Session{Key: "agent:main:subagent:" + id, ID: "sess-" + id}
+}
+
+// A run moves queued → running → done; its end and its announce are one
+// transaction; the spawn limits hold.
+func testRuns(t *testing.T, s Store) {
+	ctx := context.Background()
+	r, child := newRun("r1")
+	if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{MaxChildren: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r2, child2 := newRun("r2")
+	var lim *store.LimitError
+	if err := s.SpawnRun(ctx, r2, child2, store.SpawnLimits{MaxChildren: 1}); !errors.As(err, &lim) || lim.Limit != "maxChildrenPerSession" {
+		t.Fatalf("second spawn over maxChildren = %v", err)
+	}
+	if _, err := s.GetRun(ctx, "r2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("refused run stored: %v", err)
+	}
+	if cs, err := s.GetSession(ctx, child.Key); err != nil || cs.Kind != store.KindSubagent || cs.ParentKey != convKey {
+		t.Errorf("child session = %+v, %v", cs, err)
+	}
+	if err := s.StartRun(ctx, "r1", t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartRun(ctx, "r1", t0.Add(time.Second)); !errors.Is(err, store.ErrNotQueued) {
+		t.Errorf("second StartRun = %v, want ErrNotQueued", err)
+	}
+	if err := s.AddRunUsage(ctx, "r1", 10, 2, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Status, r.Outcome, r.Result, r.EndedAt, r.ArchiveAt = store.StatusDone, store.OutcomeSuccess, "the summary", t0.Add(time.Minute), t0.Add(time.Hour)
+	ann := &store.OutboxItem{Origin: origin, Kind: channels.KindAnnounce, Text: "✅ the summary"}
+	if err := s.FinishRun(ctx, r, ann); err != nil {
+		t.Fatal(err)
+	}
+	if ann.ID == 0 {
+		t.Fatal("FinishRun stored no announce")
+	}
+	got, err := s.GetRun(ctx, "r1")
+	if err != nil || got.Status != store.StatusDone || got.Result != "the summary" || !got.StartedAt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("finished run = %+v, %v", got, err)
+	}
+	if list, err := s.ListRuns(ctx, store.RunFilter{RequesterKey: convKey, Statuses: []string{store.StatusDone}}); err != nil || len(list) != 1 {
+		t.Errorf("ListRuns(done) = %d, %v", len(list), err)
+	}
+	if list, _ := s.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusQueued, store.StatusRunning}}); len(list) != 0 {
+		t.Errorf("ListRuns(active) = %d runs, want none", len(list))
+	}
+	due, err := s.DueArchives(ctx, t0.Add(2*time.Hour))
+	if err != nil || len(due) != 1 {
+		t.Fatalf("DueArchives = %d, %v", len(due), err)
+	}
+	if err := s.MarkArchived(ctx, "r1", t0.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := s.DueArchives(ctx, t0.Add(2*time.Hour)); len(due) != 0 {
+		t.Errorf("archived run still due")
+	}
+	// Now r1 is done, a new child fits under the limit.
+	if err := s.SpawnRun(ctx, r2, child2, store.SpawnLimits{MaxChildren: 1}); err != nil {
+		t.Errorf("spawn after the first ended: %v", err)
+	}
+}
+
+// A transcript is readable line by line as it is appended, and an archive
+// moves it aside and back.
+func testTranscripts(t *testing.T, s Store) {
+	ctx := context.Background()
+	path := s.TranscriptPath("main", "sess-1")
+	if _, _, err := s.ReadTranscript(ctx, path); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("read before open = %v, want ErrNotFound", err)
+	}
+	tr, err := s.OpenTranscript(ctx, path, store.TranscriptHeader{SessionKey: convKey, SessionID: "sess-1", AgentID: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"hello", "with\nnewline"} {
+		if err := tr.Append(ctx, store.TranscriptEntry{Role: "user", Content: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, entries, err := s.ReadTranscript(ctx, path)
+	if err != nil || h.SessionKey != convKey || len(entries) != 2 || entries[1].Content != "with\nnewline" {
+		t.Fatalf("read = %+v %+v, %v", h, entries, err)
+	}
+	tr.Close()
+	archived, err := s.ArchiveTranscriptAs(ctx, path, "reset", t0)
+	if err != nil || archived == "" {
+		t.Fatalf("archive = %q, %v", archived, err)
+	}
+	if _, _, err := s.ReadTranscript(ctx, path); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("read after archive = %v, want ErrNotFound", err)
+	}
+	if err := s.UnarchiveTranscript(ctx, archived, path); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.FindTranscript(ctx, path); got != path {
+		t.Errorf("FindTranscript = %q, want %q", got, path)
+	}
+	deleted, err := s.ArchiveTranscript(ctx, path, t0)
+	if err != nil || s.FindTranscript(ctx, path) != deleted {
+		t.Errorf("after delete: FindTranscript = %q, want %q (%v)", s.FindTranscript(ctx, path), deleted, err)
+	}
+}
+
+// A lease is held by one holder until released or expired.
+func testLeases(t *testing.T, s Store) {
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, "gateway", "r1", time.Minute)
+	if err != nil || l.Holder != "r1" || !l.ExpiresAt.After(l.AcquiredAt) {
+		t.Fatalf("acquire = %+v, %v", l, err)
+	}
+	if cur, err := s.AcquireLease(ctx, "gateway", "r2", time.Minute); !errors.Is(err, store.ErrLeaseHeld) || cur.Holder != "r1" {
+		t.Fatalf("r2 acquiring a held lease = %+v, %v; want ErrLeaseHeld by r1", cur, err)
+	}
+	renewed, err := s.AcquireLease(ctx, "gateway", "r1", 2*time.Minute)
+	if err != nil || !renewed.AcquiredAt.Equal(l.AcquiredAt) || !renewed.ExpiresAt.After(l.ExpiresAt) {
+		t.Errorf("renew = %+v, %v", renewed, err)
+	}
+	if err := s.ReleaseLease(ctx, "gateway", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.AcquireLease(ctx, "gateway", "r2", time.Minute); err != nil || l.Holder != "r2" {
+		t.Errorf("r2 after release = %+v, %v", l, err)
+	}
+	if _, err := s.AcquireLease(ctx, store.ReplicaLease("r2"), "r2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireLease(ctx, store.ReplicaLease("r3"), "r3", -time.Second); err != nil { // already lapsed
+		t.Fatal(err)
+	}
+	if live, err := s.LiveReplicas(ctx); err != nil || strings.Join(live, ",") != "r2" {
+		t.Errorf("LiveReplicas = %v, %v; want r2", live, err)
+	}
+}
+
+func testKV(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, ok, err := s.GetKV(ctx, "telegram:offset"); err != nil || ok {
+		t.Fatalf("missing key: found %v, %v", ok, err)
+	}
+	if err := s.SetKV(ctx, "telegram:offset", "41"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetKV(ctx, "telegram:offset", "42"); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := s.GetKV(ctx, "telegram:offset"); err != nil || !ok || v != "42" {
+		t.Errorf("GetKV = %q %v %v", v, ok, err)
+	}
+	if ok, err := s.ClaimKV(ctx, "once:1", "r1"); err != nil || !ok {
+		t.Fatalf("first ClaimKV = %v, %v", ok, err)
+	}
+	if ok, err := s.ClaimKV(ctx, "once:1", "r2"); err != nil || ok {
+		t.Errorf("second ClaimKV = %v, %v; want refused", ok, err)
+	}
+	if n, err := s.DeleteKVBefore(ctx, "once:", time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Errorf("DeleteKVBefore = %d, %v; want 1", n, err)
+	}
+	if _, ok, _ := s.GetKV(ctx, "telegram:offset"); !ok {
+		t.Error("DeleteKVBefore removed a key outside its prefix")
+	}
+}
+
+// A schedule's due time fires once, with its run recorded in the same
+// transaction; paused, it does not fire.
+func testSchedules(t *testing.T, s Store) {
+	ctx := context.Background()
+	sch := &store.Schedule{ID: "s1", SessionKey: convKey, AgentID: "main", Kind: store.ScheduleEvery, Expr: "1m0s",
+		Task: "check", Origin: origin, NextDue: t0, CreatedAt: t0}
+	if err := s.AddSchedule(ctx, sch, 1); err != nil {
+		t.Fatal(err)
+	}
+	var lim *store.LimitError
+	if err := s.AddSchedule(ctx, &store.Schedule{ID: "s2", SessionKey: convKey, AgentID: "main", Kind: store.ScheduleEvery,
+		Expr: "1m0s", Task: "more", Origin: origin, NextDue: t0, CreatedAt: t0}, 1); !errors.As(err, &lim) {
+		t.Fatalf("second schedule over the limit = %v", err)
+	}
+	plan := func(sc *store.Schedule) store.Firing {
+		id := "run-" + sc.NextDue.Format("150405")
+		return store.Firing{Run: &store.Run{ID: id, ChildKey: "agent:main:subagent:" + id, ChildSessionID: "sess-" + id, RequesterKey: sc.SessionKey, AgentID: "main", Task: sc.Task,
+			Origin: sc.Origin, CostUSD: -1, CreatedAt: t0, ScheduleDue: sc.NextDue},
+			Child: &store.Session{Key: "agent:main:subagent:" + id, ID: "sess-" + id}, Next: sc.NextDue.Add(time.Minute)}
+	}
+	if fired, err := s.FireDue(ctx, t0.Add(-time.Second), time.Time{}, 10, plan); err != nil || len(fired) != 0 {
+		t.Fatalf("before due: %d fired, %v", len(fired), err)
+	}
+	fired, err := s.FireDue(ctx, t0, time.Time{}, 10, plan)
+	if err != nil || len(fired) != 1 {
+		t.Fatalf("at due: %d fired, %v", len(fired), err)
+	}
+	if fired, _ := s.FireDue(ctx, t0, time.Time{}, 10, plan); len(fired) != 0 {
+		t.Fatalf("the same due time fired twice")
+	}
+	r, err := s.GetRun(ctx, fired[0].Firing.Run.ID)
+	if err != nil || r.ScheduleID != "s1" || r.Status != store.StatusQueued {
+		t.Fatalf("scheduled run = %+v, %v", r, err)
+	}
+	if at, ok, err := s.NextScheduleAt(ctx, time.Time{}); err != nil || !ok || !at.Equal(t0.Add(time.Minute)) {
+		t.Errorf("NextScheduleAt = %v %v %v", at, ok, err)
+	}
+	if err := s.PauseSchedule(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.NextScheduleAt(ctx, time.Time{}); ok {
+		t.Error("a paused schedule is due")
+	}
+	if c, err := s.CountSchedules(ctx); err != nil || c.Paused != 1 || c.Active != 0 {
+		t.Errorf("counts = %+v, %v", c, err)
+	}
+	if err := s.RemoveSchedule(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSchedule(ctx, "s1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("removed schedule: %v", err)
+	}
+}
+
+func testSpend(t *testing.T, s Store) {
+	ctx := context.Background()
+	for _, e := range []store.SpendEntry{
+		{At: t0, Conversation: convKey, AgentID: "main", Model: "anthropic/claude-haiku", RunID: "r1", USD: 0.5, TokensIn: 100, TokensOut: 10},
+		{At: t0, Conversation: convKey, AgentID: "main", Model: "anthropic/claude-haiku", RunID: "r1", USD: 0.25, TokensIn: 50, TokensOut: 5},
+		{At: t0, Conversation: "agent:main:other", AgentID: "main", Model: "anthropic/claude-haiku", RunID: "r2", USD: 1, TokensIn: 1, TokensOut: 1},
+		{At: t0.AddDate(0, 0, -40), Conversation: convKey, AgentID: "main", Model: "anthropic/claude-haiku", RunID: "old", USD: 9},
+	} {
+		if err := s.RecordSpend(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tot, err := s.SpendTotals(ctx, store.SpendDay(t0))
+	if err != nil || len(tot) != 2 {
+		t.Fatalf("totals = %+v, %v", tot, err)
+	}
+	for _, x := range tot {
+		if x.Conversation == convKey && (x.USD != 0.75 || x.TokensIn != 150 || x.Calls != 2) {
+			t.Errorf("conversation total = %+v", x)
+		}
+	}
+	top, err := s.TopSpendRuns(ctx, store.SpendDay(t0), convKey, 5)
+	if err != nil || len(top) != 1 || top[0].RunID != "r1" || top[0].USD != 0.75 {
+		t.Errorf("top runs = %+v, %v", top, err)
+	}
+}
