@@ -20,8 +20,13 @@ import (
 // files being received (both drivers).
 const FilesDir = "files"
 
-// fileChunk is the size of one PostgreSQL file_chunks row.
-const fileChunk = 1 << 20
+// fileChunk is the size of one PostgreSQL file_chunks row. Every pool
+// connection keeps read and write buffers grown to the largest row it
+// moved, so the chunk bounds what files add to the gateway's memory: with
+// 1 MiB rows 20 concurrent 20 MB uploads added ~100 MiB of RSS, with
+// 256 KiB rows they add a quarter of that (docs/performance.md). Files
+// written with other chunk sizes read the same (rows are read by seq).
+const fileChunk = 256 << 10
 
 // sniffLen is how much of a file's start PutFile gives its sniff func.
 const sniffLen = 64 << 10
