@@ -192,7 +192,7 @@ func (p *anthropicProvider) messages(req agent.Request, thinking bool) []anthrop
 			// Images and PDFs first, then the text naming them.
 			var blocks []anthropic.ContentBlockParamUnion
 			for _, f := range m.Files {
-				kind := asContent(req, f, true)
+				kind := asContent(req, f, true, anthropicMaxImage)
 				if kind == "" {
 					continue
 				}

@@ -19,15 +19,19 @@ const fileReadTimeout = 30 * time.Second
 // as its reference line only (providers refuse big images anyway).
 const maxContentBytes = 20 << 20
 
+// anthropicMaxImage is the Messages API's limit per image: a larger one
+// would fail the whole request, so it goes as its reference line.
+const anthropicMaxImage = 5_000_000
+
 // asContent says how a file on a user message goes to the model: "image",
 // "pdf" (documentOK: the API takes PDF documents), or "" — its reference
-// line in the text only.
-func asContent(req agent.Request, f agent.File, documentOK bool) string {
+// line in the text only. maxImage bounds an image (0 = maxContentBytes).
+func asContent(req agent.Request, f agent.File, documentOK bool, maxImage int64) string {
 	if req.OpenFile == nil || f.Size > maxContentBytes {
 		return ""
 	}
 	switch {
-	case req.Images && media.IsImage(f.MIME):
+	case req.Images && media.IsImage(f.MIME) && (maxImage == 0 || f.Size <= maxImage):
 		return "image"
 	case documentOK && media.IsPDF(f.MIME):
 		return "pdf"

@@ -297,7 +297,7 @@ func classifyOpenAIStreamError(se *ssestream.StreamError) failure {
 func openAIUser(req agent.Request, m agent.Message) openai.ChatCompletionMessageParamUnion {
 	var parts []openai.ChatCompletionContentPartUnionParam
 	for _, f := range m.Files {
-		if asContent(req, f, false) != "image" {
+		if asContent(req, f, false, 0) != "image" {
 			continue
 		}
 		data, err := fileBase64(req, f)
