@@ -77,6 +77,23 @@ func (b *cryptoBot) start() (*Adapter, inbox, func()) {
 	return a, in, stop
 }
 
+// cryptoDB opens a handle on the bot's state database in dir; each handle
+// has its own store, closed with it.
+func (b *cryptoBot) cryptoDB() func() (CryptoDB, error) {
+	return func() (CryptoDB, error) {
+		db, err := store.Open(context.Background(), b.dir)
+		if err != nil {
+			return CryptoDB{}, err
+		}
+		h, err := db.SQLHandle()
+		if err != nil {
+			db.Close()
+			return CryptoDB{}, err
+		}
+		return CryptoDB{DB: h.DB, Dialect: h.Dialect, Close: func() error { h.Close(); return db.Close() }}, nil
+	}
+}
+
 // deviceKeys is the ed25519 key of each device the homeserver lists for user.
 func deviceKeys(t *testing.T, c *mautrix.Client, user id.UserID) map[id.DeviceID]id.Ed25519 {
 	t.Helper()
@@ -211,5 +228,136 @@ func TestDendriteUndecryptableIsAnswered(t *testing.T) {
 	case got := <-in:
 		t.Fatalf("the undecryptable message reached the gateway: %+v %q", got.Origin, got.Text)
 	default:
+	}
+}
+
+// TestDendriteRecoveryKeyVerifiesDevice: the bot account's cross-signing
+// keys were set up from another device (as a person does once in Element's
+// Secure Backup); with its recovery key in the config, the bot's device is
+// signed by the account's self-signing key at start, so other people see
+// it cross-signed. A wrong recovery key refuses the start and names the
+// key without printing it.
+func TestDendriteRecoveryKeyVerifiesDevice(t *testing.T) {
+	hs := requireHS(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "crypto-alice"))
+	bot := hs.RegisterUser(t, "crypto-bot")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Element, logged in as the bot on a device of its own, sets up
+	// cross-signing and secret storage and shows the recovery key.
+	element := hs.Client(t, "", "")
+	password := matrixtest.Password(bot.UserID.Localpart())
+	if _, err := element.Login(ctx, &mautrix.ReqLogin{Type: mautrix.AuthTypePassword, StoreCredentials: true,
+		Identifier: mautrix.UserIdentifier{Type: mautrix.IdentifierTypeUser, User: bot.UserID.Localpart()}, Password: password}); err != nil {
+		t.Fatalf("log in as the bot on a second device: %v", err)
+	}
+	recoveryKey, _, err := matrixtest.NewE2EE(t, element).Mach.GenerateAndUploadCrossSigningKeysWithPassword(ctx, password, "")
+	if err != nil {
+		t.Fatalf("set up cross-signing for the bot account: %v", err)
+	}
+
+	trust := func() id.TrustState {
+		t.Helper()
+		devices, err := alice.Mach.FetchKeys(ctx, []id.UserID{bot.UserID}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := devices[bot.UserID][bot.DeviceID]
+		if dev == nil {
+			t.Fatalf("alice sees no device %s for the bot (got %v)", bot.DeviceID, devices[bot.UserID])
+		}
+		state, err := alice.Mach.ResolveTrustContext(ctx, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+
+	wrong := []byte(recoveryKey)
+	for i := len(wrong) - 1; i >= 0; i-- { // another well-formed key: change one base58 letter
+		if wrong[i] != ' ' {
+			wrong[i] = map[bool]byte{true: 'b', false: 'a'}[wrong[i] == 'a']
+			break
+		}
+	}
+	bad := newCryptoBot(t, hs, bot, func(o *Options) { o.RecoveryKey = string(wrong) })
+	a, err := New(Options{Homeserver: hs.URL, UserID: string(bot.UserID), AccessToken: bot.AccessToken, Encryption: true,
+		RecoveryKey: string(wrong), CryptoDB: bad.cryptoDB(), Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Start(ctx, inbox(make(chan channels.Inbound, 1)).sink)
+	if err == nil || !strings.Contains(err.Error(), "channels.matrix.recoveryKey") || strings.Contains(err.Error(), string(wrong)) {
+		t.Fatalf("start with a wrong recovery key: %v; want a refusal naming channels.matrix.recoveryKey, without the key", err)
+	}
+
+	cb := newCryptoBot(t, hs, bot, func(o *Options) { o.RecoveryKey = recoveryKey })
+	cb.dir = bad.dir // the same device and state database
+	cb.start()
+	if got := trust(); got != id.TrustStateCrossSignedTOFU {
+		t.Fatalf("alice sees the bot's device as %s, want %s (signed by the bot's cross-signing keys)", got, id.TrustStateCrossSignedTOFU)
+	}
+}
+
+// TestDendriteLateKeyIsWaitedFor: a message whose room key reaches the
+// bot's device after the message itself (the bot asks the sender's devices
+// for it) is decrypted when the key comes and reaches the gateway like any
+// other; nobody is told to share keys.
+func TestDendriteLateKeyIsWaitedFor(t *testing.T) {
+	hs := requireHS(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "crypto-alice"))
+	bot := hs.RegisterUser(t, "crypto-bot")
+	cb := newCryptoBot(t, hs, bot, nil) // the default wait: 30 s
+	_, in, _ := cb.start()
+	room := alice.CreateEncryptedRoom(t, bot.UserID)
+	alice.WaitMember(t, room, bot.UserID)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Alice's room session, shared with nobody yet; the message goes first.
+	if err := alice.Mach.ShareGroupSession(ctx, room, []id.UserID{alice.UserID}); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := alice.Mach.CryptoStore.GetOutboundGroupSession(ctx, room)
+	if err != nil || sess == nil {
+		t.Fatalf("alice's outbound session: %v", err)
+	}
+	sessionKey, sessionID := sess.Internal.Key(), sess.ID()
+	enc, err := alice.Mach.EncryptMegolmEvent(ctx, room, event.EventMessage,
+		&event.MessageEventContent{MsgType: event.MsgText, Body: "the key comes later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := alice.SendMessageEvent(ctx, room, event.EventEncrypted, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The bot, lacking the key, asks alice's devices for it.
+	for asked := false; !asked; {
+		select {
+		case req := <-alice.KeyRequests:
+			asked = req.Body.SessionID == sessionID && req.Body.RoomID == room
+		case <-time.After(matrixtest.WaitTimeout):
+			t.Fatalf("the bot asked for no key for session %s within %s", sessionID, matrixtest.WaitTimeout)
+		}
+	}
+	select {
+	case got := <-in:
+		t.Fatalf("a message reached the gateway before its key: %+v %q", got.Origin, got.Text)
+	default:
+	}
+	dev, err := alice.Mach.GetOrFetchDevice(ctx, bot.UserID, bot.DeviceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Mach.SendEncryptedToDevice(ctx, dev, event.ToDeviceRoomKey, event.Content{Parsed: &event.RoomKeyEventContent{
+		Algorithm: id.AlgorithmMegolmV1, RoomID: room, SessionID: sessionID, SessionKey: sessionKey}}); err != nil {
+		t.Fatalf("send the room key to the bot: %v", err)
+	}
+	got := in.next(t)
+	if got.Origin.MessageID != string(sent.EventID) || got.Text != "the key comes later" {
+		t.Fatalf("after the key came: %+v %q; want the waiting message %s", got.Origin, got.Text, sent.EventID)
 	}
 }

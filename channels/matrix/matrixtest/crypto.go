@@ -18,9 +18,15 @@ import (
 // E2EE is a person's client that encrypts, as Element does: an Olm machine
 // (mautrix's pure-Go Olm, keys in memory) and a /sync loop of its own that
 // takes the keys sent to it and the rooms' state, until the test ends.
+//
+// It answers no room key requests (as a client whose person has not been
+// asked); the requests it gets are in KeyRequests.
 type E2EE struct {
 	*mautrix.Client
 	Mach *crypto.OlmMachine
+	// KeyRequests receives the m.room_key_request events sent to this
+	// device (the last 16 unread).
+	KeyRequests chan *event.RoomKeyRequestEventContent
 }
 
 // NewE2EE gives c (from RegisterUser) an Olm device, uploads its keys and
@@ -42,10 +48,21 @@ func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
 	if err := mach.ShareKeys(ctx, -1); err != nil {
 		t.Fatalf("%s: upload device keys: %v", c.UserID, err)
 	}
+	mach.AllowKeyShare = func(context.Context, *id.Device, event.RequestedKeyInfo) *crypto.KeyShareRejection {
+		return &crypto.KeyShareRejectNoResponse
+	}
+	e := &E2EE{Client: c, Mach: mach, KeyRequests: make(chan *event.RoomKeyRequestEventContent, 16)}
 	syncer.OnSync(mach.ProcessSyncResponse)
 	syncer.OnEvent(c.StateStoreSyncHandler)
 	syncer.OnEventType(event.StateMember, mach.HandleMemberEvent)
-	e := &E2EE{Client: c, Mach: mach}
+	syncer.OnEventType(event.ToDeviceRoomKeyRequest, func(_ context.Context, evt *event.Event) {
+		if req := evt.Content.AsRoomKeyRequest(); req != nil && req.Action == event.KeyRequestActionRequest {
+			select {
+			case e.KeyRequests <- req:
+			default:
+			}
+		}
+	})
 	c.Crypto = e2eeHelper{e}
 
 	runCtx, stop := context.WithCancel(context.Background())
