@@ -4,6 +4,7 @@ package matrix
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/matrix/matrixtest"
+	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -27,6 +29,9 @@ type cryptoBot struct {
 	dir    string
 	tokens mautrix.SyncStore
 	opts   func(*Options)
+	// open opens the state database a start uses (nil: SQLite in dir); a
+	// replica of its own on each start.
+	open func() (*store.DB, error)
 }
 
 func newCryptoBot(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, opts func(*Options)) *cryptoBot {
@@ -37,7 +42,11 @@ func newCryptoBot(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, 
 func (b *cryptoBot) start() (*Adapter, inbox, func()) {
 	t := b.t
 	t.Helper()
-	db, err := store.Open(context.Background(), b.dir)
+	open := b.open
+	if open == nil {
+		open = func() (*store.DB, error) { return store.Open(context.Background(), b.dir) }
+	}
+	db, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,5 +368,47 @@ func TestDendriteLateKeyIsWaitedFor(t *testing.T) {
 	got := in.next(t)
 	if got.Origin.MessageID != string(sent.EventID) || got.Text != "the key comes later" {
 		t.Fatalf("after the key came: %+v %q; want the waiting message %s", got.Origin, got.Text, sent.EventID)
+	}
+}
+
+// TestDendriteEncryptedFailoverOnPostgres: with the state on PostgreSQL, a
+// second replica taking over the channel (its own process and pool, the same
+// database) is the same Matrix device: it decrypts the person's next
+// message on the session the first replica received, and answers
+// encrypted.
+func TestDendriteEncryptedFailoverOnPostgres(t *testing.T) {
+	hs := requireHS(t)
+	url := pgtest.URL(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "crypto-alice"))
+	bot := hs.RegisterUser(t, "crypto-bot")
+	cb := newCryptoBot(t, hs, bot, nil)
+	cb.open = func() (*store.DB, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return store.OpenPostgres(ctx, url, t.TempDir())
+	}
+	a, in, stop := cb.start()
+	room := alice.CreateEncryptedRoom(t, bot.UserID)
+	alice.WaitMember(t, room, bot.UserID)
+	alice.PostEncrypted(t, room, "", "to the first replica")
+	got := in.next(t)
+	if got.Text != "to the first replica" {
+		t.Fatalf("first replica got %q", got.Text)
+	}
+	send(t, a, got.Origin, "first replica here")
+	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool { return m.Encrypted && m.Body() == "first replica here" })
+	before := deviceKeys(t, alice.Client, bot.UserID)
+	stop()
+
+	b, in, _ := cb.start() // the other replica
+	q := alice.PostEncrypted(t, room, "", "to whoever holds the channel now")
+	got = in.next(t)
+	if got.Origin.MessageID != string(q) || got.Text != "to whoever holds the channel now" {
+		t.Fatalf("second replica got %+v %q", got.Origin, got.Text)
+	}
+	send(t, b, got.Origin, "second replica, same device")
+	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool { return m.Encrypted && m.Body() == "second replica, same device" })
+	if after := deviceKeys(t, alice.Client, bot.UserID); len(before) != 1 || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("the bot's devices changed over the failover: before %v, after %v", before, after)
 	}
 }

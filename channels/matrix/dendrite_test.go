@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/matrix/matrixtest"
+	"github.com/heraldhq/herald/devtools/pgtest"
 )
 
 // testHS is the Dendrite shared by this package's integration tests, started
@@ -25,7 +26,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
+	code := runMain(m)
+	pgtest.Stop() // a PostgreSQL cluster a test started (crypto_test.go)
+	os.Exit(code)
 }
 
 func runMain(m *testing.M) int {
