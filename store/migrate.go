@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"strings"
 	"time"
 
 	"go.mau.fi/util/dbutil"
@@ -98,32 +97,42 @@ func migrate(ctx context.Context, db *sql.DB, shown string, dl *dialect, table d
 	}
 	udb.VersionTable = versionTable
 	udb.UpgradeTable = table
-	if err := adoptLegacy(ctx, udb, dl); err != nil {
-		return fmt.Errorf("migrate state database %s: adopt schema_migrations: %w", shown, err)
+	// One transaction for the whole upgrade: the version is read inside it,
+	// so two processes opening one database at once (a CLI command while
+	// the gateway starts) upgrade one after the other; a failing step
+	// leaves the database as it was before the open.
+	err = udb.DoTxn(ctx, nil, func(ctx context.Context) error {
+		if err := adoptLegacy(ctx, udb, dl); err != nil {
+			return fmt.Errorf("adopt schema_migrations: %w", err)
+		}
+		if has, err := udb.TableExists(ctx, versionTable); err != nil {
+			return err
+		} else if has {
+			var version, compat sql.NullInt64
+			err := udb.QueryRow(ctx, "SELECT version, compat FROM "+versionTable+" LIMIT 1").Scan(&version, &compat)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("read version: %w", err)
+			}
+			if c := cmp.Or(compat.Int64, version.Int64); c > int64(len(table)) {
+				return fmt.Errorf("has schema version %d, this herald knows up to %d: %w; run a newer herald, or move the file away to start with an empty state",
+					version.Int64, len(table), ErrSchemaTooNew)
+			}
+		}
+		if err := udb.Upgrade(ctx); err != nil {
+			return err
+		}
+		if err := markLegacy(ctx, udb, dl, len(table)); err != nil {
+			return fmt.Errorf("mark schema_migrations: %w", err)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrSchemaTooNew) {
+		return fmt.Errorf("state database %s %w", shown, err)
 	}
-	var version, compat sql.NullInt64
-	err = db.QueryRowContext(ctx, "SELECT version, compat FROM "+versionTable+" LIMIT 1").Scan(&version, &compat)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) && !isNoTable(err) {
-		return fmt.Errorf("migrate state database %s: read version: %w", shown, err)
-	}
-	if c := cmp.Or(compat.Int64, version.Int64); c > int64(len(table)) {
-		return fmt.Errorf("state database %s has schema version %d, this herald knows up to %d: %w; run a newer herald, or move the file away to start with an empty state",
-			shown, version.Int64, len(table), ErrSchemaTooNew)
-	}
-	if err := udb.Upgrade(ctx); err != nil {
+	if err != nil {
 		return fmt.Errorf("migrate state database %s: %w", shown, err)
 	}
-	if err := markLegacy(ctx, db, dl, len(table)); err != nil {
-		return fmt.Errorf("migrate state database %s: mark schema_migrations: %w", shown, err)
-	}
 	return nil
-}
-
-// isNoTable reports whether err says a table does not exist (a new
-// database has no herald_version yet).
-func isNoTable(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "no such table") || strings.Contains(s, "does not exist")
 }
 
 // pgMigrationLock takes PostgreSQL's session advisory lock for migrations
@@ -156,35 +165,40 @@ func adoptLegacy(ctx context.Context, udb *dbutil.Database, dl *dialect) error {
 	if has, err := udb.TableExists(ctx, "schema_migrations"); err != nil || !has {
 		return err
 	}
-	return udb.DoTxn(ctx, nil, func(ctx context.Context) error {
-		var v int
-		if err := udb.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v); err != nil {
-			return err
-		}
-		if dl.name == DriverPostgres && v > 0 {
-			v += legacyPGOffset
-		}
-		if _, err := udb.Exec(ctx, "CREATE TABLE "+versionTable+" (version INTEGER, compat INTEGER)"); err != nil {
-			return err
-		}
-		_, err := udb.Exec(ctx, "INSERT INTO "+versionTable+" (version, compat) VALUES ($1, $1)", v)
+	var v int
+	if err := udb.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v); err != nil {
 		return err
-	})
+	}
+	if dl.name == DriverPostgres && v > 0 {
+		v += legacyPGOffset
+	}
+	if _, err := udb.Exec(ctx, "CREATE TABLE "+versionTable+" (version INTEGER, compat INTEGER)"); err != nil {
+		return err
+	}
+	_, err := udb.Exec(ctx, "INSERT INTO "+versionTable+" (version, compat) VALUES ($1, $1)", v)
+	return err
 }
 
 // markLegacy records versions up to top in schema_migrations, in that
-// table's numbering, for older binaries.
-func markLegacy(ctx context.Context, db *sql.DB, dl *dialect, top int) error {
+// table's numbering, for older binaries (a no-op once they are there).
+func markLegacy(ctx context.Context, udb *dbutil.Database, dl *dialect, top int) error {
 	if dl.name == DriverPostgres {
 		top -= legacyPGOffset
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if has, err := udb.TableExists(ctx, "schema_migrations"); err != nil {
+		return err
+	} else if has {
+		var cur int
+		if err := udb.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&cur); err != nil || cur >= top {
+			return err
+		}
+	} else if _, err := udb.Exec(ctx, `CREATE TABLE schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		applied_at BIGINT NOT NULL
 	)`); err != nil {
 		return err
 	}
-	_, err := db.ExecContext(ctx, `WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < $1)
+	_, err := udb.Exec(ctx, `WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < $1)
 		INSERT INTO schema_migrations (version, applied_at) SELECT v, $2 FROM n WHERE true
 		ON CONFLICT (version) DO NOTHING`, top, time.Now().UnixMilli())
 	return err
