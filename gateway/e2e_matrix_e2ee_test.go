@@ -167,6 +167,32 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 		t.Fatalf("carol decrypted %d of the bot's thread messages", len(carolSees))
 	}
 
+	// Thread context: Carol and Alice talk in a second thread, encrypted;
+	// the bot, first addressed mid-thread, is given their messages (the
+	// keys it holds decrypt them) with their names.
+	root2 := alice.PostEncrypted(t, room, "", "another topic")
+	carol.WaitMember(t, room, bot.UserID)
+	carol.PostEncrypted(t, room, root2, "I vote for the weather")
+	alice.PostEncrypted(t, room, root2, "herald: what is the weather", bot.UserID)
+	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
+		return matrixtest.ThreadRoot(m.Event) == root2 && strings.HasPrefix(m.Body(), "plain answer to: ")
+	})
+	asked := 0
+	for _, c := range llm.Requests() {
+		last := c.LastUser()
+		if !strings.Contains(last, "what is the weather") {
+			continue
+		}
+		asked++
+		a, b, q := strings.Index(last, "alice: another topic"), strings.Index(last, "carol: I vote for the weather"), strings.LastIndex(last, "what is the weather")
+		if a < 0 || b < a || q < b {
+			t.Errorf("the encrypted thread's earlier messages did not reach the model in order:\n%s", last)
+		}
+	}
+	if asked != 1 {
+		t.Errorf("the second thread's question reached the model %d times, want 1", asked)
+	}
+
 	// Restart: the same device and keys; alice's next message, on the
 	// Megolm session the bot already holds, is read and answered.
 	before := ownDevices(t, alice.Client, bot.UserID)

@@ -441,6 +441,25 @@ func (a *Adapter) tellUndecryptable(ctx context.Context, evt *event.Event) {
 	}
 }
 
+// decryptEarlier decrypts an event read from the room's history (thread
+// context) with the keys the device holds; nil when it cannot.
+func (a *Adapter) decryptEarlier(ctx context.Context, room id.RoomID, evt *event.Event) *event.Event {
+	c := a.crypto()
+	if c == nil {
+		return nil
+	}
+	evt.RoomID = room
+	if err := evt.Content.ParseRaw(evt.Type); err != nil && !errors.Is(err, event.ErrContentAlreadyParsed) {
+		return nil
+	}
+	dec, err := c.mach.DecryptMegolmEvent(ctx, evt)
+	if err != nil {
+		a.log.Debug("matrix earlier thread message not decrypted", zap.String("eventId", string(evt.ID)), zap.Error(err))
+		return nil
+	}
+	return dec
+}
+
 // cryptoHelper is the client's mautrix.CryptoHelper: SendMessageEvent
 // encrypts through it in encrypted rooms (replies, thread replies and
 // edits alike; the relation stays readable to the homeserver).

@@ -8,6 +8,7 @@ import (
 
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
 )
 
 // EncryptionAvailable reports whether this binary can do end-to-end
@@ -32,3 +33,5 @@ func (a *Adapter) onEncrypted(context.Context, *event.Event) {}
 func (a *Adapter) startKeyWaits(context.Context) {}
 
 func (a *Adapter) stopCrypto(context.Context) {}
+
+func (a *Adapter) decryptEarlier(context.Context, id.RoomID, *event.Event) *event.Event { return nil }

@@ -22,7 +22,8 @@ const maxRelationPages = 5
 // ThreadHistory reads the thread at.ThreadID through its m.thread relations
 // (newest first, from the server) and its root event, and returns the last
 // Options.ThreadContext messages before at.MessageID, oldest first.
-// Encrypted events the adapter cannot read are left out.
+// Encrypted events are decrypted with the keys the bot's device holds
+// (crypto.go); those it cannot read are left out.
 func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]channels.ThreadMessage, error) {
 	n := a.opts.ThreadContext
 	if n <= 0 || at.ThreadID == "" || at.MessageID == "" || at.ThreadID == at.MessageID {
@@ -59,6 +60,11 @@ func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]chan
 	self := a.self()
 	var out []channels.ThreadMessage
 	for _, evt := range newestFirst {
+		if evt.Type == event.EventEncrypted {
+			if evt = a.decryptEarlier(ctx, room, evt); evt == nil {
+				continue
+			}
+		}
 		if evt.Type != event.EventMessage {
 			continue // encrypted, reactions, state …
 		}
