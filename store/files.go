@@ -23,10 +23,13 @@ const FilesDir = "files"
 // fileChunk is the size of one PostgreSQL file_chunks row. Every pool
 // connection keeps read and write buffers grown to the largest row it
 // moved, so the chunk bounds what files add to the gateway's memory: with
-// 1 MiB rows 20 concurrent 20 MB uploads added ~100 MiB of RSS, with
-// 256 KiB rows they add a quarter of that (docs/performance.md). Files
-// written with other chunk sizes read the same (rows are read by seq).
-const fileChunk = 256 << 10
+// 1 MiB rows 20 concurrent 20 MB Telegram uploads added ~100 MiB of RSS,
+// with 256 KiB rows ~55 MiB and with 64 KiB rows ~28 MiB; 20 web uploads
+// add +36–42 MiB with 256 KiB rows and +25–26 MiB with 64 KiB rows, in
+// about the same time
+// (docs/performance.md). Files written with other chunk sizes read the
+// same (rows are read by seq).
+const fileChunk = 64 << 10
 
 // sniffLen is how much of a file's start PutFile gives its sniff func.
 const sniffLen = 64 << 10

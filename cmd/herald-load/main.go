@@ -68,7 +68,7 @@ func main() {
 	if *uploads > 0 {
 		uctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
-		r, err := load.Uploads(uctx, load.UploadOptions{Conversations: *uploads, Bytes: *uploadBytes, Bin: o.Bin, Dir: o.Dir, Log: o.Log})
+		r, err := load.Uploads(uctx, load.UploadOptions{Conversations: *uploads, Bytes: *uploadBytes, Bin: o.Bin, Dir: o.Dir, Log: o.Log, PostgresURL: o.PostgresURL})
 		fmt.Printf("uploads: conversations=%d bytes=%d %s\n", *uploads, *uploadBytes, r)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)

@@ -21,6 +21,7 @@ type UploadOptions struct {
 	Bytes         int64
 	Bin, Dir      string
 	Log           io.Writer
+	PostgresURL   string // when set, the state (files included) is in this PostgreSQL database
 }
 
 // UploadResult is the gateway process during the uploads.
@@ -41,8 +42,11 @@ func (r UploadResult) String() string {
 func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 	var res UploadResult
 	o.Conversations, o.Bytes = max(o.Conversations, 1), max(o.Bytes, 1)
-	r, err := startRig(ctx, o.Dir, o.Bin, o.Log, harness.ModelOptions{}, harness.Config{MainConcurrent: 4, GraceSeconds: 5,
-		Extra: fmt.Sprintf("attachments: { maxBytes: %d },", o.Bytes)})
+	extra := fmt.Sprintf("attachments: { maxBytes: %d },", o.Bytes)
+	if o.PostgresURL != "" {
+		extra += fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
+	}
+	r, err := startRig(ctx, o.Dir, o.Bin, o.Log, harness.ModelOptions{}, harness.Config{MainConcurrent: 4, GraceSeconds: 5, Extra: extra})
 	if err != nil {
 		return res, err
 	}
