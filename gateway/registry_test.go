@@ -14,6 +14,7 @@ import (
 	_ "github.com/heraldhq/herald/channels/all" // the channel modules the tests configure
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/gateway"
 )
 
 // echoConfig is the section channels.echo of the throwaway module below.
@@ -238,5 +239,54 @@ func TestTelegramOffsetFromEarlierRelease(t *testing.T) {
 	}
 	if got := tf.Sent(); len(got) != 1 {
 		t.Errorf("%d messages sent, want 1: %+v", len(got), got)
+	}
+}
+
+// echoChecker is an echo adapter that can check its endpoint.
+type echoChecker struct{ echoAdapter }
+
+func (a *echoChecker) Check(context.Context) []channels.Check {
+	return []channels.Check{{Name: "echo room " + a.opts.Room, Status: channels.CheckOK}}
+}
+
+// TestThrowawayChannelModuleDoctor: `herald doctor` checks every enabled
+// module — by its Check when it has one, else by its adapter's Checker —
+// and a disabled one not at all.
+func TestThrowawayChannelModuleDoctor(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check func(context.Context, channels.Deps) []channels.Check
+		want  string
+	}{
+		{"adapter Checker", nil, "echo room r1"},
+		{"module Check", func(_ context.Context, d channels.Deps) []channels.Check {
+			return []channels.Check{{Name: "echo module " + d.Options.(*echoConfig).Room, Status: channels.CheckWarn}}
+		}, "echo module r1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			channels.Register(channels.Module{
+				Name:    "echo",
+				Options: func() config.ChannelOptions { return &echoConfig{} },
+				New: func(d channels.Deps) (channels.Channel, error) {
+					return &echoChecker{echoAdapter{opts: d.Options.(*echoConfig), state: d.State}}, nil
+				},
+				Check: tc.check,
+			})
+			t.Cleanup(func() { channels.Unregister("echo") })
+			for _, on := range []bool{true, false} {
+				cfg, err := config.Parse("herald.json5", []byte(fmt.Sprintf(`{ models: { providers: { demo: { api: "demo" } } }, channels: { echo: { enabled: %t, room: "r1" } } }`, on)),
+					func(string) (string, bool) { return "", false })
+				if err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for _, c := range gateway.Doctor(context.Background(), cfg, t.TempDir()) {
+					names = append(names, c.Name)
+				}
+				if got := slices.Contains(names, tc.want); got != on {
+					t.Errorf("enabled %v: checks %v; want %q among them: %v", on, names, tc.want, on)
+				}
+			}
+		})
 	}
 }
