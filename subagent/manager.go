@@ -951,6 +951,8 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		if span != nil {
 			item.TraceParent = telemetry.FormatTraceparent(span.SpanContext())
 		}
+	} else if m.d.Files != nil {
+		m.d.Files(r.ChildKey) // a stopped run posts nothing: its send_file files are dropped
 	}
 	if span != nil {
 		if span.IsRecording() {
