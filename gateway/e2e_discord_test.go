@@ -204,3 +204,35 @@ func TestE2EDiscordFilesRoundTrip(t *testing.T) {
 		t.Errorf("file message %+v: want the photo back with its caption", msgs[1])
 	}
 }
+
+// TestE2EDiscordApplicationCommand: /subagents used as a Discord
+// application command in a guild channel is answered at once with the
+// command line, and the gateway's reply follows in the channel; /new in the
+// thread of a conversation answers there.
+func TestE2EDiscordApplicationCommand(t *testing.T) {
+	f := newDiscordFake(t)
+	newTestGateway(t, discordConfig(f), researchModel(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	if err := f.Wait(ctx, "the commands registered", func() bool { return f.Commands() != nil }); err != nil {
+		t.Fatal(err)
+	}
+	in := f.Interact(dcGeneral, dcAlice, "subagents", "")
+	if err := f.Wait(ctx, "the command's reply", func() bool {
+		return dcCount(f, dcGeneral, "🧭 Subagents: none for this session.") == 1
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, f.BotMessages(dcGeneral))
+	}
+	if ans := f.InteractionAnswer(in.ID); ans == nil || ans.Type != 4 || ans.Data.Content != "/subagents" {
+		t.Errorf("interaction answer %+v, want the command line", ans)
+	}
+
+	m := f.Say(dcGeneral, dcAlice, dcMention(f, "hello"), "")
+	if err := f.Wait(ctx, "the reply in the thread", func() bool { return dcCount(f, m.ID, "plain answer to: hello") == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	f.Interact(m.ID, dcAlice, "new", "")
+	if err := f.Wait(ctx, "/new answered in the thread", func() bool { return dcCount(f, m.ID, "🆕 New session started.") == 1 }); err != nil {
+		t.Fatalf("%v: %+v", err, f.BotMessages(m.ID))
+	}
+}

@@ -614,3 +614,60 @@ func TestFilesBothWays(t *testing.T) {
 		t.Errorf("FileLimit %d", a.FileLimit())
 	}
 }
+
+// discordgo waits for a bucket from the X-RateLimit-* headers before a
+// request: five parts through a bucket of two per 300 ms all go through
+// without one 429.
+func TestRateLimitBucketsAreHonoured(t *testing.T) {
+	s := newSetup(t)
+	a := s.start(t, newRecorder(), nil)
+	refused := s.fake.SetBucket("POST", "/channels/"+general+"/messages", 2, 300*time.Millisecond)
+	var text strings.Builder
+	for i := 0; i < 5; i++ {
+		text.WriteString(strings.Repeat("y", 1990) + "\n")
+	}
+	if err := a.Send(testCtx(t), channels.Origin{Channel: Name, ChatID: general, ChatType: channels.ChatGroup}, channels.Message{Text: text.String()}); err != nil {
+		t.Fatalf("send through a bucket: %v", err)
+	}
+	if n := len(s.fake.BotMessages(general)); n != 5 || refused() != 0 {
+		t.Errorf("%d messages, %d refused with 429; want 5 and none (the bucket waited for)", n, refused())
+	}
+}
+
+// ThreadHistory gives the thread's starter message and the messages before
+// the one that addressed the bot, oldest first, with sender names.
+func TestThreadHistory(t *testing.T) {
+	s := newSetup(t)
+	rec := newRecorder()
+	a := s.start(t, rec, func(o *Options) { o.ThreadContext = 3 })
+	ctx := testCtx(t)
+	s.fake.Say(general, bob, "the design doc is out", "")
+	root := s.fake.Messages(general)[0]
+	// A person opens a thread on it (not the bot).
+	s.fake.StartThread(general, root.ID, "doc", bob)
+	s.fake.Say(root.ID, alice, "I think section 2 is wrong", "")
+	s.fake.Say(root.ID, bob, "which part?", "")
+	s.fake.Say(root.ID, alice, "the cache bit", "")
+	m := s.fake.Say(root.ID, alice, mention("what do you think?"), "")
+	in := rec.next(t)
+	if in.Origin.ThreadID != root.ID || in.Origin.MessageID != m.ID {
+		t.Fatalf("origin %+v", in.Origin)
+	}
+	msgs, err := a.ThreadHistory(ctx, in.Origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tm := range msgs {
+		got = append(got, tm.SenderName+": "+tm.Text)
+	}
+	if strings.Join(got, "|") != "bob: which part?|Alice: the cache bit" &&
+		strings.Join(got, "|") != "Alice: I think section 2 is wrong|bob: which part?|Alice: the cache bit" {
+		t.Errorf("history %q: want the last 3 before the mention, oldest first", got)
+	}
+	a.opts.ThreadContext = 10
+	msgs, _ = a.ThreadHistory(ctx, in.Origin)
+	if len(msgs) != 4 || msgs[0].Text != "the design doc is out" || msgs[0].SenderName != "bob" {
+		t.Errorf("history with room: %+v; want the starter message first", msgs)
+	}
+}

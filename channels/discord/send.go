@@ -245,7 +245,9 @@ func classify(err error) error {
 		if rl.TooManyRequests != nil && rl.RetryAfter > 0 {
 			after = rl.RetryAfter
 		}
-		return &channels.RetryAfterError{After: after, Err: fmt.Errorf("discord 429 on %s", rl.URL)}
+		// discordgo names the URL it built (api/v9 at discord.com), not
+		// the one asked (see rewrite): name the route only.
+		return &channels.RetryAfterError{After: after, Err: fmt.Errorf("discord 429 on %s", strings.TrimPrefix(rl.URL, discordgo.EndpointAPI))}
 	}
 	var re *discordgo.RESTError
 	if errors.As(err, &re) && re.Response != nil {

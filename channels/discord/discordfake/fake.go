@@ -154,6 +154,7 @@ type Server struct {
 	commands  json.RawMessage
 	inters    map[string]*Interaction
 	limits    []pendingLimit
+	buckets   []*bucket
 	identify  int
 	resumes   int
 	resumed   int
@@ -162,6 +163,17 @@ type Server struct {
 	gatewayOK int // GET gateway/bot served
 	gatewayV9 int // GET gateway (discordgo's default) served
 	closed    bool
+}
+
+// bucket is a rate-limit bucket the fake enforces as Discord does: limit
+// requests per window; a request past it gets a 429.
+type bucket struct {
+	method, pathPrefix string
+	limit              int
+	window             time.Duration
+	used               int
+	resetAt            time.Time
+	Limited            int // requests answered 429 by this bucket
 }
 
 type pendingLimit struct {
@@ -418,6 +430,19 @@ func (s *Server) Threads(parentID string) []Channel {
 	return out
 }
 
+// StartThread makes a person open a public thread from a message (the
+// thread gets the message's id) and dispatches THREAD_CREATE.
+func (s *Server) StartThread(parentID, messageID, name string, by User) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parent := s.channels[parentID]
+	t := &Channel{ID: messageID, Type: TypePublicThread, GuildID: parent.GuildID, ParentID: parentID, Name: name, OwnerID: by.ID}
+	s.channels[t.ID] = t
+	s.dispatch("THREAD_CREATE", map[string]any{"id": t.ID, "type": t.Type, "guild_id": t.GuildID, "parent_id": t.ParentID,
+		"name": t.Name, "owner_id": t.OwnerID, "newly_created": true})
+	s.notify()
+}
+
 // Typing reports how many typing requests a channel got.
 func (s *Server) Typing(channelID string) int {
 	s.mu.Lock()
@@ -491,6 +516,23 @@ func (s *Server) RateLimitNext(method, pathPrefix string, retryAfter float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits = append(s.limits, pendingLimit{method, pathPrefix, retryAfter})
+}
+
+// SetBucket enforces a bucket of limit requests per window on requests whose
+// method matches and whose path (after /api/v10) starts with pathPrefix:
+// every answer carries X-RateLimit-Limit, -Remaining, -Reset-After and
+// -Bucket, and a request past the limit within the window gets a 429. It
+// returns a function reporting how many requests were refused.
+func (s *Server) SetBucket(method, pathPrefix string, limit int, window time.Duration) func() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := &bucket{method: method, pathPrefix: pathPrefix, limit: limit, window: window}
+	s.buckets = append(s.buckets, b)
+	return func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return b.Limited
+	}
 }
 
 // Interact makes a person use the application command name with the
@@ -837,12 +879,39 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	for _, b := range s.buckets {
+		if b.method != r.Method || !strings.HasPrefix(path, b.pathPrefix) {
+			continue
+		}
+		now := time.Now()
+		if !now.Before(b.resetAt) {
+			b.used, b.resetAt = 0, now.Add(b.window)
+		}
+		after := strconv.FormatFloat(b.resetAt.Sub(now).Seconds(), 'f', 3, 64)
+		w.Header().Set("X-RateLimit-Limit", strconv.Itoa(b.limit))
+		w.Header().Set("X-RateLimit-Reset-After", after)
+		w.Header().Set("X-RateLimit-Bucket", "bucket-"+b.pathPrefix)
+		if b.used >= b.limit {
+			b.Limited++
+			s.mu.Unlock()
+			w.Header().Set("X-RateLimit-Remaining", "0")
+			w.Header().Set("X-RateLimit-Scope", "user")
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusTooManyRequests, map[string]any{"message": "You are being rate limited.", "retry_after": b.resetAt.Sub(now).Seconds(), "global": false})
+			return
+		}
+		b.used++
+		w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(b.limit-b.used))
+		s.mu.Unlock()
+		goto handle
+	}
 	s.mu.Unlock()
 	// A generous bucket: discordgo reads these on every response.
 	w.Header().Set("X-RateLimit-Limit", "50")
 	w.Header().Set("X-RateLimit-Remaining", "49")
 	w.Header().Set("X-RateLimit-Reset-After", "1.000")
 	w.Header().Set("X-RateLimit-Bucket", "fakebucket")
+handle:
 
 	switch {
 	case path == "/gateway/bot" && r.Method == http.MethodGet:
