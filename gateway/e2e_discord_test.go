@@ -43,6 +43,18 @@ func discordConfig(f *discordfake.Server) string {
 	return fmt.Sprintf(discordE2EConfig, f.Token, f.URL(), dcGeneral)
 }
 
+// dcConnected waits until the gateway's Discord connection is up: /readyz
+// says ready on PostgreSQL before an exclusive channel is elected, and
+// Discord delivers nothing to a bot that has not connected yet.
+func dcConnected(t *testing.T, f *discordfake.Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	if err := f.Wait(ctx, "the gateway's Discord connection", f.Connected); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func dcMention(f *discordfake.Server, text string) string { return "<@" + f.Bot.ID + "> " + text }
 
 // dcCount counts the bot's messages in a channel whose text is exactly text.
@@ -64,6 +76,7 @@ func TestE2EDiscordMentionOpensThreadAndAnnouncesThere(t *testing.T) {
 	f := newDiscordFake(t)
 	work := newGate(t)
 	tg := newTestGateway(t, discordConfig(f), researchModel(map[string]*gate{"alpha": work, "beta": work}))
+	dcConnected(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 
@@ -123,6 +136,7 @@ func TestE2EDiscordResumeAndRestartMissNothingAndRepeatNothing(t *testing.T) {
 	}
 
 	tg := newTestGatewayIn(t, dir, cfg, model)
+	dcConnected(t, f)
 	f.Say(dcDM, dcAlice, "first", "")
 	if err := f.Wait(ctx, "the first answer", answered(dcDM, "first")); err != nil {
 		t.Fatal(err)
@@ -184,6 +198,7 @@ func TestE2EDiscordFilesRoundTrip(t *testing.T) {
 	model := &fileEcho{}
 	newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`discord: { enabled: true, botToken: %q, apiUrl: %q, groups: { %q: {} } }`,
 		f.Token, f.URL(), dcGeneral)), model.handle)
+	dcConnected(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	photo := filePNG(t, 64, 48)
@@ -212,6 +227,7 @@ func TestE2EDiscordFilesRoundTrip(t *testing.T) {
 func TestE2EDiscordApplicationCommand(t *testing.T) {
 	f := newDiscordFake(t)
 	newTestGateway(t, discordConfig(f), researchModel(nil))
+	dcConnected(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	if err := f.Wait(ctx, "the commands registered", func() bool { return f.Commands() != nil }); err != nil {
