@@ -550,6 +550,10 @@ func TestOverlapOfCatchUpAndLiveIsDeliveredOnce(t *testing.T) {
 	rec.next(t)
 	m := s.fake.Say(general, alice, mention("two"), "")
 	rec.next(t)
+	// The worker handles events in order: once the DM reached the sink, it
+	// is done with "two" (its cursor moved).
+	s.fake.Say(dm, alice, "in order", "")
+	rec.next(t)
 	msgs, err := a.s.ChannelMessages(general, 100, "", prevID(m.ID), "")
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("history: %v %d", err, len(msgs))
