@@ -65,11 +65,34 @@ func (d *DB) LiveReplicas(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// claim runs the claim statement q (an UPDATE … RETURNING) in a write
-// transaction and scans the rows it claimed.
+// claimTries bounds the runs of a claim transaction that met a row
+// another replica changed after its snapshot.
+const claimTries = 20
+
+// claimTx runs a claim transaction. On PostgreSQL it runs at REPEATABLE
+// READ and again on a serialization failure: at READ COMMITTED, a claim
+// whose statement began before another replica started would meet that
+// replica's fresh claim on a row, re-check the row against its old
+// snapshot, not find the new replica's lease there, take the replica for
+// dead and claim the row a second time (two replicas running one turn;
+// TestIntakeClaimsRace on PostgreSQL). At REPEATABLE READ the claim fails
+// instead and runs again with a snapshot that has the lease.
+func (d *DB) claimTx(ctx context.Context, fn func(c conn) error) error {
+	opts := &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	var err error
+	for range claimTries {
+		if err = d.txOpts(ctx, opts, fn); !serializationFailure(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// claim runs the claim statement q (an UPDATE … RETURNING) in a claim
+// transaction (claimTx) and scans the rows it claimed.
 func claim[T any](d *DB, ctx context.Context, q string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
 	var out []T
-	err := d.tx(ctx, func(c conn) error {
+	err := d.claimTx(ctx, func(c conn) error {
 		out = out[:0]
 		rows, err := c.query(q, args...)
 		if err != nil {
@@ -155,7 +178,7 @@ func (d *DB) ClaimRuns(ctx context.Context, holder string, mine bool) ([]Run, er
 		SELECT id FROM runs WHERE status IN ($2, $3, $4) AND ` + d.free("owner", "$1", mine) + d.dialect.skipLocked + `) RETURNING ` + runCols
 	all := []any{holder, StatusQueued, StatusRunning, StatusAnnouncing}
 	var out []Run
-	err := d.tx(ctx, func(c conn) error {
+	err := d.claimTx(ctx, func(c conn) error {
 		rows, err := c.query(q, all...)
 		if err != nil {
 			return err

@@ -541,6 +541,12 @@ func (d *DB) InjectWriteFault(err error) {
 // the transaction may share its commit with concurrent ones (group.go); fn
 // then runs to its end even if ctx is cancelled meanwhile.
 func (d *DB) tx(ctx context.Context, fn func(c conn) error) error {
+	return d.txOpts(ctx, nil, fn)
+}
+
+// txOpts is tx with PostgreSQL transaction options (SQLite's write
+// transactions are serialised whatever they ask).
+func (d *DB) txOpts(ctx context.Context, opts *sql.TxOptions, fn func(c conn) error) error {
 	if f := d.fault.Load(); f != nil {
 		return *f
 	}
@@ -554,7 +560,7 @@ func (d *DB) tx(ctx context.Context, fn func(c conn) error) error {
 			_, _ = d.ws.get(ctx, q)
 		}
 	}()
-	tx, err := d.w.BeginTx(ctx, nil)
+	tx, err := d.w.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}

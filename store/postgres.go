@@ -120,9 +120,18 @@ func (b *pgBackend) close(d *DB) error {
 // PostgreSQL error codes this package tells apart.
 const (
 	pgUniqueViolation     = "23505"
+	pgSerialization       = "40001"
 	pgReadOnlyTransaction = "25006"
 	pgInsufficientPriv    = "42501"
 )
+
+// serializationFailure reports whether err is PostgreSQL's "could not
+// serialize access": a repeatable-read transaction met a row changed
+// after its snapshot, and may be run again.
+func serializationFailure(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == pgSerialization
+}
 
 // wrap adds the operation to err and maps PostgreSQL's codes to this
 // package's sentinels.
