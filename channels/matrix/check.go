@@ -31,6 +31,7 @@ func (a *Adapter) Check(ctx context.Context) []channels.Check {
 		return append(out, channels.Check{Name: "matrix sync", Status: channels.CheckFail, Detail: err.Error(),
 			Fix: "the homeserver refused /sync: check that it is reachable and the account is not locked"})
 	}
-	return append(out, channels.Check{Name: "matrix sync", Status: channels.CheckOK,
+	out = append(out, channels.Check{Name: "matrix sync", Status: channels.CheckOK,
 		Detail: fmt.Sprintf("%d joined rooms, %d invites", len(resp.Rooms.Join), len(resp.Rooms.Invite))})
+	return append(out, a.cryptoChecks(ctx)...)
 }

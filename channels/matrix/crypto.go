@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/crypto"
+	"maunium.net/go/mautrix/crypto/ssss"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 	"maunium.net/go/mautrix/sqlstatestore"
@@ -386,7 +387,6 @@ func (a *Adapter) stopCrypto(ctx context.Context) {
 		a.tellUndecryptable(tellCtx, p.evt)
 		cancel()
 	}
-	a.client.Crypto = nil
 	a.mu.Lock()
 	a.e2ee = nil
 	a.mu.Unlock()
@@ -439,6 +439,32 @@ func (a *Adapter) tellUndecryptable(ctx context.Context, evt *event.Event) {
 	if _, err := a.sendText(ctx, to, UndecryptableText, "herald-undecryptable-"+string(evt.ID)); err != nil {
 		a.log.Warn("matrix: cannot tell the sender of an undecryptable message", zap.String("origin", to.String()), zap.Error(err))
 	}
+}
+
+// cryptoChecks is doctor's look at encryption: the recovery key is checked
+// against the account's secret storage (without signing anything).
+func (a *Adapter) cryptoChecks(ctx context.Context) []channels.Check {
+	if !a.opts.Encryption {
+		return nil
+	}
+	out := []channels.Check{{Name: "matrix encryption", Status: channels.CheckOK,
+		Detail: "pure-Go Olm; the device's keys are kept in the state database"}}
+	if a.opts.RecoveryKey == "" {
+		return append(out, channels.Check{Name: "matrix device verification", Status: channels.CheckWarn,
+			Detail: "no channels.matrix.recoveryKey: the bot's device is not cross-signed",
+			Fix:    "set up Secure Backup for the bot account in Element and put its recovery key in channels.matrix.recoveryKey"})
+	}
+	keyID, keyData, err := ssss.NewSSSSMachine(a.client).GetDefaultKeyData(ctx)
+	if err != nil {
+		return append(out, channels.Check{Name: "matrix recovery key", Status: channels.CheckFail, Detail: err.Error(),
+			Fix: "the account has no secret storage: set up Secure Backup for the bot account in Element, then use its recovery key"})
+	}
+	if _, err := keyData.VerifyRecoveryKey(keyID, a.opts.RecoveryKey); err != nil && !errors.Is(err, ssss.ErrUnverifiableKey) {
+		return append(out, channels.Check{Name: "matrix recovery key", Status: channels.CheckFail, Detail: err.Error(),
+			Fix: "channels.matrix.recoveryKey is not the recovery key of the account's secret storage"})
+	}
+	return append(out, channels.Check{Name: "matrix recovery key", Status: channels.CheckOK,
+		Detail: "matches the account's secret storage (key " + keyID + ")"})
 }
 
 // decryptEarlier decrypts an event read from the room's history (thread

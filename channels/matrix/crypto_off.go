@@ -9,6 +9,8 @@ import (
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/channels"
 )
 
 // EncryptionAvailable reports whether this binary can do end-to-end
@@ -33,5 +35,7 @@ func (a *Adapter) onEncrypted(context.Context, *event.Event) {}
 func (a *Adapter) startKeyWaits(context.Context) {}
 
 func (a *Adapter) stopCrypto(context.Context) {}
+
+func (a *Adapter) cryptoChecks(context.Context) []channels.Check { return nil }
 
 func (a *Adapter) decryptEarlier(context.Context, id.RoomID, *event.Event) *event.Event { return nil }

@@ -290,6 +290,26 @@ func TestDendriteRecoveryKeyVerifiesDevice(t *testing.T) {
 			break
 		}
 	}
+	// herald doctor tells a wrong key from the right one.
+	for key, want := range map[string]string{string(wrong): channels.CheckFail, recoveryKey: channels.CheckOK} {
+		d, err := New(Options{Homeserver: hs.URL, UserID: string(bot.UserID), AccessToken: bot.AccessToken, Encryption: true, RecoveryKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := "missing"
+		for _, c := range d.Check(ctx) {
+			if c.Name == "matrix recovery key" {
+				got = c.Status
+				if strings.Contains(c.Detail, key) {
+					t.Errorf("doctor's check prints the recovery key: %s", c.Detail)
+				}
+			}
+		}
+		if got != want {
+			t.Errorf("doctor's recovery key check = %s, want %s", got, want)
+		}
+	}
+
 	bad := newCryptoBot(t, hs, bot, func(o *Options) { o.RecoveryKey = string(wrong) })
 	a, err := New(Options{Homeserver: hs.URL, UserID: string(bot.UserID), AccessToken: bot.AccessToken, Encryption: true,
 		RecoveryKey: string(wrong), CryptoDB: bad.cryptoDB(), Logger: zaptest.NewLogger(t)})

@@ -112,13 +112,22 @@ func init() {
       userId: "@herald:example.org",            // change to the bot's user id
       accessToken: "${MATRIX_ACCESS_TOKEN}",
       threadReplies: "inbound", // off | inbound | always
-    },
+` + initEncryption + `    },
 `,
 		},
 		// One /sync loop at a time: two would each take every event.
 		Exclusive: func(config.ChannelOptions) bool { return true },
 	})
 }
+
+// initEncryption is init's encryption line: Element encrypts DMs and
+// private rooms by default, so a bot that can decrypt turns it on.
+var initEncryption = func() string {
+	if !EncryptionAvailable {
+		return ""
+	}
+	return "      encryption: true,         // read and answer in end-to-end encrypted rooms (keys in the state database)\n"
+}()
 
 // kvSyncStore keeps the /sync tokens in the channel's store (SPEC §12:
 // Matrix next_batch persisted) under matrix.filter.<user> and
