@@ -252,3 +252,48 @@ func TestE2EDiscordApplicationCommand(t *testing.T) {
 		t.Fatalf("%v: %+v", err, f.BotMessages(m.ID))
 	}
 }
+
+// TestE2EDiscordThreadContext (SPEC §21 thread context): Bob posts in
+// general, Alice opens a thread from it and they talk there without the
+// bot; Alice's first mention of the bot in that thread gives the model
+// their earlier messages with their names, oldest first. Her second
+// mention in the thread is not given them again.
+func TestE2EDiscordThreadContext(t *testing.T) {
+	f := newDiscordFake(t)
+	tg := newTestGateway(t, discordConfig(f), researchModel(nil))
+	dcConnected(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+
+	root := f.Say(dcGeneral, dcBob, "the staging database is out of disk again", "")
+	f.StartThread(dcGeneral, root.ID, "staging disk", dcAlice)
+	f.Say(root.ID, dcAlice, "the WAL archive has not been pruned since Monday", "")
+	f.Say(root.ID, dcBob, "then the retention job is broken", "")
+	f.Say(root.ID, dcAlice, dcMention(f, "what should we check first?"), "")
+	if err := f.Wait(ctx, "the reply in the thread", func() bool { return len(f.BotMessages(root.ID)) >= 1 }); err != nil {
+		t.Fatalf("%v; bot messages in general %+v", err, f.BotMessages(dcGeneral))
+	}
+	first := tg.LLM.Requests()[0].LastUser()
+	at := 0
+	for _, w := range []string{
+		"bob: the staging database is out of disk again",
+		"Alice: the WAL archive has not been pruned since Monday",
+		"bob: then the retention job is broken",
+		"what should we check first?",
+	} {
+		i := strings.Index(first[at:], w)
+		if i < 0 {
+			t.Fatalf("the model's first message lacks %q (in order) — it was:\n%s", w, first)
+		}
+		at += i + len(w)
+	}
+
+	f.Say(root.ID, dcAlice, dcMention(f, "and after that?"), "")
+	if err := f.Wait(ctx, "the second reply", func() bool { return len(f.BotMessages(root.ID)) >= 2 }); err != nil {
+		t.Fatal(err)
+	}
+	reqs := tg.LLM.Requests()
+	if second := reqs[len(reqs)-1].LastUser(); strings.Contains(second, "Earlier messages in this thread") || !strings.Contains(second, "and after that?") {
+		t.Errorf("the second turn's message = %q, want the mention alone", second)
+	}
+}

@@ -14,7 +14,8 @@ import (
 // thread, the model's request carries their earlier messages with their
 // names, oldest first, and not the mention twice. A second mention in the
 // same thread is not given the context again (the first turn's transcript
-// has it) and Slack is not asked again.
+// has it) and Slack is not asked again; nor after /new, since the bot has
+// posted in the thread by then.
 func TestE2ESlackThreadContext(t *testing.T) {
 	sf, tg := startSlackE2E(t, nil)
 	const bob = "U0BOB"
@@ -61,6 +62,17 @@ func TestE2ESlackThreadContext(t *testing.T) {
 	}
 	if got := sf.RepliesCalls(); got != calls {
 		t.Errorf("conversations.replies called %d more times on the second turn, want 0", got-calls)
+	}
+
+	// /new in the thread starts the conversation again: the bot has been
+	// part of this thread, so its next turn is not given the thread again.
+	sf.SendMention("C1", slackfake.UserID, "/new", root)
+	sf.WaitPosts(3, e2eWait)
+	sf.SendMention("C1", slackfake.UserID, "start over: what broke?", root)
+	sf.WaitPosts(4, e2eWait)
+	reqs = tg.LLM.Requests()
+	if third := reqs[len(reqs)-1].LastUser(); strings.Contains(third, "Earlier messages in this thread") || !strings.Contains(third, "start over: what broke?") {
+		t.Errorf("after /new the turn's message = %q, want the mention alone (the bot was part of the thread)", third)
 	}
 }
 

@@ -378,7 +378,8 @@ const threadContextTimeout = 15 * time.Second
 // first message sits in before that message (SPEC §21 thread context), when
 // the message is not the thread's root and its channel can read threads.
 // It runs once per conversation: later turns have history, and the context
-// stays in the transcript with the message. A failed read is logged and the
+// stays in the transcript with the message; a thread the bot has posted in
+// (a conversation started again with /new) is not given it again. A failed read is logged and the
 // turn goes on without it.
 func (g *Gateway) threadContext(ctx context.Context, o channels.Origin, text string, log *zap.Logger) string {
 	if o.ThreadID == "" || o.MessageID == "" || o.ThreadID == o.MessageID {
@@ -394,6 +395,13 @@ func (g *Gateway) threadContext(ctx context.Context, o channels.Origin, text str
 	if err != nil {
 		log.Warn("could not read the thread's earlier messages; answering without them", zap.Error(err))
 		return text
+	}
+	for _, m := range msgs {
+		if m.FromBot {
+			// The bot was part of this thread before (a conversation
+			// started again with /new): its context was given then.
+			return text
+		}
 	}
 	if len(msgs) > 0 {
 		log.Info("thread context given to the model", zap.Int("messages", len(msgs)))

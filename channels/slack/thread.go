@@ -40,7 +40,7 @@ func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]chan
 				continue
 			}
 			fromBot := m.BotID != "" || (botID != "" && m.User == botID)
-			tm := channels.ThreadMessage{SenderID: m.User, Text: m.Text, At: a.tsTime(m.Timestamp), FromBot: fromBot}
+			tm := channels.ThreadMessage{SenderID: m.User, Text: stripMention(m.Text, botID), At: a.tsTime(m.Timestamp), FromBot: fromBot}
 			switch {
 			case fromBot:
 				tm.SenderName = "Herald"

@@ -34,7 +34,7 @@ const usage = `Usage: herald <command> [flags]
 
 Commands:
   init                    write a commented starter config (asks on a terminal; else
-                          --channel web,slack,telegram,matrix --provider anthropic|openai|
+                          --channel web,slack,telegram,matrix,discord --provider anthropic|openai|
                           openai-compatible|demo); --force overwrites an existing file
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
   version                 print the module version, VCS revision and time, and the Go version
