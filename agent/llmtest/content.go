@@ -8,7 +8,7 @@ import (
 
 // Block is one non-text content block of a user message as the fake
 // received it through the official SDKs' wire format: an Anthropic image
-// or document block, or an OpenAI image_url part (a data: URL).
+// or document block, or an OpenAI image_url part or file part (data: URLs).
 type Block struct {
 	Type string // "image" or "document"
 	MIME string
@@ -41,6 +41,9 @@ func (c Call) Blocks() []Block {
 			ImageURL struct {
 				URL string `json:"url"`
 			} `json:"image_url"`
+			File struct {
+				FileData string `json:"file_data"`
+			} `json:"file"`
 		}
 		if json.Unmarshal(m.Content, &parts) != nil {
 			continue // a plain string
@@ -50,14 +53,18 @@ func (c Call) Blocks() []Block {
 			case "image", "document":
 				b, _ := base64.StdEncoding.DecodeString(p.Source.Data)
 				out = append(out, Block{Type: p.Type, MIME: p.Source.MediaType, Data: b})
-			case "image_url":
-				rest, ok := strings.CutPrefix(p.ImageURL.URL, "data:")
+			case "image_url", "file":
+				url, typ := p.ImageURL.URL, "image"
+				if p.Type == "file" {
+					url, typ = p.File.FileData, "document"
+				}
+				rest, ok := strings.CutPrefix(url, "data:")
 				if !ok {
 					continue
 				}
 				mime, data, _ := strings.Cut(rest, ";base64,")
 				b, _ := base64.StdEncoding.DecodeString(data)
-				out = append(out, Block{Type: "image", MIME: mime, Data: b})
+				out = append(out, Block{Type: typ, MIME: mime, Data: b})
 			}
 		}
 	}

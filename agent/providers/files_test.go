@@ -14,7 +14,7 @@ import (
 // TestFilesAsContent: through each official SDK, a user message's image
 // reaches a model that takes images as image content with the same bytes
 // (Anthropic image block, OpenAI image_url), a PDF as an Anthropic document
-// block, and neither when the model takes text only — the reference line
+// block or an OpenAI file part (not to an OpenAI-compatible server), and neither when the model takes text only — the reference line
 // in the text is all it gets.
 func TestFilesAsContent(t *testing.T) {
 	png := []byte("\x89PNG\r\n\x1a\n fake picture bytes")
@@ -48,12 +48,13 @@ func TestFilesAsContent(t *testing.T) {
 					}
 				}
 				want := []string{}
+				documents := b.api != APIOpenAICompatible // Anthropic documents, OpenAI file parts
 				switch {
-				case images && b.api == APIAnthropic:
+				case images && documents:
 					want = []string{"image:image/png", "document:application/pdf"}
 				case images:
 					want = []string{"image:image/png"}
-				case b.api == APIAnthropic:
+				case documents:
 					want = []string{"document:application/pdf"}
 				}
 				if strings.Join(kinds, ",") != strings.Join(want, ",") {

@@ -129,7 +129,7 @@ func (p *openAIProvider) reasoningEffort(model, level string) shared.ReasoningEf
 func (p *openAIProvider) params(req agent.Request) openai.ChatCompletionNewParams {
 	params := openai.ChatCompletionNewParams{
 		Model:    shared.ChatModel(req.Model),
-		Messages: openAIMessages(req),
+		Messages: openAIMessages(req, !p.compatible),
 	}
 	maxTokens := req.MaxTokens
 	if maxTokens <= 0 {
@@ -159,8 +159,10 @@ func (p *openAIProvider) params(req agent.Request) openai.ChatCompletionNewParam
 }
 
 // openAIMessages maps the conversation: tool calls ride on the assistant
-// message, each tool result is its own role "tool" message.
-func openAIMessages(req agent.Request) []openai.ChatCompletionMessageParamUnion {
+// message, each tool result is its own role "tool" message. documents: PDFs
+// go as file parts (OpenAI's own API; OpenAI-compatible servers rarely take
+// them, so they get the reference line only).
+func openAIMessages(req agent.Request, documents bool) []openai.ChatCompletionMessageParamUnion {
 	var out []openai.ChatCompletionMessageParamUnion
 	if req.System != "" {
 		out = append(out, openai.SystemMessage(req.System))
@@ -168,7 +170,7 @@ func openAIMessages(req agent.Request) []openai.ChatCompletionMessageParamUnion 
 	for _, m := range req.Messages {
 		switch m.Role {
 		case agent.RoleUser:
-			out = append(out, openAIUser(req, m))
+			out = append(out, openAIUser(req, m, documents))
 		case agent.RoleAssistant:
 			am := openai.ChatCompletionAssistantMessageParam{}
 			if m.Text != "" || len(m.ToolCalls) == 0 {
@@ -292,19 +294,26 @@ func classifyOpenAIStreamError(se *ssestream.StreamError) failure {
 }
 
 // openAIUser is a user message: its text, and its images (image_url with
-// a data: URL) when the model takes images. PDFs go as their reference
-// line: OpenAI-compatible servers rarely take file parts.
-func openAIUser(req agent.Request, m agent.Message) openai.ChatCompletionMessageParamUnion {
+// a data: URL) when the model takes images, and with documents its PDFs as
+// file parts (file_data as a data: URL).
+func openAIUser(req agent.Request, m agent.Message, documents bool) openai.ChatCompletionMessageParamUnion {
 	var parts []openai.ChatCompletionContentPartUnionParam
 	for _, f := range m.Files {
-		if asContent(req, f, false, 0) != "image" {
+		kind := asContent(req, f, documents, 0)
+		if kind == "" {
 			continue
 		}
 		data, err := fileBase64(req, f)
 		if err != nil {
 			continue
 		}
-		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:" + f.MIME + ";base64," + data}))
+		url := "data:" + f.MIME + ";base64," + data
+		if kind == "image" {
+			parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: url}))
+		} else {
+			parts = append(parts, openai.FileContentPart(openai.ChatCompletionContentPartFileFileParam{
+				Filename: openai.String(f.Name), FileData: openai.String(url)}))
+		}
 	}
 	if len(parts) == 0 {
 		return openai.UserMessage(m.Text)
