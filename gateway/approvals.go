@@ -180,7 +180,7 @@ func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approv
 	}
 	if ap.Replica != a.g.cluster.id && a.g.cluster.alive(ctx, ap.Replica) {
 		// The tool call waits on another replica: tell it.
-		a.g.cluster.send(ctx, "approval", code)
+		a.g.cluster.send(ctx, busApproval, code)
 		return ap, nil
 	}
 	return ap, errors.Join(store.ErrResolved, errors.New("the tool call that asked is no longer waiting"))

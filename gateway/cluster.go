@@ -40,11 +40,25 @@ import (
 // busChannel is the NOTIFY channel the replicas talk on.
 const busChannel = "herald"
 
+// busKind says what a notification between replicas asks for. The values
+// travel in the JSON of busMsg: replicas of different versions read them.
+type busKind string
+
+const (
+	busOutbox    busKind = "outbox"    // an outbox item is due: a delivery pass
+	busClaims    busKind = "claims"    // work was let go (a replica left): a claim pass and a delivery pass
+	busWeb       busKind = "web"       // arg: a web client with a new message for its event streams
+	busAbort     busKind = "abort"     // arg: a session key whose running turn /stop cancels
+	busStop      busKind = "stop"      // arg: a run id to stop with the runs below it
+	busStopBelow busKind = "stopbelow" // arg: a session key whose sub-agent runs stop
+	busApproval  busKind = "approval"  // arg: an approval code that was decided
+)
+
 // busMsg is one notification between replicas.
 type busMsg struct {
-	From string `json:"from"`
-	Kind string `json:"kind"` // outbox | claims | web | abort | stop | stopbelow | approval
-	Arg  string `json:"arg,omitempty"`
+	From string  `json:"from"`
+	Kind busKind `json:"kind"`
+	Arg  string  `json:"arg,omitempty"`
 }
 
 // cluster is this replica's part in a shared state.
@@ -165,7 +179,7 @@ func (c *cluster) leave() {
 	if err := c.g.db.ReleaseLease(ctx, c.instanceLease(), c.instance); err != nil {
 		c.log.Warn("could not give up the instance lease; a standby under the same replica id takes over when it expires", zap.Error(err))
 	}
-	c.send(ctx, "claims", "")
+	c.send(ctx, busClaims, "")
 }
 
 // heartbeat renews the replica lease and the channel leases every third
@@ -344,7 +358,7 @@ func (c *cluster) claim(ctx context.Context) {
 	// Take no more than the main lane has room for; the rest wait in the
 	// store for this replica's next pass or another replica.
 	if room := g.maxQueued() - queued(g); room > 0 {
-		owed, err := g.db.ClaimOwed(ctx, c.id, false, room)
+		owed, err := g.db.ClaimOwed(ctx, store.Claim{Holder: c.id, Limit: room})
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("could not claim owed turns", zap.Error(err))
 		}
@@ -355,7 +369,7 @@ func (c *cluster) claim(ctx context.Context) {
 			g.enqueueTurn(it, g.turnLog(it))
 		}
 	}
-	if _, err := g.subs.Adopt(ctx, false); err != nil && ctx.Err() == nil {
+	if _, err := g.subs.Adopt(ctx); err != nil && ctx.Err() == nil {
 		c.log.Warn("could not take over sub-agent runs", zap.Error(err))
 	}
 	if err := g.approv.expireStale(ctx, false); err != nil && ctx.Err() == nil {
@@ -391,29 +405,29 @@ func (c *cluster) listen(ctx context.Context, ready chan<- struct{}) {
 func (c *cluster) handle(ctx context.Context, m busMsg) {
 	g := c.g
 	switch m.Kind {
-	case "outbox":
+	case busOutbox:
 		g.outbox.wakeLocal()
-	case "claims":
+	case busClaims:
 		c.wakeUp()
 		g.outbox.wakeLocal()
-	case "web":
+	case busWeb:
 		if g.web != nil {
 			g.web.Wake(m.Arg)
 		}
-	case "abort":
+	case busAbort:
 		g.abortTurn(m.Arg)
-	case "stop":
+	case busStop:
 		g.subs.StopLocal(ctx, m.Arg)
-	case "stopbelow":
+	case busStopBelow:
 		g.subs.StopBelowLocal(ctx, m.Arg)
-	case "approval":
+	case busApproval:
 		g.approv.decided(m.Arg)
 	}
 }
 
 // send tells the other replicas kind and arg; a failure is logged (they
 // poll as well).
-func (c *cluster) send(ctx context.Context, kind, arg string) {
+func (c *cluster) send(ctx context.Context, kind busKind, arg string) {
 	if !c.shared {
 		return
 	}
@@ -421,7 +435,7 @@ func (c *cluster) send(ctx context.Context, kind, arg string) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := c.g.db.Notify(sctx, busChannel, string(b)); err != nil {
-		c.log.Warn("could not tell the other replicas", zap.String("kind", kind), zap.Error(err))
+		c.log.Warn("could not tell the other replicas", zap.String("kind", string(kind)), zap.Error(err))
 	}
 }
 
@@ -443,7 +457,7 @@ func (c *cluster) teller(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-c.tell:
-			c.send(ctx, "outbox", "")
+			c.send(ctx, busOutbox, "")
 		}
 	}
 }
@@ -451,7 +465,7 @@ func (c *cluster) teller(ctx context.Context) {
 // tellWeb wakes the event streams of a web client open on other replicas.
 func (c *cluster) tellWeb(client string) {
 	if c.shared {
-		c.send(context.Background(), "web", client)
+		c.send(context.Background(), busWeb, client)
 	}
 }
 
@@ -461,7 +475,7 @@ func (c *cluster) tellWeb(client string) {
 func (c *cluster) abort(key string) bool {
 	ok := c.g.abortTurn(key)
 	if !ok && c.shared {
-		c.send(context.Background(), "abort", key)
+		c.send(context.Background(), busAbort, key)
 	}
 	return ok
 }
@@ -476,7 +490,11 @@ func (g *Gateway) peers() subagent.Peers {
 	return peers{g.cluster}
 }
 
-func (p peers) Tell(ctx context.Context, kind, arg string) { p.c.send(ctx, kind, arg) }
+func (p peers) StopRun(ctx context.Context, runID string) { p.c.send(ctx, busStop, runID) }
+
+func (p peers) StopBelow(ctx context.Context, sessionKey string) {
+	p.c.send(ctx, busStopBelow, sessionKey)
+}
 
 func (p peers) Alive(ctx context.Context, replica string) bool { return p.c.alive(ctx, replica) }
 

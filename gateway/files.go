@@ -18,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/media"
 	"github.com/heraldhq/herald/store"
 )
@@ -293,7 +294,7 @@ type webFiles struct{ g *Gateway }
 
 func (w webFiles) OpenFile(ctx context.Context, client, id string) (io.ReadCloser, web.File, error) {
 	o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
-	key := SessionKey(route(w.g.cfg(), o), o)
+	key := string(ids.Requester(route(w.g.cfg(), o), o))
 	if !store.ValidFileID(id) {
 		return nil, web.File{}, web.ErrNoFile
 	}

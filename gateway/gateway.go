@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/spend"
@@ -294,11 +295,11 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 			OnRateLimited: func(string) { g.metrics.refused.WithLabelValues("web", "rate_limited").Inc() },
 			SessionKey: func(client string) string {
 				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
-				return SessionKey(route(g.cfg(), o), o)
+				return string(ids.Requester(route(g.cfg(), o), o))
 			},
 			OnStream: func(client string) {
 				o := channels.Origin{Channel: web.Name, ChatID: client, ChatType: channels.ChatDM}
-				g.panel.changed(SessionKey(route(g.cfg(), o), o))
+				g.panel.changed(string(ids.Requester(route(g.cfg(), o), o)))
 			},
 			Files: webFiles{g: g}, FileLimits: func() (int64, int) { a := g.cfg().Attachments; return a.MaxBytes, a.MaxFiles },
 			SpoolDir: filepath.Join(g.stateDir, store.FilesDir, "tmp"),

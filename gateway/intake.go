@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/gateway/command"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
@@ -41,7 +42,7 @@ const busyText = "⏳ Busy right now: too many messages are waiting. Please send
 // A platform re-delivery of a stored message is recognised and not run again.
 func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	agentID := route(g.cfg(), in.Origin)
-	key := SessionKey(agentID, in.Origin)
+	key := string(ids.Requester(agentID, in.Origin))
 	ch := string(in.Origin.Channel)
 	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", ch))
 	if command.IsCommand(in.Text) {
@@ -233,7 +234,7 @@ func (g *Gateway) sweepOwed(ctx context.Context) {
 			continue
 		}
 		// Claim them properly (own and free heads), then queue those seen.
-		claimed, err := g.db.ClaimOwed(ctx, g.cluster.id, true, 0)
+		claimed, err := g.db.ClaimOwed(ctx, store.Claim{Holder: g.cluster.id, Reclaim: true})
 		if err != nil {
 			continue
 		}
@@ -266,7 +267,7 @@ func contains64(list []int64, v int64) bool {
 // a crash, a restart or a drain is answered first. A session's later owed
 // messages follow its first one (complete).
 func (g *Gateway) resumeOwed(ctx context.Context) error {
-	owed, err := g.db.ClaimOwed(ctx, g.cluster.id, true, 0)
+	owed, err := g.db.ClaimOwed(ctx, store.Claim{Holder: g.cluster.id, Reclaim: true})
 	if err != nil {
 		return fmt.Errorf("read owed turns: %w", err)
 	}

@@ -127,7 +127,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		return false
 	}
 	limit := min(outboxBatch, room)
-	items, err := d.g.db.ClaimOutbox(ctx, d.g.cluster.id, d.channelNames(), d.g.clock.Now(), !d.started, limit)
+	items, err := d.g.db.ClaimOutbox(ctx, store.Claim{Holder: d.g.cluster.id, Reclaim: !d.started, Limit: limit}, d.channelNames(), d.g.clock.Now())
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("read outbox", zap.Error(err))

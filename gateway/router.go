@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/gateway/command"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
@@ -133,7 +134,7 @@ func (g *Gateway) abortTurn(key string) bool {
 func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Kind, text, runID string) {
 	agentID := route(g.cfg(), to) // whom the conversation at to talks to
 	item := &store.OutboxItem{RunID: runID, Origin: to, Kind: kind, Text: text, CreatedAt: g.clock.Now(),
-		SessionKey: SessionKey(agentID, to), AgentID: agentID, TraceParent: telemetry.Traceparent(ctx)}
+		SessionKey: string(ids.Requester(agentID, to)), AgentID: agentID, TraceParent: telemetry.Traceparent(ctx)}
 	if _, err := g.db.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
 		g.log.Error("could not queue a message", zap.String("channel", string(to.Channel)), zap.Error(err))
 		return

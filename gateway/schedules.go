@@ -7,7 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/schedule"
 )
 
@@ -43,7 +45,7 @@ func (g *Gateway) newScheduler() {
 	g.metrics.reg.MustRegister(firings, count("active"), count("paused"), count("done"))
 	g.sched = schedule.New(schedule.Deps{
 		Store: g.db, Runs: g.subs, Config: g.cfg(), Clock: g.clock, Logger: g.log,
-		SessionKey: SessionKey,
+		SessionKey: func(agentID string, o channels.Origin) string { return string(ids.Requester(agentID, o)) },
 		OnFiring:   func(result string, n int) { firings.WithLabelValues(result).Add(float64(n)) },
 		OnChange:   g.panel.changed,
 	})

@@ -39,7 +39,7 @@ type Runs interface {
 	DueArchives(ctx context.Context, now time.Time) ([]Run, error)
 	NextArchiveAt(ctx context.Context) (time.Time, bool, error)
 	MarkArchived(ctx context.Context, runID string, at time.Time) error // also marks the child session deleted
-	ClaimRuns(ctx context.Context, holder string, mine bool) ([]Run, error)
+	ClaimRuns(ctx context.Context, c Claim) ([]Run, error)
 }
 
 // Turns is the intake: every inbound message, stored before it is
@@ -49,7 +49,7 @@ type Turns interface {
 	AddIntake(ctx context.Context, in *Intake) (added bool, err error) // a re-delivered platform id adds nothing
 	StartIntake(ctx context.Context, id int64, at time.Time) error
 	CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, *Intake, error) // returns the session's next turn, claimed
-	ClaimOwed(ctx context.Context, holder string, mine bool, limit int) ([]Intake, error)
+	ClaimOwed(ctx context.Context, c Claim) ([]Intake, error)
 	OwedIntake(ctx context.Context) ([]Intake, error) // arrival order
 	SetIntakeDraft(ctx context.Context, id int64, ref string) error
 }
@@ -57,7 +57,7 @@ type Turns interface {
 // Outbox is every message to a platform, delivered in order per destination.
 type Outbox interface {
 	EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) // a known RunID returns the existing row
-	ClaimOutbox(ctx context.Context, holder string, chans []string, now time.Time, mine bool, limit int) ([]OutboxItem, error)
+	ClaimOutbox(ctx context.Context, c Claim, chans []string, now time.Time) ([]OutboxItem, error)
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
 	NextOutboxAt(ctx context.Context) (time.Time, bool, error)
 	MarkDelivered(ctx context.Context, id int64, at time.Time) error

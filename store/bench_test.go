@@ -81,7 +81,7 @@ func BenchmarkClaimOutboxBacklog(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		items, err := db.ClaimOutbox(ctx, "bench", nil, now, false, 64)
+		items, err := db.ClaimOutbox(ctx, Claim{Holder: "bench", Limit: 64}, nil, now)
 		if err != nil || len(items) == 0 {
 			b.Fatalf("claimed %d, %v", len(items), err)
 		}

@@ -22,17 +22,25 @@ import (
 // ReplicaLease is the name of the lease that says replica id is alive.
 func ReplicaLease(id string) string { return "replica:" + id }
 
+// Claim says who claims and how much: every claim method takes one.
+type Claim struct {
+	Holder string // the replica claiming; required (ErrNoHolder)
+	// Reclaim makes rows Holder itself holds free too: a replica restarted
+	// under the same id takes back what it held before.
+	Reclaim bool
+	Limit   int // at most this many rows; ≤ 0 = no limit
+}
+
 // ErrNoHolder: a claim was asked for without a replica id.
 var ErrNoHolder = errors.New("claim: the replica id is empty")
 
 // free is the SQL condition that the row whose holder column is col may be
 // claimed by the holder in placeholder ph: nobody holds it, or a replica
 // whose lease lapsed (on SQLite, any replica but holder: one process runs).
-// With mine, rows holder itself holds are free too: a replica restarted
-// under the same id takes back what it held.
-func (d *DB) free(col, ph string, mine bool) string {
+// With reclaim, rows holder itself holds are free too (Claim.Reclaim).
+func (d *DB) free(col, ph string, reclaim bool) string {
 	cond := "(" + col + " = ''"
-	if mine {
+	if reclaim {
 		cond += " OR " + col + " = " + ph
 	}
 	if d.dialect.replicas {
@@ -111,11 +119,12 @@ func claim[T any](d *DB, ctx context.Context, q string, args []any, scan func(*s
 	return out, err
 }
 
-// ClaimOwed claims for holder up to limit owed messages that are the oldest
-// owed message of their session and free (see free; with mine, holder's own
-// too), oldest first. Their turns are holder's to run; the session's later
-// messages follow through CompleteIntake. limit ≤ 0 = no limit.
-func (d *DB) ClaimOwed(ctx context.Context, holder string, mine bool, limit int) ([]Intake, error) {
+// ClaimOwed claims for c.Holder up to c.Limit owed messages that are the
+// oldest owed message of their session and free (see free), oldest first.
+// Their turns are the holder's to run; the session's later messages follow
+// through CompleteIntake.
+func (d *DB) ClaimOwed(ctx context.Context, c Claim) ([]Intake, error) {
+	holder, limit := c.Holder, c.Limit
 	if holder == "" {
 		return nil, ErrNoHolder
 	}
@@ -123,7 +132,7 @@ func (d *DB) ClaimOwed(ctx context.Context, holder string, mine bool, limit int)
 		limit = noLimit
 	}
 	q := `UPDATE intake SET claimed_by = $1 WHERE id IN (
-		SELECT id FROM intake WHERE done_at IS NULL AND ` + d.free("claimed_by", "$1", mine) + ` AND NOT EXISTS (
+		SELECT id FROM intake WHERE done_at IS NULL AND ` + d.free("claimed_by", "$1", c.Reclaim) + ` AND NOT EXISTS (
 			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
 		ORDER BY id LIMIT $2` + d.dialect.skipLocked + `) RETURNING ` + intakeCols
 	out, err := claim(d, ctx, q, []any{holder, limit}, scanIntake)
@@ -134,13 +143,14 @@ func (d *DB) ClaimOwed(ctx context.Context, holder string, mine bool, limit int)
 	return out, nil
 }
 
-// ClaimOutbox claims for holder up to limit outbox items that are due at
-// now, on one of chans (the channels holder runs; nil = any), the oldest pending item
-// of their destination and free (see free), oldest first. holder sends
-// them; MarkDelivered, MarkRetry or MarkFailed lets them go. A later item
-// to a destination waits until the earlier one is delivered or failed, on
-// whichever replica sends it. limit ≤ 0 = no limit.
-func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now time.Time, mine bool, limit int) ([]OutboxItem, error) {
+// ClaimOutbox claims for c.Holder up to c.Limit outbox items that are due
+// at now, on one of chans (the channels the holder runs; nil = any), the
+// oldest pending item of their destination and free (see free), oldest
+// first. The holder sends them; MarkDelivered, MarkRetry or MarkFailed lets
+// them go. A later item to a destination waits until the earlier one is
+// delivered or failed, on whichever replica sends it.
+func (d *DB) ClaimOutbox(ctx context.Context, c Claim, chans []string, now time.Time) ([]OutboxItem, error) {
+	holder, limit := c.Holder, c.Limit
 	if holder == "" {
 		return nil, ErrNoHolder
 	}
@@ -156,7 +166,7 @@ func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now
 		onChans = ` AND channel IN (` + list(&args, chans) + `)`
 	}
 	q := `UPDATE outbox SET claimed_by = $1 WHERE id IN (
-		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND next_attempt_at <= $2` + onChans + ` AND ` + d.free("claimed_by", "$1", mine) + `
+		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND next_attempt_at <= $2` + onChans + ` AND ` + d.free("claimed_by", "$1", c.Reclaim) + `
 		ORDER BY id LIMIT $3` + d.dialect.skipLocked + `) RETURNING ` + outboxCols
 	out, err := claim(d, ctx, q, args, scanOutbox)
 	if err != nil {
@@ -166,20 +176,24 @@ func (d *DB) ClaimOutbox(ctx context.Context, holder string, chans []string, now
 	return out, nil
 }
 
-// ClaimRuns claims for holder the runs that are queued, running or
+// ClaimRuns claims for c.Holder the runs that are queued, running or
 // announcing and free (see free), oldest first: a replica that died left
-// them, and holder queues the queued ones again and announces the others
-// with Status unknown.
-func (d *DB) ClaimRuns(ctx context.Context, holder string, mine bool) ([]Run, error) {
+// them, and the holder queues the queued ones again and announces the
+// others with Status unknown. It claims every such run: c.Limit must be 0.
+func (d *DB) ClaimRuns(ctx context.Context, c Claim) ([]Run, error) {
+	holder := c.Holder
 	if holder == "" {
 		return nil, ErrNoHolder
 	}
+	if c.Limit > 0 {
+		return nil, errors.New("claim runs: a limit is not supported")
+	}
 	q := `UPDATE runs SET owner = $1 WHERE id IN (
-		SELECT id FROM runs WHERE status IN ($2, $3, $4) AND ` + d.free("owner", "$1", mine) + d.dialect.skipLocked + `) RETURNING ` + runCols
+		SELECT id FROM runs WHERE status IN ($2, $3, $4) AND ` + d.free("owner", "$1", c.Reclaim) + d.dialect.skipLocked + `) RETURNING ` + runCols
 	all := []any{holder, StatusQueued, StatusRunning, StatusAnnouncing}
 	var out []Run
-	err := d.claimTx(ctx, func(c conn) error {
-		rows, err := c.query(q, all...)
+	err := d.claimTx(ctx, func(tx conn) error {
+		rows, err := tx.query(q, all...)
 		if err != nil {
 			return err
 		}

@@ -56,11 +56,11 @@ func TestIntakeClaimsOneTurnPerSession(t *testing.T) {
 	if a1.ClaimedBy != "r1" || a2.ClaimedBy != "" {
 		t.Fatalf("claims: a1 by %q, a2 by %q; want r1 and nobody (a1 is owed)", a1.ClaimedBy, a2.ClaimedBy)
 	}
-	got, err := db.ClaimOwed(ctx, "r2", false, 0)
+	got, err := db.ClaimOwed(ctx, Claim{Holder: "r2"})
 	if err != nil || len(got) != 1 || got[0].ID != b1.ID || got[0].ClaimedBy != "r2" {
 		t.Fatalf("r2 claims %+v, %v; want only b1 (s1 is r1's)", got, err)
 	}
-	if again, _ := db.ClaimOwed(ctx, "r2", false, 0); len(again) != 0 {
+	if again, _ := db.ClaimOwed(ctx, Claim{Holder: "r2"}); len(again) != 0 {
 		t.Fatalf("claimed twice: %+v", again)
 	}
 	_, next, err := db.CompleteIntake(ctx, a1.ID, nil, time.Now())
@@ -78,12 +78,12 @@ func TestIntakeClaimsOneTurnPerSession(t *testing.T) {
 		t.Fatal("a3 claimed while a2 is owed")
 	}
 	dies(t, db, "r1")
-	got, err = db.ClaimOwed(ctx, "r2", false, 0)
+	got, err = db.ClaimOwed(ctx, Claim{Holder: "r2"})
 	if err != nil || len(got) != 1 || got[0].ID != a2.ID {
 		t.Fatalf("after r1 died r2 claims %+v, %v; want a2 (s1's oldest owed)", got, err)
 	}
 	// A replica restarted under its id takes back what it held.
-	if mine, _ := db.ClaimOwed(ctx, "r2", true, 0); len(mine) != 2 || mine[0].ID != a2.ID || mine[1].ID != b1.ID {
+	if mine, _ := db.ClaimOwed(ctx, Claim{Holder: "r2", Reclaim: true}); len(mine) != 2 || mine[0].ID != a2.ID || mine[1].ID != b1.ID {
 		t.Fatalf("r2 restarted claims %+v; want a2 and b1 back, oldest first", mine)
 	}
 }
@@ -113,7 +113,7 @@ func TestIntakeClaimsRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 10 {
-				got, err := db.ClaimOwed(ctx, id, false, 7)
+				got, err := db.ClaimOwed(ctx, Claim{Holder: id, Limit: 7})
 				if err != nil {
 					t.Error(err)
 					return
@@ -159,21 +159,21 @@ func TestOutboxClaims(t *testing.T) {
 		}
 		return out
 	}
-	got, err := db.ClaimOutbox(ctx, "r1", []string{"web"}, now, false, 0)
+	got, err := db.ClaimOutbox(ctx, Claim{Holder: "r1"}, []string{"web"}, now)
 	if err != nil || fmt.Sprint(texts(got)) != "[a1 b1]" {
 		t.Fatalf("r1 claims %v, %v; want [a1 b1] (heads of A and B on web)", texts(got), err)
 	}
-	if got, _ := db.ClaimOutbox(ctx, "r2", []string{"web"}, now, false, 0); len(got) != 0 {
+	if got, _ := db.ClaimOutbox(ctx, Claim{Holder: "r2"}, []string{"web"}, now); len(got) != 0 {
 		t.Fatalf("r2 claims %v while r1 sends A and B; a2 must wait for a1", texts(got))
 	}
 	if err := db.MarkDelivered(ctx, got[0].ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := db.ClaimOutbox(ctx, "r2", []string{"web", "telegram"}, now, false, 0); fmt.Sprint(texts(got)) != "[a2 t1]" {
+	if got, _ := db.ClaimOutbox(ctx, Claim{Holder: "r2"}, []string{"web", "telegram"}, now); fmt.Sprint(texts(got)) != "[a2 t1]" {
 		t.Fatalf("r2 claims %v after a1 was delivered; want [a2 t1]", texts(got))
 	}
 	dies(t, db, "r1")
-	if got, _ := db.ClaimOutbox(ctx, "r2", []string{"web"}, now, false, 0); fmt.Sprint(texts(got)) != "[b1]" {
+	if got, _ := db.ClaimOutbox(ctx, Claim{Holder: "r2"}, []string{"web"}, now); fmt.Sprint(texts(got)) != "[b1]" {
 		t.Fatalf("r2 claims %v after r1 died; want [b1], which r1 was sending", texts(got))
 	}
 }
@@ -192,11 +192,11 @@ func TestRunClaimsAndSessionHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, err := db.ClaimRuns(ctx, "r2", false); err != nil || len(got) != 0 {
+	if got, err := db.ClaimRuns(ctx, Claim{Holder: "r2"}); err != nil || len(got) != 0 {
 		t.Fatalf("r2 claims %d runs, %v; want none while r1 lives", len(got), err)
 	}
 	dies(t, db, "r1")
-	got, err := db.ClaimRuns(ctx, "r2", false)
+	got, err := db.ClaimRuns(ctx, Claim{Holder: "r2"})
 	if err != nil || len(got) != 2 || got[0].ID != "run-0" || got[1].ID != "run-2" || got[0].Owner != "r2" {
 		t.Fatalf("r2 claims %+v, %v; want run-0 and run-2, oldest first", got, err)
 	}

@@ -29,7 +29,7 @@ func TestTraceParentKeptWithRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	owed, err := db.ClaimOwed(ctx, "r2", true, 0)
+	owed, err := db.ClaimOwed(ctx, Claim{Holder: "r2", Reclaim: true})
 	if err != nil || len(owed) != 1 || owed[0].TraceParent != tpA {
 		t.Fatalf("ClaimOwed = %+v, %v; want the first message with %s", owed, err, tpA)
 	}
@@ -38,7 +38,7 @@ func TestTraceParentKeptWithRows(t *testing.T) {
 	if err != nil || next == nil || next.TraceParent != tpB {
 		t.Fatalf("CompleteIntake next = %+v, %v; want the second message with %s", next, err, tpB)
 	}
-	items, err := db.ClaimOutbox(ctx, "r2", nil, time.Now().Add(time.Second), true, 10)
+	items, err := db.ClaimOutbox(ctx, Claim{Holder: "r2", Reclaim: true, Limit: 10}, nil, time.Now().Add(time.Second))
 	if err != nil || len(items) != 1 || items[0].TraceParent != tpOut {
 		t.Fatalf("ClaimOutbox = %+v, %v; want the reply with %s", items, err, tpOut)
 	}
@@ -52,7 +52,7 @@ func TestTraceParentKeptWithRows(t *testing.T) {
 	if err := db.CreateRun(ctx, r, child); err != nil {
 		t.Fatal(err)
 	}
-	runs, err := db.ClaimRuns(ctx, "r2", true)
+	runs, err := db.ClaimRuns(ctx, Claim{Holder: "r2", Reclaim: true})
 	if err != nil || len(runs) != 1 || runs[0].TraceParent != tpRun {
 		t.Fatalf("ClaimRuns = %+v, %v; want run-1 with %s", runs, err, tpRun)
 	}

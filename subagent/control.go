@@ -159,7 +159,7 @@ func (m *Manager) Stop(ctx context.Context, runID string) int {
 		remote++
 	}
 	if remote > 0 {
-		m.d.Peers.Tell(ctx, "stop", runID)
+		m.d.Peers.StopRun(ctx, runID)
 	}
 	return n + remote
 }
@@ -232,7 +232,7 @@ func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
 		return n
 	}
 	if remote := m.remoteBelow(ctx, sessionKey); remote > 0 {
-		m.d.Peers.Tell(ctx, "stopbelow", sessionKey)
+		m.d.Peers.StopBelow(ctx, sessionKey)
 		n += remote
 	}
 	return n

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/media"
 	"github.com/heraldhq/herald/spend"
@@ -96,9 +97,11 @@ type Deps struct {
 // lives in the memory of the replica that owns it, so stopping it from
 // another replica is a message to that one.
 type Peers interface {
-	// Tell sends kind and arg to the other replicas; it does not wait for
-	// them. Kinds: "stop" (arg a run id), "stopbelow" (arg a session key).
-	Tell(ctx context.Context, kind, arg string)
+	// StopRun asks the other replicas to stop a run and the runs below it
+	// (StopLocal there); StopBelow to stop the runs below a session key
+	// (StopBelowLocal). Neither waits for them.
+	StopRun(ctx context.Context, runID string)
+	StopBelow(ctx context.Context, sessionKey string)
 	// Alive reports whether replica holds its lease.
 	Alive(ctx context.Context, replica string) bool
 }
@@ -191,7 +194,7 @@ func (m *Manager) Lane() *lane.Lane { return m.lane }
 // announcing are announced with Status unknown, queued runs are queued
 // again (Adopt) — and starts the archiver.
 func (m *Manager) Start(ctx context.Context) error {
-	if _, err := m.Adopt(ctx, true); err != nil {
+	if _, err := m.adopt(ctx, store.Claim{Holder: m.d.Replica, Reclaim: true}); err != nil {
 		return err
 	}
 	m.bg.Add(1)
@@ -200,12 +203,16 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // Adopt takes over the live runs no live replica owns (on SQLite: every
-// one but this process's; with mine, this replica's own from before a
-// restart too): queued ones are queued here, oldest first; running or
-// announcing ones died with their replica and are announced with Status
-// unknown, once. It returns how many it took.
-func (m *Manager) Adopt(ctx context.Context, mine bool) (int, error) {
-	runs, err := m.d.Store.ClaimRuns(ctx, m.d.Replica, mine)
+// one but this process's): queued ones are queued here, oldest first;
+// running or announcing ones died with their replica and are announced
+// with Status unknown, once. It returns how many it took. Start adopts
+// this replica's own runs from before a restart too.
+func (m *Manager) Adopt(ctx context.Context) (int, error) {
+	return m.adopt(ctx, store.Claim{Holder: m.d.Replica})
+}
+
+func (m *Manager) adopt(ctx context.Context, c store.Claim) (int, error) {
+	runs, err := m.d.Store.ClaimRuns(ctx, c)
 	if err != nil {
 		return 0, fmt.Errorf("recover runs: %w", err)
 	}
@@ -446,8 +453,8 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 	now := m.d.Clock.Now()
 	childID := uuid.NewString()
 	run = &store.Run{
-		ID:             uuid.NewString(),
-		ChildKey:       fmt.Sprintf("agent:%s:subagent:%s", target, uuid.NewString()),
+		ID:             string(ids.NewRunID()),
+		ChildKey:       string(ids.NewSubagent(target)),
 		ChildSessionID: childID,
 		RequesterKey:   cc.SessionKey,
 		SpawnCallID:    cc.CallID,
@@ -787,11 +794,9 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 // fallbackAgent. It is created (0700) if missing.
 func (m *Manager) conversationWorkspace(rootKey, fallbackAgent string) string {
 	agentID := fallbackAgent
-	if rest, ok := strings.CutPrefix(rootKey, "agent:"); ok {
-		if id, _, ok := strings.Cut(rest, ":"); ok && id != "" {
-			if _, known := m.config().Agent(id); known {
-				agentID = id
-			}
+	if id := ids.SessionKey(rootKey).AgentID(); id != "" {
+		if _, known := m.config().Agent(id); known {
+			agentID = id
 		}
 	}
 	aws := m.d.Workspace(agentID)

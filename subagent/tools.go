@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
@@ -485,7 +486,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 		return res
 	}
 	id := uuid.NewString()
-	key := fmt.Sprintf("agent:%s:delegate:%s", agentID, uuid.NewString())
+	key := string(ids.NewDelegate(agentID))
 	now := m.d.Clock.Now()
 	path := m.d.Store.TranscriptPath(agentID, id)
 	if _, err := m.d.Store.EnsureSession(ctx, &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindDelegate,

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/ids"
 )
 
 // ConversationsDir is the folder of an agent workspace that holds the
@@ -34,13 +35,7 @@ const (
 // folder. agent:main:slack:group:C1:thread:1700.1 becomes
 // slack_group_C1_thread_1700.1-<hash>.
 func ConversationID(rootKey string) string {
-	readable := rootKey
-	if rest, ok := strings.CutPrefix(rootKey, "agent:"); ok {
-		if _, after, ok := strings.Cut(rest, ":"); ok {
-			readable = after
-		}
-	}
-	b := []byte(readable)
+	b := []byte(ids.SessionKey(rootKey).Rest())
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
 			b[i] = '_'

@@ -164,7 +164,7 @@ func testIntakeClaims(t *testing.T, s Store) {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.ClaimOwed(ctx, "r1", false, 0)
+	got, err := s.ClaimOwed(ctx, store.Claim{Holder: "r1"})
 	if err != nil || len(got) != 2 || got[0].ID != a.ID || got[1].ID != c.ID {
 		t.Fatalf("r1 claims %+v, %v; want a and c (each session's oldest)", got, err)
 	}
@@ -172,11 +172,11 @@ func testIntakeClaims(t *testing.T, s Store) {
 	// while its lease lives. On SQLite one process runs, so another holder
 	// is a previous run of it and its claims are free (checked apart).
 	if s.Driver() == store.DriverPostgres {
-		if got, err := s.ClaimOwed(ctx, "r2", false, 0); err != nil || len(got) != 0 {
+		if got, err := s.ClaimOwed(ctx, store.Claim{Holder: "r2"}); err != nil || len(got) != 0 {
 			t.Fatalf("r2 claims %d messages, %v; want none while r1 is alive", len(got), err)
 		}
 	}
-	if _, err := s.ClaimOwed(ctx, "", false, 0); !errors.Is(err, store.ErrNoHolder) {
+	if _, err := s.ClaimOwed(ctx, store.Claim{Holder: ""}); !errors.Is(err, store.ErrNoHolder) {
 		t.Errorf("claim without holder = %v", err)
 	}
 	_, next, err := s.CompleteIntake(ctx, a.ID, nil, t0)
@@ -210,14 +210,14 @@ func testOutboxClaims(t *testing.T, s Store) {
 	if id2, err := s.EnqueueOutbox(ctx, &store.OutboxItem{RunID: "run-1", Origin: other, Text: "again"}); err != nil || id2 != id1 {
 		t.Errorf("second announce of a run = %d, %v; want the first %d", id2, err, id1)
 	}
-	got, err := s.ClaimOutbox(ctx, "r1", nil, t0, false, 0)
+	got, err := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0)
 	if err != nil || len(got) != 2 || got[0].Text != "one" || got[1].Text != "three" {
 		t.Fatalf("claims %+v, %v; want one and three (the heads of their chats)", texts(got), err)
 	}
-	if got, _ := s.ClaimOutbox(ctx, "r1", nil, t0, false, 0); len(got) != 0 {
+	if got, _ := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0); len(got) != 0 {
 		t.Fatalf("claimed again: %v", texts(got))
 	}
-	if got, _ := s.ClaimOutbox(ctx, "r1", []string{"telegram"}, t0, true, 0); len(got) != 0 {
+	if got, _ := s.ClaimOutbox(ctx, store.Claim{Holder: "r1", Reclaim: true}, []string{"telegram"}, t0); len(got) != 0 {
 		t.Fatalf("claimed on another channel: %v", texts(got))
 	}
 	if err := s.MarkDelivered(ctx, first.ID, t0); err != nil {
@@ -226,14 +226,14 @@ func testOutboxClaims(t *testing.T, s Store) {
 	if err := s.MarkRetry(ctx, elsewhere.ID, t0.Add(time.Minute), "429"); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.ClaimOutbox(ctx, "r1", []string{"slack"}, t0, false, 0)
+	got, _ = s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, []string{"slack"}, t0)
 	if len(got) != 1 || got[0].Text != "two" {
 		t.Fatalf("after delivering one: claims %v; want two (three waits for its retry)", texts(got))
 	}
 	if err := s.MarkFailed(ctx, second.ID, t0, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.ClaimOutbox(ctx, "r1", nil, t0.Add(time.Minute), false, 0)
+	got, _ = s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0.Add(time.Minute))
 	if len(got) != 1 || got[0].Text != "three" || got[0].Attempts != 1 || got[0].LastError != "429" {
 		t.Fatalf("at the retry time: %+v", got)
 	}
