@@ -157,7 +157,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return fail(err)
 	}
 	for _, a := range cfg.Agents.List {
-		if err := os.MkdirAll(g.workspace(a.ID), tools.DirMode); err != nil {
+		if err := os.MkdirAll(g.workspace(cfg, a.ID), tools.DirMode); err != nil {
 			return fail(fmt.Errorf("workspace of agent %s: %w", a.ID, err))
 		}
 	}
@@ -221,31 +221,33 @@ func (g *Gateway) Store() store.Store { return g.db }
 // <hostname>-<pid>): the holder of its leases and claims.
 func (g *Gateway) ReplicaID() string { return g.cluster.id }
 
-func (g *Gateway) workspace(agentID string) string {
-	return g.cfg().AgentWorkspace(agentID, g.stateDir)
+// workspace is an agent's workspace under cfg.
+func (g *Gateway) workspace(cfg *config.Config, agentID string) string {
+	return cfg.AgentWorkspace(agentID, g.stateDir)
 }
 
 // baseTools are an agent's built-in tools and the tools of its MCP servers
-// that are up, limited to its allowedTools.
-func (g *Gateway) baseTools(agentID string) *agent.Registry {
-	return g.allowedOnly(agentID, agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...))
+// that are up, limited to its allowedTools (a: the agent as the turn or
+// run resolved it at its start).
+func (g *Gateway) baseTools(a config.AgentSettings) *agent.Registry {
+	return allowedOnly(a, agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcp.Tools(a.MCPServers)...)...))
 }
 
 // topTools is the tool set of an agent's top-level turn: its base tools,
 // the session tools and the schedule tool, all limited to its allowedTools (SPEC §17: the
 // session tools honour allowedTools too).
-func (g *Gateway) topTools(agentID string) *agent.Registry {
-	reg := agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcpTools(agentID)...)...)
+func (g *Gateway) topTools(a config.AgentSettings) *agent.Registry {
+	reg := agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcp.Tools(a.MCPServers)...)...)
 	for _, t := range g.subs.SessionTools(0) {
 		reg.Add(t)
 	}
 	reg.Add(g.sched.Tool()) // SPEC §19: top-level turns only
-	return g.allowedOnly(agentID, reg)
+	return allowedOnly(a, reg)
 }
 
 // allowedOnly limits reg to the agent's allowedTools (empty = all).
-func (g *Gateway) allowedOnly(agentID string, reg *agent.Registry) *agent.Registry {
-	if a, ok := g.cfg().Agent(agentID); ok && len(a.AllowedTools) > 0 {
+func allowedOnly(a config.AgentSettings, reg *agent.Registry) *agent.Registry {
+	if len(a.AllowedTools) > 0 {
 		reg = reg.Filter(func(name string, _ agent.Tool) bool { return slices.Contains(a.AllowedTools, name) })
 	}
 	return reg

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -50,10 +51,10 @@ type liveReply struct {
 // startLive starts showing the turn of the owed message it in its chat;
 // nil when the channel shows nothing live or channels.<name>.streaming is
 // "off". A turn resumed after a crash goes on with the draft it had.
-func (g *Gateway) startLive(it store.Intake, log *zap.Logger) *liveReply {
+func (g *Gateway) startLive(cfg *config.Config, it store.Intake, log *zap.Logger) *liveReply {
 	to := it.Origin
 	ch := g.channel(to.Channel)
-	if ch == nil || g.cfg().ChannelStreaming(string(to.Channel)) == "off" {
+	if ch == nil || cfg.ChannelStreaming(string(to.Channel)) == "off" {
 		return nil
 	}
 	l := &liveReply{g: g, intake: it.ID, ch: ch, to: to, log: log, ref: it.DraftRef,

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/mcptools"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
@@ -63,11 +62,6 @@ func (g *Gateway) ApplyMCP(servers map[string]config.MCPServer) { g.mcp.Apply(se
 
 // MCPStatus reports every configured MCP server: state, error, tools.
 func (g *Gateway) MCPStatus() []mcptools.ServerStatus { return g.mcp.Status() }
-
-// mcpTools are the tools of the MCP servers an agent uses that are up now.
-func (g *Gateway) mcpTools(agentID string) []agent.Tool {
-	return g.mcp.Tools(g.cfg().AgentMCPServers(agentID))
-}
 
 // mcpChecks adds one readiness check per MCP server. A server that is down
 // degrades the gateway but does not make it unready: agents go on without

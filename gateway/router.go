@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/spend"
@@ -53,9 +54,9 @@ func (s *sessionState) unlock() { <-s.use }
 // session the janitor evicted meanwhile is loaded again. With other
 // replicas, a session whose last turn or command ran on another one is
 // loaded again from the store: what this replica had loaded is stale.
-func (g *Gateway) acquire(ctx context.Context, agentID, key string, origin channels.Origin) (*sessionState, error) {
+func (g *Gateway) acquire(ctx context.Context, cfg *config.Config, agentID, key string, origin channels.Origin) (*sessionState, error) {
 	for {
-		s, err := g.session(ctx, agentID, key, origin)
+		s, err := g.session(ctx, cfg, agentID, key, origin)
 		if err != nil {
 			return nil, err
 		}
@@ -142,8 +143,9 @@ func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Ki
 	g.outbox.wakeUp()
 }
 
-// session loads (or creates) the requester session of key.
-func (g *Gateway) session(ctx context.Context, agentID, key string, origin channels.Origin) (*sessionState, error) {
+// session loads (or creates, with the agent's model under cfg) the
+// requester session of key.
+func (g *Gateway) session(ctx context.Context, cfg *config.Config, agentID, key string, origin channels.Origin) (*sessionState, error) {
 	g.mu.Lock()
 	s, ok := g.sessions[key]
 	g.mu.Unlock()
@@ -153,7 +155,7 @@ func (g *Gateway) session(ctx context.Context, agentID, key string, origin chann
 	now := g.clock.Now()
 	id := uuid.NewString()
 	row := &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindMain, Origin: origin,
-		Model: g.cfg().AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
+		Model: cfg.AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
 	if _, err := g.db.EnsureSession(ctx, row); err != nil {
 		return nil, err
 	}
@@ -179,8 +181,17 @@ var errTurnTimeout = errors.New("turn timed out")
 // reply is committed to the outbox in the same transaction that marks the
 // message done; a turn cut by shutdown stays owed and continues after the
 // next start without repeating what its history already holds.
+//
+// A turn takes the config once, at its start, and resolves its agent once:
+// every setting it uses (model, thinking, tools, system prompt, workspace,
+// iteration cap, timeout, fallbacks, live replies) comes from that one
+// snapshot, so a reload while it runs reaches the next turn, never half of
+// this one. security.toolPolicy is the exception: it is read on every tool
+// call, so a reload that tightens it applies at once.
 func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
+	cfg := g.cfg()
 	agentID, key, in := it.AgentID, it.SessionKey, channels.Inbound{Origin: it.Origin, SenderName: it.SenderName, Text: it.Text, Mentioned: it.Mentioned, At: it.CreatedAt}
+	ag := cfg.Resolve(agentID)
 	// The turn continues the trace its message's intake started (stored
 	// with the row: also after a restart, or on another replica); every
 	// context below carries the span and the tracer for the model loop.
@@ -207,7 +218,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			g.complete(laneCtx, it, channels.KindSystem, "⚠️ Herald hit an internal error while answering this message; the operator's log has details.", log)
 		}
 	}()
-	s, err := g.acquire(laneCtx, agentID, key, in.Origin)
+	s, err := g.acquire(laneCtx, cfg, agentID, key, in.Origin)
 	if err != nil {
 		if laneCtx.Err() != nil {
 			return // shutting down: stays owed
@@ -227,13 +238,13 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		return
 	}
 	defer g.release(s)
-	modelRef, thinking, err := g.effective(laneCtx, agentID, key)
+	modelRef, thinking, err := g.effective(laneCtx, ag, key)
 	if err != nil {
 		if laneCtx.Err() != nil {
 			return
 		}
 		log.Error("could not read the conversation's settings", zap.Error(err))
-		modelRef, thinking = g.cfg().AgentModel(agentID), g.cfg().AgentThinking(agentID)
+		modelRef, thinking = ag.Model.Primary, ag.Thinking
 	}
 	model, ok := g.catalog.Lookup(modelRef)
 	if !ok {
@@ -256,7 +267,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	} else if resume {
 		log.Info("continuing a turn cut short", zap.Int64("intakeId", it.ID))
 	}
-	turnTimeout := time.Duration(g.cfg().Agents.Defaults.TurnTimeoutSeconds) * time.Second
+	turnTimeout := time.Duration(cfg.Agents.Defaults.TurnTimeoutSeconds) * time.Second
 	tctx, tcancel := context.WithTimeoutCause(laneCtx, max(turnTimeout, time.Second), errTurnTimeout)
 	defer tcancel()
 	ctx, cancel := context.WithCancel(agent.WithLogFields(tctx, zap.String("sessionKey", key), zap.String("agentId", agentID),
@@ -271,11 +282,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		g.mu.Unlock()
 	}()
 
-	reg := g.topTools(agentID)
+	reg := g.topTools(ag)
 	origin := in.Origin
 	origin.SenderName = in.SenderName
 	// Each conversation has its own workspace under the agent's (SPEC §17).
-	aws := g.workspace(agentID)
+	aws := g.workspace(cfg, agentID)
 	cws := tools.ConversationWorkspace(aws, key)
 	if err := tools.EnsureWorkspace(aws, cws); err != nil {
 		log.Warn("could not create the conversation workspace", zap.Error(err))
@@ -286,18 +297,18 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	if len(s.sess.History) == 0 && !resume {
 		text = g.threadContext(ctx, in.Origin, text, log)
 	}
-	live := g.startLive(it, log)
+	live := g.startLive(cfg, it, log)
 	defer live.stop()
 	sc := turnSpend(key, agentID, it.ID, in.Text)
 	spent := g.spend.Counter(sc)
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
-		Model: model, System: g.systemPrompt(agentID, in.Origin), Tools: reg,
-		Thinking: thinking, MaxIterations: g.cfg().AgentMaxIterations(agentID),
+		Model: model, System: systemPrompt(ag, aws, in.Origin), Tools: reg,
+		Thinking: thinking, MaxIterations: ag.MaxIterations,
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
 		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
 		OnText:    live.textHook(),
-		Fallbacks: g.chainOf(agentID, model), Health: g.catalog.Health(),
+		Fallbacks: g.chainOf(cfg, agentID, model), Health: g.catalog.Health(),
 		BeforeCall: g.spend.Guard(sc), OnCall: func(m *agent.Model, u agent.Usage) {
 			spent(m, u)
 			g.panel.changed(key)
@@ -357,16 +368,16 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 }
 
 // systemPrompt is a top-level session's system prompt: the agent's own
-// prompt, what Herald is, and the workspace's bootstrap files.
-func (g *Gateway) systemPrompt(agentID string, o channels.Origin) string {
+// prompt, what Herald is, and the bootstrap files of its workspace aws.
+func systemPrompt(a config.AgentSettings, aws string, o channels.Origin) string {
 	var b strings.Builder
-	if a, ok := g.cfg().Agent(agentID); ok && a.SystemPrompt != "" {
+	if a.SystemPrompt != "" {
 		b.WriteString(a.SystemPrompt + "\n\n")
 	} else {
 		b.WriteString("You are a helpful assistant reached through the Herald chat gateway.\n\n")
 	}
 	fmt.Fprintf(&b, "You are talking in a %s %s chat. For long or parallel work, start background sub-agents with sessions_spawn; their results are announced in this conversation automatically, so do not wait or poll for them.\n", o.Channel, o.ChatType)
-	if boot, _ := tools.LoadBootstrap(g.workspace(agentID), false); boot != "" {
+	if boot, _ := tools.LoadBootstrap(aws, false); boot != "" {
 		b.WriteString("\n" + boot)
 	}
 	return b.String()

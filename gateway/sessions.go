@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
@@ -28,7 +29,7 @@ type sessionControl struct {
 func (c sessionControl) locked(ctx context.Context, key string, fn func(s *sessionState) error) error {
 	wctx, cancel := context.WithTimeout(ctx, sessionWait)
 	defer cancel()
-	s, err := c.g.acquire(wctx, c.agentID, key, c.origin)
+	s, err := c.g.acquire(wctx, c.g.cfg(), c.agentID, key, c.origin)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return errSessionBusy
 	}
@@ -88,7 +89,9 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 func (c sessionControl) Compact(ctx context.Context, key, focus string) (before, after int, err error) {
 	err = c.locked(ctx, key, func(s *sessionState) error {
 		g := c.g
-		ref, _, err := g.effective(ctx, s.agentID, key)
+		cfg := g.cfg()
+		ag := cfg.Resolve(s.agentID)
+		ref, _, err := g.effective(ctx, ag, key)
 		if err != nil {
 			return err
 		}
@@ -96,9 +99,9 @@ func (c sessionControl) Compact(ctx context.Context, key, focus string) (before,
 		if !ok {
 			return fmt.Errorf("model %s is not configured", ref)
 		}
-		reg := g.topTools(s.agentID)
+		reg := g.topTools(ag)
 		sc := spend.Call{Conversation: key, AgentID: s.agentID, RunID: "compact:" + key, Label: "/compact"}
-		res, err := s.sess.Compact(ctx, agent.Turn{Model: model, System: g.systemPrompt(s.agentID, c.origin), Tools: reg,
+		res, err := s.sess.Compact(ctx, agent.Turn{Model: model, System: systemPrompt(ag, g.workspace(cfg, s.agentID), c.origin), Tools: reg,
 			Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(s.agentID, model.Ref, u) },
 			BeforeCall: g.spend.Guard(sc), OnCall: g.spend.Counter(sc)}, focus, 0)
 		before, after = res.Before, res.After
@@ -121,22 +124,22 @@ func (c sessionControl) SetSettings(ctx context.Context, key string, s store.Con
 }
 
 // effective returns the model ref and thinking level a turn of key uses:
-// the conversation's own (/model, /think), else the agent's.
-func (g *Gateway) effective(ctx context.Context, agentID, key string) (model, thinking string, err error) {
+// the conversation's own (/model, /think), else the agent's (a).
+func (g *Gateway) effective(ctx context.Context, a config.AgentSettings, key string) (model, thinking string, err error) {
 	set, err := g.db.ConversationSettings(ctx, key)
 	if err != nil {
 		return "", "", err
 	}
 	model, thinking = set.Model, set.Thinking
 	if model == "" {
-		model = g.cfg().AgentModel(agentID)
+		model = a.Model.Primary
 	}
 	if thinking == "" {
-		thinking = g.cfg().AgentThinking(agentID)
+		thinking = a.Thinking
 	}
 	if _, ok := g.catalog.Lookup(model); !ok && set.Model != "" {
 		// The chosen model left the config (a reload): the agent's again.
-		model = g.cfg().AgentModel(agentID)
+		model = a.Model.Primary
 	}
 	return model, thinking, nil
 }

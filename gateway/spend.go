@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/spend"
 )
 
@@ -62,9 +63,9 @@ func turnSpend(key, agentID string, intakeID int64, text string) spend.Call {
 }
 
 // chainOf resolves a conversation's model ref to its fallbacks: the
-// agent's configured setting whose primary is ref (SPEC §20).
-func (g *Gateway) chainOf(agentID string, model *agent.Model) []*agent.Model {
-	models, _ := g.catalog.Chain(g.cfg().ModelChain(agentID, model.Ref).Refs())
+// agent's configured setting under cfg whose primary is ref (SPEC §20).
+func (g *Gateway) chainOf(cfg *config.Config, agentID string, model *agent.Model) []*agent.Model {
+	models, _ := g.catalog.Chain(cfg.ModelChain(agentID, model.Ref).Refs())
 	if len(models) > 0 && models[0].Ref == model.Ref {
 		return models[1:]
 	}

@@ -48,10 +48,12 @@ type Deps struct {
 	Config  *config.Config // the config at start; SetConfig replaces it
 	Store   Store
 	Catalog *agent.Catalog
-	// Tools returns the built-in (non-session) tools of an agent.
-	Tools func(agentID string) *agent.Registry
-	// Workspace returns an agent's absolute workspace dir.
-	Workspace func(agentID string) string
+	// Tools returns the built-in (non-session) tools of an agent, given its
+	// settings as the run resolved them at its start.
+	Tools func(a config.AgentSettings) *agent.Registry
+	// Workspace returns an agent's absolute workspace dir under cfg (the
+	// config the run took at its start).
+	Workspace func(cfg *config.Config, agentID string) string
 	// Authorize gates tool calls (tool policy, approvals). Optional.
 	Authorize agent.Authorizer
 	// Notify wakes the outbox deliverer after an announce was written.
@@ -391,7 +393,7 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		if m.d.WorkspaceFile == nil {
 			return nil, nil, "", spawnErrorP("attachments are not available here")
 		}
-		ws := m.conversationWorkspace(cmp.Or(cc.RootKey, cc.SessionKey), cc.AgentID)
+		ws := m.conversationWorkspace(cfg, cmp.Or(cc.RootKey, cc.SessionKey), cc.AgentID)
 		var lines []string
 		fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -752,27 +754,33 @@ func (m *Manager) withFallback(lr *liveRun, note string) string {
 	return fb + "\n" + note
 }
 
-// chain resolves the fallbacks of a run's model: the configured setting of
-// the run's agent whose primary is the run's model (SPEC §20).
-func (m *Manager) chain(run *store.Run, model *agent.Model) []*agent.Model {
-	models, _ := m.d.Catalog.Chain(m.config().ModelChain(run.AgentID, run.Model).Refs())
+// chain resolves the fallbacks of a run's model under cfg: the configured
+// setting of the run's agent whose primary is the run's model (SPEC §20).
+func (m *Manager) chain(cfg *config.Config, run *store.Run, model *agent.Model) []*agent.Model {
+	models, _ := m.d.Catalog.Chain(cfg.ModelChain(run.AgentID, run.Model).Refs())
 	if len(models) > 0 && models[0].Ref == model.Ref {
 		return models[1:]
 	}
 	return nil
 }
 
-// childTurn builds the turn configuration of a child session.
+// childTurn builds the turn configuration of a child session. It takes the
+// config once and resolves the run's agent once (the model, thinking level
+// and iteration cap were fixed in the run at its spawn), so a reload while
+// the run is built or runs never mixes old and new settings in it.
 func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) agent.Turn {
-	reg := m.childTools(run)
+	cfg := m.config()
+	a := cfg.Resolve(run.AgentID)
+	aws := m.d.Workspace(cfg, run.AgentID)
+	reg := m.childTools(cfg, a, run)
 	sc := spend.Call{Conversation: run.RootKey, AgentID: run.AgentID, RunID: run.ID, Label: TaskTitle(run.Label, run.Task)}
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
 		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
-		Workspace: m.conversationWorkspace(run.RootKey, run.AgentID), AgentWorkspace: m.d.Workspace(run.AgentID), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
+		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
 	}
 	return agent.Turn{
-		Model: model, System: m.childSystem(run), Tools: reg, Thinking: run.Thinking,
+		Model: model, System: childSystem(a, aws, run), Tools: reg, Thinking: run.Thinking,
 		MaxIterations: run.MaxIterations, Call: cc, Authorize: m.d.Authorize, Steer: lr.steer,
 		OnUsage: func(u agent.Usage) {
 			m.mu.Lock()
@@ -783,7 +791,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 			}
 		},
 		Logger: m.runLog(run), Clock: m.d.Clock,
-		Fallbacks: m.chain(run, model), Health: m.d.Catalog.Health(),
+		Fallbacks: m.chain(cfg, run, model), Health: m.d.Catalog.Health(),
 		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.onCall(lr, sc),
 	}
 }
@@ -791,15 +799,15 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 // conversationWorkspace is the workspace of the requester conversation
 // rootKey, which its sub-agent and delegate runs share (SPEC §17): under
 // the workspace of the agent the key names (agent:<id>:…), else of
-// fallbackAgent. It is created (0700) if missing.
-func (m *Manager) conversationWorkspace(rootKey, fallbackAgent string) string {
+// fallbackAgent, under cfg. It is created (0700) if missing.
+func (m *Manager) conversationWorkspace(cfg *config.Config, rootKey, fallbackAgent string) string {
 	agentID := fallbackAgent
 	if id := ids.SessionKey(rootKey).AgentID(); id != "" {
-		if _, known := m.config().Agent(id); known {
+		if _, known := cfg.Agent(id); known {
 			agentID = id
 		}
 	}
-	aws := m.d.Workspace(agentID)
+	aws := m.d.Workspace(cfg, agentID)
 	ws := tools.ConversationWorkspace(aws, rootKey)
 	if err := tools.EnsureWorkspace(aws, ws); err != nil {
 		m.log.Warn("could not create the conversation workspace", zap.String("rootKey", rootKey), zap.Error(err))
@@ -808,10 +816,11 @@ func (m *Manager) conversationWorkspace(rootKey, fallbackAgent string) string {
 }
 
 // childSystem is the child's system prompt: the agent's own prompt, the
-// sub-agent context block, and only AGENTS.md and TOOLS.md.
-func (m *Manager) childSystem(run *store.Run) string {
+// sub-agent context block, and only AGENTS.md and TOOLS.md of the agent
+// workspace aws.
+func childSystem(a config.AgentSettings, aws string, run *store.Run) string {
 	var b strings.Builder
-	if a, ok := m.config().Agent(run.AgentID); ok && a.SystemPrompt != "" {
+	if a.SystemPrompt != "" {
 		b.WriteString(a.SystemPrompt + "\n\n")
 	}
 	fmt.Fprintf(&b, "# Sub-agent context\nYou are a sub-agent working in the background for another session. Do the task below and finish with a clear answer; it is announced back to the requester.\n- Task: %s\n", run.Task)
@@ -819,7 +828,7 @@ func (m *Manager) childSystem(run *store.Run) string {
 		fmt.Fprintf(&b, "- Label: %s\n", run.Label)
 	}
 	fmt.Fprintf(&b, "- Requester session: %s\n- Your session: %s\n", run.RequesterKey, run.ChildKey)
-	if boot, err := tools.LoadBootstrap(m.d.Workspace(run.AgentID), true); err == nil && boot != "" {
+	if boot, err := tools.LoadBootstrap(aws, true); err == nil && boot != "" {
 		b.WriteString("\n" + boot)
 	}
 	return b.String()
@@ -827,18 +836,15 @@ func (m *Manager) childSystem(run *store.Run) string {
 
 // childTools is the tool set of a child: the agent's tools and the session
 // tools, less the session tools at the deepest level, filtered by the
-// agent's allowedTools, tools.subagents.tools and the spawn's allowedTools.
-func (m *Manager) childTools(run *store.Run) *agent.Registry {
-	cfg := m.config()
-	reg := m.d.Tools(run.AgentID)
+// agent's allowedTools, tools.subagents.tools and the spawn's allowedTools
+// (a: the agent's settings under cfg).
+func (m *Manager) childTools(cfg *config.Config, a config.AgentSettings, run *store.Run) *agent.Registry {
+	reg := m.d.Tools(a)
 	for _, t := range m.SessionTools(run.Depth) {
 		reg.Add(t)
 	}
-	deepest := run.Depth >= cfg.SubagentLimits(run.AgentID).MaxDepth
-	var agentAllowed []string
-	if a, ok := cfg.Agent(run.AgentID); ok {
-		agentAllowed = a.AllowedTools
-	}
+	deepest := run.Depth >= a.Subagents.MaxDepth
+	agentAllowed := a.AllowedTools
 	filter := cfg.Tools.Subagents.Tools
 	return reg.Filter(func(name string, _ agent.Tool) bool {
 		if tools.IsSessionTool(name) {

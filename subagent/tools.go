@@ -463,8 +463,11 @@ type DelegateResult struct {
 func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, task string) DelegateResult {
 	var res DelegateResult
 	res.Status = "error"
-	a, ok := m.config().Agent(agentID)
-	if !ok {
+	// One config and one resolved agent for the whole call: a reload while
+	// the delegate runs does not mix settings in it.
+	cfg := m.config()
+	a := cfg.Resolve(agentID)
+	if !a.Known {
 		res.Error = fmt.Sprintf("unknown agent %q; call agents_list", agentID)
 		return res
 	}
@@ -474,15 +477,15 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	}
 	// The same rule as sessions_spawn (SPEC §17): the caller's own agent is
 	// always allowed, any other only through its subagents.allowAgents.
-	if lim := m.config().SubagentLimits(cc.AgentID); agentID != cc.AgentID && !lim.AllowsAgent(agentID) {
+	if lim := cfg.SubagentLimits(cc.AgentID); agentID != cc.AgentID && !lim.AllowsAgent(agentID) {
 		res.Status = "forbidden"
 		res.Error = fmt.Sprintf("agent %q is not allowed: agent %q may delegate only to %s", agentID, cc.AgentID,
 			cmp.Or(strings.Join(lim.AllowAgents, ", "), "itself (subagents.allowAgents is empty)"))
 		return res
 	}
-	model, ok := m.d.Catalog.Lookup(m.config().AgentModel(agentID))
+	model, ok := m.d.Catalog.Lookup(a.Model.Primary)
 	if !ok {
-		res.Error = fmt.Sprintf("agent %q has no usable model (%s)", agentID, m.config().AgentModel(agentID))
+		res.Error = fmt.Sprintf("agent %q has no usable model (%s)", agentID, a.Model.Primary)
 		return res
 	}
 	id := uuid.NewString()
@@ -504,26 +507,26 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	// The delegate gets its agent's tools within that agent's allowedTools,
 	// and never a tool the caller does not have itself: delegating cannot
 	// widen what the caller's allowedTools permit.
-	reg := m.d.Tools(agentID).Filter(func(name string, _ agent.Tool) bool {
+	reg := m.d.Tools(a).Filter(func(name string, _ agent.Tool) bool {
 		return (len(a.AllowedTools) == 0 || slices.Contains(a.AllowedTools, name)) && callerHas(cc, name)
 	})
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), AgentID: agentID,
-		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: cc.Workspace, AgentWorkspace: m.d.Workspace(agentID),
+		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: cc.Workspace, AgentWorkspace: m.d.Workspace(cfg, agentID),
 		Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
 	if dc.Workspace == "" {
-		dc.Workspace = m.conversationWorkspace(dc.RootKey, cc.AgentID)
+		dc.Workspace = m.conversationWorkspace(cfg, dc.RootKey, cc.AgentID)
 	}
 	// The agent's own settings, else agents.defaults: the same helpers as a
 	// top-level turn of that agent.
-	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: m.config().AgentThinking(agentID),
-		MaxIterations: m.config().AgentMaxIterations(agentID), Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock,
+	out, err := sess.Run(ctx, agent.Turn{Model: model, System: system, Tools: reg, Thinking: a.Thinking,
+		MaxIterations: a.MaxIterations, Call: dc, Authorize: m.d.Authorize, Logger: m.log, Clock: m.d.Clock,
 		OnUsage: func(u agent.Usage) {
 			if m.d.OnUsage != nil {
 				m.d.OnUsage(agentID, model.Ref, u)
 			}
 		},
-		Health: m.d.Catalog.Health(), Fallbacks: m.chain(&store.Run{AgentID: agentID, Model: model.Ref}, model),
+		Health: m.d.Catalog.Health(), Fallbacks: m.chain(cfg, &store.Run{AgentID: agentID, Model: model.Ref}, model),
 		BeforeCall: m.d.Spend.Guard(spend.Call{Conversation: dc.RootKey, AgentID: agentID, RunID: cc.RunID, Label: "delegate: " + task}),
 		OnCall:     m.d.Spend.Counter(spend.Call{Conversation: dc.RootKey, AgentID: agentID, RunID: cmp.Or(cc.RunID, "delegate:"+id), Label: "delegate: " + task}),
 	}, task)

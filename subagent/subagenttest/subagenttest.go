@@ -65,12 +65,12 @@ func New(tb testing.TB, src string, newProvider func(id string, p config.Provide
 }
 
 // Tools gives every agent the built-in tools (subagent.Deps.Tools).
-func (p *Parts) Tools(string) *agent.Registry {
+func (p *Parts) Tools(config.AgentSettings) *agent.Registry {
 	return agent.NewRegistry(tools.New(tools.Options{})...)
 }
 
 // WorkspaceOf gives every agent the one workspace (subagent.Deps.Workspace).
-func (p *Parts) WorkspaceOf(string) string { return p.Workspace }
+func (p *Parts) WorkspaceOf(*config.Config, string) string { return p.Workspace }
 
 // Shutdowner is what Stop needs of a Manager.
 type Shutdowner interface{ Shutdown(context.Context) }
