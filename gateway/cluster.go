@@ -98,6 +98,14 @@ func newCluster(g *Gateway, onLost func(string)) *cluster {
 // within about leaseSeconds + poll of the dead replica's last renewal.
 func (c *cluster) poll() time.Duration { return min(max(c.ttl/5, 100*time.Millisecond), time.Second) }
 
+// pollShared is poll with other replicas, 0 on SQLite (one process).
+func (c *cluster) pollShared() time.Duration {
+	if !c.shared {
+		return 0
+	}
+	return c.poll()
+}
+
 // join takes this replica's lease and keeps it renewed until leave. While
 // another live process holds the lease of this gateway.replicaId (the same
 // id started twice, or a restart before the old lease expired) the replica

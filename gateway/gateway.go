@@ -163,7 +163,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	g.setToolOptions(cfg)
 	g.mainLane = lane.New("main", cfg.Agents.Defaults.MaxConcurrent, o.Logger)
-	g.outbox = newDeliverer(g)
+	g.outbox = newDeliverer(outboxDeps{db: db, replica: g.cluster.id, poll: g.cluster.pollShared(), tell: g.cluster.tellOutbox,
+		channel: g.channel, sendsOn: g.sendsOn, uncertainKey: g.uncertainKey, retryWrite: g.retryWrite, writeCtx: g.bgCtx,
+		clock: g.clock, metrics: g.metrics, tracer: g.tracer, log: g.log.Named("outbox")})
 	g.approv = newApprovals(g)
 	g.newMCP()
 	g.panel = newPanel(g)
@@ -419,6 +421,34 @@ func (g *Gateway) channel(name channels.Name) channels.Channel {
 	g.chMu.RLock()
 	defer g.chMu.RUnlock()
 	return g.channels[name]
+}
+
+// sendsOn names the channels whose outbox items this replica sends: every
+// channel on SQLite (one not enabled gets its messages retried, with an
+// error, until it is); the channels it runs when replicas share the state
+// (another replica sends the rest).
+func (g *Gateway) sendsOn() []string {
+	if !g.cluster.shared {
+		return nil
+	}
+	var out []string
+	for name := range g.channelSet() {
+		if g.cluster.runs(name) {
+			out = append(out, string(name))
+		}
+	}
+	return out
+}
+
+// uncertainKey is the outbox's policy for a part to the channel whose
+// delivery is uncertain (its module reads it from the channel's section of
+// the config in force, on every delivery), with the key that sets it.
+func (g *Gateway) uncertainKey(name channels.Name) (channels.Uncertain, string) {
+	m, ok := channels.Lookup(name)
+	if !ok {
+		return channels.UncertainResend, ""
+	}
+	return m.UncertainPolicy(g.cfg().Channels.Options(string(name)))
 }
 
 // channelSet is a copy of the channels map.

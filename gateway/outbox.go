@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/media"
 	"github.com/heraldhq/herald/store"
@@ -34,9 +35,40 @@ const (
 // maxSends caps the sends in flight at once (one per destination).
 const maxSends = 256
 
+// outboxStore is what the deliverer reads and writes: the outbox, and the
+// stored files its items carry.
+type outboxStore interface {
+	store.Outbox
+	OutboxFiles(ctx context.Context, outboxID int64) ([]store.FileRef, error)
+	OpenFile(ctx context.Context, id string) (io.ReadCloser, store.FileRef, error)
+}
+
+// outboxDeps are the few things the deliverer uses; the Gateway wires
+// them (New).
+type outboxDeps struct {
+	db      outboxStore
+	replica string        // this replica's id: the holder of its claims
+	poll    time.Duration // how often to look for items other replicas left; 0 = one process (SQLite)
+	tell    func()        // passes a wake-up on to the other replicas
+	// channel is the running adapter of a channel (nil: none); sendsOn the
+	// channels whose items this replica sends (nil: every one).
+	channel func(channels.Name) channels.Channel
+	sendsOn func() []string
+	// uncertainKey is the channel's policy for a part whose send outcome
+	// is unknown, with the key of the channel's section that sets it.
+	uncertainKey func(channels.Name) (channels.Uncertain, string)
+	// retryWrite runs a store write until the store takes it (an outage),
+	// under writeCtx, which ends at shutdown.
+	retryWrite func(ctx context.Context, what string, log *zap.Logger, write func(context.Context) error) error
+	writeCtx   context.Context
+	clock      agent.Clock
+	metrics    *metrics
+	tracer     *telemetry.Tracer
+	log        *zap.Logger
+}
+
 type deliverer struct {
-	g    *Gateway
-	log  *zap.Logger
+	outboxDeps
 	wake chan struct{}
 
 	// mu makes claiming what is due and counting the sends in flight one
@@ -54,15 +86,15 @@ type deliverer struct {
 	sends sync.WaitGroup
 }
 
-func newDeliverer(g *Gateway) *deliverer {
-	return &deliverer{g: g, log: g.log.Named("outbox"), wake: make(chan struct{}, 1), sending: map[int64]bool{}, again: map[int64]bool{}}
+func newDeliverer(deps outboxDeps) *deliverer {
+	return &deliverer{outboxDeps: deps, wake: make(chan struct{}, 1), sending: map[int64]bool{}, again: map[int64]bool{}}
 }
 
 // wakeUp asks for a delivery pass now, here and on the other replicas (an
 // item may be for a channel another replica runs).
 func (d *deliverer) wakeUp() {
 	d.wakeLocal()
-	d.g.cluster.tellOutbox()
+	d.tell()
 }
 
 // wakeLocal asks for a delivery pass of this replica now.
@@ -82,11 +114,11 @@ func (d *deliverer) run(ctx context.Context) {
 			continue
 		}
 		wait := time.Minute
-		if d.g.cluster.shared {
-			wait = d.g.cluster.poll()
+		if d.poll > 0 {
+			wait = d.poll
 		}
-		if next, ok, err := d.g.db.NextOutboxAt(ctx); err == nil && ok {
-			wait = min(wait, max(next.Sub(d.g.clock.Now()), 5*time.Millisecond))
+		if next, ok, err := d.db.NextOutboxAt(ctx); err == nil && ok {
+			wait = min(wait, max(next.Sub(d.clock.Now()), 5*time.Millisecond))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -127,7 +159,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		return false
 	}
 	limit := min(outboxBatch, room)
-	items, err := d.g.db.ClaimOutbox(ctx, store.Claim{Holder: d.g.cluster.id, Reclaim: !d.started, Limit: limit}, d.channelNames(), d.g.clock.Now())
+	items, err := d.db.ClaimOutbox(ctx, store.Claim{Holder: d.replica, Reclaim: !d.started, Limit: limit}, d.sendsOn(), d.clock.Now())
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("read outbox", zap.Error(err))
@@ -159,7 +191,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		d.sends.Add(1)
 		go func() {
 			defer d.sends.Done()
-			d.deliver(ctx, d.g.channel(it.Origin.Channel), &it)
+			d.deliver(ctx, d.channel(it.Origin.Channel), &it)
 			d.mu.Lock()
 			d.inflight--
 			delete(d.sending, it.ID)
@@ -174,23 +206,6 @@ func (d *deliverer) pass(ctx context.Context) bool {
 	return len(items) == limit
 }
 
-// channelNames are the channels whose messages this replica sends: every
-// channel on SQLite (one not enabled gets its messages retried, with an
-// error, until it is); the channels it runs when replicas share the state
-// (another replica sends the rest).
-func (d *deliverer) channelNames() []string {
-	if !d.g.cluster.shared {
-		return nil
-	}
-	var out []string
-	for name := range d.g.channelSet() {
-		if d.g.cluster.runs(name) {
-			out = append(out, string(name))
-		}
-	}
-	return out
-}
-
 func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) {
 	log := d.log.With(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)),
 		zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID))
@@ -198,7 +213,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		log = log.With(zap.String("runId", it.RunID))
 	}
 	log = log.With(telemetry.LogField(it.TraceParent))
-	now := d.g.clock.Now()
+	now := d.clock.Now()
 	if ch == nil {
 		d.retry(ctx, it, now.Add(time.Minute), fmt.Sprintf("channel %q is not enabled", it.Origin.Channel))
 		log.Warn("no such channel for a queued message; will retry")
@@ -208,7 +223,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	// would leave its outcome unknown. Each send has its own deadline.
 	// Files go after the text, one part each (SPEC §18); a send that
 	// carries files gets a deadline per file on top.
-	files, err := d.g.db.OutboxFiles(context.WithoutCancel(ctx), it.ID)
+	files, err := d.db.OutboxFiles(context.WithoutCancel(ctx), it.ID)
 	if err != nil {
 		d.retry(ctx, it, now.Add(5*time.Second), "read the message's files: "+err.Error())
 		log.Warn("could not read a queued message's files; will retry", zap.Error(err))
@@ -237,26 +252,26 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	cancel()
 	// A send can take long (a channel waiting out a short rate limit itself,
 	// a slow network): retry delays count from when it returned.
-	now = d.g.clock.Now()
+	now = d.clock.Now()
 	var ra *channels.RetryAfterError
 	switch {
 	case err == nil:
-		at := d.g.clock.Now()
-		if err := d.g.retryWrite(d.g.bgCtx, "mark delivered", log, func(wctx context.Context) error {
-			return d.g.db.MarkDelivered(context.WithoutCancel(wctx), it.ID, at)
+		at := d.clock.Now()
+		if err := d.retryWrite(d.writeCtx, "mark delivered", log, func(wctx context.Context) error {
+			return d.db.MarkDelivered(context.WithoutCancel(wctx), it.ID, at)
 		}); err != nil {
 			log.Error("mark delivered", zap.Error(err))
 		}
-		d.g.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
+		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case errors.Is(err, channels.ErrPermanent):
 		reason := err.Error()
-		if err := d.g.retryWrite(d.g.bgCtx, "mark failed", log, func(wctx context.Context) error {
-			return d.g.db.MarkFailed(context.WithoutCancel(wctx), it.ID, now, reason)
+		if err := d.retryWrite(d.writeCtx, "mark failed", log, func(wctx context.Context) error {
+			return d.db.MarkFailed(context.WithoutCancel(wctx), it.ID, now, reason)
 		}); err != nil {
 			log.Error("mark failed", zap.Error(err))
 		}
-		d.g.metrics.failed.WithLabelValues(string(it.Kind)).Inc()
+		d.metrics.failed.WithLabelValues(string(it.Kind)).Inc()
 		log.Error("message rejected by the channel; giving up", zap.Error(err))
 	case errors.As(err, &ra):
 		d.retry(ctx, it, now.Add(ra.After), err.Error())
@@ -296,15 +311,15 @@ func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps chann
 		// edit is simply made again.
 		if it.SendingPart == p && msg.DraftRef == "" {
 			action := d.uncertain(ctx, ch, it, msg, log)
-			d.g.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
+			d.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
 			if action != "resend" {
-				if err := d.g.db.EndPart(bg, it.ID, p, ""); err != nil {
+				if err := d.db.EndPart(bg, it.ID, p, ""); err != nil {
 					return err
 				}
 				continue
 			}
 		}
-		if err := d.g.db.BeginPart(bg, it.ID, p); err != nil {
+		if err := d.db.BeginPart(bg, it.ID, p); err != nil {
 			return err
 		}
 		_, span := d.startSpan(ctx, it, parts[p], p+1, total)
@@ -314,11 +329,11 @@ func (d *deliverer) sendParts(ctx context.Context, ch channels.Channel, ps chann
 			if ctx.Err() == nil {
 				// The platform answered with an error: the part is not there.
 				// (A send cut by the deadline stays uncertain.)
-				_ = d.g.db.AbortPart(bg, it.ID)
+				_ = d.db.AbortPart(bg, it.ID)
 			}
 			return fmt.Errorf("part %d/%d: %w", p+1, total, err)
 		}
-		if err := d.g.db.EndPart(bg, it.ID, p, pid); err != nil {
+		if err := d.db.EndPart(bg, it.ID, p, pid); err != nil {
 			return err
 		}
 	}
@@ -356,16 +371,6 @@ func (d *deliverer) uncertainPolicy(name channels.Name) channels.Uncertain {
 	return p
 }
 
-// uncertainKey is the policy and the key of the channel's section that
-// sets it.
-func (d *deliverer) uncertainKey(name channels.Name) (channels.Uncertain, string) {
-	m, ok := channels.Lookup(name)
-	if !ok {
-		return channels.UncertainResend, ""
-	}
-	return m.UncertainPolicy(d.g.cfg().Channels.Options(string(name)))
-}
-
 // startSpan starts the herald.deliver span of one part of a traced
 // message, in the trace of the turn or run that wrote it; an untraced
 // message (a command's answer) gets none.
@@ -373,16 +378,16 @@ func (d *deliverer) startSpan(ctx context.Context, it *store.OutboxItem, text st
 	if it.TraceParent == "" {
 		return ctx, trace.SpanFromContext(context.Background())
 	}
-	ctx, span := d.g.tracer.Start(telemetry.Resume(ctx, it.TraceParent), telemetry.SpanDeliver, trace.WithSpanKind(trace.SpanKindProducer))
+	ctx, span := d.tracer.Start(telemetry.Resume(ctx, it.TraceParent), telemetry.SpanDeliver, trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.AttrChannel.String(string(it.Origin.Channel)), telemetry.AttrDestination.String(store.Destination(it.Origin)),
 			telemetry.AttrOutboxID.Int64(it.ID), telemetry.AttrKind.String(string(it.Kind)), telemetry.AttrPart.Int(part),
 			telemetry.AttrParts.Int(parts), telemetry.AttrAttempt.Int(it.Attempts+1), telemetry.AttrSessionKey.String(it.SessionKey),
-			telemetry.AttrReplica.String(d.g.cluster.id))
+			telemetry.AttrReplica.String(d.replica))
 		if it.RunID != "" {
 			span.SetAttributes(telemetry.AttrRunID.String(it.RunID))
 		}
-		if d.g.tracer.RecordContent() {
+		if d.tracer.RecordContent() {
 			span.SetAttributes(telemetry.AttrText.String(telemetry.Content(text)))
 		}
 	}
@@ -407,12 +412,12 @@ func endSpan(span trace.Span, platformID string, err error) {
 // retry puts the item off until next. A store that does not take that is
 // retried (an outage), so the item is not left claimed until a restart.
 func (d *deliverer) retry(ctx context.Context, it *store.OutboxItem, next time.Time, reason string) {
-	if err := d.g.retryWrite(d.g.bgCtx, "mark retry", d.log, func(wctx context.Context) error {
-		return d.g.db.MarkRetry(context.WithoutCancel(wctx), it.ID, next, reason)
+	if err := d.retryWrite(d.writeCtx, "mark retry", d.log, func(wctx context.Context) error {
+		return d.db.MarkRetry(context.WithoutCancel(wctx), it.ID, next, reason)
 	}); err != nil {
 		d.log.Error("mark retry", zap.Error(err))
 	}
-	d.g.metrics.retried.WithLabelValues(string(it.Kind)).Inc()
+	d.metrics.retried.WithLabelValues(string(it.Kind)).Inc()
 }
 
 // fileMessage is the outbound message of file f, part part of parts: its
@@ -421,7 +426,7 @@ func (d *deliverer) fileMessage(it *store.OutboxItem, f store.FileRef, part, par
 	id := f.ID
 	return channels.Message{Kind: it.Kind, Text: f.Caption, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), Part: part, Parts: parts,
 		File: &channels.OutFile{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size, Open: func(ctx context.Context) (io.ReadCloser, error) {
-			rc, _, err := d.g.db.OpenFile(ctx, id)
+			rc, _, err := d.db.OpenFile(ctx, id)
 			return rc, err
 		}}}
 }
@@ -462,13 +467,13 @@ func (d *deliverer) sendFilePart(ctx context.Context, ch channels.Channel, ps ch
 		} else if d.uncertainPolicy(it.Origin.Channel) == channels.UncertainSkip {
 			action = "skip"
 		}
-		d.g.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
+		d.metrics.uncertain.WithLabelValues(string(it.Origin.Channel), action).Inc()
 		if action != "resend" {
 			log.Info("file part whose delivery was uncertain not sent again", zap.Int("part", p+1), zap.String("action", action))
-			return d.g.db.EndPart(bg, it.ID, p, "")
+			return d.db.EndPart(bg, it.ID, p, "")
 		}
 	}
-	if err := d.g.db.BeginPart(bg, it.ID, p); err != nil {
+	if err := d.db.BeginPart(bg, it.ID, p); err != nil {
 		return err
 	}
 	_, span := d.startSpan(ctx, it, msg.Text, p+1, total)
@@ -482,9 +487,9 @@ func (d *deliverer) sendFilePart(ctx context.Context, ch channels.Channel, ps ch
 	endSpan(span, pid, err)
 	if err != nil {
 		if ctx.Err() == nil {
-			_ = d.g.db.AbortPart(bg, it.ID)
+			_ = d.db.AbortPart(bg, it.ID)
 		}
 		return fmt.Errorf("part %d/%d (file %s): %w", p+1, total, f.Name, err)
 	}
-	return d.g.db.EndPart(bg, it.ID, p, pid)
+	return d.db.EndPart(bg, it.ID, p, pid)
 }
