@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/store"
 )
@@ -25,23 +26,40 @@ import (
 // /approve or /deny (or the timeout, which denies). Requests are stored, so
 // a code is never reused and the decision is on record.
 type approvals struct {
-	g   *Gateway
-	log *zap.Logger
+	approvalDeps
 
 	mu      sync.Mutex
 	waiting map[string]chan bool // code → decision
 }
 
-func newApprovals(g *Gateway) *approvals {
-	return &approvals{g: g, log: g.log.Named("approvals"), waiting: make(map[string]chan bool)}
+// approvalDeps are the few things approvals use; the Gateway wires them
+// (New).
+type approvalDeps struct {
+	db store.Approvals
+	// security is the security section of the config in force: the policy,
+	// the approval timeout and the approvers are read on every call, so a
+	// reload applies to the next tool call.
+	security func() config.Security
+	replica  string                                         // this replica's id, recorded on each request
+	alive    func(ctx context.Context, replica string) bool // whether a replica holds its lease
+	// tell tells the other replicas that approval code was decided here.
+	tell func(ctx context.Context, code string)
+	// post puts a message for a person into the outbox.
+	post func(ctx context.Context, to channels.Origin, kind channels.Kind, text, runID string)
+	// setNote shows a note on a live sub-agent run ("" clears it).
+	setNote func(runID, note string)
+	clock   agent.Clock
+	log     *zap.Logger
 }
 
-// The policy and the approval timeout are read from the current config on
-// every call, so a reload applies to the next tool call.
-func (a *approvals) policy() tools.Policy { return tools.Policy(a.g.cfg().Security.ToolPolicy) }
+func newApprovals(deps approvalDeps) *approvals {
+	return &approvals{approvalDeps: deps, waiting: make(map[string]chan bool)}
+}
+
+func (a *approvals) policy() tools.Policy { return tools.Policy(a.security().ToolPolicy) }
 
 func (a *approvals) timeout() time.Duration {
-	return time.Duration(a.g.cfg().Security.ApprovalTimeoutSeconds) * time.Second
+	return time.Duration(a.security().ApprovalTimeoutSeconds) * time.Second
 }
 
 // authorize is the agent.Authorizer of every session.
@@ -68,14 +86,14 @@ func newCode() string {
 }
 
 func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.ToolCall) error {
-	now, timeout := a.g.clock.Now(), a.timeout()
+	now, timeout := a.clock.Now(), a.timeout()
 	session := cc.RootKey
 	if session == "" {
 		session = cc.SessionKey
 	}
 	ap := &store.Approval{Code: newCode(), SessionKey: session, RunID: cc.RunID, Tool: call.Name, Args: string(call.Args),
-		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(timeout), Replica: a.g.cluster.id}
-	if err := a.g.db.CreateApproval(ctx, ap); err != nil {
+		Origin: cc.Origin, Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(timeout), Replica: a.replica}
+	if err := a.db.CreateApproval(ctx, ap); err != nil {
 		return fmt.Errorf("tool %s needs approval, but the request could not be recorded: %v", call.Name, err)
 	}
 	decision := make(chan bool, 1)
@@ -90,14 +108,14 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 	who := "The agent"
 	if cc.RunID != "" {
 		who = fmt.Sprintf("Sub-agent run %s", cc.RunID[:min(8, len(cc.RunID))])
-		a.g.subs.SetNote(cc.RunID, "awaiting approval "+ap.Code)
-		defer a.g.subs.SetNote(cc.RunID, "")
+		a.setNote(cc.RunID, "awaiting approval "+ap.Code)
+		defer a.setNote(cc.RunID, "")
 	}
 	// The arguments are shown whole (SPEC §17): a long request is split
 	// into several messages by the outbox like any long message, never cut,
 	// so nothing can hide after padding; and literally (shownArgs), so
 	// nothing can hide in markup or invisible characters.
-	a.g.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s%sReply /approve %s or /deny %s (expires in %s).",
+	a.post(ctx, cc.Origin, channels.KindSystem, fmt.Sprintf("🔐 Approval needed: %s wants to run %s%sReply /approve %s or /deny %s (expires in %s).",
 		who, call.Name, shownArgs(cc.Origin.Channel, string(call.Args)), ap.Code, ap.Code, timeout), "")
 	a.log.Info("approval requested", zap.String("code", ap.Code), zap.String("tool", call.Name), zap.String("sessionKey", cc.SessionKey),
 		zap.String("rootKey", session), zap.String("runId", cc.RunID), zap.String("agentId", cc.AgentID), zap.String("channel", string(cc.Origin.Channel)))
@@ -133,11 +151,11 @@ func (a *approvals) ask(ctx context.Context, cc agent.CallContext, call agent.To
 // (an /approve or /deny racing the timer), it returns that decision.
 func (a *approvals) expire(ctx context.Context, code, why string) (decided *bool, err error) {
 	bg := context.WithoutCancel(ctx)
-	_, err = a.g.db.ResolveApproval(bg, code, store.ApprovalExpired, why, a.g.clock.Now())
+	_, err = a.db.ResolveApproval(bg, code, store.ApprovalExpired, why, a.clock.Now())
 	if !errors.Is(err, store.ErrResolved) {
 		return nil, err
 	}
-	ap, err := a.g.db.GetApproval(bg, code)
+	ap, err := a.db.GetApproval(bg, code)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +173,7 @@ func (a *approvals) expire(ctx context.Context, code, why string) (decided *bool
 // resolve answers /approve and /deny for the approvals of one session.
 func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approve bool, by string) (*store.Approval, error) {
 	code = strings.ToUpper(strings.TrimSpace(code))
-	ap, err := a.g.db.GetApproval(ctx, code)
+	ap, err := a.db.GetApproval(ctx, code)
 	if err != nil {
 		return nil, err
 	}
@@ -171,16 +189,16 @@ func (a *approvals) resolve(ctx context.Context, sessionKey, code string, approv
 	if approve {
 		status = store.ApprovalApproved
 	}
-	ap, err = a.g.db.ResolveApproval(ctx, code, status, by, a.g.clock.Now())
+	ap, err = a.db.ResolveApproval(ctx, code, status, by, a.clock.Now())
 	if err != nil {
 		return nil, err
 	}
 	if a.deliver(code, approve) {
 		return ap, nil
 	}
-	if ap.Replica != a.g.cluster.id && a.g.cluster.alive(ctx, ap.Replica) {
+	if ap.Replica != a.replica && a.alive(ctx, ap.Replica) {
 		// The tool call waits on another replica: tell it.
-		a.g.cluster.send(ctx, busApproval, code)
+		a.tell(ctx, code)
 		return ap, nil
 	}
 	return ap, errors.Join(store.ErrResolved, errors.New("the tool call that asked is no longer waiting"))
@@ -194,7 +212,7 @@ func (a *approvals) mayAnswer(origin channels.Origin, by string) bool {
 	switch {
 	case by != "" && by == origin.SenderID:
 		return true
-	case a.g.cfg().Security.IsApprover(string(origin.Channel), by):
+	case a.security().IsApprover(string(origin.Channel), by):
 		return true
 	}
 	return origin.SenderID == "" && origin.ChatType == channels.ChatDM
@@ -254,7 +272,7 @@ func (a *approvals) decided(code string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ap, err := a.g.db.GetApproval(ctx, code)
+	ap, err := a.db.GetApproval(ctx, code)
 	if err != nil {
 		a.log.Warn("could not read an approval resolved on another replica", zap.String("code", code), zap.Error(err))
 		return
@@ -280,29 +298,30 @@ func (a *approvals) recheck() {
 
 // expireStale marks approvals left pending by a replica that is gone (on
 // SQLite: by a previous process) expired: the calls that asked died with
-// it. With mine (at start), this replica's own from before a restart too.
-func (a *approvals) expireStale(ctx context.Context, mine bool) error {
-	pending, err := a.g.db.PendingApprovals(ctx)
+// it. With restarted (at start), this replica's own from before a restart
+// too.
+func (a *approvals) expireStale(ctx context.Context, restarted bool) error {
+	pending, err := a.db.PendingApprovals(ctx)
 	if err != nil || len(pending) == 0 {
 		return err
 	}
 	alive := map[string]bool{}
 	var errs []error
 	for _, ap := range pending {
-		if ap.Replica == a.g.cluster.id && !mine {
+		if ap.Replica == a.replica && !restarted {
 			continue
 		}
-		if ap.Replica != a.g.cluster.id {
+		if ap.Replica != a.replica {
 			up, ok := alive[ap.Replica]
 			if !ok {
-				up = a.g.cluster.alive(ctx, ap.Replica)
+				up = a.alive(ctx, ap.Replica)
 				alive[ap.Replica] = up
 			}
 			if up {
 				continue
 			}
 		}
-		if _, err := a.g.db.ResolveApproval(ctx, ap.Code, store.ApprovalExpired, "restart", a.g.clock.Now()); err != nil && !errors.Is(err, store.ErrResolved) {
+		if _, err := a.db.ResolveApproval(ctx, ap.Code, store.ApprovalExpired, "restart", a.clock.Now()); err != nil && !errors.Is(err, store.ErrResolved) {
 			errs = append(errs, err)
 		}
 	}

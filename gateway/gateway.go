@@ -166,7 +166,10 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.outbox = newDeliverer(outboxDeps{db: db, replica: g.cluster.id, poll: g.cluster.pollShared(), tell: g.cluster.tellOutbox,
 		channel: g.channel, sendsOn: g.sendsOn, uncertainKey: g.uncertainKey, retryWrite: g.retryWrite, writeCtx: g.bgCtx,
 		clock: g.clock, metrics: g.metrics, tracer: g.tracer, log: g.log.Named("outbox")})
-	g.approv = newApprovals(g)
+	g.approv = newApprovals(approvalDeps{db: db, security: func() config.Security { return g.cfg().Security },
+		replica: g.cluster.id, alive: g.cluster.alive, tell: func(ctx context.Context, code string) { g.cluster.send(ctx, busApproval, code) },
+		post: g.post, setNote: func(runID, note string) { g.subs.SetNote(runID, note) }, // subs is built after approvals
+		clock: g.clock, log: g.log.Named("approvals")})
 	g.newMCP()
 	g.panel = newPanel(g)
 	g.subs = subagent.New(subagent.Deps{
