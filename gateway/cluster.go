@@ -61,17 +61,40 @@ type busMsg struct {
 	Arg  string  `json:"arg,omitempty"`
 }
 
-// cluster is this replica's part in a shared state.
+// clusterDeps are the few things the cluster uses; the Gateway wires them
+// (New, clusterDepsOf).
+type clusterDeps struct {
+	db interface {
+		store.Leases
+		store.Bus
+	}
+	shared bool // PostgreSQL: other replicas may run
+	// setPhase says what /readyz reports (standby while the lease is held
+	// elsewhere).
+	setPhase func(name, reason string)
+	// channels are the adapters built here; exclusive reports whether only
+	// one replica at a time may run one; launch starts one this replica now
+	// runs.
+	channels  func() map[channels.Name]channels.Channel
+	exclusive func(channels.Name) bool
+	launch    func(channels.Channel)
+	// takeOver claims the work other replicas left (each poll and when
+	// told); handlers answer what the other replicas say, by kind.
+	takeOver func(ctx context.Context)
+	handlers map[busKind]func(ctx context.Context, arg string)
+	log      *zap.Logger
+}
+
+// cluster is this replica's part in a shared state: its leases, the
+// channel roles and the bus.
 type cluster struct {
-	g  *Gateway
+	clusterDeps
 	id string
 	// instance names this process: it holds the lease "instance:<id>", so
 	// a second process started under the same replica id stands by
 	// instead of working alongside (the replica lease names only the id).
 	instance string
 	ttl      time.Duration
-	shared   bool // PostgreSQL: other replicas may run
-	log      *zap.Logger
 	wake     chan struct{} // a claim pass now
 	tell     chan struct{} // an outbox wake-up to pass on (coalesced)
 	lost     chan string   // the replica lease or a channel lease was lost
@@ -85,10 +108,9 @@ type cluster struct {
 	heartbeatDone chan struct{}
 }
 
-func newCluster(g *Gateway, onLost func(string)) *cluster {
-	cfg := g.cfg()
-	return &cluster{g: g, id: cfg.ReplicaID(), instance: uuid.NewString(), ttl: time.Duration(cfg.State.LeaseSeconds) * time.Second,
-		shared: g.db.Driver() == store.DriverPostgres, log: g.log.Named("cluster"),
+// newCluster is the cluster of replica id whose leases last ttl.
+func newCluster(deps clusterDeps, id string, ttl time.Duration, onLost func(string)) *cluster {
+	return &cluster{clusterDeps: deps, id: id, instance: uuid.NewString(), ttl: ttl,
 		wake: make(chan struct{}, 1), tell: make(chan struct{}, 1), lost: make(chan string, 1), onLost: onLost,
 		led: make(map[channels.Name]bool)}
 }
@@ -122,9 +144,9 @@ func (c *cluster) join(ctx context.Context) error {
 	var standby bool
 	var unreachable time.Time
 	for {
-		_, err := c.g.db.AcquireLease(ctx, c.instanceLease(), c.instance, c.ttl)
+		_, err := c.db.AcquireLease(ctx, c.instanceLease(), c.instance, c.ttl)
 		if err == nil {
-			_, err = c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl)
+			_, err = c.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl)
 		}
 		if err == nil {
 			break
@@ -140,7 +162,7 @@ func (c *cluster) join(ctx context.Context) error {
 				c.log.Warn("standby: another process runs as this replica; taking over when it ends",
 					zap.String("replicaId", c.id), zap.Error(err))
 			}
-			c.g.phase.set(phaseStandby, "another process runs as replica "+c.id+" ("+err.Error()+"); taking over when it ends")
+			c.setPhase(phaseStandby, "another process runs as replica "+c.id+" ("+err.Error()+"); taking over when it ends")
 		default:
 			if unreachable.IsZero() {
 				unreachable = time.Now()
@@ -150,7 +172,7 @@ func (c *cluster) join(ctx context.Context) error {
 				return err
 			}
 			c.log.Warn("standby: cannot take the replica lease; retrying", zap.String("replicaId", c.id), zap.Error(err))
-			c.g.phase.set(phaseStandby, "the database does not answer: "+err.Error())
+			c.setPhase(phaseStandby, "the database does not answer: "+err.Error())
 		}
 		select {
 		case <-ctx.Done():
@@ -177,14 +199,14 @@ func (c *cluster) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, n := range c.ledChannels() {
-		if err := c.g.db.ReleaseLease(ctx, "channel:"+string(n), c.id); err != nil {
+		if err := c.db.ReleaseLease(ctx, "channel:"+string(n), c.id); err != nil {
 			c.log.Warn("could not give up a channel lease; another replica takes it when it expires", zap.String("channel", string(n)), zap.Error(err))
 		}
 	}
-	if err := c.g.db.ReleaseLease(ctx, store.ReplicaLease(c.id), c.id); err != nil {
+	if err := c.db.ReleaseLease(ctx, store.ReplicaLease(c.id), c.id); err != nil {
 		c.log.Warn("could not give up the replica lease; the others take over when it expires", zap.Error(err))
 	}
-	if err := c.g.db.ReleaseLease(ctx, c.instanceLease(), c.instance); err != nil {
+	if err := c.db.ReleaseLease(ctx, c.instanceLease(), c.instance); err != nil {
 		c.log.Warn("could not give up the instance lease; a standby under the same replica id takes over when it expires", zap.Error(err))
 	}
 	c.send(ctx, busClaims, "")
@@ -242,14 +264,14 @@ func (c *cluster) ledChannels() []channels.Name {
 func (c *cluster) instanceLease() string { return "instance:" + c.id }
 
 func (c *cluster) renew(ctx context.Context) error {
-	if _, err := c.g.db.AcquireLease(ctx, c.instanceLease(), c.instance, c.ttl); err != nil {
+	if _, err := c.db.AcquireLease(ctx, c.instanceLease(), c.instance, c.ttl); err != nil {
 		return err
 	}
-	if _, err := c.g.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
+	if _, err := c.db.AcquireLease(ctx, store.ReplicaLease(c.id), c.id, c.ttl); err != nil {
 		return err
 	}
 	for _, n := range c.ledChannels() {
-		if _, err := c.g.db.AcquireLease(ctx, "channel:"+string(n), c.id, c.ttl); err != nil {
+		if _, err := c.db.AcquireLease(ctx, "channel:"+string(n), c.id, c.ttl); err != nil {
 			return err
 		}
 	}
@@ -269,6 +291,72 @@ func (c *cluster) lose(reason string) {
 	}
 }
 
+// claimLeft is the cluster's takeOver: with the main lane not draining,
+// it takes the exclusive channels nobody runs, then claims the owed turns
+// (no more than the main lane has room for), sub-agent runs and pending
+// approvals that other replicas left.
+func (g *Gateway) claimLeft(ctx context.Context) {
+	g.mu.Lock()
+	draining := g.draining
+	g.mu.Unlock()
+	if draining {
+		return
+	}
+	c := g.cluster
+	c.elect(ctx)
+	// Take no more than the main lane has room for; the rest wait in the
+	// store for this replica's next pass or another replica.
+	queued, _ := g.mainLane.Stats()
+	if room := g.maxQueued() - queued; room > 0 {
+		owed, err := g.db.ClaimOwed(ctx, store.Claim{Holder: c.id, Limit: room})
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("could not claim owed turns", zap.Error(err))
+		}
+		if len(owed) > 0 {
+			c.log.Info("took over owed turns", zap.Int("turns", len(owed)))
+		}
+		for _, it := range owed {
+			g.enqueueTurn(it, g.turnLog(it))
+		}
+	}
+	if _, err := g.subs.Adopt(ctx); err != nil && ctx.Err() == nil {
+		c.log.Warn("could not take over sub-agent runs", zap.Error(err))
+	}
+	if err := g.approv.expireStale(ctx, false); err != nil && ctx.Err() == nil {
+		c.log.Warn("could not expire approvals of a dead replica", zap.Error(err))
+	}
+	g.approv.recheck()
+}
+
+// busHandlers answer what the other replicas say (a claims message also
+// makes the cluster claim at once).
+func (g *Gateway) busHandlers() map[busKind]func(ctx context.Context, arg string) {
+	return map[busKind]func(ctx context.Context, arg string){
+		busOutbox: func(context.Context, string) { g.outbox.wakeLocal() },
+		busClaims: func(context.Context, string) { g.outbox.wakeLocal() },
+		busWeb: func(_ context.Context, client string) {
+			if g.web != nil {
+				g.web.Wake(client)
+			}
+		},
+		busAbort:     func(_ context.Context, key string) { g.abortTurn(key) },
+		busStop:      func(ctx context.Context, runID string) { g.subs.StopLocal(ctx, runID) },
+		busStopBelow: func(ctx context.Context, key string) { g.subs.StopBelowLocal(ctx, key) },
+		busApproval:  func(_ context.Context, code string) { g.approv.decided(code) },
+	}
+}
+
+// abortAnywhere cancels the running turn of a session here and, with other
+// replicas, asks them to cancel it too (it runs where its message was
+// claimed). It reports whether a turn was cancelled here.
+func (g *Gateway) abortAnywhere(key string) bool {
+	ok := g.abortTurn(key)
+	if !ok && g.cluster.shared {
+		g.cluster.send(context.Background(), busAbort, key)
+	}
+	return ok
+}
+
 // exclusive reports whether only one replica at a time may run the
 // channel, as its module says (Telegram long polling, Matrix /sync); the
 // web chat runs on every replica.
@@ -280,7 +368,7 @@ func (g *Gateway) exclusive(name channels.Name) bool {
 // runs reports whether this replica runs the channel: always, unless it
 // is exclusive and another replica holds it.
 func (c *cluster) runs(name channels.Name) bool {
-	if !c.shared || !c.g.exclusive(name) {
+	if !c.shared || !c.exclusive(name) {
 		return true
 	}
 	c.mu.Lock()
@@ -294,11 +382,11 @@ func (c *cluster) elect(ctx context.Context) {
 	if !c.shared {
 		return
 	}
-	for name, ch := range c.g.channelSet() {
-		if !c.g.exclusive(name) || c.runs(name) {
+	for name, ch := range c.channels() {
+		if !c.exclusive(name) || c.runs(name) {
 			continue
 		}
-		if _, err := c.g.db.AcquireLease(ctx, "channel:"+string(name), c.id, c.ttl); err != nil {
+		if _, err := c.db.AcquireLease(ctx, "channel:"+string(name), c.id, c.ttl); err != nil {
 			if !errors.Is(err, store.ErrLeaseHeld) && ctx.Err() == nil {
 				c.log.Warn("cannot read a channel lease", zap.String("channel", string(name)), zap.Error(err))
 			}
@@ -308,14 +396,13 @@ func (c *cluster) elect(ctx context.Context) {
 		c.led[name] = true
 		c.mu.Unlock()
 		c.log.Info("this replica runs the channel now", zap.String("channel", string(name)), zap.String("replicaId", c.id))
-		c.g.launchChannel(ch)
-		c.g.outbox.wakeUp()
+		c.launch(ch)
 	}
 }
 
 // holder names the replica running an exclusive channel ("" = none).
 func (c *cluster) holder(ctx context.Context, name channels.Name) string {
-	l, err := c.g.db.GetLease(ctx, "channel:"+string(name))
+	l, err := c.db.GetLease(ctx, "channel:"+string(name))
 	if err != nil || !l.ExpiresAt.After(time.Now()) {
 		return ""
 	}
@@ -350,45 +437,8 @@ func (c *cluster) run(ctx context.Context) {
 		case <-t.C:
 		case <-c.wake:
 		}
-		c.claim(ctx)
+		c.takeOver(ctx)
 	}
-}
-
-func (c *cluster) claim(ctx context.Context) {
-	g := c.g
-	g.mu.Lock()
-	draining := g.draining
-	g.mu.Unlock()
-	if draining {
-		return
-	}
-	c.elect(ctx)
-	// Take no more than the main lane has room for; the rest wait in the
-	// store for this replica's next pass or another replica.
-	if room := g.maxQueued() - queued(g); room > 0 {
-		owed, err := g.db.ClaimOwed(ctx, store.Claim{Holder: c.id, Limit: room})
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("could not claim owed turns", zap.Error(err))
-		}
-		if len(owed) > 0 {
-			c.log.Info("took over owed turns", zap.Int("turns", len(owed)))
-		}
-		for _, it := range owed {
-			g.enqueueTurn(it, g.turnLog(it))
-		}
-	}
-	if _, err := g.subs.Adopt(ctx); err != nil && ctx.Err() == nil {
-		c.log.Warn("could not take over sub-agent runs", zap.Error(err))
-	}
-	if err := g.approv.expireStale(ctx, false); err != nil && ctx.Err() == nil {
-		c.log.Warn("could not expire approvals of a dead replica", zap.Error(err))
-	}
-	g.approv.recheck()
-}
-
-func queued(g *Gateway) int {
-	q, _ := g.mainLane.Stats()
-	return q
 }
 
 // listen handles what the other replicas say, until ctx ends; ready is
@@ -400,7 +450,7 @@ func (c *cluster) listen(ctx context.Context, ready chan<- struct{}) {
 		isReady()
 		return
 	}
-	c.g.db.Listen(ctx, busChannel, isReady, func(payload string) {
+	c.db.Listen(ctx, busChannel, isReady, func(payload string) {
 		var m busMsg
 		if err := json.Unmarshal([]byte(payload), &m); err != nil || m.From == c.id {
 			return
@@ -411,25 +461,11 @@ func (c *cluster) listen(ctx context.Context, ready chan<- struct{}) {
 }
 
 func (c *cluster) handle(ctx context.Context, m busMsg) {
-	g := c.g
-	switch m.Kind {
-	case busOutbox:
-		g.outbox.wakeLocal()
-	case busClaims:
+	if m.Kind == busClaims {
 		c.wakeUp()
-		g.outbox.wakeLocal()
-	case busWeb:
-		if g.web != nil {
-			g.web.Wake(m.Arg)
-		}
-	case busAbort:
-		g.abortTurn(m.Arg)
-	case busStop:
-		g.subs.StopLocal(ctx, m.Arg)
-	case busStopBelow:
-		g.subs.StopBelowLocal(ctx, m.Arg)
-	case busApproval:
-		g.approv.decided(m.Arg)
+	}
+	if h := c.handlers[m.Kind]; h != nil {
+		h(ctx, m.Arg)
 	}
 }
 
@@ -442,7 +478,7 @@ func (c *cluster) send(ctx context.Context, kind busKind, arg string) {
 	b, _ := json.Marshal(busMsg{From: c.id, Kind: kind, Arg: arg})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := c.g.db.Notify(sctx, busChannel, string(b)); err != nil {
+	if err := c.db.Notify(sctx, busChannel, string(b)); err != nil {
 		c.log.Warn("could not tell the other replicas", zap.String("kind", string(kind)), zap.Error(err))
 	}
 }
@@ -477,17 +513,6 @@ func (c *cluster) tellWeb(client string) {
 	}
 }
 
-// abort cancels the running turn of a session here and, with other
-// replicas, asks them to cancel it too (it runs where its message was
-// claimed). It reports whether a turn was cancelled here.
-func (c *cluster) abort(key string) bool {
-	ok := c.g.abortTurn(key)
-	if !ok && c.shared {
-		c.send(context.Background(), busAbort, key)
-	}
-	return ok
-}
-
 // peers is the cluster as the sub-agent manager sees it (nil on SQLite).
 type peers struct{ c *cluster }
 
@@ -518,6 +543,6 @@ func (c *cluster) alive(ctx context.Context, replica string) bool {
 	if !c.shared {
 		return false
 	}
-	live, err := c.g.db.LiveReplicas(ctx)
+	live, err := c.db.LiveReplicas(ctx)
 	return err == nil && slices.Contains(live, replica)
 }

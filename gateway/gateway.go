@@ -137,7 +137,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		db.Close()
 		return nil, err
 	}
-	g.cluster = newCluster(g, o.OnLeaseLost)
+	g.cluster = newCluster(clusterDeps{db: db, shared: db.Driver() == store.DriverPostgres, setPhase: g.phase.set,
+		channels: g.channelSet, exclusive: g.exclusive,
+		launch:   func(ch channels.Channel) { g.launchChannel(ch); g.outbox.wakeUp() },
+		takeOver: g.claimLeft, handlers: g.busHandlers(), log: o.Logger.Named("cluster"),
+	}, cfg.ReplicaID(), time.Duration(cfg.State.LeaseSeconds)*time.Second, o.OnLeaseLost)
 	g.tracer, err = telemetry.New(telemetry.Options{Config: cfg.Telemetry, StateDir: o.StateDir, Replica: g.cluster.id, Logger: o.Logger})
 	if err != nil {
 		return fail(err)

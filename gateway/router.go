@@ -110,7 +110,7 @@ func (g *Gateway) release(s *sessionState) {
 func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
-		AbortTurn: g.cluster.abort, Approve: g.approv.resolve, Now: g.clock.Now,
+		AbortTurn: g.abortAnywhere, Approve: g.approv.resolve, Now: g.clock.Now,
 		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
