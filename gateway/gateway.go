@@ -175,7 +175,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		post: g.post, setNote: func(runID, note string) { g.subs.SetNote(runID, note) }, // subs is built after approvals
 		clock: g.clock, log: g.log.Named("approvals")})
 	g.newMCP()
-	g.panel = newPanel(g)
+	g.panel = newPanel(panelDeps{web: func() *web.Adapter { return g.web }, // set by buildChannels
+		runs: func(ctx context.Context, key string, n int) ([]store.Run, error) {
+			return g.subs.RecentRuns(ctx, key, n)
+		},
+		schedules: g.scheduleViews, spent: g.spentView, log: g.log})
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take,

@@ -14,6 +14,18 @@ import (
 	"github.com/heraldhq/herald/subagent"
 )
 
+// spentView is the panel's spend line of a conversation: nil until it has
+// spent this month.
+func (g *Gateway) spentView(key string) *web.SpendView {
+	if g.spend == nil {
+		return nil
+	}
+	if sp := g.spend.SpentOf(key, ""); sp.ConversationMonth > 0 {
+		return &web.SpendView{Today: spend.Money(sp.ConversationDay), Month: spend.Money(sp.ConversationMonth)}
+	}
+	return nil
+}
+
 // panelRuns is how many runs the web chat's sub-agents panel shows.
 const panelRuns = 20
 
@@ -27,20 +39,33 @@ const panelEvery = time.Second
 // conversation's runs and hands them to the web channel. Marks coalesce,
 // so a burst of spawns costs one read.
 type panel struct {
-	g     *Gateway
+	panelDeps
 	mu    sync.Mutex
 	dirty map[string]bool // web session keys to refresh; guarded by mu
 	shown map[string]bool // web session keys whose panel was shown; guarded by mu
 	wake  chan struct{}
 }
 
-func newPanel(g *Gateway) *panel {
-	return &panel{g: g, dirty: make(map[string]bool), shown: make(map[string]bool), wake: make(chan struct{}, 1)}
+// panelDeps are the few things the panel uses; the Gateway wires them
+// (New).
+type panelDeps struct {
+	// web is the web chat's adapter (nil: the web chat is off).
+	web func() *web.Adapter
+	// runs are a conversation's latest sub-agent runs, newest first;
+	// schedules its schedules; spent its spend line (nil: none).
+	runs      func(ctx context.Context, key string, limit int) ([]store.Run, error)
+	schedules func(ctx context.Context, key string) []web.ScheduleView
+	spent     func(key string) *web.SpendView
+	log       *zap.Logger
+}
+
+func newPanel(deps panelDeps) *panel {
+	return &panel{panelDeps: deps, dirty: make(map[string]bool), shown: make(map[string]bool), wake: make(chan struct{}, 1)}
 }
 
 // changed is subagent.Deps.OnChange: it never blocks.
 func (p *panel) changed(rootKey string) {
-	if p.g.web == nil || !strings.Contains(rootKey, ":web:dm:") {
+	if p.web() == nil || !strings.Contains(rootKey, ":web:dm:") {
 		return
 	}
 	p.mu.Lock()
@@ -86,18 +111,13 @@ func (p *panel) refresh(ctx context.Context, key string) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	runs, err := p.g.subs.RecentRuns(rctx, key, panelRuns)
+	runs, err := p.runs(rctx, key, panelRuns)
 	if err != nil {
-		p.g.log.Debug("sub-agents panel not refreshed", zap.String("sessionKey", key), zap.Error(err))
+		p.log.Debug("sub-agents panel not refreshed", zap.String("sessionKey", key), zap.Error(err))
 		return
 	}
-	scheds := p.g.scheduleViews(rctx, key)
-	var sv *web.SpendView
-	if p.g.spend != nil {
-		if sp := p.g.spend.SpentOf(key, ""); sp.ConversationMonth > 0 {
-			sv = &web.SpendView{Today: spend.Money(sp.ConversationDay), Month: spend.Money(sp.ConversationMonth)}
-		}
-	}
+	scheds := p.schedules(rctx, key)
+	sv := p.spent(key)
 	p.mu.Lock()
 	shown := p.shown[key]
 	if len(runs) > 0 || len(scheds) > 0 || sv != nil {
@@ -117,5 +137,5 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		views = append(views, web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut})
 	}
-	p.g.web.SetPanel(client, views, scheds, sv)
+	p.web().SetPanel(client, views, scheds, sv)
 }
