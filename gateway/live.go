@@ -23,13 +23,20 @@ const editDraftEvery = 500 * time.Millisecond
 // liveCallTimeout bounds one typing or draft call to a platform.
 const liveCallTimeout = 5 * time.Second
 
+// draftStore is the one store method a live reply uses.
+type draftStore interface {
+	SetIntakeDraft(ctx context.Context, id int64, ref string) error
+}
+
 // liveReply shows a running turn in its chat (SPEC §16): typing while it
 // runs and, on a channel that drafts, the reply as the model writes it. One
 // goroutine, owned by the turn (stop waits for it), makes every platform
 // call, so a slow platform never holds up the model's stream; drafts are
 // throttled to the channel's DraftEvery and only the latest text is sent.
 type liveReply struct {
-	g       *Gateway
+	// drafts records the draft's ref with the owed message, so a turn
+	// resumed after a crash edits the same draft.
+	drafts  draftStore
 	intake  int64 // the owed message whose turn this shows
 	ch      channels.Channel
 	to      channels.Origin
@@ -57,7 +64,7 @@ func (g *Gateway) startLive(cfg *config.Config, it store.Intake, log *zap.Logger
 	if ch == nil || cfg.ChannelStreaming(string(to.Channel)) == "off" {
 		return nil
 	}
-	l := &liveReply{g: g, intake: it.ID, ch: ch, to: to, log: log, ref: it.DraftRef,
+	l := &liveReply{drafts: g.db, intake: it.ID, ch: ch, to: to, log: log, ref: it.DraftRef,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	l.typer, _ = ch.(channels.Typer)
 	l.drafter, _ = ch.(channels.Drafter)
@@ -190,7 +197,7 @@ func (l *liveReply) draft() (backoff time.Duration, failed bool) {
 	if newRef != "" && newRef != ref {
 		// Kept with the owed message: a turn resumed after a crash edits
 		// this draft, and the final reply replaces it.
-		if err := l.g.db.SetIntakeDraft(ctx, l.intake, newRef); err != nil {
+		if err := l.drafts.SetIntakeDraft(ctx, l.intake, newRef); err != nil {
 			l.log.Warn("could not record the draft of the reply", zap.Error(err))
 		}
 	}
