@@ -79,6 +79,7 @@ type Gateway struct {
 	approv   *approvals
 	mcp      *mcptools.Manager
 	panel    *panel
+	sessDeps sessionDeps // what the session commands use; set once in New
 	cluster  *cluster
 	spend    *spend.Ledger // budgets and spend (SPEC §20)
 	answered answers       // per conversation: which model answered its last turn and why
@@ -188,6 +189,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 	})
+	g.sessDeps = sessionDeps{db: db, lock: func(ctx context.Context, agentID, key string, o channels.Origin) (*sessionState, error) {
+		return g.acquire(ctx, g.cfg(), agentID, key, o)
+	}, unlock: g.release, drop: g.dropSession, compactTurn: g.compactTurn, clock: g.clock, log: g.log}
 	g.newScheduler()
 	if err := g.buildChannels(o.Channels); err != nil {
 		return fail(err)

@@ -111,7 +111,7 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
 		AbortTurn: g.abortAnywhere, Approve: g.approv.resolve, Now: g.clock.Now,
-		Session: sessionControl{g: g, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
+		Session: sessionControl{sessionDeps: &g.sessDeps, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
 	}
 	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
 	if handled && reply != "" {

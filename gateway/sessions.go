@@ -16,10 +16,30 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// sessionDeps are the few things the session commands use; the Gateway
+// wires them once (New) and each command's sessionControl shares them.
+type sessionDeps struct {
+	db interface {
+		store.Sessions
+		store.Transcripts
+	}
+	// lock loads the requester session of key and locks it for the
+	// caller, once a turn of it in progress ended; unlock lets it go; drop
+	// forgets one whose transcript could not be loaded again.
+	lock   func(ctx context.Context, agentID, key string, origin channels.Origin) (*sessionState, error)
+	unlock func(*sessionState)
+	drop   func(*sessionState)
+	// compactTurn is the turn configuration /compact runs with: the
+	// conversation's model, tools and system prompt, from one config.
+	compactTurn func(ctx context.Context, agentID, key string, origin channels.Origin) (agent.Turn, error)
+	clock       agent.Clock
+	log         *zap.Logger
+}
+
 // sessionControl is the gateway's command.SessionControl: /new, /reset,
 // /compact, /model and /think on a conversation's requester session.
 type sessionControl struct {
-	g       *Gateway
+	*sessionDeps
 	agentID string
 	origin  channels.Origin
 }
@@ -29,14 +49,14 @@ type sessionControl struct {
 func (c sessionControl) locked(ctx context.Context, key string, fn func(s *sessionState) error) error {
 	wctx, cancel := context.WithTimeout(ctx, sessionWait)
 	defer cancel()
-	s, err := c.g.acquire(wctx, c.g.cfg(), c.agentID, key, c.origin)
+	s, err := c.lock(wctx, c.agentID, key, c.origin)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return errSessionBusy
 	}
 	if err != nil {
 		return err
 	}
-	defer c.g.release(s)
+	defer c.unlock(s)
 	return fn(s)
 }
 
@@ -48,11 +68,10 @@ const sessionWait = 2 * time.Minute
 // the old session spawned keep the conversation's key and announce here.
 func (c sessionControl) NewSession(ctx context.Context, key string) error {
 	return c.locked(ctx, key, func(s *sessionState) error {
-		g := c.g
-		now := g.clock.Now()
+		now := c.clock.Now()
 		id := uuid.NewString()
-		path := g.db.TranscriptPath(s.agentID, id)
-		sess, err := agent.LoadSessionFrom(ctx, g.db, key, id, s.agentID, "", path, now)
+		path := c.db.TranscriptPath(s.agentID, id)
+		sess, err := agent.LoadSessionFrom(ctx, c.db, key, id, s.agentID, "", path, now)
 		if err != nil {
 			return err
 		}
@@ -61,26 +80,23 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 		if s.sess != nil {
 			s.sess.Close()
 		}
-		archived, err := g.db.ArchiveTranscriptAs(ctx, oldPath, "reset", now)
+		archived, err := c.db.ArchiveTranscriptAs(ctx, oldPath, "reset", now)
 		if err == nil {
-			if err = g.db.ResetSession(ctx, key, id, path, archived, now); err != nil && archived != "" {
-				_ = g.db.UnarchiveTranscript(ctx, archived, oldPath) // keep the conversation as it was
+			if err = c.db.ResetSession(ctx, key, id, path, archived, now); err != nil && archived != "" {
+				_ = c.db.UnarchiveTranscript(ctx, archived, oldPath) // keep the conversation as it was
 			}
 		}
 		if err != nil {
 			sess.Close()
-			if old, lerr := agent.LoadSessionFrom(ctx, g.db, key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
+			if old, lerr := agent.LoadSessionFrom(ctx, c.db, key, s.row.ID, s.agentID, "", oldPath, s.row.CreatedAt); lerr == nil {
 				s.sess = old
 			} else {
-				s.evicted = true // load it again on the next message
-				g.mu.Lock()
-				delete(g.sessions, key)
-				g.mu.Unlock()
+				c.drop(s) // load it again on the next message
 			}
 			return err
 		}
 		s.sess, s.row.ID, s.row.TranscriptPath = sess, id, path
-		g.log.Info("new session started", zap.String("sessionKey", key), zap.String("sessionId", id))
+		c.log.Info("new session started", zap.String("sessionKey", key), zap.String("sessionId", id))
 		return nil
 	})
 }
@@ -88,26 +104,15 @@ func (c sessionControl) NewSession(ctx context.Context, key string) error {
 // Compact summarises the session's older turns with its model now.
 func (c sessionControl) Compact(ctx context.Context, key, focus string) (before, after int, err error) {
 	err = c.locked(ctx, key, func(s *sessionState) error {
-		g := c.g
-		cfg := g.cfg()
-		ag := cfg.Resolve(s.agentID)
-		ref, _, err := g.effective(ctx, ag, key)
+		turn, err := c.compactTurn(ctx, s.agentID, key, c.origin)
 		if err != nil {
 			return err
 		}
-		model, ok := g.catalog.Lookup(ref)
-		if !ok {
-			return fmt.Errorf("model %s is not configured", ref)
-		}
-		reg := g.topTools(ag)
-		sc := spend.Call{Conversation: key, AgentID: s.agentID, RunID: "compact:" + key, Label: "/compact"}
-		res, err := s.sess.Compact(ctx, agent.Turn{Model: model, System: systemPrompt(ag, g.workspace(cfg, s.agentID), c.origin), Tools: reg,
-			Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(s.agentID, model.Ref, u) },
-			BeforeCall: g.spend.Guard(sc), OnCall: g.spend.Counter(sc)}, focus, 0)
+		res, err := s.sess.Compact(ctx, turn, focus, 0)
 		before, after = res.Before, res.After
 		if err == nil {
-			if uerr := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); uerr != nil {
-				g.log.Warn("could not record usage", zap.Error(uerr))
+			if uerr := c.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); uerr != nil {
+				c.log.Warn("could not record usage", zap.Error(uerr))
 			}
 		}
 		return err
@@ -115,12 +120,42 @@ func (c sessionControl) Compact(ctx context.Context, key, focus string) (before,
 	return before, after, err
 }
 
+// compactTurn is sessionDeps.compactTurn: the conversation's model, tools
+// and system prompt under one config.
+func (g *Gateway) compactTurn(ctx context.Context, agentID, key string, origin channels.Origin) (agent.Turn, error) {
+	cfg := g.cfg()
+	ag := cfg.Resolve(agentID)
+	ref, _, err := g.effective(ctx, ag, key)
+	if err != nil {
+		return agent.Turn{}, err
+	}
+	model, ok := g.catalog.Lookup(ref)
+	if !ok {
+		return agent.Turn{}, fmt.Errorf("model %s is not configured", ref)
+	}
+	sc := spend.Call{Conversation: key, AgentID: agentID, RunID: "compact:" + key, Label: "/compact"}
+	return agent.Turn{Model: model, System: systemPrompt(ag, g.workspace(cfg, agentID), origin), Tools: g.topTools(ag),
+		Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) },
+		BeforeCall: g.spend.Guard(sc), OnCall: g.spend.Counter(sc)}, nil
+}
+
+// dropSession forgets a session (the caller holds it) whose transcript
+// could not be loaded again: the next message loads it from the store.
+func (g *Gateway) dropSession(s *sessionState) {
+	s.evicted = true
+	g.mu.Lock()
+	if g.sessions[s.key] == s {
+		delete(g.sessions, s.key)
+	}
+	g.mu.Unlock()
+}
+
 func (c sessionControl) Settings(ctx context.Context, key string) (store.ConversationSettings, error) {
-	return c.g.db.ConversationSettings(ctx, key)
+	return c.db.ConversationSettings(ctx, key)
 }
 
 func (c sessionControl) SetSettings(ctx context.Context, key string, s store.ConversationSettings) error {
-	return c.g.db.SetConversationSettings(ctx, key, s)
+	return c.db.SetConversationSettings(ctx, key, s)
 }
 
 // effective returns the model ref and thinking level a turn of key uses:
