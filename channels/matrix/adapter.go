@@ -78,6 +78,12 @@ type Options struct {
 	// KeyWait is how long a message whose key has not arrived waits for it
 	// before the sender is told to share keys (default 30 s).
 	KeyWait time.Duration
+	// State keeps the encrypted messages waiting for their key (the
+	// adapter's namespaced store), so a restart — or a crash — while they
+	// wait neither loses them nor leaves their senders untold: the next
+	// start waits for their keys again. Nil keeps them in memory only, and
+	// a clean stop tells their senders.
+	State channels.KV
 }
 
 // Adapter is the Matrix channel.

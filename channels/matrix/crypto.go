@@ -4,6 +4,7 @@ package matrix
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -138,6 +139,7 @@ func (a *Adapter) startCrypto(ctx context.Context, syncer *mautrix.DefaultSyncer
 	syncer.OnEventType(event.StateHistoryVisibility, mach.HandleHistoryVisibility)
 	a.log.Info("matrix end-to-end encryption on", zap.String("deviceId", string(a.client.DeviceID)),
 		zap.String("fingerprint", mach.Fingerprint()))
+	a.loadPending(ctx, c)
 	return nil
 }
 
@@ -259,6 +261,9 @@ func (a *Adapter) awaitKey(ctx context.Context, c *e2ee, evt *event.Event) {
 		c.pending = append(c.pending, &pendingKey{evt: evt, deadline: time.Now().Add(a.keyWait())})
 	}
 	c.mu.Unlock()
+	if !full {
+		a.savePending(ctx, c)
+	}
 	a.log.Info("matrix message waits for its key", zap.String("roomId", string(evt.RoomID)),
 		zap.String("eventId", string(evt.ID)), zap.String("sessionId", string(content.SessionID)), zap.Bool("listFull", full))
 	if full {
@@ -317,6 +322,9 @@ func (a *Adapter) retryPendingKeys(ctx context.Context, _ *mautrix.RespSync, _ s
 	c.mu.Lock()
 	c.pending = append(still, c.pending...)
 	c.mu.Unlock()
+	if len(still) != len(waiting) {
+		a.savePending(ctx, c)
+	}
 	return true
 }
 
@@ -338,10 +346,14 @@ func (a *Adapter) startKeyWaits(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case now := <-t.C:
-				for _, p := range c.expired(now) {
+				gone := c.expired(now)
+				for _, p := range gone {
 					a.log.Warn("matrix message key did not come; the sender is told", zap.String("roomId", string(p.evt.RoomID)),
 						zap.String("eventId", string(p.evt.ID)), zap.Duration("waited", a.keyWait()))
 					a.tellUndecryptable(ctx, p.evt)
+				}
+				if len(gone) > 0 {
+					a.savePending(ctx, c)
 				}
 			}
 		}
@@ -365,8 +377,8 @@ func (c *e2ee) expired(now time.Time) []*pendingKey {
 }
 
 // stopCrypto waits for the key-wait goroutine, tells the senders of
-// messages still waiting (the next start continues after them), and
-// closes the key store.
+// messages still waiting unless Options.State keeps them for the next
+// start, and closes the key store.
 func (a *Adapter) stopCrypto(ctx context.Context) {
 	c := a.crypto()
 	if c == nil {
@@ -382,6 +394,10 @@ func (a *Adapter) stopCrypto(ctx context.Context) {
 	left := c.pending
 	c.pending = nil
 	c.mu.Unlock()
+	if a.opts.State != nil {
+		// Kept in the store: the next start waits for their keys again.
+		left = nil
+	}
 	for _, p := range left {
 		tellCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		a.tellUndecryptable(tellCtx, p.evt)
@@ -395,10 +411,11 @@ func (a *Adapter) stopCrypto(ctx context.Context) {
 	}
 }
 
-// tellUndecryptable answers evt with UndecryptableText, in its thread, once
-// per room, sender and Megolm session (a group room where the bot lacks a
-// session would otherwise hear it on every message), and only to a sender
-// the access rules let talk to the bot.
+// tellUndecryptable answers evt with UndecryptableText, in its thread: in
+// a DM every such message; in a group once per room, sender and Megolm
+// session (the mention is inside the ciphertext, so a group room where the
+// bot lacks a session would otherwise hear it on every message, addressed
+// to the bot or not); only to a sender the access rules let talk to the bot.
 func (a *Adapter) tellUndecryptable(ctx context.Context, evt *event.Event) {
 	c := a.crypto()
 	if evt.Sender == a.client.UserID {
@@ -415,6 +432,9 @@ func (a *Adapter) tellUndecryptable(ctx context.Context, evt *event.Event) {
 	}
 	if c != nil {
 		key := string(evt.RoomID) + "|" + string(evt.Sender) + "|" + string(content.SessionID)
+		if chatType == channels.ChatDM {
+			key += "|" + string(evt.ID) // every message of a DM is to the bot: each is answered
+		}
 		c.mu.Lock()
 		seen := c.told.has(key)
 		c.told.put(key, "")
@@ -562,4 +582,80 @@ func trimNewline(p []byte) []byte {
 		return p[:n-1]
 	}
 	return p
+}
+
+// pendingKeyPrefix is the State key of the messages waiting for their key,
+// per bot user.
+const pendingKeyPrefix = "e2ee.pending."
+
+// savePending writes the messages waiting for their key to Options.State
+// (a JSON array of the encrypted events), so a restart or a crash while
+// they wait neither loses them nor leaves their senders untold.
+func (a *Adapter) savePending(ctx context.Context, c *e2ee) {
+	if a.opts.State == nil {
+		return
+	}
+	c.mu.Lock()
+	evts := make([]*event.Event, 0, len(c.pending))
+	for _, p := range c.pending {
+		evts = append(evts, p.evt)
+	}
+	c.mu.Unlock()
+	b, err := json.Marshal(evts)
+	if err == nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = a.opts.State.Set(sctx, pendingKeyPrefix+string(a.client.UserID), string(b))
+		cancel()
+	}
+	if err != nil {
+		a.log.Warn("matrix: the messages waiting for their key were not saved; a restart now would lose them", zap.Error(err))
+	}
+}
+
+// loadPending takes back the messages that waited for their key when the
+// adapter last stopped (or died): each waits KeyWait again, and its key is
+// asked for again.
+func (a *Adapter) loadPending(ctx context.Context, c *e2ee) {
+	if a.opts.State == nil {
+		return
+	}
+	v, found, err := a.opts.State.Get(ctx, pendingKeyPrefix+string(a.client.UserID))
+	if err != nil {
+		a.log.Warn("matrix: the messages that waited for their key could not be read", zap.Error(err))
+		return
+	}
+	if !found || v == "" {
+		return
+	}
+	var evts []*event.Event
+	if err := json.Unmarshal([]byte(v), &evts); err != nil {
+		a.log.Warn("matrix: the saved messages waiting for their key are unreadable; dropped", zap.Error(err))
+		return
+	}
+	deadline := time.Now().Add(a.keyWait())
+	c.mu.Lock()
+	for _, evt := range evts {
+		if evt == nil || len(c.pending) >= maxPendingKeys {
+			continue
+		}
+		if err := evt.Content.ParseRaw(evt.Type); err != nil {
+			continue
+		}
+		// Where it came from is not saved with it: a joined room's timeline.
+		evt.Mautrix.EventSource = event.SourceJoin | event.SourceTimeline
+		c.pending = append(c.pending, &pendingKey{evt: evt, deadline: deadline})
+	}
+	taken := append([]*pendingKey(nil), c.pending...)
+	c.mu.Unlock()
+	for _, p := range taken {
+		content := p.evt.Content.AsEncrypted()
+		a.log.Info("matrix message still waits for its key after a restart", zap.String("roomId", string(p.evt.RoomID)),
+			zap.String("eventId", string(p.evt.ID)))
+		reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := c.mach.SendRoomKeyRequest(reqCtx, p.evt.RoomID, content.SenderKey, content.SessionID, "",
+			map[id.UserID][]id.DeviceID{p.evt.Sender: {"*"}, a.client.UserID: {"*"}}); err != nil {
+			a.log.Warn("matrix room key request failed", zap.String("eventId", string(p.evt.ID)), zap.Error(err))
+		}
+		cancel()
+	}
 }

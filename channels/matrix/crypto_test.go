@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -430,5 +431,126 @@ func TestDendriteEncryptedFailoverOnPostgres(t *testing.T) {
 	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool { return m.Encrypted && m.Body() == "second replica, same device" })
 	if after := deviceKeys(t, alice.Client, bot.UserID); len(before) != 1 || fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("the bot's devices changed over the failover: before %v, after %v", before, after)
+	}
+}
+
+// memKV is a channels.KV in memory, shared by the starts of one test the
+// way the gateway's store is shared by a process and the next.
+type memKV struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (k *memKV) Get(_ context.Context, key string) (string, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v, ok := k.m[key]
+	return v, ok, nil
+}
+
+func (k *memKV) Set(_ context.Context, key, value string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]string{}
+	}
+	k.m[key] = value
+	return nil
+}
+
+func (k *memKV) Claim(ctx context.Context, key, value string) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.m[key]; ok {
+		return false, nil
+	}
+	if k.m == nil {
+		k.m = map[string]string{}
+	}
+	k.m[key] = value
+	return true, nil
+}
+
+func (k *memKV) DeleteBefore(context.Context, string, time.Time) (int64, error) { return 0, nil }
+
+// TestDendriteKeyWaitSurvivesRestart: a message whose key has not come when
+// the bot stops is kept in the channel's store, not lost and not answered
+// with the share-keys line; the next start asks for its key again and
+// delivers it when the key comes.
+func TestDendriteKeyWaitSurvivesRestart(t *testing.T) {
+	hs := requireHS(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "crypto-alice"))
+	bot := hs.RegisterUser(t, "crypto-bot")
+	kv := &memKV{}
+	cb := newCryptoBot(t, hs, bot, func(o *Options) { o.State = kv })
+	_, _, stop := cb.start()
+	room := alice.CreateEncryptedRoom(t, bot.UserID)
+	alice.WaitMember(t, room, bot.UserID)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	if err := alice.Mach.ShareGroupSession(ctx, room, []id.UserID{alice.UserID}); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := alice.Mach.CryptoStore.GetOutboundGroupSession(ctx, room)
+	if err != nil || sess == nil {
+		t.Fatalf("alice's outbound session: %v", err)
+	}
+	sessionKey, sessionID := sess.Internal.Key(), sess.ID()
+	enc, err := alice.Mach.EncryptMegolmEvent(ctx, room, event.EventMessage,
+		&event.MessageEventContent{MsgType: event.MsgText, Body: "sent before the restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := alice.SendMessageEvent(ctx, room, event.EventEncrypted, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitKeyRequest := func(what string) {
+		t.Helper()
+		for asked := false; !asked; {
+			select {
+			case req := <-alice.KeyRequests:
+				asked = req.Body.SessionID == sessionID && req.Body.RoomID == room
+			case <-time.After(matrixtest.WaitTimeout):
+				t.Fatalf("%s: the bot asked for no key for session %s within %s", what, sessionID, matrixtest.WaitTimeout)
+			}
+		}
+	}
+	waitKeyRequest("first start")
+	stop() // the key has not come: the message must survive the stop
+
+	_, in, _ := cb.start()
+	waitKeyRequest("after the restart")
+	dev, err := alice.Mach.GetOrFetchDevice(ctx, bot.UserID, bot.DeviceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Mach.SendEncryptedToDevice(ctx, dev, event.ToDeviceRoomKey, event.Content{Parsed: &event.RoomKeyEventContent{
+		Algorithm: id.AlgorithmMegolmV1, RoomID: room, SessionID: sessionID, SessionKey: sessionKey}}); err != nil {
+		t.Fatalf("send the room key to the bot: %v", err)
+	}
+	got := in.next(t)
+	if got.Origin.MessageID != string(sent.EventID) || got.Text != "sent before the restart" {
+		t.Fatalf("after the restart and the key: %+v %q; want the waiting message %s", got.Origin, got.Text, sent.EventID)
+	}
+	// Nobody was told to share keys: the message was only waiting.
+	msgs, err := matrixtest.RoomMessages(ctx, alice.Client, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, evt := range msgs {
+		if evt.Sender != bot.UserID || evt.Type != event.EventEncrypted {
+			continue
+		}
+		_ = evt.Content.ParseRaw(evt.Type)
+		dec, err := alice.Mach.DecryptMegolmEvent(ctx, evt)
+		if err != nil {
+			continue
+		}
+		_ = dec.Content.ParseRaw(dec.Type)
+		if m := dec.Content.AsMessage(); m != nil && m.Body == UndecryptableText {
+			t.Errorf("the bot told alice to share keys although the message only waited across a restart")
+		}
 	}
 }

@@ -101,7 +101,7 @@ func init() {
 				AutoJoin: c.AutoJoin == nil || *c.AutoJoin, ThreadReplies: c.ThreadReplies, Access: channels.AccessOf(c.Access),
 				ThreadContext: config.ThreadContextOr(c.ThreadContext),
 				SyncStore:     sync, Logger: d.Logger, HTTPClient: d.HTTPClient,
-				Encryption: c.Encryption, RecoveryKey: c.RecoveryKey.Value(), CryptoDB: d.SQL})
+				Encryption: c.Encryption, RecoveryKey: c.RecoveryKey.Value(), CryptoDB: d.SQL, State: d.State})
 		},
 		Init: &channels.Init{
 			Title:   "Matrix",
