@@ -32,7 +32,7 @@ const (
 	unhealthyAfter = 3    // consecutive failed reconnects
 	eventQueue     = 256  // gateway events waiting for the worker
 	maxCursors     = 2000 // channels whose last message id is kept
-	catchUpPages   = 10   // of 100 messages, per channel and catch-up
+	catchUpPages   = 100  // of 100 messages, per channel and catch-up (10,000 messages missed while down)
 	maxKnown       = 10000
 	minBackoff     = time.Second
 	maxBackoff     = time.Minute

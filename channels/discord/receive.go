@@ -190,8 +190,8 @@ func (a *Adapter) catchUp(ctx context.Context, ch string) {
 			return
 		}
 	}
-	a.log.Warn("discord: catch-up stopped after its page limit; older missed messages are skipped", zap.String("channelId", ch),
-		zap.Int("messages", catchUpPages*100))
+	a.log.Warn("discord: catch-up stopped after its page limit; the channel's newer missed messages are skipped", zap.String("channelId", ch),
+		zap.Int("messages", catchUpPages*100), zap.String("after", a.cursor(ch)))
 }
 
 // message handles one message from the gateway (live) or a catch-up. It

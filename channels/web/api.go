@@ -107,8 +107,16 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	// A post's files: a body carrying them may be as large as they are
 	// allowed to be (base64 in JSON takes a third more).
 	bodyLimit := int64(maxBodyBytes)
-	if a.opts.Files != nil {
+	multipart := isMultipart(r)
+	switch {
+	case a.opts.Files != nil && multipart:
 		bodyLimit += int64(a.maxFiles()+1) * (a.maxFileBytes()/3*4 + 4<<10)
+	case a.opts.Files != nil:
+		// The JSON form is held in memory while it is decoded (the base64
+		// text, then the bytes): one maxBytes file's worth in all, so a
+		// post costs what one file does; larger ones go as multipart,
+		// which streams.
+		bodyLimit += a.maxFileBytes()/3*4 + int64(a.maxFiles()+1)*(4<<10)
 	}
 	body := http.MaxBytesReader(w, r.Body, bodyLimit)
 	form := &postForm{}
@@ -116,12 +124,16 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	tooLarge := func(err error) bool {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", bodyLimit))
+			msg := fmt.Sprintf("request body is larger than %d bytes", bodyLimit)
+			if !multipart && a.opts.Files != nil {
+				msg += "; a JSON body carries one attachments.maxBytes file's worth in all: send larger files as multipart/form-data"
+			}
+			writeError(w, http.StatusRequestEntityTooLarge, msg)
 			return true
 		}
 		return false
 	}
-	if isMultipart(r) && a.opts.Files != nil {
+	if multipart && a.opts.Files != nil {
 		r.Body = body
 		mr, err := r.MultipartReader()
 		if err != nil {

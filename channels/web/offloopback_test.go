@@ -1,12 +1,16 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/channels/web"
 )
@@ -171,5 +175,49 @@ func TestFileNeedsClientSecretOffLoopback(t *testing.T) {
 	}
 	if r := h.do(t, "GET", "/api/files/"+strings.Repeat("b", 64)+"?client=off", "", auth); r.status != http.StatusNotFound {
 		t.Errorf("GET a file the conversation does not name: %d, want 404", r.status)
+	}
+}
+
+// TestJSONFilesBoundedToOneFile: the JSON base64 form is held in memory
+// while it is decoded, so a JSON post carries one maxBytes file's worth in
+// all: two files that each fit, together over it, are refused with 413
+// naming multipart; the same two files as multipart are taken.
+func TestJSONFilesBoundedToOneFile(t *testing.T) {
+	h := newHarness(t, web.Options{Files: oneFile{}, MaxFileBytes: 400 << 10, SpoolDir: t.TempDir()}, nil)
+	data := strings.Repeat("x", 390<<10) // each under 400 KiB, together over it
+	enc := base64.StdEncoding.EncodeToString([]byte(data))
+	body, _ := json.Marshal(map[string]any{"client": "json-big", "text": "two files", "files": []map[string]string{
+		{"name": "a.txt", "mime": "text/plain", "data": enc}, {"name": "b.txt", "mime": "text/plain", "data": enc}}})
+	r := h.do(t, "POST", "/api/messages", string(body), nil)
+	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(r.raw, "multipart/form-data") {
+		t.Fatalf("JSON post of two 390 KiB files (maxBytes 400 KiB): %d %s; want 413 naming multipart", r.status, r.raw)
+	}
+
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("client", "json-big")
+	_ = mw.WriteField("text", "two files")
+	for _, name := range []string{"a.txt", "b.txt"} {
+		fw, _ := mw.CreateFormFile("file", name)
+		_, _ = fw.Write([]byte(data))
+	}
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", h.srv.URL+"/api/messages", &buf)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	res, err := h.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("the same files as multipart: %s, want 202", res.Status)
+	}
+	select {
+	case in := <-h.inbound:
+		if len(in.Attachments) != 2 {
+			t.Errorf("multipart post reached the gateway with %d files, want 2", len(in.Attachments))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the multipart post never reached the gateway")
 	}
 }
