@@ -35,13 +35,13 @@ func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
 	defer cancel()
-	state := mautrix.NewMemoryStateStore()
+	state := &copyingStateStore{mautrix.NewMemoryStateStore().(*mautrix.MemoryStateStore)}
 	c.StateStore = state
 	c.Store = mautrix.NewMemorySyncStore()
 	syncer := mautrix.NewDefaultSyncer()
 	c.Syncer = syncer
 	log := zerolog.Nop()
-	mach := crypto.NewOlmMachine(c, &log, crypto.NewMemoryStore(nil), state.(crypto.StateStore))
+	mach := crypto.NewOlmMachine(c, &log, crypto.NewMemoryStore(nil), state)
 	if err := mach.Load(ctx); err != nil {
 		t.Fatalf("%s: load Olm account: %v", c.UserID, err)
 	}
@@ -237,4 +237,28 @@ func (h e2eeHelper) Encrypt(ctx context.Context, room id.RoomID, typ event.Type,
 		return nil, fmt.Errorf("share the room key: %w", err)
 	}
 	return h.e.Mach.EncryptMegolmEvent(ctx, room, typ, content)
+}
+
+// copyingStateStore is mautrix's MemoryStateStore that never shares a
+// member content with the event it came from, nor changes one in place:
+// MemoryStateStore keeps the event's own content (which the /sync loop's
+// handlers go on reading) and SetMembership (CreateRoom, on the test's
+// goroutine) writes into it — a data race inside mautrix's test store.
+type copyingStateStore struct{ *mautrix.MemoryStateStore }
+
+func (s *copyingStateStore) SetMember(ctx context.Context, room id.RoomID, user id.UserID, m *event.MemberEventContent) error {
+	if m != nil {
+		c := *m
+		m = &c
+	}
+	return s.MemoryStateStore.SetMember(ctx, room, user, m)
+}
+
+func (s *copyingStateStore) SetMembership(ctx context.Context, room id.RoomID, user id.UserID, membership event.Membership) error {
+	var c event.MemberEventContent
+	if m, err := s.MemoryStateStore.GetMember(ctx, room, user); err == nil && m != nil {
+		c = *m // stored members are never changed in place, only replaced
+	}
+	c.Membership = membership
+	return s.MemoryStateStore.SetMember(ctx, room, user, &c)
 }
