@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/heraldhq/herald/channels"
 	_ "github.com/heraldhq/herald/channels/all" // every channel module registers itself
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
@@ -30,11 +31,21 @@ import (
 	"github.com/heraldhq/herald/subagent"
 )
 
+// usageText is usage with the registered channels named (the registry, so
+// a new channel needs no edit here).
+func usageText() string {
+	var names []string
+	for _, m := range channels.Modules() {
+		names = append(names, string(m.Name))
+	}
+	return strings.Replace(usage, "{{channels}}", strings.Join(names, ","), 1)
+}
+
 const usage = `Usage: herald <command> [flags]
 
 Commands:
   init                    write a commented starter config (asks on a terminal; else
-                          --channel web,slack,telegram,matrix,discord --provider anthropic|openai|
+                          --channel web,{{channels}} --provider anthropic|openai|
                           openai-compatible|demo); --force overwrites an existing file
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
   version                 print the module version, VCS revision and time, and the Go version
@@ -100,7 +111,7 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	f := &flags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.Usage = func() { fmt.Fprint(stderr, usageText()) }
 	fs.StringVar(&f.config, "config", "", "config file")
 	fs.StringVar(&f.stateDir, "state-dir", "", "state dir")
 	fs.StringVar(&f.logFormat, "log-format", "", "json or console")
@@ -131,7 +142,7 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageText())
 		if len(args) == 0 {
 			return 2
 		}
@@ -190,7 +201,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	fmt.Fprintf(stderr, "herald: unknown command %q\n\n%s", strings.Join(args, " "), usage)
+	fmt.Fprintf(stderr, "herald: unknown command %q\n\n%s", strings.Join(args, " "), usageText())
 	return 2
 }
 
