@@ -35,6 +35,12 @@ type ThreadReader interface {
 	ThreadHistory(ctx context.Context, at Origin) ([]ThreadMessage, error)
 }
 
+// MidThread reports whether o's message sits inside a thread and is not
+// the thread's root: the case thread context is for.
+func (o Origin) MidThread() bool {
+	return o.ThreadID != "" && o.MessageID != "" && o.ThreadID != o.MessageID
+}
+
 // WithThreadContext puts the earlier messages of a thread before a person's
 // message, as the model sees it: one line per message with its sender's
 // name, between two marker lines. With no messages it returns text unchanged.

@@ -394,7 +394,7 @@ const threadContextTimeout = 15 * time.Second
 // (a conversation started again with /new) is not given it again. A failed read is logged and the
 // turn goes on without it.
 func (g *Gateway) threadContext(ctx context.Context, o channels.Origin, text string, log *zap.Logger) string {
-	if o.ThreadID == "" || o.MessageID == "" || o.ThreadID == o.MessageID {
+	if !o.MidThread() {
 		return text
 	}
 	tr, ok := g.channel(o.Channel).(channels.ThreadReader)

@@ -19,7 +19,7 @@ var _ channels.ThreadReader = (*Adapter)(nil)
 // thread's id) when there is room.
 func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]channels.ThreadMessage, error) {
 	n := a.opts.ThreadContext
-	if n <= 0 || at.ThreadID == "" || at.MessageID == "" || at.ThreadID == at.MessageID {
+	if n <= 0 || !at.MidThread() {
 		return nil, nil
 	}
 	msgs, err := a.s.ChannelMessages(at.ThreadID, min(n, 100), at.MessageID, "", "", discordgo.WithContext(ctx))

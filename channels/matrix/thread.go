@@ -26,7 +26,7 @@ const maxRelationPages = 5
 // (crypto.go); those it cannot read are left out.
 func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]channels.ThreadMessage, error) {
 	n := a.opts.ThreadContext
-	if n <= 0 || at.ThreadID == "" || at.MessageID == "" || at.ThreadID == at.MessageID {
+	if n <= 0 || !at.MidThread() {
 		return nil, nil
 	}
 	room, root, mention := id.RoomID(at.ChatID), id.EventID(at.ThreadID), id.EventID(at.MessageID)

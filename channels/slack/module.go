@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"sync"
@@ -34,10 +35,10 @@ var (
 func (c *Config) Common() *config.ChannelCommon { return &c.ChannelCommon }
 
 func (c *Config) Defaults() {
-	setStr(&c.Mode, ModeSocket)
-	setStr(&c.APIURL, DefaultAPIURL)
-	setStr(&c.WebhookPath, DefaultWebhookPath)
-	setStr(&c.ReplyToMode, "all")
+	c.Mode = cmp.Or(c.Mode, ModeSocket)
+	c.APIURL = cmp.Or(c.APIURL, DefaultAPIURL)
+	c.WebhookPath = cmp.Or(c.WebhookPath, DefaultWebhookPath)
+	c.ReplyToMode = cmp.Or(c.ReplyToMode, "all")
 	if c.ThreadContext == nil {
 		n := config.DefaultThreadContext
 		c.ThreadContext = &n
@@ -74,12 +75,6 @@ func (c *Config) CheckApprover(id string) string {
 		return ""
 	}
 	return "a Slack user id (U… or W…, upper-case letters and digits)"
-}
-
-func setStr(p *string, v string) {
-	if *p == "" {
-		*p = v
-	}
 }
 
 func init() {

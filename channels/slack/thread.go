@@ -21,7 +21,7 @@ const maxReplyPages = 10
 // Options.ThreadContext messages, oldest first, with senders' display names.
 func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]channels.ThreadMessage, error) {
 	n := a.opts.ThreadContext
-	if n <= 0 || at.ThreadID == "" || at.MessageID == "" || at.ThreadID == at.MessageID {
+	if n <= 0 || !at.MidThread() {
 		return nil, nil
 	}
 	a.mu.Lock()

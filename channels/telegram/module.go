@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"strconv"
@@ -32,9 +33,9 @@ var (
 func (c *Config) Common() *config.ChannelCommon { return &c.ChannelCommon }
 
 func (c *Config) Defaults() {
-	setStr(&c.APIURL, DefaultAPIURL)
-	setStr(&c.WebhookPath, DefaultWebhookPath)
-	setStr(&c.UncertainDelivery, string(channels.UncertainResend))
+	c.APIURL = cmp.Or(c.APIURL, DefaultAPIURL)
+	c.WebhookPath = cmp.Or(c.WebhookPath, DefaultWebhookPath)
+	c.UncertainDelivery = cmp.Or(c.UncertainDelivery, string(channels.UncertainResend))
 }
 
 func (c *Config) Validate(s *config.Section) {
@@ -56,12 +57,6 @@ func (c *Config) CheckApprover(id string) string {
 		return ""
 	}
 	return "a Telegram user id (a positive number)"
-}
-
-func setStr(p *string, v string) {
-	if *p == "" {
-		*p = v
-	}
 }
 
 func init() {
