@@ -48,6 +48,9 @@ type echoAdapter struct {
 	sent []channels.Message
 	to   []channels.Origin
 	got  chan struct{}
+	// started is closed by Start: the gateway starts its channels on
+	// their own goroutines, so a message is pushed only after it.
+	started chan struct{}
 }
 
 var (
@@ -60,6 +63,10 @@ func (a *echoAdapter) Name() channels.Name { return "echo" }
 func (a *echoAdapter) Start(ctx context.Context, sink channels.Sink) error {
 	a.mu.Lock()
 	a.sink = sink
+	if a.started != nil {
+		close(a.started)
+		a.started = nil
+	}
 	a.mu.Unlock()
 	// Resume state goes to the adapter's own namespaced store.
 	return a.state.Set(ctx, "cursor", "started")
@@ -88,6 +95,16 @@ func (a *echoAdapter) SendPart(_ context.Context, to channels.Origin, msg channe
 func (a *echoAdapter) push(t *testing.T, text string) {
 	t.Helper()
 	a.mu.Lock()
+	started := a.started
+	a.mu.Unlock()
+	if started != nil {
+		select {
+		case <-started:
+		case <-time.After(e2eWait):
+			t.Fatal("the gateway did not start the echo channel")
+		}
+	}
+	a.mu.Lock()
 	sink := a.sink
 	a.mu.Unlock()
 	in := channels.Inbound{Origin: channels.Origin{Channel: "echo", ChatID: a.opts.Room, ChatType: channels.ChatDM, SenderID: "u1", MessageID: "m1"},
@@ -109,7 +126,7 @@ func TestThrowawayChannelModule(t *testing.T) {
 		Name:    "echo",
 		Options: func() config.ChannelOptions { return &echoConfig{} },
 		New: func(d channels.Deps) (channels.Channel, error) {
-			built = &echoAdapter{opts: d.Options.(*echoConfig), state: d.State, got: make(chan struct{}, 1)}
+			built = &echoAdapter{opts: d.Options.(*echoConfig), state: d.State, got: make(chan struct{}, 1), started: make(chan struct{})}
 			return built, nil
 		},
 	})
@@ -164,7 +181,7 @@ func TestThrowawayChannelModuleReload(t *testing.T) {
 		Name:    "echo",
 		Options: func() config.ChannelOptions { return &echoConfig{} },
 		New: func(d channels.Deps) (channels.Channel, error) {
-			a := &echoAdapter{opts: d.Options.(*echoConfig), state: d.State, got: make(chan struct{}, 1)}
+			a := &echoAdapter{opts: d.Options.(*echoConfig), state: d.State, got: make(chan struct{}, 1), started: make(chan struct{})}
 			builds = append(builds, a)
 			return a, nil
 		},
