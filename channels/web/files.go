@@ -335,8 +335,6 @@ func (a *Adapter) SendFile(ctx context.Context, to channels.Origin, msg channels
 // its own (attachments.maxBytes bounds what is stored).
 func (a *Adapter) FileLimit() int64 { return 0 }
 
-var _ channels.FileSender = (*Adapter)(nil)
-
 func (a *Adapter) maxFileBytes() int64 {
 	b, _ := a.fileLimits()
 	return b

@@ -34,11 +34,16 @@ import (
 // usageText is usage with the registered channels named (the registry, so
 // a new channel needs no edit here).
 func usageText() string {
+	return strings.Replace(usage, "{{channels}}", strings.Join(channelNames(), ","), 1)
+}
+
+// channelNames names the registered channel modules.
+func channelNames() []string {
 	var names []string
 	for _, m := range channels.Modules() {
 		names = append(names, string(m.Name))
 	}
-	return strings.Replace(usage, "{{channels}}", strings.Join(names, ","), 1)
+	return names
 }
 
 const usage = `Usage: herald <command> [flags]
@@ -120,7 +125,7 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.StringVar(&f.pprof, "pprof", "", "gateway: serve net/http/pprof on this loopback address")
 	fs.BoolVar(&f.json, "json", false, "list commands: print JSON")
 	fs.BoolVar(&f.pending, "pending", false, "outbox list: only messages not yet delivered or failed")
-	fs.Var(&f.channels, "channel", "init: a channel to configure (web, slack, telegram, matrix); repeat or comma-separate")
+	fs.Var(&f.channels, "channel", "init: a channel to configure (web or a registered one: "+strings.Join(channelNames(), ", ")+"); repeat or comma-separate")
 	fs.StringVar(&f.provider, "provider", "", "init: the model provider (anthropic, openai, openai-compatible, demo)")
 	fs.BoolVar(&f.force, "force", false, "init: overwrite an existing config file")
 	fs.BoolVar(&f.follow, "f", false, "transcripts tail: keep printing lines as they are appended")
