@@ -10,7 +10,7 @@ import (
 // one of them on SQLite and on PostgreSQL (store/storetest.Run is the
 // contract suite, run on both); consumers declare the aggregates they use.
 // Open and OpenPostgres (or OpenStore, by config) create a *DB. Methods
-// only tests use (GetOutbox, CreateRun, SessionResets, ...) are on *DB and
+// only tests use (GetOutbox, RefFiles, CreateRun, SessionResets, ...) are on *DB and
 // in storetest.Store, not in these interfaces.
 
 // Sessions are conversation histories' rows (the history itself is in
@@ -130,10 +130,8 @@ type Bus interface {
 // conversation last named them.
 type Files interface {
 	PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(head []byte) (string, error)) (FileRef, error) // ErrFileTooLarge
-	StatFile(ctx context.Context, id string) (FileRef, error)                                                        // ErrNotFound
 	OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, error)                                         // ErrNotFound
 	FileNamed(ctx context.Context, id, scope string) (bool, error)
-	RefFiles(ctx context.Context, scope string, files []FileRef) error
 	IntakeFiles(ctx context.Context, intakeID int64) ([]FileRef, error)
 	OutboxFiles(ctx context.Context, outboxID int64) ([]FileRef, error)
 	SweepFiles(ctx context.Context, before time.Time) (int, error)

@@ -357,7 +357,9 @@ func TestConcurrentFirstUse(t *testing.T) {
 						return db.FinishRun(ctx, r, &OutboxItem{Text: id})
 					},
 					func() error { return db.AddSessionUsage(ctx, r.ChildKey, 1, 1) },
-					func() error { return db.CreateApproval(ctx, newApproval(id)) },
+					func() error {
+						return db.CreateApproval(ctx, &Approval{Code: id, SessionKey: r.RequesterKey, Tool: "exec", Origin: slackOrigin, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+					},
 					func() error {
 						_, err := db.ResolveApproval(ctx, id, ApprovalApproved, "U", t0)
 						return err

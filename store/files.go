@@ -158,9 +158,9 @@ func (d *DB) filePath(id string) string {
 	return filepath.Join(d.dir, FilesDir, id[:2], id)
 }
 
-// StatFile returns the stored file's size and type; ErrNotFound when it
+// statFile returns the stored file's size and type; ErrNotFound when it
 // is not (or no longer) stored.
-func (d *DB) StatFile(ctx context.Context, id string) (FileRef, error) {
+func (d *DB) statFile(ctx context.Context, id string) (FileRef, error) {
 	ref := FileRef{ID: id}
 	if !ValidFileID(id) {
 		return ref, ErrNotFound
@@ -172,7 +172,7 @@ func (d *DB) StatFile(ctx context.Context, id string) (FileRef, error) {
 
 // OpenFile streams a stored file; ErrNotFound when it is not stored.
 func (d *DB) OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, error) {
-	ref, err := d.StatFile(ctx, id)
+	ref, err := d.statFile(ctx, id)
 	if err != nil {
 		return nil, ref, err
 	}
@@ -202,8 +202,9 @@ func (d *DB) FileNamed(ctx context.Context, id, scope string) (bool, error) {
 }
 
 // RefFiles records that the conversation scope names the files now: they
-// are kept attachments.retentionDays from now (a transcript line or a
-// workspace copy that uses them, a sub-agent handed them).
+// are kept attachments.retentionDays from now. Only tests call it (it is in
+// storetest.Store, not in Files): production names files with the message
+// or reply that holds them (AddIntake, EnqueueOutbox).
 func (d *DB) RefFiles(ctx context.Context, scope string, files []FileRef) error {
 	if len(files) == 0 {
 		return nil

@@ -57,26 +57,3 @@ func TestIntakeOwedUntilCompletedWithItsReply(t *testing.T) {
 		t.Fatalf("outbox = %+v, want the one reply", due)
 	}
 }
-
-// A web message appended twice with the same Key (an outbox item re-sent
-// after a crash) is stored once.
-func TestAppendWebIdempotentByKey(t *testing.T) {
-	ctx := context.Background()
-	db := newTestDB(t)
-	first := &WebMessage{Role: "assistant", Text: "hi", Key: "outbox:7"}
-	seq1, err := db.AppendWeb(ctx, "c1", first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq2, err := db.AppendWeb(ctx, "c1", &WebMessage{Role: "assistant", Text: "hi", Key: "outbox:7"})
-	if err != nil || seq2 != seq1 {
-		t.Fatalf("second append = %d, %v; want the first seq %d", seq2, err, seq1)
-	}
-	if seq3, _ := db.AppendWeb(ctx, "c2", &WebMessage{Role: "assistant", Text: "hi", Key: "outbox:7"}); seq3 != 1 {
-		t.Errorf("another client: seq %d, want its own first message", seq3)
-	}
-	msgs, _ := db.WebAfter(ctx, "c1", 0, 0)
-	if len(msgs) != 1 {
-		t.Errorf("c1 has %d messages, want 1", len(msgs))
-	}
-}

@@ -1,6 +1,7 @@
 // Package storetest is the store's contract suite: Run drives any backend
 // through the store interfaces — intake, outbox claims, runs, sessions,
-// transcripts, leases, KV, schedules, spend — and checks what a user of
+// transcripts, leases, KV, schedules, spend, approvals, the web log,
+// files, the bus — and checks what a user of
 // Herald would notice (a message stored once, a reply delivered once and
 // in order, a run's announce with its end, a lease held by one replica).
 // The store package runs it on SQLite and on PostgreSQL.
@@ -20,11 +21,14 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// Store is what the suite drives: the production contract plus GetOutbox,
-// the one read only tests need (to see an item's state between claims).
+// Store is what the suite drives: the production contract plus the
+// methods only tests use: GetOutbox (to see an item's state between
+// claims) and RefFiles (to name a stored file for a conversation without
+// a message).
 type Store interface {
 	store.Store
 	GetOutbox(ctx context.Context, id int64) (*store.OutboxItem, error)
+	RefFiles(ctx context.Context, scope string, files []store.FileRef) error
 }
 
 // Run runs the contract suite; open returns a new, empty store for one
@@ -45,6 +49,26 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"KV", testKV},
 		{"Schedules", testSchedules},
 		{"Spend", testSpend},
+		{"ConfigSchedules", testConfigSchedules},
+		{"TranscriptLines", testTranscriptLines},
+		{"TailTranscriptFollows", testTailTranscriptFollows},
+		{"Backup", testBackup},
+		{"Approvals", testApprovals},
+		{"ApprovalDecidedOnce", testApprovalDecidedOnce},
+		{"ApprovalRace", testApprovalRace},
+		{"PendingApprovals", testPendingApprovals},
+		{"WebLog", testWebLog},
+		{"WebLogConcurrent", testWebLogConcurrent},
+		{"FilesStoredOnce", testFilesStoredOnce},
+		{"FilesRefused", testFilesRefused},
+		{"FilesConcurrentPut", testFilesConcurrentPut},
+		{"FilesSweep", testFilesSweep},
+		{"Bus", testBus},
+		{"ConversationSettings", testConversationSettings},
+		{"IntakeDraft", testIntakeDraft},
+		{"RunBySpawnCall", testRunBySpawnCall},
+		{"ClaimRuns", testClaimRuns},
+		{"RunStatusAndArchive", testRunStatusAndArchive},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
 	}
@@ -103,6 +127,15 @@ func testSessions(t *testing.T, s Store) {
 	}
 	if moved, err := s.HoldSession(ctx, convKey, "r1"); err != nil || moved {
 		t.Errorf("second HoldSession by the same replica = %v, %v; want not moved", moved, err)
+	}
+	if moved, err := s.HoldSession(ctx, convKey, "r2"); err != nil || !moved {
+		t.Errorf("HoldSession by another replica = %v, %v; want moved", moved, err)
+	}
+	if moved, err := s.HoldSession(ctx, convKey, "r1"); err != nil || !moved {
+		t.Errorf("HoldSession back by the first = %v, %v; want moved", moved, err)
+	}
+	if _, err := s.HoldSession(ctx, convKey, ""); !errors.Is(err, store.ErrNoHolder) {
+		t.Errorf("HoldSession without holder = %v, want ErrNoHolder", err)
 	}
 }
 
@@ -210,6 +243,15 @@ func testOutboxClaims(t *testing.T, s Store) {
 	if id2, err := s.EnqueueOutbox(ctx, &store.OutboxItem{RunID: "run-1", Origin: other, Text: "again"}); err != nil || id2 != id1 {
 		t.Errorf("second announce of a run = %d, %v; want the first %d", id2, err, id1)
 	}
+	if pending, err := s.PendingOutbox(ctx, 0); err != nil || strings.Join(texts(pending), ",") != "one,two,three,done" {
+		t.Errorf("PendingOutbox = %v, %v; want every item, oldest first", texts(pending), err)
+	}
+	if pending, _ := s.PendingOutbox(ctx, 2); len(pending) != 2 {
+		t.Errorf("PendingOutbox(2) = %d items", len(pending))
+	}
+	if at, ok, err := s.NextOutboxAt(ctx); err != nil || !ok || !at.Equal(t0) {
+		t.Errorf("NextOutboxAt = %v %v %v; want %v", at, ok, err, t0)
+	}
 	got, err := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0)
 	if err != nil || len(got) != 2 || got[0].Text != "one" || got[1].Text != "three" {
 		t.Fatalf("claims %+v, %v; want one and three (the heads of their chats)", texts(got), err)
@@ -240,6 +282,25 @@ func testOutboxClaims(t *testing.T, s Store) {
 	pending, delivered, failed, err := s.OutboxStats(ctx)
 	if err != nil || pending != 2 || delivered != 1 || failed != 1 {
 		t.Errorf("stats = %d pending, %d delivered, %d failed, %v; want 2, 1, 1", pending, delivered, failed, err)
+	}
+	if list, err := s.ListOutbox(ctx, true, 0); err != nil || strings.Join(texts(list), ",") != "done,three" {
+		t.Errorf("ListOutbox(pending) = %v, %v; want done, three (newest first)", texts(list), err)
+	}
+	if list, _ := s.ListOutbox(ctx, false, 0); len(list) != 4 {
+		t.Errorf("ListOutbox(all) = %v; want 4 items", texts(list))
+	}
+	if err := s.MarkDelivered(ctx, elsewhere.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	// done waits behind nothing now: due since t0.
+	if at, ok, err := s.NextOutboxAt(ctx); err != nil || !ok || !at.Equal(t0) {
+		t.Errorf("NextOutboxAt = %v %v %v; want %v", at, ok, err, t0)
+	}
+	if err := s.MarkDelivered(ctx, ann.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.NextOutboxAt(ctx); err != nil || ok {
+		t.Errorf("NextOutboxAt with nothing pending = %v, %v", ok, err)
 	}
 }
 
@@ -397,9 +458,15 @@ func testTranscripts(t *testing.T, s Store) {
 // A lease is held by one holder until released or expired.
 func testLeases(t *testing.T, s Store) {
 	ctx := context.Background()
+	if _, err := s.GetLease(ctx, "gateway"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetLease of nothing = %v, want ErrNotFound", err)
+	}
 	l, err := s.AcquireLease(ctx, "gateway", "r1", time.Minute)
 	if err != nil || l.Holder != "r1" || !l.ExpiresAt.After(l.AcquiredAt) {
 		t.Fatalf("acquire = %+v, %v", l, err)
+	}
+	if got, err := s.GetLease(ctx, "gateway"); err != nil || got.Holder != "r1" || !got.ExpiresAt.Equal(l.ExpiresAt) {
+		t.Errorf("GetLease = %+v, %v; want %+v", got, err, l)
 	}
 	if cur, err := s.AcquireLease(ctx, "gateway", "r2", time.Minute); !errors.Is(err, store.ErrLeaseHeld) || cur.Holder != "r1" {
 		t.Fatalf("r2 acquiring a held lease = %+v, %v; want ErrLeaseHeld by r1", cur, err)
@@ -498,6 +565,18 @@ func testSchedules(t *testing.T, s Store) {
 	}
 	if c, err := s.CountSchedules(ctx); err != nil || c.Paused != 1 || c.Active != 0 {
 		t.Errorf("counts = %+v, %v", c, err)
+	}
+	if err := s.ResumeSchedule(ctx, "s1", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := s.NextScheduleAt(ctx, time.Time{}); err != nil || !ok || !at.Equal(t0.Add(time.Hour)) {
+		t.Errorf("resumed: NextScheduleAt = %v %v %v; want %v", at, ok, err, t0.Add(time.Hour))
+	}
+	if list, err := s.ListSchedules(ctx, convKey); err != nil || len(list) != 1 || list[0].ID != "s1" || list[0].Task != "check" {
+		t.Errorf("ListSchedules = %+v, %v", list, err)
+	}
+	if list, err := s.ListSchedules(ctx, "agent:main:other"); err != nil || len(list) != 0 {
+		t.Errorf("ListSchedules(other) = %+v, %v", list, err)
 	}
 	if err := s.RemoveSchedule(ctx, "s1"); err != nil {
 		t.Fatal(err)

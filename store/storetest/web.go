@@ -1,0 +1,107 @@
+package storetest
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// The web chat's conversations are numbered per client from 1; an
+// announce (by RunID) or an outbox item (by Key) appended again shows once.
+func testWebLog(t *testing.T, s Store) {
+	ctx := context.Background()
+	file := store.FileRef{ID: "3f", Name: "a.png", MIME: "image/png", Size: 3}
+	steps := []struct {
+		client  string
+		msg     store.WebMessage
+		wantSeq int64
+	}{
+		{"alice", store.WebMessage{Role: "user", Text: "hi", At: t0, Files: []store.FileRef{file}}, 1},
+		{"alice", store.WebMessage{Role: "assistant", Text: "hello", At: t0.Add(time.Second)}, 2},
+		{"bob", store.WebMessage{Role: "user", Text: "yo", At: t0}, 1},
+		{"alice", store.WebMessage{Role: "announce", Text: "✅ done", RunID: "r1", At: t0.Add(2 * time.Second)}, 3},
+		{"alice", store.WebMessage{Role: "announce", Text: "✅ done (redelivered)", RunID: "r1"}, 3},
+		{"bob", store.WebMessage{Role: "announce", Text: "other client", RunID: "r1", At: t0}, 2},
+		{"alice", store.WebMessage{Role: "system", Text: "/status", At: t0.Add(3 * time.Second), Key: "outbox:7"}, 4},
+		{"alice", store.WebMessage{Role: "system", Text: "/status", Key: "outbox:7"}, 4},
+		{"bob", store.WebMessage{Role: "system", Text: "/status", Key: "outbox:7", At: t0}, 3},
+	}
+	for i, st := range steps {
+		m := st.msg
+		seq, err := s.AppendWeb(ctx, st.client, &m)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if seq != st.wantSeq || m.Seq != seq {
+			t.Errorf("step %d (%s %q): seq %d (m.Seq %d), want %d", i, st.client, st.msg.Text, seq, m.Seq, st.wantSeq)
+		}
+	}
+	tests := []struct {
+		client string
+		after  int64
+		limit  int
+		want   []store.WebMessage
+	}{
+		{"alice", 0, 0, []store.WebMessage{
+			{Seq: 1, Role: "user", Text: "hi", At: ms(t0), Files: []store.FileRef{file}},
+			{Seq: 2, Role: "assistant", Text: "hello", At: ms(t0.Add(time.Second))},
+			{Seq: 3, Role: "announce", Text: "✅ done", RunID: "r1", At: ms(t0.Add(2 * time.Second))},
+			{Seq: 4, Role: "system", Text: "/status", At: ms(t0.Add(3 * time.Second))},
+		}},
+		{"alice", 2, 1, []store.WebMessage{
+			{Seq: 3, Role: "announce", Text: "✅ done", RunID: "r1", At: ms(t0.Add(2 * time.Second))},
+		}},
+		{"alice", 4, 0, nil},
+		{"carol", 0, 0, nil},
+	}
+	for _, tt := range tests {
+		got, err := s.WebAfter(ctx, tt.client, tt.after, tt.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("WebAfter(%s, %d, %d) =\n%+v\nwant\n%+v", tt.client, tt.after, tt.limit, got, tt.want)
+		}
+	}
+	if _, err := s.AppendWeb(ctx, "", &store.WebMessage{Role: "user"}); err == nil {
+		t.Error("AppendWeb without a client succeeded")
+	}
+}
+
+// Messages appended at once to one client get the next numbers, each once.
+func testWebLogConcurrent(t *testing.T, s Store) {
+	ctx := context.Background()
+	const n = 12
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var seqs []int64
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq, err := s.AppendWeb(ctx, "c1", &store.WebMessage{Role: "user", Text: "x", At: t0})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			seqs = append(seqs, seq)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(seqs)
+	for i, seq := range seqs {
+		if seq != int64(i+1) {
+			t.Fatalf("seqs %v, want 1..%d each once", seqs, n)
+		}
+	}
+	if got, _ := s.WebAfter(ctx, "c1", 0, 0); len(got) != n {
+		t.Errorf("%d messages stored, want %d", len(got), n)
+	}
+}
