@@ -106,8 +106,16 @@ type Adapter struct {
 	threads   map[string]bool     // threads the bot is in
 	names     map[string]string   // message id → thread name, for threads opened lazily
 	cursors   map[string]string   // channel id → last message id handled
-	held      map[string]bool     // channels whose messages wait for a catch-up (store away)
+	held      map[string]hold     // channels whose messages wait for a catch-up (store away, history unreadable)
 	loaded    bool
+}
+
+// hold is a channel whose messages wait for a catch-up: its live messages
+// are skipped (the catch-up fetches them from the cursor) until a catch-up
+// read it to the end.
+type hold struct {
+	at    time.Time // when it is caught up again
+	fails int       // history reads failed in a row, for the backoff
 }
 
 type chanInfo struct {
@@ -165,7 +173,7 @@ func New(opts Options) (*Adapter, error) {
 		threads:   map[string]bool{},
 		names:     map[string]string{},
 		cursors:   map[string]string{},
-		held:      map[string]bool{},
+		held:      map[string]hold{},
 	}
 	s, err := discordgo.New("Bot " + opts.BotToken)
 	if err != nil {

@@ -675,3 +675,58 @@ func TestThreadHistory(t *testing.T) {
 		t.Errorf("history with room: %+v; want the starter message first", msgs)
 	}
 }
+
+// A catch-up that Discord refuses for a while (a 429, then a 500) keeps
+// the channel held: a live message meanwhile waits for the catch-up, which
+// is retried after the Retry-After or a backoff, and every message missed
+// while Herald was down reaches the sink once, in order, before it.
+func TestFailedCatchUpHoldsTheChannelUntilItIsRead(t *testing.T) {
+	s := newSetup(t)
+	rec := newRecorder()
+	a := s.start(t, rec, nil)
+	s.fake.Say(general, alice, mention("seen before the restart"), "")
+	rec.next(t)
+	stop(t, a)
+
+	for _, text := range []string{"missed one", "missed two", "missed three"} {
+		s.fake.Say(general, alice, mention(text), "")
+	}
+	history := "/channels/" + general + "/messages"
+	s.fake.RateLimitNext("GET", history, 0.3)
+	s.fake.FailNext("GET", history, 500)
+	refused := func(status int) func() bool {
+		return func() bool {
+			for _, r := range s.fake.Requests() {
+				if r.Method == "GET" && r.Path == "/api/v10"+history && r.Status == status {
+					return true
+				}
+			}
+			return false
+		}
+	}
+
+	rec2 := newRecorder()
+	s.start(t, rec2, nil)
+	ctx := testCtx(t)
+	if err := s.fake.Wait(ctx, "the catch-up refused with 429", refused(429)); err != nil {
+		t.Fatal(err)
+	}
+	s.fake.Say(general, bob, mention("live while the catch-up waits"), "")
+	if err := s.fake.Wait(ctx, "the retried catch-up refused with 500", refused(500)); err != nil {
+		t.Fatal(err)
+	}
+	s.fake.Say(general, bob, mention("live after the 500"), "")
+
+	want := "missed one|missed two|missed three|live while the catch-up waits|live after the 500"
+	var texts []string
+	for len(texts) < 5 {
+		texts = append(texts, rec2.next(t).Text)
+	}
+	if strings.Join(texts, "|") != want {
+		t.Fatalf("after a refused catch-up the sink got %q; want %q (each missed message once, in order, before the live ones)", texts, want)
+	}
+	s.fake.Say(dm, alice, "marker", "")
+	if got := rec2.upTo(t, "marker"); len(got) != 0 {
+		t.Errorf("a message reached the sink twice: %+v", got)
+	}
+}

@@ -23,31 +23,27 @@ const (
 )
 
 // retryHeld is how long a channel whose message the gateway could not
-// store waits before it is caught up again.
+// store waits before it is caught up again, and the first backoff of a
+// channel whose history could not be read.
 const retryHeld = 5 * time.Second
 
 // work handles gateway events one at a time, in the order they came: the
 // sink is called here, and a channel's cursor advances only past messages
-// the gateway took (or Herald ignores).
+// the gateway took (or Herald ignores). Held channels are caught up again
+// when their hold is due.
 func (a *Adapter) work(ctx context.Context) {
+	var timer *time.Timer
 	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-retry:
-			retry = nil
-			a.mu.Lock()
-			held := make([]string, 0, len(a.held))
-			for ch := range a.held {
-				held = append(held, ch)
-			}
-			a.mu.Unlock()
-			for _, ch := range held {
-				a.mu.Lock()
-				delete(a.held, ch)
-				a.mu.Unlock()
-				a.catchUp(ctx, ch)
+			for _, ch := range a.due(time.Now()) {
+				if ctx.Err() != nil {
+					return
+				}
+				a.catchUp(ctx, ch) // the channel stays held until it succeeds
 			}
 		case e := <-a.events:
 			switch e := e.(type) {
@@ -76,13 +72,80 @@ func (a *Adapter) work(ctx context.Context) {
 				}
 			}
 		}
-		a.mu.Lock()
-		pending := len(a.held) > 0
-		a.mu.Unlock()
-		if pending && retry == nil {
-			retry = time.After(a.retryHeld)
+		if timer != nil {
+			timer.Stop()
+			timer, retry = nil, nil
+		}
+		if next, ok := a.nextDue(); ok {
+			timer = time.NewTimer(time.Until(next))
+			retry = timer.C
 		}
 	}
+}
+
+// due lists the held channels whose catch-up is due at now, in id order.
+func (a *Adapter) due(now time.Time) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var chans []string
+	for ch, h := range a.held {
+		if !h.at.After(now) {
+			chans = append(chans, ch)
+		}
+	}
+	slices.SortFunc(chans, compareIDs)
+	return chans
+}
+
+// nextDue is when the next held channel is caught up again.
+func (a *Adapter) nextDue() (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var next time.Time
+	for _, h := range a.held {
+		if next.IsZero() || h.at.Before(next) {
+			next = h.at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// holdFor holds channel ch: its live messages wait, and it is caught up
+// again after wait.
+func (a *Adapter) holdFor(ch string, wait time.Duration, failed bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.held[ch]
+	if failed {
+		h.fails++
+	}
+	h.at = time.Now().Add(wait)
+	a.held[ch] = h
+}
+
+// release ends the hold of channel ch: a catch-up read it to the end.
+func (a *Adapter) release(ch string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.held, ch)
+}
+
+// readBackoff is how long channel ch waits after its history could not be
+// read (err): Discord's Retry-After for a 429, else a backoff doubling from
+// retryHeld up to maxBackoff.
+func (a *Adapter) readBackoff(ch string, err error) time.Duration {
+	var ra *channels.RetryAfterError
+	if errors.As(classify(err), &ra) && ra.After > 0 {
+		return min(ra.After, maxBackoff)
+	}
+	a.mu.Lock()
+	fails := a.held[ch].fails
+	a.mu.Unlock()
+	wait := a.retryHeld
+	for i := 0; i < fails && wait < maxBackoff; i++ {
+		wait *= 2
+	}
+	return min(wait, maxBackoff)
 }
 
 // ready starts a new gateway session (not a resume): events of the old one
@@ -157,11 +220,16 @@ func (a *Adapter) guild(ctx context.Context, g *discordgo.Guild) {
 }
 
 // catchUp fetches what channel ch received after its cursor (GET
-// channels/{id}/messages?after=) and handles it oldest first.
+// channels/{id}/messages?after=) and handles it oldest first. Until it has
+// read to the end the channel is held: when Discord does not answer (a 429,
+// a 5xx, the network) its live messages wait and the catch-up is tried
+// again later from the same cursor, so the cursor never passes a message
+// not read.
 func (a *Adapter) catchUp(ctx context.Context, ch string) {
 	for page := 0; page < catchUpPages; page++ {
 		after := a.cursor(ch)
 		if after == "" {
+			a.release(ch)
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, sendTimeout)
@@ -172,9 +240,16 @@ func (a *Adapter) catchUp(ctx context.Context, ch string) {
 			if errors.As(err, &re) && re.Response != nil && (re.Response.StatusCode == 404 || re.Response.StatusCode == 403) {
 				a.log.Info("discord: channel gone or not readable; no longer caught up", zap.String("channelId", ch), zap.Error(err))
 				a.dropCursor(ctx, ch)
+				a.release(ch)
 				return
 			}
-			a.log.Warn("discord: catch-up failed; it is tried again at the next session", zap.String("channelId", ch), zap.Error(a.redact(err)))
+			if ctx.Err() != nil {
+				return // stopping: the stored cursor is caught up from at the next start
+			}
+			wait := a.readBackoff(ch, err)
+			a.holdFor(ch, wait, true)
+			a.log.Warn("discord: catch-up failed; the channel's messages wait for it and it is tried again", zap.String("channelId", ch),
+				zap.Duration("retryIn", wait), zap.Error(a.redact(err)))
 			return
 		}
 		slices.SortFunc(msgs, func(x, y *discordgo.Message) int { return compareIDs(x.ID, y.ID) })
@@ -187,9 +262,11 @@ func (a *Adapter) catchUp(ctx context.Context, ch string) {
 			a.log.Info("discord: caught up missed messages", zap.String("channelId", ch), zap.Int("messages", len(msgs)))
 		}
 		if len(msgs) < 100 {
+			a.release(ch)
 			return
 		}
 	}
+	a.release(ch)
 	a.log.Warn("discord: catch-up stopped after its page limit; the channel's newer missed messages are skipped", zap.String("channelId", ch),
 		zap.Int("messages", catchUpPages*100), zap.String("after", a.cursor(ch)))
 }
@@ -202,7 +279,7 @@ func (a *Adapter) message(ctx context.Context, m *discordgo.Message, live bool) 
 		return true
 	}
 	a.mu.Lock()
-	held := a.held[m.ChannelID]
+	_, held := a.held[m.ChannelID]
 	cur := a.cursors[m.ChannelID]
 	self := a.self
 	a.mu.Unlock()
@@ -229,9 +306,7 @@ func (a *Adapter) message(ctx context.Context, m *discordgo.Message, live bool) 
 		if err := sink(ctx, in); err != nil {
 			if errors.Is(err, channels.ErrUnavailable) {
 				a.log.Warn("discord message not taken; its channel is caught up again later", zap.String("messageId", m.ID), zap.Error(err))
-				a.mu.Lock()
-				a.held[m.ChannelID] = true
-				a.mu.Unlock()
+				a.holdFor(m.ChannelID, a.retryHeld, false)
 				if cur == "" { // no cursor yet: start one just before this message
 					a.advance(ctx, m.ChannelID, prevID(m.ID), true)
 				}

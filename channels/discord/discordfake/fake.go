@@ -179,6 +179,7 @@ type bucket struct {
 type pendingLimit struct {
 	method, pathPrefix string
 	retryAfter         float64
+	status             int // 0: a 429 with retryAfter; else this error status
 }
 
 type session struct {
@@ -515,7 +516,17 @@ func (s *Server) InvalidateNextResume() {
 func (s *Server) RateLimitNext(method, pathPrefix string, retryAfter float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.limits = append(s.limits, pendingLimit{method, pathPrefix, retryAfter})
+	s.limits = append(s.limits, pendingLimit{method: method, pathPrefix: pathPrefix, retryAfter: retryAfter})
+}
+
+// FailNext answers the next request whose method matches and whose path
+// (after /api/v10) starts with pathPrefix with status (a 5xx, say) and a
+// Discord error body; failures and 429s queued for a path are answered in
+// the order they were queued.
+func (s *Server) FailNext(method, pathPrefix string, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = append(s.limits, pendingLimit{method: method, pathPrefix: pathPrefix, status: status})
 }
 
 // SetBucket enforces a bucket of limit requests per window on requests whose
@@ -869,6 +880,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		if l.method == r.Method && strings.HasPrefix(path, l.pathPrefix) {
 			s.limits = slices.Delete(s.limits, i, i+1)
 			s.mu.Unlock()
+			if l.status != 0 {
+				apiError(w, l.status, 0, strconv.Itoa(l.status)+": "+http.StatusText(l.status))
+				return
+			}
 			w.Header().Set("Retry-After", strconv.Itoa(int(l.retryAfter+0.999)))
 			w.Header().Set("X-RateLimit-Limit", "5")
 			w.Header().Set("X-RateLimit-Remaining", "0")
