@@ -23,11 +23,15 @@ import (
 //	SAY <tag>          → "ack <tag>"
 //	SPAWN <n> <tag>    → n sessions_spawn calls labelled <tag>.1 … <tag>.n,
 //	                     then "spawned <tag>"
+//	SENDBACK <name>    → with attachments/<name> named in the message: a
+//	                     send_file call for it (caption "back: <name>"),
+//	                     then "sent <name>"; without: "no file <name>"
 //
 // A sub-agent answers "<label> result" and its announce step
 // "Result:\n<label> done\n\nNotes:\n(none)". Every answer waits Latency.
 var (
 	sayRe      = regexp.MustCompile(`^SAY (\S+)$`)
+	sendBackRe = regexp.MustCompile(`(?m)^SENDBACK (\S+)$`)
 	spawnRe    = regexp.MustCompile(`^SPAWN (\d+) (\S+)$`)
 	labelRe    = regexp.MustCompile(`(?m)^- Label: (\S+)$`)
 	announceRe = regexp.MustCompile(`(?m)^Task: (\S+)$`)
@@ -54,8 +58,9 @@ type Model struct {
 	failed     atomic.Int64
 	firstSpawn atomic.Int64 // unix nanos of the first spawn answer
 
-	mu      sync.Mutex
-	spawned map[string]int // tag → spawn calls answered (more than one answer = a repeated turn)
+	mu       sync.Mutex
+	spawned  map[string]int // tag → spawn calls answered (more than one answer = a repeated turn)
+	sentBack map[string]int // file name → send_file calls answered
 }
 
 // StartModel serves the fake model on a loopback port.
@@ -64,7 +69,7 @@ func StartModel(opts ModelOptions) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{URL: "http://" + ln.Addr().String() + "/v1", opts: opts, done: make(chan struct{}), spawned: map[string]int{}}
+	m := &Model{URL: "http://" + ln.Addr().String() + "/v1", opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}}
 	m.srv = &http.Server{Handler: llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(m.done)
@@ -100,6 +105,15 @@ func (m *Model) SpawnAnswers(tag string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.spawned[tag]
+}
+
+// SendBackAnswers returns how many times the model answered SENDBACK for
+// the file name with a send_file call: 1 normally, more when a turn was run
+// again.
+func (m *Model) SendBackAnswers(name string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sentBack[name]
 }
 
 func (m *Model) answer(c llmtest.Call) llmtest.Reply {
@@ -146,6 +160,20 @@ func (m *Model) reply(c llmtest.Call) llmtest.Reply {
 		m.spawned[mm[2]]++
 		m.mu.Unlock()
 		return llmtest.Reply{Text: "Spawning " + mm[2] + ".", ToolCalls: calls}
+	}
+	if mm := sendBackRe.FindStringSubmatch(user); mm != nil {
+		name := mm[1]
+		switch {
+		case last.Role == agent.RoleTool:
+			return llmtest.Reply{Text: "sent " + name}
+		case !strings.Contains(user, "[file: attachments/"+name+" "):
+			return llmtest.Reply{Text: "no file " + name}
+		}
+		m.mu.Lock()
+		m.sentBack[name]++
+		m.mu.Unlock()
+		args, _ := json.Marshal(map[string]string{"path": "attachments/" + name, "caption": "back: " + name})
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: args}}}
 	}
 	if mm := sayRe.FindStringSubmatch(user); mm != nil {
 		return llmtest.Reply{Text: "ack " + mm[1]}

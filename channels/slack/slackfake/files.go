@@ -86,6 +86,7 @@ type fileState struct {
 	deniedDL      int // downloads without the bot token
 	failDL        []int
 	stallDL       int
+	stalled       int // downloads stalled so far
 	getURLCalls   int
 	completeCalls int
 	failComplete  []string // Slack error codes for the next completes
@@ -213,6 +214,14 @@ func (s *Server) StallDownloads(n int) {
 	s.fs.stallDL = n
 }
 
+// StalledDownloads counts the downloads StallDownloads has stalled so far
+// (each is under way, its client waiting, until the client hangs up).
+func (s *Server) StalledDownloads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fs.stalled
+}
+
 // Downloads counts the downloads answered with the file's bytes, and those
 // refused for want of the bot token.
 func (s *Server) Downloads() (served, denied int) {
@@ -244,6 +253,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	stall := s.fs.stallDL > 0
 	if stall {
 		s.fs.stallDL--
+		s.fs.stalled++
 	}
 	if f != nil && fail == 0 && !stall {
 		s.fs.downloads++
