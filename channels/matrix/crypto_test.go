@@ -241,6 +241,77 @@ func TestDendriteUndecryptableIsAnswered(t *testing.T) {
 	}
 }
 
+// postUndecryptable sends into room, as e, a Megolm message on a session
+// never shared with anyone (as from a client that did not know the bot's
+// device yet), in the thread rooted at root.
+func postUndecryptable(t *testing.T, e *matrixtest.E2EE, room id.RoomID, root id.EventID, session id.SessionID) id.EventID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, identity := e.Mach.GetAccount().Keys()
+	fake := &event.EncryptedEventContent{
+		Algorithm: id.AlgorithmMegolmV1, SenderKey: identity, DeviceID: e.DeviceID,
+		SessionID:        session,
+		MegolmCiphertext: []byte(strings.Repeat("B", 120)),
+		RelatesTo:        &event.RelatesTo{Type: event.RelThread, EventID: root, IsFallingBack: true, InReplyTo: &event.InReplyTo{EventID: root}},
+	}
+	resp, err := e.SendMessageEvent(ctx, room, event.EventEncrypted, fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.EventID
+}
+
+// TestDendriteUndecryptableGroupToldOnce: in a group room, two messages
+// the bot cannot decrypt from one sender on one Megolm session get one
+// share-keys line, not one each (the room would hear it on every message,
+// addressed to the bot or not); a message on another session gets its own.
+func TestDendriteUndecryptableGroupToldOnce(t *testing.T) {
+	hs := requireHS(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "crypto-alice"))
+	carol := hs.RegisterUser(t, "crypto-carol") // a third member makes the room a group
+	bot := hs.RegisterUser(t, "crypto-bot")
+	cb := newCryptoBot(t, hs, bot, func(o *Options) { o.KeyWait = time.Second })
+	cb.start()
+
+	room := alice.CreateEncryptedRoom(t, bot.UserID, carol.UserID)
+	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
+		t.Fatalf("carol joins %s: %v", room, err)
+	}
+	alice.WaitMember(t, room, carol.UserID)
+	alice.WaitMember(t, room, bot.UserID)
+	rootA := alice.PostEncrypted(t, room, "", "thread A")
+	rootB := alice.PostEncrypted(t, room, "", "thread B")
+
+	sessA, sessB := id.SessionID(strings.Repeat("A", 43)), id.SessionID(strings.Repeat("C", 43))
+	postUndecryptable(t, alice, room, rootA, sessA)
+	postUndecryptable(t, alice, room, rootA, sessA)
+	// The last one, on another session: its key wait ends after the first
+	// two, so once its line is there, theirs are settled.
+	postUndecryptable(t, alice, room, rootB, sessB)
+	isLine := func(root id.EventID) func(matrixtest.Decrypted) bool {
+		return func(m matrixtest.Decrypted) bool {
+			return m.Body() == UndecryptableText && matrixtest.ThreadRoot(m.Event) == root
+		}
+	}
+	alice.WaitMessages(t, room, bot.UserID, 1, isLine(rootB))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	all, _, err := alice.Messages(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inA := 0
+	for _, m := range all {
+		if m.Sender == bot.UserID && isLine(rootA)(m) {
+			inA++
+		}
+	}
+	if inA != 1 {
+		t.Errorf("two undecryptable messages from one sender on one session got %d share-keys lines, want 1", inA)
+	}
+}
+
 // TestDendriteRecoveryKeyVerifiesDevice: the bot account's cross-signing
 // keys were set up from another device (as a person does once in Element's
 // Secure Backup); with its recovery key in the config, the bot's device is
