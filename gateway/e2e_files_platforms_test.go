@@ -413,3 +413,116 @@ func TestE2EUncertainFileOnMatrixIsOneEvent(t *testing.T) {
 		t.Errorf("the thread shows the bot's file as %v, want once, as %s", ids, before.EventID)
 	}
 }
+
+// spawnFileModel is the fake model of the sub-agent file tests: asked to
+// "look at this" with a file, the main agent spawns a child with it; the
+// child sends the file back with send_file and answers; its announce step
+// gives a result.
+func spawnFileModel(c llmtest.Call) llmtest.Reply {
+	u := c.LastUser()
+	var last agent.Message
+	if n := len(c.Messages); n > 0 {
+		last = c.Messages[n-1]
+	}
+	child := strings.Contains(c.System, "Sub-agent context")
+	switch {
+	case child && last.Role == agent.RoleUser && strings.Contains(u, "Announce step"):
+		return llmtest.Reply{Text: "Result:\nthe chart, annotated\n\nNotes:\n(none)"}
+	case child && last.Role == agent.RoleTool:
+		return llmtest.Reply{Text: "annotated the chart"}
+	case child:
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: json.RawMessage(`{"path": "attachments/chart.png", "caption": "annotated"}`)}}}
+	case last.Role == agent.RoleUser && strings.Contains(u, "look at this"):
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: json.RawMessage(`{"task": "annotate the chart", "label": "annotator", "attachments": ["attachments/chart.png"]}`)}}}
+	}
+	return llmtest.Reply{Text: "a sub-agent is on it"}
+}
+
+// TestE2ESubagentFileAfterAnnounceOnSlack: a sub-agent's send_file is
+// posted with its announce, in the Slack thread the person asked in, after
+// the announce's text.
+func TestE2ESubagentFileAfterAnnounceOnSlack(t *testing.T) {
+	sf := slackfake.New(t)
+	tg := newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } }`,
+		slackfake.BotToken, slackfake.AppToken, sf.URL())), spawnFileModel)
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("the gateway's Slack channel did not connect")
+	}
+	chart := filePNG(t, 30, 20)
+	sf.SendMentionFiles("C1", slackfake.UserID, "look at this", slackT1, sf.AddFile("chart.png", "image/png", chart))
+	ups := sf.WaitUploads(1, e2eWait)
+	if t.Failed() {
+		t.FailNow()
+	}
+	tg.waitDelivered(t, 2)
+	up := ups[0]
+	if up.Channel != "C1" || up.ThreadTS != slackT1 || up.SHA256 != sha(chart) || !strings.Contains(up.Blocks, "annotated") {
+		t.Errorf("the child's file went to %s/%s (sha %s, blocks %s); want the chart in C1 thread %s with its caption", up.Channel, up.ThreadTS, up.SHA256[:12], up.Blocks, slackT1)
+	}
+	var announce *slackfake.Post
+	for _, p := range sf.Posted() {
+		if p.Channel != "C1" || p.ThreadTS != slackT1 {
+			t.Errorf("post outside the thread: %+v", p)
+		}
+		if strings.HasPrefix(p.Text, "Status: success") {
+			announce = &p
+		}
+	}
+	switch {
+	case announce == nil:
+		t.Errorf("no announce in the thread: %+v", sf.Posted())
+	case !strings.Contains(announce.Text, "the chart, annotated"):
+		t.Errorf("announce %q lacks the child's result", announce.Text)
+	case !slackBefore(announce.TS, up.TS):
+		t.Errorf("the child's file (ts %s) came before its announce (ts %s)", up.TS, announce.TS)
+	}
+}
+
+// slackBefore orders two Slack message ts ("seconds.micros").
+func slackBefore(a, b string) bool {
+	as, af, _ := strings.Cut(a, ".")
+	bs, bf, _ := strings.Cut(b, ".")
+	if len(as) != len(bs) {
+		return len(as) < len(bs)
+	}
+	if as != bs {
+		return as < bs
+	}
+	return af < bf
+}
+
+// TestE2ESubagentFileAfterAnnounceOnTelegram: the same in a forum topic:
+// the announce text, then the child's file, both in the topic.
+func TestE2ESubagentFileAfterAnnounceOnTelegram(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	tg := newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": { requireMention: false } } }`,
+		tgToken, tf.URL())), spawnFileModel)
+	chart := filePNG(t, 30, 20)
+	tf.Queue(tgfake.In{ChatID: tgGroup, ChatType: "supergroup", ThreadID: 42, FromID: tgAlice, Text: "look at this", Document: &tgfake.FileIn{Name: "chart.png", MIME: "image/png", Data: chart}})
+	files := tf.WaitSentFiles(1, e2eWait)
+	if t.Failed() {
+		t.FailNow()
+	}
+	tg.waitDelivered(t, 2)
+	f := files[0]
+	if f.ChatID != tgGroup || f.ThreadID != 42 || f.SHA256 != sha(chart) || f.Caption != "annotated" {
+		t.Errorf("the child's file = %s to %d/%d (sha %s, caption %q); want the chart in topic 42 with its caption", f.Method, f.ChatID, f.ThreadID, f.SHA256[:12], f.Caption)
+	}
+	var announce *tgfake.Sent
+	for _, s := range tf.Sent() {
+		if s.ChatID != tgGroup || s.ThreadID != 42 {
+			t.Errorf("message outside topic 42: %+v", s)
+		}
+		if strings.HasPrefix(s.Text, "Status: success") {
+			announce = &s
+		}
+	}
+	switch {
+	case announce == nil:
+		t.Errorf("no announce in the topic: %+v", tf.Sent())
+	case !strings.Contains(announce.Text, "the chart, annotated"):
+		t.Errorf("announce %q lacks the child's result", announce.Text)
+	case announce.MessageID > f.MessageID:
+		t.Errorf("the child's file (message %d) came before its announce (message %d)", f.MessageID, announce.MessageID)
+	}
+}
