@@ -45,6 +45,10 @@ var testChannels []channels.Channel
 // waiting for /readyz 200 (a test of the start-up phases sets and resets it).
 var testNoWaitReady bool
 
+// testClock, when set, is the clock of the gateways a test starts next
+// (archive deadlines, the file retention sweep); nil is the wall clock.
+var testClock agent.Clock
+
 // e2eWait bounds every wait of the end-to-end tests.
 const e2eWait = 20 * time.Second
 
@@ -107,6 +111,7 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 		Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
 		HTTPReadTimeout: testReadTimeout,
 		Channels:        testChannels,
+		Clock:           testClock,
 	})
 	if err != nil {
 		ln.Close()
