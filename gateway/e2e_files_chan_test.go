@@ -257,3 +257,41 @@ func TestE2EVoiceWithoutTranscription(t *testing.T) {
 		t.Fatalf("posts %q lack the 🎙️ line", fc.posts())
 	}
 }
+
+// TestE2EFilesPastMaxFiles: a message with more files than
+// attachments.maxFiles is still answered with the first maxFiles files; each
+// one past the limit gets the 📎 line and is never downloaded.
+func TestE2EFilesPastMaxFiles(t *testing.T) {
+	cfg := strings.Replace(fileChanConfig, "agents:", "attachments: { maxFiles: 2 },\n  agents:", 1)
+	tg, fc := newFileChanGateway(t, cfg, llmtest.Text("read them"))
+	opens := map[string]*int{}
+	var atts []channels.Attachment
+	for _, name := range []string{"a.txt", "b.txt", "c.txt", "d.txt"} {
+		opens[name] = new(int)
+		atts = append(atts, bytesAttachment(name, "text/plain", channels.KindFile, []byte("notes of "+name), opens[name]))
+	}
+	if err := fc.deliver(t, "mf", "four notes", atts...); err != nil {
+		t.Fatalf("sink: %v", err)
+	}
+	if !waitFor(e2eWait, func() bool { return len(fc.posts()) >= 2 }) {
+		t.Fatalf("posts %q", fc.posts())
+	}
+	posts := strings.Join(fc.posts(), "\n")
+	for _, want := range []string{"text:read them",
+		"📎 c.txt was not read: a message takes at most 2 files (attachments.maxFiles).",
+		"📎 d.txt was not read: a message takes at most 2 files (attachments.maxFiles)."} {
+		if !strings.Contains(posts, want) {
+			t.Errorf("posts lack %q:\n%s", want, posts)
+		}
+	}
+	if strings.Contains(posts, "a.txt was not read") || strings.Contains(posts, "b.txt was not read") {
+		t.Errorf("a file within the limit was refused:\n%s", posts)
+	}
+	u := tg.LLM.Requests()[0].LastUser()
+	if !strings.Contains(u, "[file: attachments/a.txt ") || !strings.Contains(u, "[file: attachments/b.txt ") || strings.Contains(u, "c.txt") || strings.Contains(u, "d.txt") {
+		t.Errorf("model text %q, want a.txt and b.txt named and nothing of c.txt, d.txt", u)
+	}
+	if *opens["c.txt"]+*opens["d.txt"] != 0 {
+		t.Errorf("files past the limit were downloaded (c.txt %d times, d.txt %d)", *opens["c.txt"], *opens["d.txt"])
+	}
+}
