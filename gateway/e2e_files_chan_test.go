@@ -295,3 +295,40 @@ func TestE2EFilesPastMaxFiles(t *testing.T) {
 		t.Errorf("files past the limit were downloaded (c.txt %d times, d.txt %d)", *opens["c.txt"], *opens["d.txt"])
 	}
 }
+
+// TestE2ETruncatedImageIsNotRead: a PNG cut short behind a sound header
+// (a download the platform ended early) gets the 📎 line and never reaches
+// the model as an image; the message and its sound picture are answered.
+func TestE2ETruncatedImageIsNotRead(t *testing.T) {
+	tg, fc := newFileChanGateway(t, fileChanConfig, llmtest.Text("one picture"))
+	whole := filePNG(t, 80, 60)
+	cut := filePNG(t, 90, 70)
+	cut = cut[:len(cut)*3/4]
+	if err := fc.deliver(t, "ti", "two pictures",
+		bytesAttachment("whole.png", "image/png", channels.KindImage, whole, nil),
+		bytesAttachment("cut.png", "image/png", channels.KindImage, cut, nil)); err != nil {
+		t.Fatalf("sink: %v", err)
+	}
+	if !waitFor(e2eWait, func() bool { return len(fc.posts()) >= 2 }) {
+		t.Fatalf("posts %q", fc.posts())
+	}
+	posts := strings.Join(fc.posts(), "\n")
+	for _, want := range []string{"text:one picture", "📎 cut.png was not read: it is not a readable image (the file is damaged or not what its type says)."} {
+		if !strings.Contains(posts, want) {
+			t.Errorf("posts lack %q:\n%s", want, posts)
+		}
+	}
+	req := tg.LLM.Requests()[0]
+	var images int
+	for _, b := range req.Blocks() {
+		if b.Type == "image" {
+			images++
+			if sha(b.Data) != sha(whole) {
+				t.Errorf("the model got an image that is not whole.png (sha %s)", sha(b.Data)[:12])
+			}
+		}
+	}
+	if images != 1 || strings.Contains(req.LastUser(), "cut.png") {
+		t.Errorf("the model got %d images and text %q; want whole.png alone", images, req.LastUser())
+	}
+}

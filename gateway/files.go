@@ -104,7 +104,11 @@ func (g *Gateway) fetchFile(ctx context.Context, a channels.Attachment, limit in
 	stop := context.AfterFunc(dctx, func() { rc.Close() })
 	defer stop()
 	defer rc.Close()
-	ref, err := g.db.PutFile(dctx, downloadReader{rc}, limit, func(head []byte) (string, error) { return media.Sniff(head, a.MIME) })
+	// The image is decoded whole on its way into the store, so one cut
+	// short behind a sound header never reaches a model as an image.
+	chk := media.NewImageCheck()
+	defer chk.Close()
+	ref, err := g.db.PutFile(dctx, io.TeeReader(downloadReader{rc}, chk), limit, func(head []byte) (string, error) { return chk.Sniff(head, a.MIME) })
 	if err != nil && context.Cause(dctx) == errStalled {
 		return ref, errStalled
 	}
@@ -134,7 +138,7 @@ func (d downloadReader) Read(p []byte) (int, error) {
 // person is told), not the store (the message is then not taken).
 func fileProblem(err error) bool {
 	var de *downloadError
-	return errors.Is(err, store.ErrFileTooLarge) || errors.Is(err, media.ErrCorrupt) || errors.Is(err, errStalled) ||
+	return errors.Is(err, store.ErrFileTooLarge) || errors.Is(err, media.ErrCorrupt) || errors.Is(err, media.ErrTooManyPixels) || errors.Is(err, errStalled) ||
 		errors.As(err, &de) || strings.HasPrefix(err.Error(), "the download failed") || strings.HasPrefix(err.Error(), "the channel gave")
 }
 
@@ -145,6 +149,8 @@ func fileReason(err error, limit int64) string {
 		return fmt.Sprintf("it is over the %s limit (attachments.maxBytes)", media.Size(limit))
 	case errors.Is(err, media.ErrCorrupt):
 		return media.ErrCorrupt.Error()
+	case errors.Is(err, media.ErrTooManyPixels):
+		return media.ErrTooManyPixels.Error()
 	case errors.Is(err, errStalled):
 		return fmt.Sprintf("the download did not finish within %s", AttachmentDeadline)
 	}
@@ -352,19 +358,28 @@ func (a *attachedFiles) take(key string) []store.FileRef {
 	return files
 }
 
+// putOutgoing stores a file the model sends (send_file) or hands to a
+// child (sessions_spawn attachments), typed by its content: an image that
+// does not decode whole is sent as a file, not shown as an image.
+func (g *Gateway) putOutgoing(ctx context.Context, r io.Reader, limit int64) (store.FileRef, error) {
+	chk := media.NewImageCheck()
+	defer chk.Close()
+	return g.db.PutFile(ctx, io.TeeReader(r, chk), limit, func(head []byte) (string, error) {
+		t, err := chk.Sniff(head, "")
+		if errors.Is(err, media.ErrCorrupt) || errors.Is(err, media.ErrTooManyPixels) {
+			return "application/octet-stream", nil
+		}
+		return t, err
+	})
+}
+
 // fileSink is send_file's store: the file is streamed into the store
 // (attachments.maxBytes) and attached to the caller's reply or announce.
 type fileSink struct{ g *Gateway }
 
 func (s fileSink) AttachFile(ctx context.Context, cc agent.CallContext, name, caption string, r io.Reader) (int64, string, error) {
 	limit := s.g.cfg().Attachments.MaxBytes
-	ref, err := s.g.db.PutFile(ctx, r, limit, func(head []byte) (string, error) {
-		t, err := media.Sniff(head, "")
-		if errors.Is(err, media.ErrCorrupt) {
-			return "application/octet-stream", nil // sent as a file, not shown as an image
-		}
-		return t, err
-	})
+	ref, err := s.g.putOutgoing(ctx, r, limit)
 	if errors.Is(err, store.ErrFileTooLarge) {
 		return 0, "", fmt.Errorf("it is over the %s limit (attachments.maxBytes)", media.Size(limit))
 	}
@@ -404,13 +419,7 @@ func (g *Gateway) workspaceFile(ctx context.Context, ws, path string) (agent.Fil
 	}
 	defer f.Close()
 	limit := g.cfg().Attachments.MaxBytes
-	ref, err := g.db.PutFile(ctx, f, limit, func(head []byte) (string, error) {
-		t, err := media.Sniff(head, "")
-		if errors.Is(err, media.ErrCorrupt) {
-			return "application/octet-stream", nil
-		}
-		return t, err
-	})
+	ref, err := g.putOutgoing(ctx, f, limit)
 	if errors.Is(err, store.ErrFileTooLarge) {
 		return agent.File{}, fmt.Errorf("it is over the %s limit (attachments.maxBytes)", media.Size(limit))
 	}

@@ -39,6 +39,17 @@ func IsAudio(mime string) bool {
 // ErrCorrupt: a file says it is an image but does not decode as one.
 var ErrCorrupt = errors.New("it is not a readable image (the file is damaged or not what its type says)")
 
+// MaxPixels bounds the images read: one with more pixels (width × height
+// from its header) is ErrTooManyPixels and never decoded, so a small file
+// that unpacks to a huge image (a decompression bomb) cannot take the
+// gateway's memory. 40 megapixels is a large phone photo or a wide
+// screenshot; decoding one takes at most 320 MB (16-bit RGBA), usually
+// much less.
+const MaxPixels = 40_000_000
+
+// ErrTooManyPixels: an image over MaxPixels.
+var ErrTooManyPixels = fmt.Errorf("it is an image of more than %d megapixels", MaxPixels/1_000_000)
+
 // Sniff returns a file's type from its first bytes (at least 512, more
 // for a JPEG whose header is long), never from its name: the platform's
 // claim only breaks a tie for text and audio formats the content does not
@@ -57,10 +68,11 @@ func Sniff(head []byte, claimed string) (string, error) {
 		t = "audio/ogg"
 	}
 	if IsImage(t) {
-		if _, _, err := image.DecodeConfig(bytes.NewReader(head)); err != nil {
+		cfg, _, err := image.DecodeConfig(bytes.NewReader(head))
+		if err != nil {
 			return t, ErrCorrupt
 		}
-		return t, nil
+		return t, checkSize(cfg)
 	}
 	claimed = baseType(claimed)
 	if t == "text/plain" && strings.HasPrefix(claimed, "text/") && claimed != "text/html" {
@@ -75,6 +87,17 @@ func Sniff(head []byte, claimed string) (string, error) {
 		t = "text/plain"
 	}
 	return t, nil
+}
+
+// checkSize vets an image's size from its header.
+func checkSize(cfg image.Config) error {
+	switch {
+	case cfg.Width <= 0 || cfg.Height <= 0:
+		return ErrCorrupt
+	case int64(cfg.Width)*int64(cfg.Height) > MaxPixels:
+		return ErrTooManyPixels
+	}
+	return nil
 }
 
 func baseType(t string) string {
