@@ -55,6 +55,13 @@ type DB struct {
 	// dir (SQLite) or rows (PostgreSQL).
 	Transcripts
 
+	// files is the engine's sink for the bytes of stored files: files
+	// under the state dir (SQLite) or rows (PostgreSQL).
+	files fileStore
+	// sweepSelected (tests) runs after SweepFiles selected the files to
+	// remove, before it removes them.
+	sweepSelected func(ids []string)
+
 	group group // SQLite: concurrent write transactions commit together
 
 	// fault, when set, fails every write transaction (InjectWriteFault).
@@ -88,7 +95,7 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		return nil, err
 	}
 
-	d := &DB{dir: dir, path: path, dialect: &sqliteDialect, Transcripts: FileTranscripts{Dir: dir}}
+	d := &DB{dir: dir, path: path, dialect: &sqliteDialect, Transcripts: FileTranscripts{Dir: dir}, files: diskFiles{dir: dir}}
 	d.w, err = sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)

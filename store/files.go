@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,17 +18,6 @@ import (
 // (SQLite), each named by the SHA-256 of its bytes, and the spool of
 // files being received (both drivers).
 const FilesDir = "files"
-
-// fileChunk is the size of one PostgreSQL file_chunks row. Every pool
-// connection keeps read and write buffers grown to the largest row it
-// moved, so the chunk bounds what files add to the gateway's memory: with
-// 1 MiB rows 20 concurrent 20 MB Telegram uploads added ~100 MiB of RSS,
-// with 256 KiB rows ~55 MiB and with 64 KiB rows ~28 MiB; 20 web uploads
-// add +36–42 MiB with 256 KiB rows and +25–26 MiB with 64 KiB rows, in
-// about the same time
-// (docs/performance.md). Files written with other chunk sizes read the
-// same (rows are read by seq).
-const fileChunk = 64 << 10
 
 // sniffLen is how much of a file's start PutFile gives its sniff func.
 const sniffLen = 64 << 10
@@ -97,65 +85,30 @@ func (d *DB) PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(h
 		return ref, err
 	}
 	ref = FileRef{ID: hex.EncodeToString(h.Sum(nil)), MIME: mime, Size: n}
+	if err := d.files.ready(tmp, ref.ID); err != nil {
+		return ref, fmt.Errorf("store file: %w", err)
+	}
+	// The bytes take their place and the row is written in one write
+	// transaction, so SweepFiles (which removes both in one too) never
+	// takes a file away from under a row.
 	now := time.Now().UnixMilli()
-	if d.pg != nil {
-		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-			return ref, fmt.Errorf("store file: %w", err)
-		}
-		err = d.tx(ctx, func(c conn) error {
-			if err := c.lock("file:" + ref.ID); err != nil {
-				return err
-			}
-			n, err := c.execN(`UPDATE files SET last_ref_at = $1 WHERE id = $2`, now, ref.ID)
-			if err != nil || n == 1 {
-				return err
-			}
-			buf := make([]byte, fileChunk)
-			for seq := 0; ; seq++ {
-				k, rerr := io.ReadFull(tmp, buf)
-				if k > 0 {
-					if _, err := c.exec(`INSERT INTO file_chunks (file_id, seq, data) VALUES ($1, $2, $3)`, ref.ID, seq, buf[:k]); err != nil {
-						return err
-					}
-				}
-				if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-					break
-				}
-				if rerr != nil {
-					return rerr
-				}
-			}
-			_, err = c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES ($1, $2, $3, $4, $5)`, ref.ID, ref.Size, ref.MIME, now, now)
-			return err
-		})
-		return ref, d.wrap("store file", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return ref, fmt.Errorf("store file: %w", err)
-	}
-	final := d.filePath(ref.ID)
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
-		return ref, fmt.Errorf("store file: %w", err)
-	}
-	// The file takes its place and its row in one write transaction, so
-	// SweepFiles (which removes both in one too) never takes a file away
-	// from under a row.
 	err = d.tx(ctx, func(c conn) error {
-		if _, err := os.Stat(final); errors.Is(err, fs.ErrNotExist) {
-			if err := os.Rename(tmp.Name(), final); err != nil {
+		if err := c.lock("file:" + ref.ID); err != nil {
+			return err
+		}
+		n, err := c.execN(`UPDATE files SET last_ref_at = $1 WHERE id = $2`, now, ref.ID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES ($1, $2, $3, $4, $5)`,
+				ref.ID, ref.Size, ref.MIME, now, now); err != nil {
 				return err
 			}
 		}
-		_, err := c.exec(`INSERT INTO files (id, size, mime, created_at, last_ref_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO UPDATE SET last_ref_at = excluded.last_ref_at`, ref.ID, ref.Size, ref.MIME, now, now)
-		return err
+		return d.files.place(c, ref.ID, tmp, n == 1)
 	})
 	return ref, d.wrap("store file", err)
-}
-
-// filePath is where SQLite's store keeps file id.
-func (d *DB) filePath(id string) string {
-	return filepath.Join(d.dir, FilesDir, id[:2], id)
 }
 
 // statFile returns the stored file's size and type; ErrNotFound when it
@@ -176,17 +129,11 @@ func (d *DB) OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, e
 	if err != nil {
 		return nil, ref, err
 	}
-	if d.pg != nil {
-		return &chunkReader{ctx: ctx, d: d, id: id}, ref, nil
-	}
-	f, err := os.Open(d.filePath(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ref, fmt.Errorf("open file %s: %w", id, ErrNotFound)
-	}
+	rc, err := d.files.open(ctx, id)
 	if err != nil {
 		return nil, ref, fmt.Errorf("open file %s: %w", id, err)
 	}
-	return f, ref, nil
+	return rc, ref, nil
 }
 
 // FileNamed reports whether the conversation scope (a session key) names
@@ -286,12 +233,18 @@ func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 		ids = append(ids, id)
 	}
 	rows.Close()
+	if d.sweepSelected != nil {
+		d.sweepSelected(ids)
+	}
 	removed := 0
 	for _, id := range ids {
+		var gone bool
 		err := d.tx(ctx, func(c conn) error {
+			gone = false
 			if err := c.lock("file:" + id); err != nil {
 				return err
 			}
+			// Named again since the select: kept.
 			n, err := c.execN(`DELETE FROM files WHERE id = $1 AND last_ref_at < $2`, id, cut)
 			if err != nil || n == 0 {
 				return err
@@ -299,24 +252,20 @@ func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 			if _, err := c.exec(`DELETE FROM file_refs WHERE file_id = $1`, id); err != nil {
 				return err
 			}
-			if d.pg != nil {
-				_, err := c.exec(`DELETE FROM file_chunks WHERE file_id = $1`, id)
+			// In the write transaction: PutFile places the bytes and the
+			// row in one too, so a file stored again now keeps its bytes.
+			if err := d.files.remove(c, id); err != nil {
 				return err
 			}
-			// In the write transaction: PutFile places a file and its row
-			// in one too, so a file stored again now keeps its bytes.
-			if err := os.Remove(d.filePath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			removed++
+			gone = true
 			return nil
 		})
 		if err != nil {
 			return removed, d.wrap("sweep file "+id, err)
 		}
-	}
-	if d.pg != nil {
-		removed = len(ids)
+		if gone {
+			removed++
+		}
 	}
 	spool := filepath.Join(d.dir, FilesDir, "tmp")
 	if ents, err := os.ReadDir(spool); err == nil {
@@ -354,38 +303,3 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
-
-// chunkReader streams a PostgreSQL file one chunk row at a time.
-type chunkReader struct {
-	ctx context.Context
-	d   *DB
-	id  string
-	seq int
-	buf []byte
-	eof bool
-}
-
-func (r *chunkReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		if r.eof {
-			return 0, io.EOF
-		}
-		var data []byte
-		err := r.d.reader(r.ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&data) },
-			`SELECT data FROM file_chunks WHERE file_id = $1 AND seq = $2`, r.id, r.seq)
-		if errors.Is(err, ErrNotFound) {
-			r.eof = true
-			continue
-		}
-		if err != nil {
-			return 0, r.d.wrap("read file "+r.id, err)
-		}
-		r.seq++
-		r.buf = data
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
-}
-
-func (r *chunkReader) Close() error { return nil }

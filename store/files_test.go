@@ -40,3 +40,44 @@ func TestFilesOnDisk(t *testing.T) {
 		t.Errorf("the swept file's bytes are still on disk: %v", err)
 	}
 }
+
+// SweepFiles counts the files it removed, not the ones it selected: a
+// file named again between its select and its delete stays and is not
+// counted.
+func TestSweepFilesCountsOnlyRemoved(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t)
+	gone, named := []byte("gone"), []byte("named again")
+	var ids []string
+	for _, b := range [][]byte{gone, named} {
+		ref, err := db.PutFile(ctx, bytes.NewReader(b), 100, plainSniff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ref.ID)
+	}
+	cut := time.Now().Add(time.Minute)
+	db.sweepSelected = func(selected []string) {
+		if len(selected) != 2 {
+			t.Errorf("selected %d files, want both", len(selected))
+		}
+		// A message names the second file now, after the cut.
+		if err := db.tx(ctx, func(c conn) error {
+			return refFiles(c, "agent:main:main", []FileRef{{ID: ids[1]}}, cut.Add(time.Hour).UnixMilli())
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	n, err := db.SweepFiles(ctx, cut)
+	if err != nil || n != 1 {
+		t.Fatalf("SweepFiles = %d, %v; want 1 (the other was named again)", n, err)
+	}
+	if _, _, err := db.OpenFile(ctx, ids[0]); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the unnamed file: %v, want ErrNotFound", err)
+	}
+	rc, _, err := db.OpenFile(ctx, ids[1])
+	if err != nil {
+		t.Fatalf("the file named again: %v", err)
+	}
+	rc.Close()
+}

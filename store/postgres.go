@@ -88,6 +88,7 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	d := &DB{dir: dir, path: shown, w: sqlDB, r: sqlDB, pg: &pgBackend{pool: pool, url: shown}, dialect: &postgresDialect}
 	d.Transcripts = rowTranscripts{d: d}
+	d.files = chunkFiles{d: d}
 	d.ws = newStmtCache(sqlDB)
 	d.rs = d.ws
 	if err := migrate(ctx, sqlDB, shown, d.dialect, upgrades); err != nil {
