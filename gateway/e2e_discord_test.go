@@ -221,9 +221,9 @@ func TestE2EDiscordFilesRoundTrip(t *testing.T) {
 }
 
 // TestE2EDiscordApplicationCommand: /subagents used as a Discord
-// application command in a guild channel is answered at once with the
-// command line, and the gateway's reply follows in the channel; /new in the
-// thread of a conversation answers there.
+// application command in a guild channel is answered with the command line
+// once the gateway took it, and the gateway's reply follows in the channel;
+// /new in the thread of a conversation answers there.
 func TestE2EDiscordApplicationCommand(t *testing.T) {
 	f := newDiscordFake(t)
 	newTestGateway(t, discordConfig(f), researchModel(nil))
@@ -239,7 +239,10 @@ func TestE2EDiscordApplicationCommand(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v: %+v", err, f.BotMessages(dcGeneral))
 	}
-	if ans := f.InteractionAnswer(in.ID); ans == nil || ans.Type != 4 || ans.Data.Content != "/subagents" {
+	if err := f.Wait(ctx, "the interaction's answer", func() bool { return f.InteractionAnswer(in.ID) != nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ans := f.InteractionAnswer(in.ID); ans.Type != 4 || ans.Data.Content != "/subagents" {
 		t.Errorf("interaction answer %+v, want the command line", ans)
 	}
 

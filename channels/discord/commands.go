@@ -56,9 +56,14 @@ func (a *Adapter) registerCommands(ctx context.Context) error {
 }
 
 // interaction turns an application command into the chat command text and
-// gives it to the gateway like a message that mentions the bot. The
-// interaction is answered at once (Discord waits three seconds) with the
-// command line; the command's reply follows as a message in the channel.
+// gives it to the gateway like a message that mentions the bot, keyed by
+// the interaction's id (its Origin.MessageID: an interaction has no
+// message). The interaction is answered only once the gateway took it,
+// with the command line (the command's reply follows as a message in the
+// channel); when the gateway refuses it (store away, busy, shutting down)
+// the answer is an ephemeral "try again". Discord waits three seconds for
+// the answer, and the gateway takes a command without waiting on the
+// store.
 func (a *Adapter) interaction(ctx context.Context, i *discordgo.Interaction) {
 	if i.Type != discordgo.InteractionApplicationCommand {
 		return
@@ -81,7 +86,7 @@ func (a *Adapter) interaction(ctx context.Context, i *discordgo.Interaction) {
 	if user == nil {
 		return
 	}
-	o := channels.Origin{Channel: Name, ChatID: i.ChannelID, SenderID: user.ID}
+	o := channels.Origin{Channel: Name, ChatID: i.ChannelID, SenderID: user.ID, MessageID: i.ID}
 	if i.GuildID == "" {
 		o.ChatType = channels.ChatDM
 	} else {
@@ -90,21 +95,9 @@ func (a *Adapter) interaction(ctx context.Context, i *discordgo.Interaction) {
 			o.ChatID, o.ThreadID = info.parentID, i.ChannelID
 		}
 	}
-	admitted := a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, true)
-	answer := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-		Data: &discordgo.InteractionResponseData{Content: text, AllowedMentions: noMentions}}
-	if !admitted {
-		answer.Data = &discordgo.InteractionResponseData{Content: "⛔ Herald does not take commands from you here.",
-			Flags: discordgo.MessageFlagsEphemeral, AllowedMentions: noMentions}
-	}
-	rctx, cancel := context.WithTimeout(ctx, sendTimeout)
-	err := a.s.InteractionRespond(i, answer, discordgo.WithContext(rctx))
-	cancel()
-	if err != nil {
-		a.log.Warn("discord: could not answer an interaction", zap.String("command", data.Name), zap.Error(a.redact(err)))
-	}
-	if !admitted {
+	if !a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, true) {
 		a.log.Debug("discord command not admitted", zap.String("origin", o.String()), zap.String("senderId", o.SenderID))
+		a.answer(ctx, i, data.Name, ephemeral("⛔ Herald does not take commands from you here."))
 		return
 	}
 	name := user.GlobalName
@@ -119,6 +112,25 @@ func (a *Adapter) interaction(ctx context.Context, i *discordgo.Interaction) {
 	a.mu.Unlock()
 	in := channels.Inbound{Origin: o, SenderName: name, Text: text, Mentioned: true, At: snowflakeTime(i.ID)}
 	if err := sink(ctx, in); err != nil {
-		a.log.Warn("discord command not taken", zap.String("origin", o.String()), zap.Error(err))
+		a.log.Warn("discord command not taken", zap.String("origin", o.String()), zap.String("interactionId", i.ID), zap.Error(err))
+		a.answer(ctx, i, data.Name, ephemeral("⚠️ Herald could not take "+text+" just now. Please try again in a moment."))
+		return
+	}
+	a.answer(ctx, i, data.Name, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: text, AllowedMentions: noMentions}})
+}
+
+// ephemeral is an answer only the person who used the command sees.
+func ephemeral(text string) *discordgo.InteractionResponse {
+	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: text, Flags: discordgo.MessageFlagsEphemeral, AllowedMentions: noMentions}}
+}
+
+// answer sends the interaction's one answer.
+func (a *Adapter) answer(ctx context.Context, i *discordgo.Interaction, command string, r *discordgo.InteractionResponse) {
+	rctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	if err := a.s.InteractionRespond(i, r, discordgo.WithContext(rctx)); err != nil {
+		a.log.Warn("discord: could not answer an interaction", zap.String("command", command), zap.Error(a.redact(err)))
 	}
 }

@@ -492,7 +492,10 @@ func TestApplicationCommands(t *testing.T) {
 	if in.Text != "/subagents log 1 50" || !in.Mentioned || in.Origin.ChatID != general || in.Origin.ThreadID != "" {
 		t.Errorf("interaction became %+v %q", in.Origin, in.Text)
 	}
-	if ans := s.fake.InteractionAnswer(i.ID); ans == nil || ans.Type != 4 || ans.Data.Content != "/subagents log 1 50" {
+	if err := s.fake.Wait(ctx, "the answer", func() bool { return s.fake.InteractionAnswer(i.ID) != nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ans := s.fake.InteractionAnswer(i.ID); ans.Type != 4 || ans.Data.Content != "/subagents log 1 50" {
 		t.Errorf("interaction answer %+v", ans)
 	}
 	j := s.fake.Interact(general, bob, "stop", "")
@@ -728,5 +731,53 @@ func TestFailedCatchUpHoldsTheChannelUntilItIsRead(t *testing.T) {
 	s.fake.Say(dm, alice, "marker", "")
 	if got := rec2.upTo(t, "marker"); len(got) != 0 {
 		t.Errorf("a message reached the sink twice: %+v", got)
+	}
+}
+
+// An application command is keyed by its interaction id and answered only
+// once the gateway took it; one the gateway refuses (its store away) gets
+// an ephemeral answer asking to try again, not the command line.
+func TestApplicationCommandAnsweredOnlyAfterTheGatewayTookIt(t *testing.T) {
+	s := newSetup(t)
+	rec := newRecorder()
+	answeredEarly := make(chan string, 8)
+	rec.fail = func(in channels.Inbound) error {
+		if ans := s.fake.InteractionAnswer(in.Origin.MessageID); ans != nil {
+			answeredEarly <- in.Text
+		}
+		if strings.HasPrefix(in.Text, "/stop") {
+			return &channels.UnavailableError{RetryAfter: 5 * time.Second, Reason: "store away"}
+		}
+		return nil
+	}
+	s.start(t, rec, nil)
+	ctx := testCtx(t)
+	if err := s.fake.Wait(ctx, "the commands registered", func() bool { return s.fake.Commands() != nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	i := s.fake.Interact(general, alice, "status", "")
+	in := rec.next(t)
+	if in.Text != "/status" || in.Origin.MessageID != i.ID {
+		t.Errorf("command %q with message id %q; want /status keyed by the interaction id %s", in.Text, in.Origin.MessageID, i.ID)
+	}
+	if err := s.fake.Wait(ctx, "the answer", func() bool { return s.fake.InteractionAnswer(i.ID) != nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ans := s.fake.InteractionAnswer(i.ID); ans.Type != 4 || ans.Data.Content != "/status" || ans.Data.Flags&64 != 0 {
+		t.Errorf("answer %+v; want the command line, visible to all", ans)
+	}
+
+	j := s.fake.Interact(dm, alice, "stop", "")
+	if err := s.fake.Wait(ctx, "the refusal", func() bool { return s.fake.InteractionAnswer(j.ID) != nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ans := s.fake.InteractionAnswer(j.ID); ans.Data.Flags&64 == 0 || !strings.Contains(ans.Data.Content, "try again") {
+		t.Errorf("answer to a command the store refused: %+v; want an ephemeral \"try again\"", ans)
+	}
+	select {
+	case text := <-answeredEarly:
+		t.Errorf("%s was answered before the gateway took it", text)
+	default:
 	}
 }
