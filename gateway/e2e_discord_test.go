@@ -260,7 +260,8 @@ func TestE2EDiscordApplicationCommand(t *testing.T) {
 // general, Alice opens a thread from it and they talk there without the
 // bot; Alice's first mention of the bot in that thread gives the model
 // their earlier messages with their names, oldest first. Her second
-// mention in the thread is not given them again.
+// mention in the thread is not given them again, and the thread's history
+// is not read again for it.
 func TestE2EDiscordThreadContext(t *testing.T) {
 	f := newDiscordFake(t)
 	tg := newTestGateway(t, discordConfig(f), researchModel(nil))
@@ -291,9 +292,26 @@ func TestE2EDiscordThreadContext(t *testing.T) {
 		at += i + len(w)
 	}
 
+	threadReads := func() int { // GET channels/<thread>/messages?before=
+		n := 0
+		for _, r := range f.Requests() {
+			if r.Method == "GET" && r.Path == "/api/v10/channels/"+root.ID+"/messages" && strings.Contains(r.Query, "before=") {
+				n++
+			}
+		}
+		return n
+	}
+	firstReads := threadReads()
+	if firstReads == 0 {
+		t.Fatal("the first turn did not read the thread's history (GET channels/<thread>/messages?before=)")
+	}
+
 	f.Say(root.ID, dcAlice, dcMention(f, "and after that?"), "")
 	if err := f.Wait(ctx, "the second reply", func() bool { return len(f.BotMessages(root.ID)) >= 2 }); err != nil {
 		t.Fatal(err)
+	}
+	if n := threadReads(); n != firstReads {
+		t.Errorf("the second turn read the thread's history again (%d requests, %d after the first turn); want it never re-fetched", n, firstReads)
 	}
 	reqs := tg.LLM.Requests()
 	if second := reqs[len(reqs)-1].LastUser(); strings.Contains(second, "Earlier messages in this thread") || !strings.Contains(second, "and after that?") {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -668,8 +670,7 @@ func TestThreadHistory(t *testing.T) {
 	for _, tm := range msgs {
 		got = append(got, tm.SenderName+": "+tm.Text)
 	}
-	if strings.Join(got, "|") != "bob: which part?|Alice: the cache bit" &&
-		strings.Join(got, "|") != "Alice: I think section 2 is wrong|bob: which part?|Alice: the cache bit" {
+	if strings.Join(got, "|") != "Alice: I think section 2 is wrong|bob: which part?|Alice: the cache bit" {
 		t.Errorf("history %q: want the last 3 before the mention, oldest first", got)
 	}
 	a.opts.ThreadContext = 10
@@ -779,5 +780,45 @@ func TestApplicationCommandAnsweredOnlyAfterTheGatewayTookIt(t *testing.T) {
 	case text := <-answeredEarly:
 		t.Errorf("%s was answered before the gateway took it", text)
 	default:
+	}
+}
+
+// Discord gives at most 100 messages a request while threadContext allows
+// 200: a longer thread is read back page by page, and its starter message
+// still heads it.
+func TestThreadHistoryPagesPastOneHundred(t *testing.T) {
+	s := newSetup(t)
+	rec := newRecorder()
+	a := s.start(t, rec, func(o *Options) { o.ThreadContext = 150 })
+	ctx := testCtx(t)
+	root := s.fake.Say(general, bob, "the incident timeline", "")
+	s.fake.StartThread(general, root.ID, "timeline", bob)
+	for i := 1; i <= 130; i++ {
+		s.fake.Say(root.ID, alice, fmt.Sprintf("entry %d", i), "")
+	}
+	s.fake.Say(root.ID, alice, mention("summarise it"), "")
+	in := rec.next(t)
+	msgs, err := a.ThreadHistory(ctx, in.Origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 131 || msgs[0].Text != "the incident timeline" || msgs[1].Text != "entry 1" || msgs[130].Text != "entry 130" {
+		var first, last string
+		if len(msgs) > 0 {
+			first, last = msgs[0].Text, msgs[len(msgs)-1].Text
+		}
+		t.Fatalf("history has %d messages (%q … %q); want the starter and all 130 entries, oldest first", len(msgs), first, last)
+	}
+	var pages int
+	for _, r := range s.fake.Requests() {
+		if r.Path == "/api/v10/channels/"+root.ID+"/messages" && strings.Contains(r.Query, "before=") {
+			pages++
+			if q, _ := url.ParseQuery(r.Query); q.Get("limit") != "100" && q.Get("limit") != "50" {
+				t.Errorf("history request %q: want 100, then the 50 still wanted", r.Query)
+			}
+		}
+	}
+	if pages != 2 {
+		t.Errorf("%d history requests, want 2 (100, then 50 of which 30 came)", pages)
 	}
 }
