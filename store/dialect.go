@@ -8,6 +8,14 @@ import (
 // SQL. Every query is written once, with $n placeholders (both engines
 // read them); a query that differs only in one of these fragments splices
 // the fragment in where it is built. Nothing rewrites SQL text at run time.
+//
+// What differs beyond SQL is the engine's plumbing and stays with it (d.pg,
+// postgres.go): mapping driver errors to this package's (wrap), closing the
+// pools (Close), how a write transaction runs (SQLite's group commit on its
+// one writer connection: writer, txOpts), Backup (VACUUM INTO; PostgreSQL
+// is pg_dump's), the bus (Notify and Listen need a pgx connection) and
+// SQLHandle (PostgreSQL shares its pool). Where bytes live is a sink per
+// engine, chosen by Open and OpenPostgres: Transcripts and fileStore.
 type dialect struct {
 	name string // DriverSQLite or DriverPostgres
 
@@ -36,6 +44,9 @@ type dialect struct {
 	// another replica is free only when that replica's lease lapsed. On
 	// SQLite one process runs: any other holder is a previous run of it.
 	replicas bool
+	// legacyOffset is what the one tree's version is ahead of the
+	// engine's old schema_migrations numbering (migrate.go).
+	legacyOffset int
 }
 
 var sqliteDialect = dialect{
@@ -71,6 +82,7 @@ var postgresDialect = dialect{
 	pendingHead:   `id IN (SELECT min(id) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL GROUP BY dest)`,
 	advisoryLocks: true,
 	replicas:      true,
+	legacyOffset:  legacyPGOffset,
 }
 
 // sqlArgs collects the arguments of a query built piece by piece: add

@@ -169,8 +169,8 @@ func adoptLegacy(ctx context.Context, udb *dbutil.Database, dl *dialect) error {
 	if err := udb.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v); err != nil {
 		return err
 	}
-	if dl.name == DriverPostgres && v > 0 {
-		v += legacyPGOffset
+	if v > 0 {
+		v += dl.legacyOffset
 	}
 	if _, err := udb.Exec(ctx, "CREATE TABLE "+versionTable+" (version INTEGER, compat INTEGER)"); err != nil {
 		return err
@@ -182,9 +182,7 @@ func adoptLegacy(ctx context.Context, udb *dbutil.Database, dl *dialect) error {
 // markLegacy records versions up to top in schema_migrations, in that
 // table's numbering, for older binaries (a no-op once they are there).
 func markLegacy(ctx context.Context, udb *dbutil.Database, dl *dialect, top int) error {
-	if dl.name == DriverPostgres {
-		top -= legacyPGOffset
-	}
+	top -= dl.legacyOffset
 	if has, err := udb.TableExists(ctx, "schema_migrations"); err != nil {
 		return err
 	} else if has {

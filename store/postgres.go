@@ -99,12 +99,7 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
 }
 
 // Driver returns the database's driver: DriverSQLite or DriverPostgres.
-func (d *DB) Driver() string {
-	if d.pg != nil {
-		return DriverPostgres
-	}
-	return DriverSQLite
-}
+func (d *DB) Driver() string { return d.dialect.name }
 
 func (b *pgBackend) close(d *DB) error {
 	if d.rs != nil {

@@ -25,7 +25,7 @@ const sqlHandleConns = 4
 // which Close closes.
 func (d *DB) SQLHandle() (SQLHandle, error) {
 	if d.pg != nil {
-		return SQLHandle{DB: d.w, Dialect: DriverPostgres, Close: func() error { return nil }}, nil
+		return SQLHandle{DB: d.w, Dialect: d.dialect.name, Close: func() error { return nil }}, nil
 	}
 	db, err := sql.Open("sqlite", dsn(d.path, false))
 	if err != nil {
@@ -33,5 +33,5 @@ func (d *DB) SQLHandle() (SQLHandle, error) {
 	}
 	db.SetMaxOpenConns(sqlHandleConns)
 	db.SetMaxIdleConns(sqlHandleConns)
-	return SQLHandle{DB: db, Dialect: DriverSQLite, Close: db.Close}, nil
+	return SQLHandle{DB: db, Dialect: d.dialect.name, Close: db.Close}, nil
 }

@@ -2,8 +2,9 @@
 // intake of owed turns, the announce outbox, archive deadlines, approvals,
 // the web chat log, leases and the JSONL transcripts. Its contract is the
 // interfaces in api.go; *DB keeps them in one SQLite database in the state
-// dir (WAL; transcripts as files under transcripts/<agentId>/<sessionId>.jsonl)
-// or in PostgreSQL (postgres.go; transcripts as rows), with the same query
+// dir (WAL; transcripts as files under transcripts/<agentId>/<sessionId>.jsonl,
+// stored files under files/) or in PostgreSQL (postgres.go; transcripts and
+// files as rows: a sink per engine, transcripts.go and filestore.go), with the same query
 // texts (the engines' differences are a dialect value, dialect.go) and one
 // migration tree (upgrades/, migrate.go).
 //
