@@ -193,21 +193,123 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 		t.Errorf("the second thread's question reached the model %d times, want 1", asked)
 	}
 
-	// Restart: the same device and keys; alice's next message, on the
-	// Megolm session the bot already holds, is read and answered.
+	// Restart: the same device, keys and sessions. Alice's next message
+	// goes out on her Megolm session the bot got before the restart, with
+	// no key sent to anyone; the bot reads it and answers on its own
+	// session from before the restart, so nobody needs a new room key.
+	botSession := posts[0].SessionID
+	for _, p := range posts {
+		if p.SessionID != botSession {
+			t.Errorf("the bot's thread messages came on sessions %s and %s, want one", botSession, p.SessionID)
+		}
+	}
 	before := ownDevices(t, alice.Client, bot.UserID)
 	stop()
 	runE2EEGateway(t, dir, hs, bot, llm)
-	alice.PostEncrypted(t, room, root, "herald: and after the restart?", bot.UserID)
-	after := alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
-		return inThread(m) && strings.HasPrefix(m.Body(), "plain answer to: ") && strings.HasSuffix(m.Body(), "and after the restart?")
+	restartSessions(t, alice, room, root, bot.UserID, botSession, before)
+}
+
+// restartSessions checks, after a gateway restart, that the bot still
+// reads person's Megolm session of room (a message on it, with no key sent,
+// is answered in the thread rooted at root) and answers on its own
+// session from before the restart (botSession), as the same device.
+func restartSessions(t *testing.T, person *matrixtest.E2EE, room id.RoomID, root id.EventID, bot id.UserID, botSession id.SessionID, devices map[id.DeviceID]id.Ed25519) {
+	t.Helper()
+	_, personSession := person.PostOnSession(t, room, root, "herald: and after the restart?", bot)
+	// It is the session of the person's messages before the restart.
+	person.WaitMessages(t, room, person.UserID, 1, func(m matrixtest.Decrypted) bool {
+		return m.Encrypted && m.SessionID == personSession && m.Body() != "herald: and after the restart?"
 	})
-	if !after[0].Encrypted {
+	after := person.WaitMessages(t, room, bot, 1, func(m matrixtest.Decrypted) bool {
+		return matrixtest.ThreadRoot(m.Event) == root && strings.HasPrefix(m.Body(), "plain answer to: ") && strings.HasSuffix(m.Body(), "and after the restart?")
+	})[0]
+	if !after.Encrypted {
 		t.Fatalf("the answer after the restart went out in clear text")
 	}
-	if now := ownDevices(t, alice.Client, bot.UserID); len(before) != 1 || fmt.Sprint(now) != fmt.Sprint(before) {
-		t.Fatalf("the bot's devices changed over the restart: before %v, after %v", before, now)
+	if after.SessionID != botSession {
+		t.Errorf("the bot answered after the restart on Megolm session %s, want its session from before the restart %s (the room key was not kept)", after.SessionID, botSession)
 	}
+	if now := ownDevices(t, person.Client, bot); len(devices) != 1 || fmt.Sprint(now) != fmt.Sprint(devices) {
+		t.Fatalf("the bot's devices changed over the restart: before %v, after %v", devices, now)
+	}
+}
+
+// TestE2EMatrixEncryptedDM drives the whole gateway through Dendrite in an
+// encrypted DM (Element's default for a DM): a person's message is
+// answered encrypted; asked to research, the agent's reply and both
+// sub-agent announces come encrypted in the DM, top-level as the message
+// was (threadReplies "inbound"); after a gateway restart the bot is the
+// same device, reads her next message on the Megolm session it got before
+// the restart, and answers on its own session from before, which she
+// decrypts.
+func TestE2EMatrixEncryptedDM(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "alice"))
+	bot := hs.RegisterUser(t, "herald")
+	llm := llmtest.NewAnthropic(t, spawningModel)
+	dir := t.TempDir()
+	stop := runE2EEGateway(t, dir, hs, bot, llm)
+
+	room := alice.CreateEncryptedRoom(t, bot.UserID)
+	alice.WaitMember(t, room, bot.UserID) // the gateway auto-joins on invite
+
+	alice.PostEncrypted(t, room, "", "hello there")
+	hello := alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
+		return m.Body() == "plain answer to: hello there"
+	})[0]
+	if !hello.Encrypted {
+		t.Fatalf("the answer in the encrypted DM went out in clear text")
+	}
+
+	alice.PostEncrypted(t, room, "", "please research both halves")
+	var texts map[id.EventID]string
+	var posts []matrixtest.Decrypted
+	matrixtest.Eventually(t, "the reply and both announces, decrypted, in the DM", func(ctx context.Context) (bool, error) {
+		all, _, err := alice.Messages(ctx, room)
+		if err != nil {
+			return false, err
+		}
+		posts = posts[:0]
+		for _, m := range all {
+			if m.Sender == bot.UserID && m.Content.AsMessage().RelatesTo.GetReplaceID() == "" {
+				posts = append(posts, m)
+			}
+		}
+		var mine []matrixtest.Decrypted
+		for _, m := range all {
+			if m.Sender == bot.UserID {
+				mine = append(mine, m)
+			}
+		}
+		texts = finalTexts(mine)
+		var reply, alpha, beta bool
+		for _, p := range posts {
+			b := texts[p.ID]
+			reply = reply || strings.Contains(b, "Started alpha and beta")
+			alpha = alpha || strings.HasPrefix(b, "Status: success\nTask: alpha\n") && strings.Contains(b, "findings for A: look at the first half")
+			beta = beta || strings.HasPrefix(b, "Status: success\nTask: beta\n") && strings.Contains(b, "findings for B: look at the second half")
+		}
+		return reply && alpha && beta, nil
+	})
+	if len(posts) != 4 {
+		t.Errorf("the bot posted %d messages in the DM, want 4 (hello's answer, the reply, two announces)", len(posts))
+	}
+	for _, p := range posts {
+		if !p.Encrypted {
+			t.Errorf("bot message %s in the encrypted DM went out in clear text: %q", p.ID, texts[p.ID])
+		}
+		if root := matrixtest.ThreadRoot(p.Event); root != "" {
+			t.Errorf("bot message %s went to thread %s, want top-level in the DM as the message was: %q", p.ID, root, texts[p.ID])
+		}
+		if p.Encrypted && p.SessionID != hello.SessionID {
+			t.Errorf("the bot's DM messages came on sessions %s and %s, want one", hello.SessionID, p.SessionID)
+		}
+	}
+
+	before := ownDevices(t, alice.Client, bot.UserID)
+	stop()
+	runE2EEGateway(t, dir, hs, bot, llm)
+	restartSessions(t, alice, room, "", bot.UserID, hello.SessionID, before)
 }
 
 // ownDevices is the ed25519 key of each device the homeserver lists for user.

@@ -142,10 +142,31 @@ func (e *E2EE) PostEncrypted(t testing.TB, room id.RoomID, root id.EventID, text
 	return PostInThread(t, e.Client, room, root, text, mentions...)
 }
 
+// PostOnSession sends an encrypted m.text into room (in the thread rooted
+// at root unless it is empty) on e's current Megolm session of the room,
+// without sharing any room key first: only devices that already hold that
+// session (from an earlier message) can read it. It returns the event id
+// and the session id.
+func (e *E2EE) PostOnSession(t testing.TB, room id.RoomID, root id.EventID, text string, mentions ...id.UserID) (id.EventID, id.SessionID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	enc, err := e.Mach.EncryptMegolmEvent(ctx, room, event.EventMessage, textContent(root, text, mentions))
+	if err != nil {
+		t.Fatalf("%s: encrypt %q on the current session of %s: %v", e.UserID, text, room, err)
+	}
+	resp, err := e.SendMessageEvent(ctx, room, event.EventEncrypted, enc)
+	if err != nil {
+		t.Fatalf("%s posts %q in %s (thread %q): %v", e.UserID, text, room, root, err)
+	}
+	return resp.EventID, enc.SessionID
+}
+
 // Decrypted is a message as e reads it: decrypted when it was encrypted.
 type Decrypted struct {
 	*event.Event
-	Encrypted bool // it came as m.room.encrypted
+	Encrypted bool         // it came as m.room.encrypted
+	SessionID id.SessionID // the Megolm session it was encrypted with, when Encrypted
 }
 
 // Body is the message's text.
@@ -182,7 +203,7 @@ func (e *E2EE) Messages(ctx context.Context, room id.RoomID) (out []Decrypted, o
 				continue
 			}
 			if dec.Type == event.EventMessage {
-				out = append(out, Decrypted{Event: dec, Encrypted: true})
+				out = append(out, Decrypted{Event: dec, Encrypted: true, SessionID: evt.Content.AsEncrypted().SessionID})
 			}
 		}
 	}

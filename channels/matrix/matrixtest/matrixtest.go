@@ -316,6 +316,16 @@ func PostInThread(t testing.TB, c *mautrix.Client, room id.RoomID, root id.Event
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
 	defer cancel()
+	resp, err := c.SendMessageEvent(ctx, room, event.EventMessage, textContent(root, text, mentions))
+	if err != nil {
+		t.Fatalf("%s posts %q in %s (thread %q): %v", c.UserID, text, room, root, err)
+	}
+	return resp.EventID
+}
+
+// textContent is an m.text in the thread rooted at root (top-level when
+// root is empty), with mentions in m.mentions.
+func textContent(root id.EventID, text string, mentions []id.UserID) *event.MessageEventContent {
 	content := &event.MessageEventContent{MsgType: event.MsgText, Body: text}
 	if len(mentions) > 0 {
 		content.Mentions = &event.Mentions{UserIDs: mentions}
@@ -324,11 +334,7 @@ func PostInThread(t testing.TB, c *mautrix.Client, room id.RoomID, root id.Event
 		content.RelatesTo = &event.RelatesTo{Type: event.RelThread, EventID: root, IsFallingBack: true,
 			InReplyTo: &event.InReplyTo{EventID: root}}
 	}
-	resp, err := c.SendMessageEvent(ctx, room, event.EventMessage, content)
-	if err != nil {
-		t.Fatalf("%s posts %q in %s (thread %q): %v", c.UserID, text, room, root, err)
-	}
-	return resp.EventID
+	return content
 }
 
 // RoomMessages returns up to the last 200 message events of room, oldest
