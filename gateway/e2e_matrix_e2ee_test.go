@@ -112,7 +112,8 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 	bot := hs.RegisterUser(t, "herald")
 	llm := llmtest.NewAnthropic(t, spawningModel)
 	dir := t.TempDir()
-	stop := runE2EEGateway(t, dir, hs, bot, llm)
+	proxied, relationReads := relationsCounter(t, hs)
+	stop := runE2EEGateway(t, dir, proxied, bot, llm)
 
 	room := alice.CreateEncryptedRoom(t, bot.UserID, carol.UserID)
 	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
@@ -193,6 +194,21 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 		t.Errorf("the second thread's question reached the model %d times, want 1", asked)
 	}
 
+	// A second turn in that thread: its earlier messages are not given
+	// again, nor read again from the homeserver.
+	reads := relationReads()
+	if reads == 0 {
+		t.Errorf("no thread relations were read through the homeserver for thread context")
+	}
+	alice.PostEncrypted(t, room, root2, "herald: and tomorrow?", bot.UserID)
+	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
+		return matrixtest.ThreadRoot(m.Event) == root2 && strings.HasPrefix(m.Body(), "plain answer to: ") && strings.HasSuffix(m.Body(), "and tomorrow?")
+	})
+	assertThreadContextOnce(t, llm, "and tomorrow?", "carol: I vote for the weather")
+	if now := relationReads(); now != reads {
+		t.Errorf("the thread's relations were read %d more times on the second turn, want 0", now-reads)
+	}
+
 	// Restart: the same device, keys and sessions. Alice's next message
 	// goes out on her Megolm session the bot got before the restart, with
 	// no key sent to anyone; the bot reads it and answers on its own
@@ -205,7 +221,7 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 	}
 	before := ownDevices(t, alice.Client, bot.UserID)
 	stop()
-	runE2EEGateway(t, dir, hs, bot, llm)
+	runE2EEGateway(t, dir, proxied, bot, llm)
 	restartSessions(t, alice, room, root, bot.UserID, botSession, before)
 }
 

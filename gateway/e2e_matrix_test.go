@@ -4,8 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +85,30 @@ func startMatrixGateway(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Cl
 	return g
 }
 
+// relationsCounter puts a reverse proxy in front of hs that counts the
+// thread-relations reads (GET …/relations/…) going through it; the gateway
+// is pointed at the returned homeserver, the people's clients stay on hs.
+func relationsCounter(t *testing.T, hs *matrixtest.Homeserver) (*matrixtest.Homeserver, func() int64) {
+	t.Helper()
+	target, err := url.Parse(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) {
+		w.WriteHeader(http.StatusBadGateway) // a /sync cancelled at the gateway's stop: nothing to log
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/relations/") {
+			n.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return &matrixtest.Homeserver{URL: srv.URL}, n.Load
+}
+
 // spawningModel is the fake LLM: asked to "research", the main agent spawns
 // sub-agents alpha and beta and then says so; any other message gets a plain
 // answer echoing it. Sub-agents answer their task and the announce step in
@@ -118,14 +147,16 @@ func matrixBody(evt *event.Event) string {
 // TestE2EMatrixThreads drives the whole gateway through a real Dendrite the
 // way people in a group room would: a mention in a thread gets the agent's
 // reply and both sub-agent announces in that thread and nowhere else, and a
-// second thread in the same room is a separate conversation.
+// second thread in the same room is a separate conversation, given the
+// thread's earlier messages on its first turn only.
 func TestE2EMatrixThreads(t *testing.T) {
 	hs := matrixtest.Start(t)
 	alice := hs.RegisterUser(t, "alice")
 	carol := hs.RegisterUser(t, "carol") // a third member makes the room a group
 	bot := hs.RegisterUser(t, "herald")
 	llm := llmtest.NewAnthropic(t, spawningModel)
-	g := startMatrixGateway(t, hs, bot, llm)
+	proxied, relationReads := relationsCounter(t, hs)
+	g := startMatrixGateway(t, proxied, bot, llm)
 
 	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
 	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
@@ -192,6 +223,23 @@ func TestE2EMatrixThreads(t *testing.T) {
 		t.Errorf("thread 2's question reached the model %d times, want 1", asked)
 	}
 
+	// A second turn in thread 2: the earlier messages are in the first
+	// turn's transcript already; they are not given again, and the thread
+	// is not read again from the homeserver.
+	reads := relationReads()
+	if reads == 0 {
+		t.Errorf("no thread relations were read through the homeserver for thread context")
+	}
+	matrixtest.PostInThread(t, alice, room, root2, "herald: and tomorrow?", bot.UserID)
+	got2 = matrixtest.WaitThreadMessages(t, alice, room, root2, bot.UserID, 2)
+	if b := matrixBody(got2[1]); !strings.HasPrefix(b, "plain answer to: ") || !strings.HasSuffix(b, "and tomorrow?") || strings.Contains(b, "weather") {
+		t.Errorf("thread 2's second reply = %q, want the answer to its second question alone", b)
+	}
+	assertThreadContextOnce(t, llm, "and tomorrow?", "carol: I vote for the weather")
+	if now := relationReads(); now != reads {
+		t.Errorf("the thread's relations were read %d more times on the second turn, want 0", now-reads)
+	}
+
 	// Nothing from the bot outside the two threads, nothing twice.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -210,8 +258,8 @@ func TestE2EMatrixThreads(t *testing.T) {
 			t.Errorf("announce outside thread 1 (thread %q): %q", root, matrixBody(evt))
 		}
 	}
-	if perRoot[root1] != 3 || perRoot[root2] != 1 || len(perRoot) != 2 {
-		t.Errorf("bot messages per thread = %v; want 3 in %s, 1 in %s, none elsewhere", perRoot, root1, root2)
+	if perRoot[root1] != 3 || perRoot[root2] != 2 || len(perRoot) != 2 {
+		t.Errorf("bot messages per thread = %v; want 3 in %s, 2 in %s, none elsewhere", perRoot, root1, root2)
 	}
 
 	// The store: two requester sessions, one per thread; both runs belong to thread 1.
@@ -246,5 +294,36 @@ func TestE2EMatrixThreads(t *testing.T) {
 	slices.Sort(labels)
 	if !slices.Equal(labels, []string{"alpha", "beta"}) {
 		t.Errorf("run labels = %q, want alpha and beta", labels)
+	}
+}
+
+// assertThreadContextOnce checks the model call for the turn whose message
+// is question: the message reaches the model without thread context, and
+// the thread's earlier message appears once in the people's messages of the
+// whole call (in the first turn's message, kept in the transcript).
+func assertThreadContextOnce(t *testing.T, llm *llmtest.Server, question, earlier string) {
+	t.Helper()
+	calls := 0
+	for _, c := range llm.Requests() {
+		last := c.LastUser()
+		if !strings.Contains(last, question) {
+			continue
+		}
+		calls++
+		if strings.Contains(last, "Earlier messages in this thread") || strings.Contains(last, earlier) {
+			t.Errorf("the later turn's message was given the thread's earlier messages again:\n%s", last)
+		}
+		seen := 0
+		for _, m := range c.Messages {
+			if m.Role == agent.RoleUser {
+				seen += strings.Count(m.Text, earlier)
+			}
+		}
+		if seen != 1 {
+			t.Errorf("the later turn's model call holds %q %d times, want once (from the first turn's transcript)", earlier, seen)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("%q reached the model %d times, want 1", question, calls)
 	}
 }
