@@ -108,40 +108,55 @@ func testApprovalDecidedOnce(t *testing.T, s Store) {
 	}
 }
 
-// People answering at once: exactly one decision is taken.
+// People answering at once: exactly one decision is taken, and the
+// stored one is the winner's.
 func testApprovalRace(t *testing.T, s Store) {
 	ctx := context.Background()
-	if err := s.CreateApproval(ctx, newApproval("RACE")); err != nil {
-		t.Fatal(err)
+	const codes, people = 8, 12
+	for c := range codes {
+		if err := s.CreateApproval(ctx, newApproval(fmt.Sprintf("RACE%d", c))); err != nil {
+			t.Fatal(err)
+		}
 	}
+	start := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var winners []string
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status := store.ApprovalApproved
-			if i%2 == 1 {
-				status = store.ApprovalDenied
-			}
-			by := fmt.Sprintf("U%d", i)
-			_, err := s.ResolveApproval(ctx, "RACE", status, by, t0.Add(time.Second))
-			if err == nil {
-				mu.Lock()
-				winners = append(winners, by)
-				mu.Unlock()
-			} else if !errors.Is(err, store.ErrResolved) {
-				t.Errorf("ResolveApproval = %v", err)
-			}
-		}()
+	winners := map[string][]string{}
+	for c := range codes {
+		code := fmt.Sprintf("RACE%d", c)
+		for i := range people {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				status := store.ApprovalApproved
+				if i%2 == 1 {
+					status = store.ApprovalDenied
+				}
+				by := fmt.Sprintf("U%d", i)
+				<-start
+				_, err := s.ResolveApproval(ctx, code, status, by, t0.Add(time.Second))
+				if err == nil {
+					mu.Lock()
+					winners[code] = append(winners[code], by)
+					mu.Unlock()
+				} else if !errors.Is(err, store.ErrResolved) {
+					t.Errorf("ResolveApproval = %v", err)
+				}
+			}()
+		}
 	}
+	close(start)
 	wg.Wait()
-	if len(winners) != 1 {
-		t.Fatalf("%d resolutions succeeded (%v), want exactly 1", len(winners), winners)
-	}
-	if a, err := s.GetApproval(ctx, "RACE"); err != nil || a.ResolvedBy != winners[0] {
-		t.Errorf("stored decision by %q, %v; want the winner %s", a.ResolvedBy, err, winners[0])
+	for c := range codes {
+		code := fmt.Sprintf("RACE%d", c)
+		w := winners[code]
+		if len(w) != 1 {
+			t.Errorf("%s: %d resolutions succeeded (%v), want exactly 1", code, len(w), w)
+			continue
+		}
+		if a, err := s.GetApproval(ctx, code); err != nil || a.ResolvedBy != w[0] {
+			t.Errorf("%s: stored decision by %q, %v; want the winner %s", code, a.ResolvedBy, err, w[0])
+		}
 	}
 }
 
