@@ -264,7 +264,8 @@ func (h e2eeHelper) Encrypt(ctx context.Context, room id.RoomID, typ event.Type,
 // member content with the event it came from, nor changes one in place:
 // MemoryStateStore keeps the event's own content (which the /sync loop's
 // handlers go on reading) and SetMembership (CreateRoom, on the test's
-// goroutine) writes into it — a data race inside mautrix's test store.
+// goroutine) writes into it — a data race inside mautrix's test store; nor
+// reads a room's member map outside the store's lock.
 type copyingStateStore struct{ *mautrix.MemoryStateStore }
 
 func (s *copyingStateStore) SetMember(ctx context.Context, room id.RoomID, user id.UserID, m *event.MemberEventContent) error {
@@ -273,6 +274,22 @@ func (s *copyingStateStore) SetMember(ctx context.Context, room id.RoomID, user 
 		m = &c
 	}
 	return s.MemoryStateStore.SetMember(ctx, room, user, m)
+}
+
+// GetRoomJoinedOrInvitedMembers lists the room's members from a copy taken
+// under MemoryStateStore's lock: its own version ranges over the live map
+// after letting go of the lock, racing the /sync loop's writes into it
+// (seen under -race when a message is encrypted while a member event comes in).
+func (s *copyingStateStore) GetRoomJoinedOrInvitedMembers(ctx context.Context, room id.RoomID) ([]id.UserID, error) {
+	members, err := s.MemoryStateStore.GetAllMembers(ctx, room)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]id.UserID, 0, len(members))
+	for user := range members {
+		out = append(out, user)
+	}
+	return out, nil
 }
 
 func (s *copyingStateStore) SetMembership(ctx context.Context, room id.RoomID, user id.UserID, membership event.Membership) error {
