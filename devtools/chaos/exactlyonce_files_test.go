@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/channels/slack/slackfake"
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 	"github.com/heraldhq/herald/devtools/harness"
 )
 
@@ -109,6 +110,80 @@ func TestKillDuringSlackFileDownloadAndUpload(t *testing.T) {
 		t.Errorf("the model was asked about the message %d times, want once", n)
 	}
 	if served, _ := sf.Downloads(); served != 1 {
+		t.Errorf("the file was downloaded whole %d times, want once (after the first restart)", served)
+	}
+}
+
+// TestKillDuringTelegramFileDownloadAndSend: the same on Telegram, with
+// uncertainDelivery "skip". Killed while it downloads the person's file,
+// the gateway had not confirmed the update, so Telegram hands it over again
+// after the restart. Killed after Telegram posted the file going back but
+// before the gateway heard so, the gateway cannot look the post up: by the
+// skip policy it does not send it again. The chat shows the reply once and
+// the file once, and the turn ran once.
+func TestKillDuringTelegramFileDownloadAndSend(t *testing.T) {
+	const chat = 555
+	tf := tgfake.New(t, tgToken)
+	r := newRig(t, 0, harness.Config{MainConcurrent: 2, Subagents: 2, Children: 5, GraceSeconds: 2,
+		Channels: fmt.Sprintf("telegram: { enabled: true, botToken: %q, apiUrl: %q, uncertainDelivery: \"skip\" }", tgToken, tf.URL())})
+	start, waitUntil := r.start, r.waitUntil
+	chart := chartPNG(t)
+	sum := sha256.Sum256(chart)
+	chartSHA := hex.EncodeToString(sum[:])
+	files := func() (n int) {
+		for _, f := range tf.SentFiles() {
+			if f.ChatID == chat && f.SHA256 == chartSHA {
+				n++
+			}
+		}
+		return n
+	}
+	said := func(text string) (n int) {
+		for _, s := range tf.Sent() {
+			if s.ChatID == chat && strings.Contains(s.Text, text) {
+				n++
+			}
+		}
+		return n
+	}
+
+	// 1. Killed while the file downloads.
+	gw := start()
+	tf.StallDownloads(1)
+	tf.Queue(tgfake.In{ChatID: chat, FromID: chat, Text: "SENDBACK chart.png", Document: &tgfake.FileIn{Name: "chart.png", MIME: "image/png", Data: chart}})
+	waitUntil("the gateway to start downloading the file", func() bool { return tf.StalledDownloads() == 1 })
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. The update comes again; killed once Telegram posted the file
+	// going back, before the gateway heard so.
+	tf.HoldNextFiles(1)
+	gw = start()
+	waitUntil("the file going back to reach Telegram", func() bool { return files() == 1 })
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	// 3. The outbox resumes and, by the policy, skips the uncertain file.
+	gw = start()
+	waitUntil("the outbox to settle after the second restart", func() bool { return metric(t, gw.Base, `herald_outbox_pending`) == 0 })
+	if v := metric(t, gw.Base, `herald_outbox_uncertain_total{action="skip",channel="telegram"}`); v != 1 {
+		t.Errorf("herald_outbox_uncertain_total{skip,telegram} = %v, want 1", v)
+	}
+	if n := files(); n != 1 {
+		t.Errorf("the chat shows chart.png %d times, want once", n)
+	}
+	if n := said("sent chart.png"); n != 1 {
+		t.Errorf("the chat shows the reply %d times, want once; messages: %+v", n, tf.Sent())
+	}
+	if n := said("no file") + said("📎"); n != 0 {
+		t.Errorf("the file did not reach the turn whole: %+v", tf.Sent())
+	}
+	if n := r.model.SendBackAnswers("chart.png"); n != 1 {
+		t.Errorf("the model was asked about the message %d times, want once", n)
+	}
+	if _, served := tf.Downloads(); served != 1 {
 		t.Errorf("the file was downloaded whole %d times, want once (after the first restart)", served)
 	}
 }

@@ -135,6 +135,7 @@ type fileState struct {
 	failGetFile []failure
 	failDL      []int
 	stallDL     int
+	stalled     int // downloads stalled so far
 	sentFiles   []SentFile
 	failSend    []failure
 	holdSend    int
@@ -235,6 +236,14 @@ func (s *Server) StallDownloads(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fs.stallDL = n
+}
+
+// StalledDownloads counts the downloads StallDownloads has stalled so far
+// (each is under way, its client waiting, until the client hangs up).
+func (s *Server) StalledDownloads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fs.stalled
 }
 
 // Downloads counts getFile calls and downloads served whole.
@@ -343,6 +352,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	stall := s.fs.stallDL > 0
 	if stall {
 		s.fs.stallDL--
+		s.fs.stalled++
 	}
 	s.mu.Unlock()
 	switch {
@@ -499,6 +509,10 @@ func (s *Server) sendFile(w http.ResponseWriter, r *http.Request, method string)
 	s.notifyLocked()
 	s.mu.Unlock()
 	if hold {
+		// Read the body to its end first: only then does net/http watch
+		// the connection and end the request's context when the caller
+		// hangs up (or Close cuts it).
+		_, _ = io.Copy(io.Discard, r.Body)
 		<-r.Context().Done()
 		return
 	}
