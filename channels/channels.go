@@ -78,6 +78,21 @@ const (
 	KindVideo = "video"
 )
 
+// KindOf maps a MIME type, as the platform gives it, to an attachment kind
+// by its top-level type: image/, audio/ and video/ are their own kinds, any
+// other type is KindFile. It does not fold case.
+func KindOf(mime string) string {
+	switch {
+	case strings.HasPrefix(mime, "image/"):
+		return KindImage
+	case strings.HasPrefix(mime, "audio/"):
+		return KindAudio
+	case strings.HasPrefix(mime, "video/"):
+		return KindVideo
+	}
+	return KindFile
+}
+
 // Attachment is a file on an inbound message. The adapter fills the
 // platform's metadata and Open; the gateway's intake streams the content to
 // the store (maxBytes, maxFiles, a deadline, the type sniffed from the

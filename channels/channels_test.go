@@ -67,3 +67,20 @@ func TestAccessAdmit(t *testing.T) {
 		t.Error("disabled policy admitted a group message")
 	}
 }
+
+func TestKindOf(t *testing.T) {
+	for _, tc := range []struct{ mime, want string }{
+		{"image/png", KindImage},
+		{"audio/ogg", KindAudio},
+		{"video/mp4", KindVideo},
+		{"application/pdf", KindFile},
+		{"", KindFile},
+		{"IMAGE/PNG", KindFile}, // no case folding: a caller that wants it folds first
+	} {
+		t.Run(tc.mime, func(t *testing.T) {
+			if got := KindOf(tc.mime); got != tc.want {
+				t.Errorf("KindOf(%q) = %q, want %q", tc.mime, got, tc.want)
+			}
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/bwmarrin/discordgo"
 
@@ -31,7 +30,7 @@ func (a *Adapter) attachments(m *discordgo.Message) []channels.Attachment {
 		if f == nil {
 			continue
 		}
-		at := channels.Attachment{Name: f.Filename, MIME: f.ContentType, Size: int64(f.Size), Kind: kindOf(f.ContentType)}
+		at := channels.Attachment{Name: f.Filename, MIME: f.ContentType, Size: int64(f.Size), Kind: channels.KindOf(f.ContentType)}
 		if m.Flags&discordgo.MessageFlagsIsVoiceMessage != 0 {
 			at.Kind = channels.KindVoice
 		}
@@ -47,18 +46,6 @@ func (a *Adapter) attachments(m *discordgo.Message) []channels.Attachment {
 		out = append(out, at)
 	}
 	return out
-}
-
-func kindOf(mime string) string {
-	switch {
-	case strings.HasPrefix(mime, "image/"):
-		return channels.KindImage
-	case strings.HasPrefix(mime, "audio/"):
-		return channels.KindAudio
-	case strings.HasPrefix(mime, "video/"):
-		return channels.KindVideo
-	}
-	return channels.KindFile
 }
 
 func (a *Adapter) allowedFileURL(link string) bool {

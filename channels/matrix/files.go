@@ -240,12 +240,12 @@ func (a *Adapter) SendFile(ctx context.Context, to channels.Origin, msg channels
 
 // mediaType picks the message type for a file's MIME type.
 func mediaType(mimeType string) event.MessageType {
-	switch {
-	case strings.HasPrefix(mimeType, "image/"):
+	switch channels.KindOf(mimeType) {
+	case channels.KindImage:
 		return event.MsgImage
-	case strings.HasPrefix(mimeType, "audio/"):
+	case channels.KindAudio:
 		return event.MsgAudio
-	case strings.HasPrefix(mimeType, "video/"):
+	case channels.KindVideo:
 		return event.MsgVideo
 	}
 	return event.MsgFile

@@ -68,18 +68,10 @@ func orUnknown(s string) string {
 	return s
 }
 
-// fileKind maps Slack's file to an attachment kind.
+// fileKind maps Slack's file to an attachment kind; Slack's MIME type is
+// matched without regard to case.
 func fileKind(f slack.File) string {
-	mt := strings.ToLower(f.Mimetype)
-	switch {
-	case strings.HasPrefix(mt, "image/"):
-		return channels.KindImage
-	case strings.HasPrefix(mt, "audio/"):
-		return channels.KindAudio
-	case strings.HasPrefix(mt, "video/"):
-		return channels.KindVideo
-	}
-	return channels.KindFile
+	return channels.KindOf(strings.ToLower(f.Mimetype))
 }
 
 // opener returns the Open of a file at link: a GET with the bot token as a
