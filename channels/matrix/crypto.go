@@ -443,17 +443,7 @@ func (a *Adapter) tellUndecryptable(ctx context.Context, evt *event.Event) {
 			return
 		}
 	}
-	root := content.RelatesTo.GetThreadParent()
-	threadID := ""
-	switch a.opts.ThreadReplies {
-	case ThreadsInbound:
-		threadID = string(root)
-	case ThreadsAlways:
-		threadID = string(root)
-		if threadID == "" {
-			threadID = string(evt.ID)
-		}
-	}
+	threadID := a.replyThread(content.RelatesTo.GetThreadParent(), evt.ID)
 	to := channels.Origin{Channel: Name, ChatID: string(evt.RoomID), ChatType: chatType, ThreadID: threadID,
 		SenderID: string(evt.Sender), MessageID: string(evt.ID)}
 	if _, err := a.sendText(ctx, to, UndecryptableText, "herald-undecryptable-"+string(evt.ID)); err != nil {

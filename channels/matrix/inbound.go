@@ -76,6 +76,23 @@ func (a *Adapter) onMember(ctx context.Context, evt *event.Event) {
 	}
 }
 
+// replyThread is the ThreadID of the Origin of a message evt in the thread
+// rooted at root ("" for none): under ThreadsInbound its thread, under
+// ThreadsAlways its thread or one rooted at the message itself, under
+// ThreadsOff none.
+func (a *Adapter) replyThread(root, evt id.EventID) string {
+	switch a.opts.ThreadReplies {
+	case ThreadsInbound:
+		return string(root)
+	case ThreadsAlways:
+		if root == "" {
+			return string(evt)
+		}
+		return string(root)
+	}
+	return ""
+}
+
 // onMessage turns a new m.text, m.notice, or a file (m.image, m.file,
 // m.audio, m.video) into an Inbound, after the mention and allowlist checks.
 func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
@@ -122,16 +139,7 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		return
 	}
 
-	threadID := ""
-	switch a.opts.ThreadReplies {
-	case ThreadsInbound:
-		threadID = string(root)
-	case ThreadsAlways:
-		threadID = string(root)
-		if threadID == "" {
-			threadID = string(evt.ID)
-		}
-	}
+	threadID := a.replyThread(root, evt.ID)
 	in := channels.Inbound{
 		Origin: channels.Origin{
 			Channel:   Name,
