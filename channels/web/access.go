@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"go.uber.org/zap"
 )
 
 // Names of what the page and scripts present (SPEC §17).
@@ -253,6 +255,18 @@ func (a *Adapter) ownershipOf(r *http.Request, client string) (ownership, error)
 		return owner, nil
 	}
 	return wrong, nil
+}
+
+// ownershipFor is ownershipOf for a GET handler: when the client's secret
+// cannot be read it logs, answers 500 with failed and reports false.
+func (a *Adapter) ownershipFor(w http.ResponseWriter, r *http.Request, client, failed string) (ownership, bool) {
+	o, err := a.ownershipOf(r, client)
+	if err != nil {
+		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, failed)
+		return o, false
+	}
+	return o, true
 }
 
 // offLoopback reports whether the off-loopback rules apply to r (SPEC

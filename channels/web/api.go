@@ -321,13 +321,8 @@ func (a *Adapter) handleList(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	o, err := a.ownershipOf(r, client)
-	if err != nil {
-		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "the conversation could not be read; try again")
-		return
-	}
-	if a.refuseClient(w, r, o, client) {
+	o, ok := a.ownershipFor(w, r, client, "the conversation could not be read; try again")
+	if !ok || a.refuseClient(w, r, o, client) {
 		return
 	}
 	entries, err := a.opts.Log.After(r.Context(), client, after, limit)
@@ -358,10 +353,8 @@ func (a *Adapter) handleSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
 		return
 	}
-	o, err := a.ownershipOf(r, client)
-	if err != nil {
-		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "the client could not be looked up; try again")
+	o, ok := a.ownershipFor(w, r, client, "the client could not be looked up; try again")
+	if !ok {
 		return
 	}
 	owner := map[ownership]string{unclaimed: "none", owner: "you", stranger: "other", wrong: "other"}[o]

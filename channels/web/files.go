@@ -257,13 +257,8 @@ func (a *Adapter) handleFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
 		return
 	}
-	o, err := a.ownershipOf(r, client)
-	if err != nil {
-		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "the file could not be read; try again")
-		return
-	}
-	if a.refuseClient(w, r, o, client) {
+	o, ok := a.ownershipFor(w, r, client, "the file could not be read; try again")
+	if !ok || a.refuseClient(w, r, o, client) {
 		return
 	}
 	if a.opts.Files == nil {
