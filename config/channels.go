@@ -206,21 +206,14 @@ func (c *strictChecker) checkChannels(n *node, path string) {
 		o, _ := newChannelOptions(name)
 		known[name] = reflect.TypeOf(o)
 	}
-	seen := map[string]bool{}
-	for _, m := range n.members {
-		p := joinKey(path, m.key)
-		if seen[m.key] {
-			c.add(m.keyOff, p, "duplicate key %q", m.key)
-			continue
-		}
-		seen[m.key] = true
+	c.eachMember(n, path, func(m member, p string) {
 		t, ok := known[m.key]
 		if !ok {
 			c.add(m.keyOff, p, "unknown channel %q%s (channels: %s)", m.key, suggest(m.key, known), strings.Join(sortedKeys(known), ", "))
-			continue
+			return
 		}
 		c.check(m.val, t, p)
-	}
+	})
 }
 
 // walkChannels substitutes variables in every channel's section.

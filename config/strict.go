@@ -128,36 +128,20 @@ func (c *strictChecker) check(n *node, t reflect.Type, path string) {
 			return
 		}
 		fields := jsonFields(t)
-		seen := map[string]bool{}
-		for _, m := range n.members {
-			p := joinKey(path, m.key)
-			if seen[m.key] {
-				c.add(m.keyOff, p, "duplicate key %q", m.key)
-				continue
-			}
-			seen[m.key] = true
+		c.eachMember(n, path, func(m member, p string) {
 			ft, ok := fields[m.key]
 			if !ok {
 				c.add(m.keyOff, p, "unknown key %q%s", m.key, suggest(m.key, fields))
-				continue
+				return
 			}
 			c.check(m.val, ft, p)
-		}
+		})
 	case reflect.Map:
 		if n.kind != kindObject {
 			c.mismatch(n, path, "an object")
 			return
 		}
-		seen := map[string]bool{}
-		for _, m := range n.members {
-			p := joinKey(path, m.key)
-			if seen[m.key] {
-				c.add(m.keyOff, p, "duplicate key %q", m.key)
-				continue
-			}
-			seen[m.key] = true
-			c.check(m.val, t.Elem(), p)
-		}
+		c.eachMember(n, path, func(m member, p string) { c.check(m.val, t.Elem(), p) })
 	case reflect.Slice:
 		if n.kind != kindArray {
 			c.mismatch(n, path, "a list")
@@ -196,6 +180,21 @@ func (c *strictChecker) check(n *node, t reflect.Type, path string) {
 		if f, _ := parseNumber(n.text); math.IsInf(f, 0) || math.IsNaN(f) {
 			c.add(n.off, path, "expected a finite number, got %s", n.text)
 		}
+	}
+}
+
+// eachMember calls f with each member of the object n and its key path,
+// in order; a key already seen is reported as a duplicate instead.
+func (c *strictChecker) eachMember(n *node, path string, f func(m member, p string)) {
+	seen := map[string]bool{}
+	for _, m := range n.members {
+		p := joinKey(path, m.key)
+		if seen[m.key] {
+			c.add(m.keyOff, p, "duplicate key %q", m.key)
+			continue
+		}
+		seen[m.key] = true
+		f(m, p)
 	}
 }
 
