@@ -630,12 +630,7 @@ func (a *Adapter) sendText(ctx context.Context, to channels.Origin, text, txn st
 		Mentions: &event.Mentions{},
 	}
 	if root != "" {
-		content.RelatesTo = &event.RelatesTo{
-			Type:          event.RelThread,
-			EventID:       root,
-			IsFallingBack: true,
-			InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
-		}
+		content.RelatesTo = a.inThread(roomID, root)
 	}
 	var req []mautrix.ReqSendEvent
 	if txn != "" {
@@ -647,6 +642,17 @@ func (a *Adapter) sendText(ctx context.Context, to channels.Origin, text, txn st
 	}
 	a.noteOwnEvent(roomID, root, resp.EventID)
 	return resp.EventID, nil
+}
+
+// inThread relates an event the bot sends to the thread rooted at root: an
+// m.thread relation with the reply fallback to the thread's latest event.
+func (a *Adapter) inThread(roomID id.RoomID, root id.EventID) *event.RelatesTo {
+	return &event.RelatesTo{
+		Type:          event.RelThread,
+		EventID:       root,
+		IsFallingBack: true,
+		InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
+	}
 }
 
 // threadTail is the latest event known in the thread, else its root.

@@ -219,12 +219,7 @@ func (a *Adapter) SendFile(ctx context.Context, to channels.Origin, msg channels
 	}
 	root := id.EventID(to.ThreadID)
 	if root != "" {
-		content.RelatesTo = &event.RelatesTo{
-			Type:          event.RelThread,
-			EventID:       root,
-			IsFallingBack: true,
-			InReplyTo:     &event.InReplyTo{EventID: a.threadTail(roomID, root)},
-		}
+		content.RelatesTo = a.inThread(roomID, root)
 	}
 	var req []mautrix.ReqSendEvent
 	if msg.ID != "" {
