@@ -302,13 +302,22 @@ func botAuthorized(r *http.Request) bool {
 	return r.Header.Get("Authorization") == "Bearer "+BotToken || r.Form.Get("token") == BotToken
 }
 
-func (s *Server) getUploadURL(w http.ResponseWriter, r *http.Request) {
+// botCall parses the form of an API call and checks its bot token; when
+// either fails it answers as Slack does and reports false.
+func botCall(w http.ResponseWriter, r *http.Request) bool {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "bad form", http.StatusBadRequest)
-		return
+		return false
 	}
 	if !botAuthorized(r) {
 		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "not_authed"})
+		return false
+	}
+	return true
+}
+
+func (s *Server) getUploadURL(w http.ResponseWriter, r *http.Request) {
+	if !botCall(w, r) {
 		return
 	}
 	name := r.Form.Get("filename")
@@ -440,12 +449,7 @@ func (s *Server) WaitUploads(n int, timeout time.Duration) []Upload {
 }
 
 func (s *Server) completeUpload(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad form", http.StatusBadRequest)
-		return
-	}
-	if !botAuthorized(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "not_authed"})
+	if !botCall(w, r) {
 		return
 	}
 	var files []struct {
