@@ -244,6 +244,16 @@ func (a *Adapter) onEncrypted(ctx context.Context, evt *event.Event) {
 	case errors.Is(err, crypto.ErrDuplicateMessageIndex):
 		a.log.Warn("matrix encrypted message replayed with a used message index; ignored",
 			zap.String("roomId", string(evt.RoomID)), zap.String("eventId", string(evt.ID)))
+	case undecided(ctx, err):
+		// Not the message's fault: the batch is fetched again
+		// (ProcessResponse), and the person is told nothing.
+		a.log.Warn("matrix message not decrypted now; the /sync batch is fetched again", zap.String("roomId", string(evt.RoomID)),
+			zap.String("eventId", string(evt.ID)), zap.Error(err))
+		a.mu.Lock()
+		if a.refused == nil {
+			a.refused = fmt.Errorf("%w: decrypt %s: %v", channels.ErrUnavailable, evt.ID, err)
+		}
+		a.mu.Unlock()
 	default:
 		a.log.Warn("matrix message cannot be decrypted", zap.String("roomId", string(evt.RoomID)),
 			zap.String("eventId", string(evt.ID)), zap.String("sender", string(evt.Sender)), zap.Error(err))
@@ -301,7 +311,7 @@ func (a *Adapter) retryPendingKeys(ctx context.Context, _ *mautrix.RespSync, _ s
 	var still []*pendingKey
 	for _, p := range waiting {
 		dec, err := c.mach.DecryptMegolmEvent(ctx, p.evt)
-		if errors.Is(err, crypto.ErrNoSessionFound) {
+		if errors.Is(err, crypto.ErrNoSessionFound) || undecided(ctx, err) {
 			still = append(still, p)
 			continue
 		}
@@ -326,6 +336,15 @@ func (a *Adapter) retryPendingKeys(ctx context.Context, _ *mautrix.RespSync, _ s
 		a.savePending(ctx, c)
 	}
 	return true
+}
+
+// undecided reports whether a decryption failed for a reason of its own
+// rather than the message's: the context ended (the adapter stopping in
+// the middle of a /sync batch) while the key store was read. Such a
+// message is decided later; it is neither dropped nor answered with
+// UndecryptableText.
+func undecided(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // startKeyWaits starts the goroutine that tells the senders of messages

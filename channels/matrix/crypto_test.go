@@ -554,7 +554,7 @@ func TestDendriteKeyWaitSurvivesRestart(t *testing.T) {
 	bot := hs.RegisterUser(t, "crypto-bot")
 	kv := &memKV{}
 	cb := newCryptoBot(t, hs, bot, func(o *Options) { o.State = kv })
-	_, _, stop := cb.start()
+	a, _, stop := cb.start()
 	room := alice.CreateEncryptedRoom(t, bot.UserID)
 	alice.WaitMember(t, room, bot.UserID)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -589,6 +589,15 @@ func TestDendriteKeyWaitSurvivesRestart(t *testing.T) {
 		}
 	}
 	waitKeyRequest("first start")
+	// A /sync batch cut by the stop retries the waiting message with a
+	// context that has ended: reading the key store fails, which says
+	// nothing about the message — it still waits, and is still saved.
+	cut, cutNow := context.WithCancel(ctx)
+	cutNow()
+	a.retryPendingKeys(cut, nil, "")
+	if v, _, _ := kv.Get(ctx, pendingKeyPrefix+string(bot.UserID)); !strings.Contains(v, string(sent.EventID)) {
+		t.Fatalf("a retry cut by the stop dropped the waiting message %s from the saved list: %q", sent.EventID, v)
+	}
 	stop() // the key has not come: the message must survive the stop
 
 	_, in, _ := cb.start()
