@@ -2,9 +2,9 @@ package media
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"image"
+	"image/color"
 	"io"
 	"sync"
 
@@ -15,11 +15,17 @@ import (
 // as much as the store gives Sniff.
 const headLen = 64 << 10
 
-// decodeBudget bounds the pixels being decoded at once to twice
-// MaxPixels, so the memory the checks take stays that of two of the
-// largest images however many arrive together; a screenshot or a phone
-// photo is a small share of it and does not wait for another's download.
-var decodeBudget = semaphore.NewWeighted(2 * MaxPixels)
+// decodeBudgetBytes bounds the memory the whole-image checks take at once,
+// however many images arrive together; decodeCost estimates an image's
+// share from its header. A check that does not find its share free does
+// not wait for it: the image keeps the header check alone (as sound as a
+// header can say). Waiting would hold its download up for as long as the
+// others' downloads take (a check holds its share while its bytes stream
+// in), past the download's deadline, with the channel's receive loop
+// behind it.
+const decodeBudgetBytes = 256 << 20
+
+var decodeBudget = semaphore.NewWeighted(decodeBudgetBytes)
 
 // ImageCheck decodes a whole image as its bytes stream past (written to
 // it, e.g. through io.TeeReader on the way into the store), so a truncated
@@ -95,11 +101,68 @@ func decodeWhole(r io.Reader) error {
 	if err := checkSize(cfg); err != nil {
 		return err
 	}
-	pixels := int64(cfg.Width) * int64(cfg.Height)
-	_ = decodeBudget.Acquire(context.Background(), pixels) // never fails without a deadline
-	defer decodeBudget.Release(pixels)
+	cost := decodeCost(format, cfg, head)
+	if !decodeBudget.TryAcquire(cost) {
+		return nil // the header check alone: see decodeBudgetBytes
+	}
+	defer decodeBudget.Release(cost)
 	if _, _, err := image.Decode(io.MultiReader(bytes.NewReader(head), r)); err != nil {
 		return ErrCorrupt
 	}
 	return nil
+}
+
+// decodeCost estimates the bytes the standard decoders allocate for an
+// image, from its header: the image itself (a byte a colour component, two
+// for 16-bit PNGs; four a pixel for GIF and WebP) and, for a progressive
+// JPEG, a 64-coefficient block of int32s per 8×8 block per component, four
+// times more; an interlaced PNG is decoded pass by pass, then merged.
+func decodeCost(format string, cfg image.Config, head []byte) int64 {
+	px := int64(cfg.Width) * int64(cfg.Height)
+	switch format {
+	case "jpeg":
+		comps, progressive := jpegLayout(head)
+		if progressive {
+			return px * comps * 5
+		}
+		return px * comps
+	case "png":
+		bpp := int64(4)
+		switch cfg.ColorModel {
+		case color.RGBA64Model, color.NRGBA64Model, color.Gray16Model:
+			bpp = 8
+		}
+		if len(head) > 28 && head[28] == 1 { // IHDR's interlace method: Adam7
+			bpp *= 2
+		}
+		return px * bpp
+	}
+	return px * 4
+}
+
+// jpegLayout reads a JPEG's frame header from its first bytes: the number
+// of colour components and whether it is progressive. Without a frame
+// header in head it assumes the costlier: three components, progressive.
+func jpegLayout(head []byte) (comps int64, progressive bool) {
+	for i := 2; i+4 <= len(head); { // past SOI
+		if head[i] != 0xFF {
+			break
+		}
+		m := head[i+1]
+		switch {
+		case m == 0xFF: // a fill byte
+			i++
+			continue
+		case m == 0x01 || m >= 0xD0 && m <= 0xD8: // markers without a length
+			i += 2
+			continue
+		case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC: // SOFn
+			if i+9 >= len(head) {
+				return 3, true
+			}
+			return max(int64(head[i+9]), 1), m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE
+		}
+		i += 2 + (int(head[i+2])<<8 | int(head[i+3]))
+	}
+	return 3, true
 }

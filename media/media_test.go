@@ -13,6 +13,7 @@ import (
 	"io"
 	"runtime"
 	"testing"
+	"time"
 )
 
 func testImage() image.Image {
@@ -182,5 +183,89 @@ func TestImageCheckWithoutAnImage(t *testing.T) {
 func TestNotReadLine(t *testing.T) {
 	if got, want := NotReadLine("chart.png", ErrCorrupt.Error()), "📎 chart.png was not read: it is not a readable image (the file is damaged or not what its type says)."; got != want {
 		t.Errorf("NotReadLine = %q, want %q", got, want)
+	}
+}
+
+// TestDecodeCostFromHeader: the memory a whole-image check reserves is
+// estimated from the header — a progressive JPEG costs five times a
+// baseline one of the same size, a 16-bit or interlaced PNG twice an
+// 8-bit one.
+func TestDecodeCostFromHeader(t *testing.T) {
+	cost := func(data []byte) int64 {
+		t.Helper()
+		cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeCost(format, cfg, data[:min(len(data), headLen)])
+	}
+	const px = 96 * 64
+	baseline := encoded(t, "jpeg")
+	if got := cost(baseline); got != 3*px {
+		t.Errorf("baseline colour JPEG: cost %d, want %d", got, 3*px)
+	}
+	var g bytes.Buffer
+	gray := image.NewGray(image.Rect(0, 0, 96, 64))
+	if err := jpeg.Encode(&g, gray, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := cost(g.Bytes()); got != px {
+		t.Errorf("baseline grey JPEG: cost %d, want %d", got, px)
+	}
+	// The same frame header marked progressive (SOF2): Go encodes only
+	// baseline, and only the header is read here.
+	progressive := bytes.Clone(baseline)
+	sof := bytes.Index(progressive, []byte{0xFF, 0xC0})
+	if sof < 0 {
+		t.Fatal("no SOF0 in the encoded JPEG")
+	}
+	progressive[sof+1] = 0xC2
+	if got := cost(progressive); got != 15*px {
+		t.Errorf("progressive colour JPEG: cost %d, want %d", got, 15*px)
+	}
+	if got := cost(encoded(t, "png")); got != 4*px {
+		t.Errorf("8-bit PNG: cost %d, want %d", got, 4*px)
+	}
+	var deep bytes.Buffer
+	if err := png.Encode(&deep, image.NewNRGBA64(image.Rect(0, 0, 96, 64))); err != nil {
+		t.Fatal(err)
+	}
+	if got := cost(deep.Bytes()); got != 8*px {
+		t.Errorf("16-bit PNG: cost %d, want %d", got, 8*px)
+	}
+	interlaced := bombPNG(t, 96, 64)
+	interlaced[28] = 1 // IHDR's interlace method, then the chunk's CRC again
+	binary.BigEndian.PutUint32(interlaced[29:], crc32.ChecksumIEEE(interlaced[12:29]))
+	if got := cost(interlaced); got != 8*px {
+		t.Errorf("interlaced 8-bit PNG: cost %d, want %d", got, 8*px)
+	}
+}
+
+// TestCheckNeverWaitsForTheBudget: while other checks hold the whole
+// decode budget, an image gets the header check alone at once instead of
+// holding its download up; with the budget free it is decoded whole again.
+func TestCheckNeverWaitsForTheBudget(t *testing.T) {
+	whole := encoded(t, "png")
+	truncated := whole[:len(whole)*3/4]
+	if !decodeBudget.TryAcquire(decodeBudgetBytes) {
+		t.Fatal("the decode budget is in use by another test")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := check(truncated, "image/png")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("with the budget taken: check = %v, want nil (the header check alone)", err)
+		}
+	case <-time.After(30 * time.Second):
+		decodeBudget.Release(decodeBudgetBytes)
+		t.Fatal("with the budget taken, the check waited for it (the download would be held up)")
+	}
+	decodeBudget.Release(decodeBudgetBytes)
+	if _, err := check(truncated, "image/png"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("with the budget free: check = %v, want ErrCorrupt", err)
 	}
 }
