@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -200,13 +201,20 @@ func TestE2EFilesOutAfterTextWithLimit(t *testing.T) {
 // configured OpenAI-compatible server (through the OpenAI SDK) and the
 // transcript is what the model reads; without the setting the person
 // gets the 🎙️ line.
-func TestE2EVoiceTranscribed(t *testing.T) {
-	var got struct {
-		sync.Mutex
-		model, name string
-		audio       []byte
-	}
-	stt := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// transcriber is a fake OpenAI-compatible transcription server
+// (/v1/audio/transcriptions): it answers every file with one text and
+// records the last request.
+type transcriber struct {
+	*httptest.Server
+	mu          sync.Mutex
+	model, name string
+	audio       []byte
+}
+
+func newTranscriber(t *testing.T, text string) *transcriber {
+	t.Helper()
+	s := &transcriber{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/audio/transcriptions" {
 			http.NotFound(w, r)
 			return
@@ -217,16 +225,39 @@ func TestE2EVoiceTranscribed(t *testing.T) {
 			return
 		}
 		b, _ := io.ReadAll(f)
-		got.Lock()
-		got.model, got.name, got.audio = r.FormValue("model"), fh.Filename, b
-		got.Unlock()
+		s.mu.Lock()
+		s.model, s.name, s.audio = r.FormValue("model"), fh.Filename, b
+		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"text": "remind me to call Ana at five"}`)
+		_ = json.NewEncoder(w).Encode(map[string]string{"text": text})
 	}))
-	defer stt.Close()
-	cfg := strings.Replace(fileChanConfig, "models: { providers: {", `attachments: { transcription: { provider: "whisper", model: "whisper-large-v3" } },
-  models: { providers: { whisper: { api: "openai-compatible", baseUrl: "`+stt.URL+`/v1", models: [{ id: "whisper-large-v3" }] },`, 1)
-	tg, fc := newFileChanGateway(t, cfg, llmtest.Text("noted"))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// got is the last request: the model, the file's name and its bytes.
+func (s *transcriber) got() (model, name string, audio []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.model, s.name, s.audio
+}
+
+// config adds attachments.transcription through this server (provider
+// "whisper", model "whisper-large-v3") to a test config.
+func (s *transcriber) config(cfg string) string {
+	tr := `transcription: { provider: "whisper", model: "whisper-large-v3" }`
+	if strings.Contains(cfg, "attachments: { ") {
+		cfg = strings.Replace(cfg, "attachments: { ", "attachments: { "+tr+", ", 1)
+	} else {
+		cfg = strings.Replace(cfg, "models: { providers: {", "attachments: { "+tr+" },\n  models: { providers: {", 1)
+	}
+	return strings.Replace(cfg, "models: { providers: {",
+		`models: { providers: { whisper: { api: "openai-compatible", baseUrl: "`+s.URL+`/v1", models: [{ id: "whisper-large-v3" }] },`, 1)
+}
+
+func TestE2EVoiceTranscribed(t *testing.T) {
+	stt := newTranscriber(t, "remind me to call Ana at five")
+	tg, fc := newFileChanGateway(t, stt.config(fileChanConfig), llmtest.Text("noted"))
 	voice := append([]byte("OggS\x00\x02"), bytes.Repeat([]byte{1}, 200)...)
 	if err := fc.deliver(t, "v1", "", bytesAttachment("voice.ogg", "audio/ogg", channels.KindVoice, voice, nil)); err != nil {
 		t.Fatal(err)
@@ -238,11 +269,9 @@ func TestE2EVoiceTranscribed(t *testing.T) {
 	if !strings.HasPrefix(u, "remind me to call Ana at five\n[file: attachments/voice.ogg · audio/ogg · ") {
 		t.Errorf("model text %q, want the transcript then the file's line", u)
 	}
-	got.Lock()
-	if got.model != "whisper-large-v3" || got.name != "voice.ogg" || !bytes.Equal(got.audio, voice) {
-		t.Errorf("transcription server got model %q, file %q, %d bytes", got.model, got.name, len(got.audio))
+	if model, name, audio := stt.got(); model != "whisper-large-v3" || name != "voice.ogg" || !bytes.Equal(audio, voice) {
+		t.Errorf("transcription server got model %q, file %q, %d bytes", model, name, len(audio))
 	}
-	got.Unlock()
 }
 
 func TestE2EVoiceWithoutTranscription(t *testing.T) {

@@ -206,6 +206,32 @@ func TestE2ETelegramFilesRoundTrip(t *testing.T) {
 	}
 }
 
+// TestE2ETelegramVoiceTranscribed: a voice note in forum topic 42 (no
+// text, no file name, as Telegram sends one) is fetched by getFile,
+// transcribed through attachments.transcription, and the transcript is
+// the message the model answers, in topic 42.
+func TestE2ETelegramVoiceTranscribed(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	stt := newTranscriber(t, "what is on my calendar tomorrow")
+	tg := newTestGateway(t, stt.config(fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": { requireMention: false } } }`,
+		tgToken, tf.URL()))), llmtest.Text("two meetings"))
+	voice := append([]byte("OggS\x00\x02"), bytes.Repeat([]byte{7}, 300)...)
+	tf.Queue(tgfake.In{ChatID: tgGroup, ChatType: "supergroup", ThreadID: 42, FromID: tgAlice, Voice: &tgfake.FileIn{MIME: "audio/ogg", Data: voice}})
+	sent := waitTelegram(t, tf, 1)
+	if s := sent[0]; s.ThreadID != 42 || s.Text != "two meetings" {
+		t.Errorf("reply = %+v, want 'two meetings' in topic 42", s)
+	}
+	if n := tg.LLM.Count(); n != 1 {
+		t.Fatalf("%d model calls, want 1", n)
+	}
+	if u := tg.LLM.Requests()[0].LastUser(); !strings.HasPrefix(u, "what is on my calendar tomorrow\n[file: attachments/voice-") {
+		t.Errorf("model text %q, want the transcript, then the voice note's file line", u)
+	}
+	if model, name, audio := stt.got(); model != "whisper-large-v3" || !strings.HasPrefix(name, "voice-") || !bytes.Equal(audio, voice) {
+		t.Errorf("transcription server got model %q, file %q, %d bytes; want the voice note's %d bytes", model, name, len(audio), len(voice))
+	}
+}
+
 // seedFileOutbox queues, in a fresh state dir, a reply with text and one
 // stored file to origin to, as a crashed gateway left it: the text part
 // posted, the file part's send begun with no outcome.
