@@ -115,6 +115,9 @@ type Adapter struct {
 	// rewind is the token of a refused batch, to be saved back as the
 	// sync token before /sync runs again ("" when none).
 	rewind string
+	// tokens is the store the /sync position is kept in (Options.SyncStore
+	// or memory); the client sees it through batchSyncStore.
+	tokens mautrix.SyncStore
 	// batchTaken is the ids of the events of the batch being processed the
 	// gateway took; retaken is those of a refused batch, not handed over
 	// again when the batch comes again (a gateway command is not stored,
@@ -236,11 +239,13 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	}
 	syncer := mautrix.NewDefaultSyncer()
 	a.client.Syncer = &backoffSyncer{DefaultSyncer: syncer, a: a}
-	a.client.Store = mautrix.NewMemorySyncStore()
+	var tokens mautrix.SyncStore = mautrix.NewMemorySyncStore()
 	if a.opts.SyncStore != nil {
-		a.client.Store = a.opts.SyncStore
+		tokens = a.opts.SyncStore
 	}
-	resume, err := a.client.Store.LoadNextBatch(startCtx, a.client.UserID)
+	a.tokens = tokens
+	a.client.Store = batchSyncStore{tokens}
+	resume, err := a.tokens.LoadNextBatch(startCtx, a.client.UserID)
 	if err != nil {
 		return fmt.Errorf("matrix: load the saved sync token: %w", err)
 	}
@@ -264,7 +269,7 @@ func (a *Adapter) Start(ctx context.Context, sink channels.Sink) error {
 	if resume != "" {
 		// Continue from where the last run stopped: what arrived since is
 		// delivered (the initial sync above only warmed the caches).
-		if err := a.client.Store.SaveNextBatch(startCtx, a.client.UserID, resume); err != nil {
+		if err := a.tokens.SaveNextBatch(startCtx, a.client.UserID, resume); err != nil {
 			return fmt.Errorf("matrix: restore the sync token: %w", err)
 		}
 		a.log.Info("matrix continues /sync from the last run's token")
@@ -402,7 +407,7 @@ func (a *Adapter) initialSync(ctx context.Context, fresh bool) error {
 		}
 	}
 	a.mu.Unlock()
-	if err := a.client.Store.SaveNextBatch(ctx, self, resp.NextBatch); err != nil {
+	if err := a.tokens.SaveNextBatch(ctx, self, resp.NextBatch); err != nil {
 		return fmt.Errorf("matrix: save sync token: %w", err)
 	}
 	if a.opts.AutoJoin {
@@ -478,7 +483,7 @@ func (a *Adapter) rewindSync(ctx context.Context, refused error) bool {
 			return true
 		}
 		saveCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := a.client.Store.SaveNextBatch(saveCtx, a.client.UserID, token)
+		err := a.tokens.SaveNextBatch(saveCtx, a.client.UserID, token)
 		cancel()
 		if err == nil {
 			a.mu.Lock()
@@ -567,8 +572,31 @@ func (s *backoffSyncer) ProcessResponse(ctx context.Context, res *mautrix.RespSy
 	if refused != nil {
 		return fmt.Errorf("matrix: /sync batch not taken: %w", refused)
 	}
+	if ctx.Err() != nil {
+		// Stopping: what the batch handed over after the cut may not have
+		// been taken. The next start fetches the batch again; intake takes
+		// a platform message id once.
+		return ctx.Err()
+	}
+	// Every message of the batch is handed over: the position moves past it.
+	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := a.tokens.SaveNextBatch(saveCtx, a.client.UserID, res.NextBatch); err != nil {
+		return fmt.Errorf("matrix: save the sync token: %w", err)
+	}
 	return nil
 }
+
+// batchSyncStore is the sync store the mautrix client is given: it keeps
+// the real store's next_batch back. mautrix saves a batch's next_batch
+// before it processes the batch (so that a bad event cannot wedge a
+// client); saved through, a gateway killed in the middle of a batch would
+// resume past the messages of it not yet handed over. ProcessResponse
+// saves the token once the whole batch is handed over.
+type batchSyncStore struct{ mautrix.SyncStore }
+
+// SaveNextBatch keeps nothing: the client holds the token it syncs from.
+func (batchSyncStore) SaveNextBatch(context.Context, id.UserID, string) error { return nil }
 
 // join accepts an invite; failures are logged, not fatal.
 func (a *Adapter) join(ctx context.Context, roomID id.RoomID, inviter id.UserID) {

@@ -2,13 +2,16 @@ package matrix
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
 	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/id"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -94,4 +97,119 @@ func TestRefusedBatchIsHandedOverAgain(t *testing.T) {
 	if batchSince == "" {
 		t.Fatalf("no /sync asked for the same batch again; sinces %v", sinces)
 	}
+}
+
+// TestBatchTokenSavedOnlyAfterItsMessages: mautrix saves a /sync batch's
+// next_batch before it processes the batch. While the batch's messages are
+// being handed over, the saved position must still be the one before the
+// batch, so a gateway killed then resumes with the whole batch (intake takes
+// a message id once) instead of past the messages it never handed over;
+// once they are all handed over the position moves on.
+func TestBatchTokenSavedOnlyAfterItsMessages(t *testing.T) {
+	f := newFakeHS(t)
+	f.members["!d:test"] = 2
+	syncStore := &lockedSyncStore{MemorySyncStore: mautrix.NewMemorySyncStore()}
+	a, err := New(Options{
+		Homeserver:  f.srv.URL,
+		AccessToken: "bot-token",
+		Access:      channels.Access{GroupPolicy: channels.GroupOpen},
+		Logger:      zaptest.NewLogger(t),
+		SyncStore:   syncStore,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inB, release := make(chan struct{}), make(chan struct{})
+	var once, releasing sync.Once
+	handed := make(chan string, 16)
+	sink := func(_ context.Context, in channels.Inbound) error {
+		if in.Origin.MessageID == "$b" {
+			once.Do(func() { close(inB) })
+			<-release
+		}
+		handed <- in.Origin.MessageID
+		return nil
+	}
+	if err := a.Start(context.Background(), sink); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	t.Cleanup(func() { releasing.Do(func() { close(release) }) }) // runs before the stop
+
+	f.queueSync(joinedRooms(map[string][]map[string]any{
+		"!d:test": {
+			msg("$a", "@alice:test", "one", nil),
+			msg("$b", "@alice:test", "two", nil),
+			msg("$c", "@alice:test", "three", nil),
+		},
+	}))
+	select {
+	case <-inB:
+	case <-time.After(10 * time.Second):
+		t.Fatal("$b was never handed over")
+	}
+	var since, next string
+	f.mu.Lock()
+	for s, body := range f.answered {
+		var m struct {
+			NextBatch string `json:"next_batch"`
+		}
+		if strings.Contains(string(body), `"$b"`) && json.Unmarshal(body, &m) == nil {
+			since, next = s, m.NextBatch
+		}
+	}
+	f.mu.Unlock()
+	if since == "" || next == "" {
+		t.Fatal("the fake answered no batch holding $b")
+	}
+	ctx := context.Background()
+	if saved, _ := syncStore.LoadNextBatch(ctx, a.client.UserID); saved != since {
+		t.Fatalf("while $b was being handed over the saved sync position was %q (the batch's own next_batch is %q); want %q, the position before the batch", saved, next, since)
+	}
+	releasing.Do(func() { close(release) })
+	var got []string
+	for len(got) < 3 {
+		select {
+		case id := <-handed:
+			got = append(got, id)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handed over %v; want $a, $b, $c", got)
+		}
+	}
+	if want := []string{"$a", "$b", "$c"}; !slices.Equal(got, want) {
+		t.Fatalf("handed over %v, want %v", got, want)
+	}
+	deadline := time.After(10 * time.Second)
+	for saved := since; saved == since; saved, _ = syncStore.LoadNextBatch(ctx, a.client.UserID) {
+		select {
+		case <-deadline:
+			t.Fatalf("the batch was handed over but the saved position stayed %q", since)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// lockedSyncStore is mautrix's MemorySyncStore (no lock of its own) made
+// safe to read from the test while the sync loop writes it.
+type lockedSyncStore struct {
+	mu sync.Mutex
+	*mautrix.MemorySyncStore
+}
+
+func (s *lockedSyncStore) SaveNextBatch(ctx context.Context, u id.UserID, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.MemorySyncStore.SaveNextBatch(ctx, u, token)
+}
+
+func (s *lockedSyncStore) LoadNextBatch(ctx context.Context, u id.UserID) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.MemorySyncStore.LoadNextBatch(ctx, u)
 }
