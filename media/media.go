@@ -43,8 +43,8 @@ var ErrCorrupt = errors.New("it is not a readable image (the file is damaged or 
 // from its header) is ErrTooManyPixels and never decoded, so a small file
 // that unpacks to a huge image (a decompression bomb) cannot take the
 // gateway's memory. 40 megapixels is a large phone photo or a wide
-// screenshot; decoding one takes at most 320 MB (16-bit RGBA), usually
-// much less.
+// screenshot. What the decoders may allocate for the images below it is
+// bounded by ImageCheck's budget (decodeBudgetBytes).
 const MaxPixels = 40_000_000
 
 // ErrTooManyPixels: an image over MaxPixels.

@@ -245,15 +245,11 @@ func (a *Adapter) onEncrypted(ctx context.Context, evt *event.Event) {
 		a.log.Warn("matrix encrypted message replayed with a used message index; ignored",
 			zap.String("roomId", string(evt.RoomID)), zap.String("eventId", string(evt.ID)))
 	case undecided(ctx, err):
-		// Not the message's fault: the batch is fetched again
-		// (ProcessResponse), and the person is told nothing.
-		a.log.Warn("matrix message not decrypted now; the /sync batch is fetched again", zap.String("roomId", string(evt.RoomID)),
+		// Stopping: not the message's fault, and the person is told
+		// nothing. The batch's position is not saved (ProcessResponse), so
+		// the next start fetches it again.
+		a.log.Info("matrix message not decrypted before the stop; its /sync batch is fetched again at the next start", zap.String("roomId", string(evt.RoomID)),
 			zap.String("eventId", string(evt.ID)), zap.Error(err))
-		a.mu.Lock()
-		if a.refused == nil {
-			a.refused = fmt.Errorf("%w: decrypt %s: %v", channels.ErrUnavailable, evt.ID, err)
-		}
-		a.mu.Unlock()
 	default:
 		a.log.Warn("matrix message cannot be decrypted", zap.String("roomId", string(evt.RoomID)),
 			zap.String("eventId", string(evt.ID)), zap.String("sender", string(evt.Sender)), zap.Error(err))

@@ -216,6 +216,13 @@ func inThread(root string) map[string]any {
 // startFake starts an adapter on the fake with an open group policy.
 func startFake(t *testing.T, f *fakeHS, mutate func(*Options)) (*Adapter, inbox) {
 	t.Helper()
+	in := make(inbox, 32)
+	return startFakeSink(t, f, mutate, in.sink), in
+}
+
+// startFakeSink is startFake handing messages to sink.
+func startFakeSink(t *testing.T, f *fakeHS, mutate func(*Options), sink channels.Sink) *Adapter {
+	t.Helper()
 	opts := Options{
 		Homeserver:  f.srv.URL,
 		AccessToken: "bot-token",
@@ -229,8 +236,7 @@ func startFake(t *testing.T, f *fakeHS, mutate func(*Options)) (*Adapter, inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := make(inbox, 32)
-	if err := a.Start(context.Background(), in.sink); err != nil {
+	if err := a.Start(context.Background(), sink); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	t.Cleanup(func() {
@@ -240,5 +246,5 @@ func startFake(t *testing.T, f *fakeHS, mutate func(*Options)) (*Adapter, inbox)
 			t.Errorf("stop: %v", err)
 		}
 	})
-	return a, in
+	return a
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/id"
 
@@ -26,16 +25,6 @@ func TestRefusedBatchIsHandedOverAgain(t *testing.T) {
 	f := newFakeHS(t)
 	f.members["!d:test"] = 2
 	syncStore := mautrix.NewMemorySyncStore()
-	a, err := New(Options{
-		Homeserver:  f.srv.URL,
-		AccessToken: "bot-token",
-		Access:      channels.Access{GroupPolicy: channels.GroupOpen},
-		Logger:      zaptest.NewLogger(t),
-		SyncStore:   syncStore,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var calls []string
 	handed := make(chan string, 16)
@@ -50,16 +39,7 @@ func TestRefusedBatchIsHandedOverAgain(t *testing.T) {
 		handed <- in.Origin.MessageID
 		return nil
 	}
-	if err := a.Start(context.Background(), sink); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startFakeSink(t, f, func(o *Options) { o.SyncStore = syncStore }, sink)
 
 	f.queueSync(joinedRooms(map[string][]map[string]any{
 		"!d:test": {
@@ -109,16 +89,6 @@ func TestBatchTokenSavedOnlyAfterItsMessages(t *testing.T) {
 	f := newFakeHS(t)
 	f.members["!d:test"] = 2
 	syncStore := &lockedSyncStore{MemorySyncStore: mautrix.NewMemorySyncStore()}
-	a, err := New(Options{
-		Homeserver:  f.srv.URL,
-		AccessToken: "bot-token",
-		Access:      channels.Access{GroupPolicy: channels.GroupOpen},
-		Logger:      zaptest.NewLogger(t),
-		SyncStore:   syncStore,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	inB, release := make(chan struct{}), make(chan struct{})
 	var once, releasing sync.Once
 	handed := make(chan string, 16)
@@ -130,16 +100,7 @@ func TestBatchTokenSavedOnlyAfterItsMessages(t *testing.T) {
 		handed <- in.Origin.MessageID
 		return nil
 	}
-	if err := a.Start(context.Background(), sink); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	a := startFakeSink(t, f, func(o *Options) { o.SyncStore = syncStore }, sink)
 	t.Cleanup(func() { releasing.Do(func() { close(release) }) }) // runs before the stop
 
 	f.queueSync(joinedRooms(map[string][]map[string]any{
