@@ -499,22 +499,9 @@ func TestE2ESubagentFileAfterAnnounceOnSlack(t *testing.T) {
 		t.Errorf("no announce in the thread: %+v", sf.Posted())
 	case !strings.Contains(announce.Text, "the chart, annotated"):
 		t.Errorf("announce %q lacks the child's result", announce.Text)
-	case !slackBefore(announce.TS, up.TS):
+	case !slackfake.TSLess(announce.TS, up.TS):
 		t.Errorf("the child's file (ts %s) came before its announce (ts %s)", up.TS, announce.TS)
 	}
-}
-
-// slackBefore orders two Slack message ts ("seconds.micros").
-func slackBefore(a, b string) bool {
-	as, af, _ := strings.Cut(a, ".")
-	bs, bf, _ := strings.Cut(b, ".")
-	if len(as) != len(bs) {
-		return len(as) < len(bs)
-	}
-	if as != bs {
-		return as < bs
-	}
-	return af < bf
 }
 
 // TestE2ESubagentFileAfterAnnounceOnTelegram: the same in a forum topic:

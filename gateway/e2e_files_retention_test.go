@@ -17,12 +17,8 @@ import (
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent/subagenttest"
 )
-
-// fixedClock is a clock that always says t.
-type fixedClock struct{ t time.Time }
-
-func (c fixedClock) Now() time.Time { return c.t }
 
 // TestE2EFileRetentionSweep: a gateway started when a file was last named
 // more than attachments.retentionDays ago removes it (its bytes leave the
@@ -65,7 +61,7 @@ func TestE2EFileRetentionSweep(t *testing.T) {
 	// Two days later, by the gateway's clock: old.png's last reference is
 	// past the two retention days, new.png's is not.
 	core, logs := observer.New(zapcore.InfoLevel)
-	testLogger, testClock = zap.New(core), fixedClock{mid.Add(2 * 24 * time.Hour)}
+	testLogger, testClock = zap.New(core), subagenttest.FixedClock(mid.Add(2*24*time.Hour))
 	defer func() { testLogger, testClock = nil, nil }()
 	tg = newTestGatewayIn(t, dir, cfg, llmtest.Text("kept"))
 	if !waitFor(e2eWait, func() bool {

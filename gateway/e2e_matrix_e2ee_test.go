@@ -145,14 +145,7 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 			}
 		}
 		texts = finalTexts(mine)
-		var reply, alpha, beta bool
-		for _, p := range posts {
-			b := texts[p.ID]
-			reply = reply || strings.Contains(b, "Started alpha and beta")
-			alpha = alpha || strings.HasPrefix(b, "Status: success\nTask: alpha\n") && strings.Contains(b, "findings for A: look at the first half")
-			beta = beta || strings.HasPrefix(b, "Status: success\nTask: beta\n") && strings.Contains(b, "findings for B: look at the second half")
-		}
-		return reply && alpha && beta, nil
+		return spawnAnswered(posts, texts), nil
 	})
 	if len(posts) != 3 {
 		t.Errorf("the bot posted %d messages in the thread, want 3 (reply, two announces)", len(posts))
@@ -298,14 +291,7 @@ func TestE2EMatrixEncryptedDM(t *testing.T) {
 			}
 		}
 		texts = finalTexts(mine)
-		var reply, alpha, beta bool
-		for _, p := range posts {
-			b := texts[p.ID]
-			reply = reply || strings.Contains(b, "Started alpha and beta")
-			alpha = alpha || strings.HasPrefix(b, "Status: success\nTask: alpha\n") && strings.Contains(b, "findings for A: look at the first half")
-			beta = beta || strings.HasPrefix(b, "Status: success\nTask: beta\n") && strings.Contains(b, "findings for B: look at the second half")
-		}
-		return reply && alpha && beta, nil
+		return spawnAnswered(posts, texts), nil
 	})
 	if len(posts) != 4 {
 		t.Errorf("the bot posted %d messages in the DM, want 4 (hello's answer, the reply, two announces)", len(posts))
@@ -342,4 +328,17 @@ func ownDevices(t *testing.T, c *mautrix.Client, user id.UserID) map[id.DeviceID
 		out[dev] = k.Keys.GetEd25519(dev)
 	}
 	return out
+}
+
+// spawnAnswered reports whether posts (with their final texts) hold the
+// SPAWN's reply and both sub-agents' announces.
+func spawnAnswered(posts []matrixtest.Decrypted, texts map[id.EventID]string) bool {
+	var reply, alpha, beta bool
+	for _, p := range posts {
+		b := texts[p.ID]
+		reply = reply || strings.Contains(b, "Started alpha and beta")
+		alpha = alpha || strings.HasPrefix(b, "Status: success\nTask: alpha\n") && strings.Contains(b, "findings for A: look at the first half")
+		beta = beta || strings.HasPrefix(b, "Status: success\nTask: beta\n") && strings.Contains(b, "findings for B: look at the second half")
+	}
+	return reply && alpha && beta
 }

@@ -570,11 +570,12 @@ type tsMessage struct {
 }
 
 func sortByTS(ms []tsMessage) {
-	sort.SliceStable(ms, func(i, j int) bool { return tsLess(ms[i].ts, ms[j].ts) })
+	sort.SliceStable(ms, func(i, j int) bool { return TSLess(ms[i].ts, ms[j].ts) })
 }
 
-// tsLess orders Slack timestamps "<seconds>.<micro>" numerically.
-func tsLess(a, b string) bool {
+// TSLess orders Slack timestamps "<seconds>.<micro>" numerically: a
+// message posted before another has the lesser ts.
+func TSLess(a, b string) bool {
 	as, af, _ := strings.Cut(a, ".")
 	bs, bf, _ := strings.Cut(b, ".")
 	if len(as) != len(bs) {

@@ -555,7 +555,7 @@ func (s *Server) listPosts(w http.ResponseWriter, r *http.Request, keep func(Pos
 		// before latest when given.
 		msgs = append(msgs, s.peopleIn(channel, r.Form.Get("ts"))...)
 		if latest := r.Form.Get("latest"); latest != "" {
-			msgs = slices.DeleteFunc(msgs, func(m tsMessage) bool { return !tsLess(m.ts, latest) })
+			msgs = slices.DeleteFunc(msgs, func(m tsMessage) bool { return !TSLess(m.ts, latest) })
 		}
 	}
 	s.mu.Unlock()
