@@ -72,21 +72,7 @@ func columns(t *testing.T, db *sql.DB, pg bool) []string {
 		q = `SELECT table_name || '.' || column_name || ' ' || data_type FROM information_schema.columns
 			WHERE table_schema = 'public' AND table_name NOT IN ('schema_migrations', 'herald_version')`
 	}
-	rows, err := db.Query(q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
+	return schemaLines(t, db, q)
 }
 
 // indexes lists every index and constraint of the tables but the version
@@ -117,6 +103,13 @@ func indexes(t *testing.T, db *sql.DB, pg bool) []string {
 			FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid
 			WHERE c.connamespace = 'public'::regnamespace AND r.relname NOT IN ('schema_migrations', 'herald_version')`
 	}
+	return schemaLines(t, db, q)
+}
+
+// schemaLines runs q, one text column a row, and returns its rows with
+// their white space folded, sorted.
+func schemaLines(t *testing.T, db *sql.DB, q string) []string {
+	t.Helper()
 	rows, err := db.Query(q)
 	if err != nil {
 		t.Fatal(err)
