@@ -48,18 +48,7 @@ func TestRefusedBatchIsHandedOverAgain(t *testing.T) {
 			msg("$c", "@alice:test", "three", nil),
 		},
 	}))
-	var got []string
-	for len(got) < 3 {
-		select {
-		case id := <-handed:
-			got = append(got, id)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("handed over %v; want $a, then $b and $c when the batch comes again", got)
-		}
-	}
-	if want := []string{"$a", "$b", "$c"}; !slices.Equal(got, want) {
-		t.Fatalf("handed over %v, want %v", got, want)
-	}
+	waitHanded(t, handed, "$a", "$b", "$c")
 	mu.Lock()
 	if want := []string{"$a", "$b", "$b", "$c"}; !slices.Equal(calls, want) {
 		t.Errorf("sink calls %v, want %v ($a once; nothing after the refused $b until the batch comes again)", calls, want)
@@ -134,18 +123,7 @@ func TestBatchTokenSavedOnlyAfterItsMessages(t *testing.T) {
 		t.Fatalf("while $b was being handed over the saved sync position was %q (the batch's own next_batch is %q); want %q, the position before the batch", saved, next, since)
 	}
 	releasing.Do(func() { close(release) })
-	var got []string
-	for len(got) < 3 {
-		select {
-		case id := <-handed:
-			got = append(got, id)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("handed over %v; want $a, $b, $c", got)
-		}
-	}
-	if want := []string{"$a", "$b", "$c"}; !slices.Equal(got, want) {
-		t.Fatalf("handed over %v, want %v", got, want)
-	}
+	waitHanded(t, handed, "$a", "$b", "$c")
 	deadline := time.After(10 * time.Second)
 	for saved := since; saved == since; saved, _ = syncStore.LoadNextBatch(ctx, a.client.UserID) {
 		select {
@@ -173,4 +151,22 @@ func (s *lockedSyncStore) LoadNextBatch(ctx context.Context, u id.UserID) (strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.MemorySyncStore.LoadNextBatch(ctx, u)
+}
+
+// waitHanded waits up to 10 s for len(want) message ids on handed and
+// checks they are want, in order.
+func waitHanded(t *testing.T, handed <-chan string, want ...string) {
+	t.Helper()
+	var got []string
+	for len(got) < len(want) {
+		select {
+		case id := <-handed:
+			got = append(got, id)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handed over %v; want %v", got, want)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("handed over %v, want %v", got, want)
+	}
 }
