@@ -49,6 +49,10 @@ type Config struct {
 	Telemetry Telemetry `json:"telemetry"`
 	// Attachments configures files, images and voice (SPEC §18).
 	Attachments Attachments `json:"attachments"`
+	// Memory configures the memory tools (SPEC §28).
+	Memory Memory `json:"memory"`
+	// Skills configures where skills are found (SPEC §28).
+	Skills Skills `json:"skills"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -246,6 +250,37 @@ type Tools struct {
 	Subagents SubagentTools `json:"subagents"`
 	Exec      Exec          `json:"exec"`
 	WebFetch  WebFetch      `json:"webFetch"`
+	WebSearch WebSearch     `json:"webSearch"`
+}
+
+// WebSearch configures the web_search tool (SPEC §28); no provider = no tool.
+type WebSearch struct {
+	// Provider: brave | tavily | searxng; "" = no web_search tool.
+	Provider string `json:"provider"`
+	// APIKey: Brave's X-Subscription-Token or Tavily's key; searxng needs none.
+	APIKey Secret `json:"apiKey"`
+	// BaseURL: the provider's API root (required for searxng); Brave's and
+	// Tavily's public APIs by default.
+	BaseURL string `json:"baseUrl"`
+}
+
+// Memory configures the memory tools (SPEC §28).
+type Memory struct {
+	// Scope: "conversation" (default: a memory is seen by the conversation
+	// that wrote it and its sub-agents) or "agent" (every conversation of
+	// the agent). Never across agents.
+	Scope string `json:"scope"`
+	// InjectTokens bounds the pinned memories put in the system prompt
+	// (default 500; estimated at 4 characters a token).
+	InjectTokens int `json:"injectTokens"`
+	// MaxChars is the longest memory memory_write accepts (default 2000).
+	MaxChars int `json:"maxChars"`
+}
+
+// Skills configures where skills (folders with a SKILL.md) are found
+// besides <agent workspace>/skills/.
+type Skills struct {
+	Paths []string `json:"paths"`
 }
 
 // SubagentTools filters the tools sub-agents get.

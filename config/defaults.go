@@ -29,6 +29,9 @@ const (
 	DefaultExecCPUSeconds         = 300
 	DefaultWebFetchTimeoutSeconds = 20
 	DefaultWebFetchMaxBytes       = 1 << 20
+	DefaultMemoryScope            = "conversation"
+	DefaultMemoryInjectTokens     = 500
+	DefaultMemoryMaxChars         = 2000
 	DefaultWebRatePerMinute       = 60
 	DefaultProviderTimeoutSeconds = 120
 	DefaultTurnTimeoutSeconds     = 600
@@ -188,6 +191,9 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setInt(&c.Tools.Exec.CPUSeconds, DefaultExecCPUSeconds)
 	setInt(&c.Tools.WebFetch.TimeoutSeconds, DefaultWebFetchTimeoutSeconds)
 	setInt(&c.Tools.WebFetch.MaxBytes, DefaultWebFetchMaxBytes)
+	setStr(&c.Memory.Scope, DefaultMemoryScope)
+	setInt(&c.Memory.InjectTokens, DefaultMemoryInjectTokens)
+	setInt(&c.Memory.MaxChars, DefaultMemoryMaxChars)
 	setInt(&c.Channels.Web.RateLimit.PerMinute, DefaultWebRatePerMinute)
 	setInt(&c.Agents.Defaults.TurnTimeoutSeconds, DefaultTurnTimeoutSeconds)
 	setInt(&c.Channels.Web.RateLimit.Burst, DefaultWebRateBurst)

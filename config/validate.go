@@ -92,6 +92,7 @@ func (c *Config) Validate() error {
 	v.agents()
 	v.bindings()
 	v.tools()
+	v.memory()
 	v.security()
 	v.channels()
 	v.mcp()
@@ -358,6 +359,7 @@ func (v *validator) tools() {
 			v.add(joinIndex("tools.webFetch.allowPrivate", i), "%q is not a CIDR (10.1.2.0/24), IP address or host name (intranet.example)", e)
 		}
 	}
+	v.webSearch(t.WebSearch)
 	for _, l := range []struct {
 		k    string
 		list []string
@@ -366,6 +368,41 @@ func (v *validator) tools() {
 			if strings.TrimSpace(name) == "" {
 				v.add(joinIndex("tools.subagents.tools."+l.k, i), "empty tool name")
 			}
+		}
+	}
+}
+
+// WebSearchProviders are the values of tools.webSearch.provider.
+var WebSearchProviders = []string{"brave", "tavily", "searxng"}
+
+func (v *validator) webSearch(w WebSearch) {
+	v.enum("tools.webSearch.provider", w.Provider, WebSearchProviders)
+	v.httpURL("tools.webSearch.baseUrl", w.BaseURL)
+	switch w.Provider {
+	case "brave", "tavily":
+		if w.APIKey == "" {
+			v.add("tools.webSearch.apiKey", "provider %q needs an API key", w.Provider)
+		}
+	case "searxng":
+		if w.BaseURL == "" {
+			v.add("tools.webSearch.baseUrl", "provider \"searxng\" is self-hosted: set the URL of your instance (https://searx.example/)")
+		}
+	case "":
+		if w.APIKey != "" || w.BaseURL != "" {
+			v.add("tools.webSearch.provider", "missing: apiKey or baseUrl is set but no provider (%s)", oneOf(WebSearchProviders))
+		}
+	}
+}
+
+// memory checks memory and skills (SPEC §28).
+func (v *validator) memory() {
+	m := v.c.Memory
+	v.enum("memory.scope", m.Scope, []string{"conversation", "agent"})
+	v.atLeast("memory.injectTokens", m.InjectTokens, 0)
+	v.atLeast("memory.maxChars", m.MaxChars, 1)
+	for i, p := range v.c.Skills.Paths {
+		if strings.TrimSpace(p) == "" {
+			v.add(joinIndex("skills.paths", i), "empty path")
 		}
 	}
 }

@@ -4,7 +4,8 @@
 // It owns the workspace tools read_file, write_file and list_files (confined
 // to the agent workspace with os.Root), exec (sh -c in the workspace, confined by
 // package sandbox, with a timeout and an output cap), web_fetch (GET only, size
-// and time capped), the security.toolPolicy decision (Policy.Decide), the
+// and time capped), web_search (a search provider behind SearchProvider, one
+// file each, reached by the gateway itself), the security.toolPolicy decision (Policy.Decide), the
 // sub-agent tool filter (SubagentToolAllowed) and the bootstrap files that
 // are appended to a session's system prompt (LoadBootstrap).
 //

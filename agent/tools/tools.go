@@ -35,6 +35,9 @@ type Options struct {
 	// Files, when set, adds send_file (SPEC §18): it attaches workspace
 	// files to the reply.
 	Files FileSink
+	// Search, when set, adds web_search (SPEC §28); it holds the result
+	// cache, so the Options of one config share it.
+	Search *WebSearch
 }
 
 // OptionsFromConfig maps the tools section of the config to Options.
@@ -50,6 +53,10 @@ func OptionsFromConfig(c config.Tools) Options {
 	// connections are pooled across calls.
 	o.Egress = EgressPolicy(c.WebFetch)
 	o.HTTPClient = o.Egress.Client(0)
+	// The search service is the operator's choice, reached by the gateway
+	// itself: not through the agent egress guard. Config validation has
+	// checked the provider and its settings.
+	o.Search, _ = NewWebSearch(c.WebSearch, &http.Client{}, DefaultSearchTimeout)
 	return o
 }
 
@@ -102,7 +109,8 @@ func (o Options) withDefaults() Options {
 }
 
 // New returns all built-in non-session tools: read_file, write_file,
-// list_files, exec and web_fetch.
+// list_files, exec and web_fetch; send_file and web_search when
+// configured.
 func New(opts Options) []agent.Tool {
 	list := []agent.Tool{
 		NewReadFile(opts),
@@ -113,6 +121,9 @@ func New(opts Options) []agent.Tool {
 	}
 	if opts.Files != nil {
 		list = append(list, NewSendFile(opts.Files))
+	}
+	if opts.Search != nil {
+		list = append(list, opts.Search.Tool())
 	}
 	return list
 }
