@@ -105,9 +105,9 @@ func TestWebSearchProviderErrors(t *testing.T) {
 	fake := searchfake.New(t)
 	for _, c := range []struct {
 		name, provider, key string
-		status             int
-		delay              time.Duration
-		want               []string
+		status              int
+		delay               time.Duration
+		want                []string
 	}{
 		{"brave bad key", "brave", "wrong-key-secret", 0, 0, []string{"brave", "HTTP 422", "apiKey", "SUBSCRIPTION_TOKEN_INVALID"}},
 		{"tavily bad key", "tavily", "wrong-key-secret", 0, 0, []string{"tavily", "HTTP 401", "apiKey", "invalid API key"}},
