@@ -557,7 +557,8 @@ func runFields(r *store.Run) []zap.Field {
 		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)), telemetry.LogField(r.TraceParent)}
 }
 
-// execute runs one sub-agent on the lane.
+// execute runs one sub-agent on the lane: it marks the run running, hands
+// its work to the run's runner and records how the runner says it ended.
 func (m *Manager) execute(laneCtx context.Context, runID string) {
 	m.mu.Lock()
 	lr, ok := m.live[runID]
@@ -581,22 +582,48 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	if err := m.d.Store.StartRun(ctx, run.ID, run.StartedAt); err != nil {
 		log.Error("could not mark run running", zap.Error(err))
 	}
+	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx}
+	out := m.runnerFor(&run).Run(ctx, rc)
+	if out.Status == "" {
+		// The gateway is shutting down mid-run: leave the run "running" in
+		// the store; the next Start announces it as unknown.
+		log.Warn("run interrupted by shutdown")
+		m.mu.Lock()
+		m.forgetLocked(run.ID)
+		m.mu.Unlock()
+		return
+	}
+	run.BudgetStopped = out.BudgetStopped
+	if out.Skip {
+		m.finishSkip(lr, &run, out.Status, out.Result, out.Note)
+		return
+	}
+	m.finish(lr, &run, out.Status, out.Result, out.Note, m.usageOf(lr))
+}
+
+// modelRunner runs a child as the model loop of package agent: a work
+// turn in the child session, then the announce step.
+type modelRunner struct{ m *Manager }
+
+var _ Runner = modelRunner{}
+
+func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
+	m, lr, run := r.m, rc.lr, &rc.Run
+	log := rc.Log()
 	model, ok := m.d.Catalog.Lookup(run.Model)
 	if !ok {
-		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("model %s is no longer configured", run.Model), agent.Usage{})
-		return
+		return Outcome{Status: store.OutcomeError, Note: fmt.Sprintf("model %s is no longer configured", run.Model)}
 	}
 	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
 		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), run.StartedAt)
 	if err != nil {
-		m.finish(lr, &run, store.OutcomeError, "", err.Error(), agent.Usage{})
-		return
+		return Outcome{Status: store.OutcomeError, Note: err.Error()}
 	}
 	defer sess.Close()
 
-	turn := m.childTurn(lr, &run, model)
+	turn := m.childTurn(lr, run, model)
 	problems := &agent.ProblemLog{}
-	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(&run)...)
+	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
 		var c context.CancelFunc
@@ -609,22 +636,12 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.noteFallback(lr, res.Fallback)
 	}
 
-	m.mu.Lock()
-	stopped := lr.stopped
-	m.mu.Unlock()
 	outcome, note := store.OutcomeSuccess, ""
 	switch {
-	case stopped:
-		m.finish(lr, &run, store.OutcomeStopped, agent.LastAssistantText(sess.History), "stopped by request", m.usageOf(lr))
-		return
-	case laneCtx.Err() != nil:
-		// The gateway is shutting down mid-run: leave the run "running" in
-		// the store; the next Start announces it as unknown.
-		log.Warn("run interrupted by shutdown")
-		m.mu.Lock()
-		m.forgetLocked(run.ID)
-		m.mu.Unlock()
-		return
+	case rc.Stopped():
+		return Outcome{Status: store.OutcomeStopped, Result: agent.LastAssistantText(sess.History), Note: "stopped by request"}
+	case rc.ShuttingDown():
+		return Outcome{}
 	case errors.Is(runErr, context.DeadlineExceeded):
 		outcome, note = store.OutcomeTimeout, fmt.Sprintf("Run timed out after %ds.", run.TimeoutSeconds)
 		if p := problems.Summary(); p != "" {
@@ -633,9 +650,8 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	case errors.Is(runErr, spend.ErrBudget):
 		// Over budget: no announce step either (it would be a model call).
 		// Not a failure of a schedule (store.Run.BudgetStopped).
-		run.BudgetStopped = true
-		m.finish(lr, &run, store.OutcomeError, agent.LastAssistantText(sess.History), m.withFallback(lr, budgetLine(runErr)), m.usageOf(lr))
-		return
+		return Outcome{Status: store.OutcomeError, Result: agent.LastAssistantText(sess.History),
+			Note: m.withFallback(lr, budgetLine(runErr)), BudgetStopped: true}
 	case runErr != nil:
 		outcome, note = store.OutcomeError, runErr.Error()
 	}
@@ -645,19 +661,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	}
 
 	// The announce step runs in the child session with a fresh deadline.
-	// Steering messages the work turn did not read are answered now: they
-	// can no longer reach the run (later ones get ErrFinishing at once).
-	m.setStatus(lr, store.StatusAnnouncing)
-	for drained := false; !drained; {
-		select {
-		case st := <-lr.steer:
-			if st.Reply != nil {
-				st.Reply <- agent.SteerReply{Err: ErrFinishing}
-			}
-		default:
-			drained = true
-		}
-	}
+	rc.Announcing()
 	if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
 		log.Error("could not mark run announcing", zap.Error(err))
 	}
@@ -671,32 +675,25 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	if annRes.Fallback != "" {
 		m.noteFallback(lr, annRes.Fallback)
 	}
-	m.mu.Lock()
-	stopped = lr.stopped
-	m.mu.Unlock()
-	if stopped {
-		m.finish(lr, &run, store.OutcomeStopped, result, "stopped by request", m.usageOf(lr))
-		return
+	if rc.Stopped() {
+		return Outcome{Status: store.OutcomeStopped, Result: result, Note: "stopped by request"}
 	}
 	switch {
 	case errors.Is(annErr, spend.ErrBudget):
 		// The budget was reached between the work turn and the announce
 		// step: the run ends "error" with the exact line (SPEC §20),
 		// keeping the sub-agent's last reply as its result.
-		run.BudgetStopped = true
 		if note != "" {
 			note = "\n" + note
 		}
-		m.finish(lr, &run, store.OutcomeError, result, m.withFallback(lr, budgetLine(annErr)+note), m.usageOf(lr))
-		return
+		return Outcome{Status: store.OutcomeError, Result: result, Note: m.withFallback(lr, budgetLine(annErr)+note), BudgetStopped: true}
 	case annErr != nil:
 		if note != "" {
 			note += "\n"
 		}
 		note += fmt.Sprintf("The announce step failed (%v); the result is the sub-agent's last reply.", annErr)
 	case strings.TrimSpace(annRes.Text) == AnnounceSkip:
-		m.finishSkip(lr, &run, outcome, result, note)
-		return
+		return Outcome{Status: outcome, Result: result, Note: note, Skip: true}
 	default:
 		r, n := ParseAnnounce(annRes.Text)
 		if r != "" {
@@ -710,7 +707,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 			}
 		}
 	}
-	m.finish(lr, &run, outcome, result, m.withFallback(lr, note), m.usageOf(lr))
+	return Outcome{Status: outcome, Result: result, Note: m.withFallback(lr, note)}
 }
 
 // onCall counts a call's cost at the model that answered it (a fallback's
@@ -782,14 +779,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 	return agent.Turn{
 		Model: model, System: childSystem(a, aws, run), Tools: reg, Thinking: run.Thinking,
 		MaxIterations: run.MaxIterations, Call: cc, Authorize: m.d.Authorize, Steer: lr.steer,
-		OnUsage: func(u agent.Usage) {
-			m.mu.Lock()
-			lr.usage = lr.usage.Add(u)
-			m.mu.Unlock()
-			if m.d.OnUsage != nil {
-				m.d.OnUsage(run.AgentID, run.Model, u)
-			}
-		},
+		OnUsage: func(u agent.Usage) { m.addUsage(lr, run, u) },
 		Logger: m.runLog(run), Clock: m.d.Clock,
 		Fallbacks: m.chain(cfg, run, model), Health: m.d.Catalog.Health(),
 		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.onCall(lr, sc),

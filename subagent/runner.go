@@ -1,0 +1,98 @@
+package subagent
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/store"
+)
+
+// A Runner does the work of one sub-agent run, from the moment it leaves
+// the lane to the moment it knows how it ended. The Manager marks the run
+// running before and records its end (run row, announce, spend) after, so
+// announce, spend, resume and /subagents do not know which runner ran it.
+// The model loop (modelRunner) is one runner; an ACP coding agent is the
+// other (SPEC §26).
+//
+// Run writes the child's transcript lines itself, reports usage with
+// RunCtx.AddUsage as it goes, and returns when the run's work is over or
+// ctx is cancelled (a stop, a shutdown or the end of the run's timeout).
+type Runner interface {
+	Run(ctx context.Context, rc *RunCtx) Outcome
+}
+
+// Outcome is how a run ended, as its runner tells the Manager.
+type Outcome struct {
+	// Status is one of store.Outcome*; "" when the gateway is shutting
+	// down mid-run (RunCtx.ShuttingDown): the run stays running in the
+	// store and the next start recovers it.
+	Status string
+	// Result is the text announced under Result:, Note under Notes:.
+	Result, Note string
+	// Skip ends the run without an announce (the child said ANNOUNCE_SKIP).
+	Skip bool
+	// BudgetStopped marks a run ended by a spend budget (SPEC §20).
+	BudgetStopped bool
+}
+
+// RunCtx is what a runner is given of its run.
+type RunCtx struct {
+	// Run is the run as it started: status running, StartedAt set.
+	Run store.Run
+	// Steer receives the messages sessions_send and /subagents send queue
+	// for the running child; each carries a Reply channel to answer on.
+	Steer <-chan agent.Steer
+
+	m    *Manager
+	lr   *liveRun
+	lane context.Context
+}
+
+// Stopped reports whether a person or a cascade stopped the run.
+func (rc *RunCtx) Stopped() bool {
+	rc.m.mu.Lock()
+	defer rc.m.mu.Unlock()
+	return rc.lr.stopped
+}
+
+// ShuttingDown reports whether the gateway is stopping (the lane's
+// context is done): a runner cut by it returns Outcome{}.
+func (rc *RunCtx) ShuttingDown() bool { return rc.lane.Err() != nil }
+
+// AddUsage counts the tokens of a model call of the run (its own or, for
+// an external agent, as it reports them).
+func (rc *RunCtx) AddUsage(u agent.Usage) { rc.m.addUsage(rc.lr, &rc.Run, u) }
+
+// addUsage counts u in the live run lr of run and tells the metrics.
+func (m *Manager) addUsage(lr *liveRun, run *store.Run, u agent.Usage) {
+	m.mu.Lock()
+	lr.usage = lr.usage.Add(u)
+	m.mu.Unlock()
+	if m.d.OnUsage != nil {
+		m.d.OnUsage(run.AgentID, run.Model, u)
+	}
+}
+
+// Announcing marks the run as writing its announce: steering messages
+// still queued are answered ErrFinishing, and later ones are refused.
+func (rc *RunCtx) Announcing() {
+	rc.m.setStatus(rc.lr, store.StatusAnnouncing)
+	for {
+		select {
+		case st := <-rc.lr.steer:
+			if st.Reply != nil {
+				st.Reply <- agent.SteerReply{Err: ErrFinishing}
+			}
+		default:
+			return
+		}
+	}
+}
+
+// Log is the run's logger (with the fields of SPEC §13).
+func (rc *RunCtx) Log() *zap.Logger { return rc.m.runLog(&rc.Run) }
+
+// runnerFor picks the runner of a run.
+func (m *Manager) runnerFor(*store.Run) Runner { return modelRunner{m: m} }
