@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -189,8 +192,14 @@ func (g *Gateway) turnFiles(ctx context.Context, it store.Intake, cws string, lo
 	var out []agent.File
 	for _, r := range refs {
 		if cws != "" {
-			if err := g.copyToWorkspace(ctx, r, cws); err != nil {
+			if err := g.copyToWorkspace(ctx, r, cws); err != nil && ctx.Err() == nil {
 				log.Warn("could not copy a file into the conversation workspace", zap.String("file", r.Name), zap.Error(err))
+				reason := errNotAFolder.Error()
+				if !errors.Is(err, errNotAFolder) {
+					reason = "it could not be written to the workspace (" + err.Error() + ")"
+				}
+				g.post(ctx, it.Origin, channels.KindSystem, media.NotReadLine(r.Name, reason), "")
+				text += "\n(" + media.AttachmentsDir + "/" + r.Name + " is not in the workspace: " + reason + ")"
 			}
 		}
 		if (r.Kind == channels.KindVoice || r.Kind == channels.KindAudio) && media.IsAudio(r.MIME) {
@@ -202,14 +211,22 @@ func (g *Gateway) turnFiles(ctx context.Context, it store.Intake, cws string, lo
 }
 
 // copyToWorkspace writes file r to <cws>/attachments/<name> unless the
-// same bytes are there already.
+// same bytes are there already. Every step goes through an os.Root of the
+// conversation workspace, so a symbolic link a tool left anywhere on the
+// way (attachments itself, or the name) is never followed out of it; an
+// attachments that is not a folder is refused (errNotAFolder), not used.
 func (g *Gateway) copyToWorkspace(ctx context.Context, r store.FileRef, cws string) error {
-	dir := filepath.Join(cws, media.AttachmentsDir)
-	if err := os.MkdirAll(dir, tools.DirMode); err != nil {
+	root, err := os.OpenRoot(cws)
+	if err != nil {
 		return err
 	}
-	dst := filepath.Join(dir, r.Name)
-	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == r.Size {
+	defer root.Close()
+	dir, err := attachmentsRoot(root)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if fi, err := dir.Lstat(r.Name); err == nil && fi.Mode().IsRegular() && fi.Size() == r.Size {
 		return nil
 	}
 	rc, _, err := g.db.OpenFile(ctx, r.ID)
@@ -217,11 +234,11 @@ func (g *Gateway) copyToWorkspace(ctx context.Context, r store.FileRef, cws stri
 		return err
 	}
 	defer rc.Close()
-	tmp, err := os.CreateTemp(dir, ".in-*")
+	tmp, name, err := createTemp(dir, ".in-")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer dir.Remove(name)
 	if _, err := io.Copy(tmp, rc); err != nil {
 		tmp.Close()
 		return err
@@ -229,8 +246,56 @@ func (g *Gateway) copyToWorkspace(ctx context.Context, r store.FileRef, cws stri
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	os.Remove(dst) // a symlink a tool left there is replaced, never followed
-	return os.Rename(tmp.Name(), dst)
+	// Rename replaces a symbolic link a tool left at the name, never
+	// following it.
+	return dir.Rename(name, r.Name)
+}
+
+// errNotAFolder is a conversation workspace whose attachments entry is
+// not a folder (a tool replaced it, e.g. with a symbolic link).
+var errNotAFolder = errors.New("the workspace's " + media.AttachmentsDir + " is not a folder (a tool replaced it); remove it and send the file again")
+
+// attachmentsRoot opens (creating it when missing) the attachments folder
+// of the conversation workspace root, refusing anything but a folder.
+func attachmentsRoot(root *os.Root) (*os.Root, error) {
+	fi, err := root.Lstat(media.AttachmentsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := root.Mkdir(media.AttachmentsDir, tools.DirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		fi, err = root.Lstat(media.AttachmentsDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, errNotAFolder
+	}
+	dir, err := root.OpenRoot(media.AttachmentsDir)
+	if err != nil {
+		return nil, err
+	}
+	// Swapped for a link between the Lstat and the open: the link was
+	// followed only inside root, yet it is still not the folder.
+	if st, err := dir.Stat("."); err != nil || !os.SameFile(st, fi) {
+		dir.Close()
+		return nil, errNotAFolder
+	}
+	return dir, nil
+}
+
+// createTemp creates a new file named prefix plus random digits in dir,
+// mode 0600, and returns it with its name.
+func createTemp(dir *os.Root, prefix string) (*os.File, string, error) {
+	for range 10000 {
+		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
+		f, err := dir.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, tools.FileMode)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, name, err
+	}
+	return nil, "", errors.New("no free temporary name")
 }
 
 // sweepFiles removes, every hour, the files no conversation named for

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -80,4 +81,46 @@ func TestSweepFilesCountsOnlyRemoved(t *testing.T) {
 		t.Fatalf("the file named again: %v", err)
 	}
 	rc.Close()
+}
+
+// A file planted at a stored file's place (a link, or other bytes under
+// its hash) is replaced by the next PutFile of that content, never served
+// in its stead.
+func TestPutFileReplacesPlanted(t *testing.T) {
+	sqliteOnly(t)
+	ctx := context.Background()
+	db := newTestDB(t)
+	data := []byte("the real bytes")
+	ref, err := db.PutFile(ctx, bytes.NewReader(data), 100, plainSniff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDisk := filepath.Join(db.StateDir(), FilesDir, ref.ID[:2], ref.ID)
+	for _, plant := range []func() error{
+		func() error { return os.WriteFile(onDisk, []byte("poisoned bytes"), 0o600) },
+		func() error {
+			decoy := filepath.Join(t.TempDir(), "decoy")
+			if err := os.WriteFile(decoy, []byte("poisoned link"), 0o600); err != nil {
+				return err
+			}
+			return os.Symlink(decoy, onDisk)
+		},
+	} {
+		os.Remove(onDisk)
+		if err := plant(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.PutFile(ctx, bytes.NewReader(data), 100, plainSniff); err != nil {
+			t.Fatal(err)
+		}
+		rc, _, err := db.OpenFile(ctx, ref.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if !bytes.Equal(got, data) {
+			t.Errorf("served %q after a second PutFile, want the real bytes", got)
+		}
+	}
 }

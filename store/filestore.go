@@ -50,14 +50,14 @@ func (f diskFiles) ready(spool *os.File, id string) error {
 	return os.MkdirAll(filepath.Dir(f.path(id)), 0o700)
 }
 
-// place renames the spool into place unless the bytes are there already
-// (a file stored before, or a row whose bytes were lost: put back).
+// place renames the spool into place, replacing what is there: the spool
+// holds the bytes just hashed to id, while a file found at the place may
+// have been planted or damaged since it was stored (and would then be
+// served to everyone who sends that content). A row whose bytes were lost
+// gets them back. The rename is atomic: a reader of the old file reads it
+// whole.
 func (f diskFiles) place(_ conn, id string, spool *os.File, _ bool) error {
-	final := f.path(id)
-	if _, err := os.Stat(final); !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return os.Rename(spool.Name(), final)
+	return os.Rename(spool.Name(), f.path(id))
 }
 
 func (f diskFiles) open(_ context.Context, id string) (io.ReadCloser, error) {
