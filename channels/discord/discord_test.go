@@ -331,6 +331,13 @@ func TestRestartCatchesUpFromTheStoredCursor(t *testing.T) {
 	if got[0].Origin.MessageID == "" {
 		t.Error("caught-up messages carry no message id (durable intake is keyed by it)")
 	}
+	// REST messages carry no guild_id: the guild comes from the channel,
+	// so a caught-up guild message keeps the group's rules and session.
+	for _, in := range got {
+		if want := map[bool]string{true: channels.ChatGroup, false: channels.ChatDM}[in.Origin.ChatID == general]; in.Origin.ChatType != want {
+			t.Errorf("caught-up %q has chat type %q, want %q", in.Text, in.Origin.ChatType, want)
+		}
+	}
 	var asked bool
 	for _, r := range s.fake.Requests() {
 		if r.Path == "/api/v10/channels/"+general+"/messages" && strings.Contains(r.Query, "after="+first.ID) {

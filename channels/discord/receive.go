@@ -405,15 +405,19 @@ func (a *Adapter) inbound(ctx context.Context, m *discordgo.Message) (in channel
 	self := a.Self()
 	o := channels.Origin{Channel: Name, ChatID: m.ChannelID, SenderID: m.Author.ID, MessageID: m.ID}
 	var thread bool
-	if m.GuildID == "" {
+	// The guild comes from the channel, never from the message: REST
+	// message objects (a catch-up) carry no guild_id, and a guild message
+	// taken for a DM would skip requireMention, groupPolicy and the
+	// group's allowFrom.
+	info, known := a.channelInfo(ctx, m.ChannelID, m.GuildID)
+	if !known {
+		a.log.Warn("discord: message in a channel that could not be looked up; skipped", zap.String("channelId", m.ChannelID))
+		return in, false, false
+	}
+	if info.guildID == "" {
 		o.ChatType = channels.ChatDM
 	} else {
 		o.ChatType = channels.ChatGroup
-		info, known := a.channelInfo(ctx, m.ChannelID, m.GuildID)
-		if !known {
-			a.log.Warn("discord: message in a channel that could not be looked up; skipped", zap.String("channelId", m.ChannelID))
-			return in, false, false
-		}
 		if info.thread && info.parentID != "" {
 			o.ChatID, o.ThreadID, thread = info.parentID, m.ChannelID, true
 		}

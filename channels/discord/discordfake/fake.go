@@ -351,6 +351,20 @@ func (s *Server) store(m *Message) {
 	s.notify()
 }
 
+// restMessage is the message as the REST API returns it: Discord's REST
+// message objects carry no guild_id (only gateway events do), so a client
+// must take the guild from the channel.
+func restMessage(m *Message) *Message {
+	c := *m
+	c.GuildID = ""
+	if r := c.ReferencedMessage; r != nil {
+		rc := *r
+		rc.GuildID = ""
+		c.ReferencedMessage = &rc
+	}
+	return &c
+}
+
 // wire is the message as the gateway delivers it: without the
 // MESSAGE_CONTENT intent, the content of messages that do not mention the
 // bot (and are not DMs) is empty, as on Discord.
@@ -958,7 +972,7 @@ handle:
 		m := reMessage.FindStringSubmatch(path)
 		for _, msg := range s.Messages(m[1]) {
 			if msg.ID == m[2] {
-				writeJSON(w, 200, msg)
+				writeJSON(w, 200, restMessage(&msg))
 				return
 			}
 		}
@@ -1079,7 +1093,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request, channelID s
 	if body.EnforceNonce && body.Nonce != "" {
 		for _, m := range s.messages[channelID] {
 			if m.Nonce == body.Nonce && m.Author.ID == s.Bot.ID {
-				writeJSON(w, 200, m) // the message the first send created
+				writeJSON(w, 200, restMessage(m)) // the message the first send created
 				return
 			}
 		}
@@ -1094,7 +1108,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request, channelID s
 		m.Attachments = append(m.Attachments, f)
 	}
 	s.store(m)
-	writeJSON(w, 200, m)
+	writeJSON(w, 200, restMessage(m))
 }
 
 func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, channelID, messageID string) {
@@ -1131,7 +1145,7 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, channelID, 
 		m.EditedTimestamp = &now
 		s.dispatch("MESSAGE_UPDATE", s.wire(m))
 		s.notify()
-		writeJSON(w, 200, m)
+		writeJSON(w, 200, restMessage(m))
 		return
 	}
 	apiError(w, 404, CodeUnknownMessage, "Unknown Message")
@@ -1172,7 +1186,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, channelID strin
 	}
 	out := make([]any, 0, len(sel))
 	for i := len(sel) - 1; i >= 0; i-- { // newest first, as Discord answers
-		out = append(out, sel[i])
+		out = append(out, restMessage(sel[i]))
 	}
 	writeJSON(w, 200, out)
 }
