@@ -211,6 +211,7 @@ type Subagents struct {
 	RunTimeoutSeconds     *int         `json:"runTimeoutSeconds"`     // default 300; 0 = none
 	ArchiveAfterMinutes   *int         `json:"archiveAfterMinutes"`   // default 60; 0 = never
 	MaxIterations         *int         `json:"maxIterations"`         // default 30
+	ThreadIdleMinutes     *int         `json:"threadIdleMinutes"`     // default 1440: a thread binding ends this long after its last message
 	Model                 ModelSetting `json:"model"`
 	Thinking              string       `json:"thinking"`
 	AllowAgents           []string     `json:"allowAgents"` // ["*"] = any; default: own id only

@@ -21,6 +21,7 @@ const (
 	DefaultRunTimeoutSeconds      = 300
 	DefaultArchiveAfterMinutes    = 60
 	DefaultSubagentMaxIterations  = 30
+	DefaultThreadIdleMinutes      = 1440
 	DefaultExecTimeoutSeconds     = 60
 	DefaultExecMaxOutputBytes     = 64 << 10
 	DefaultExecMemoryMB           = 1024
@@ -176,6 +177,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setIntPtr(&s.RunTimeoutSeconds, DefaultRunTimeoutSeconds)
 	setIntPtr(&s.ArchiveAfterMinutes, DefaultArchiveAfterMinutes)
 	setIntPtr(&s.MaxIterations, DefaultSubagentMaxIterations)
+	setIntPtr(&s.ThreadIdleMinutes, DefaultThreadIdleMinutes)
 	if len(c.Agents.List) == 0 {
 		c.Agents.List = []Agent{{ID: DefaultAgentID}}
 	}

@@ -82,6 +82,7 @@ type Limits struct {
 	RunTimeoutSeconds     int // 0 = no timeout
 	ArchiveAfterMinutes   int // 0 = never
 	MaxIterations         int
+	ThreadIdleMinutes     int      // a thread binding's life after its last message (SPEC §24)
 	Model                 string   // the primary of the sub-agent model setting; "" = the caller's model
 	Thinking              string   // "" = the caller's thinking level
 	AllowAgents           []string // ["*"] = any agent
@@ -122,6 +123,7 @@ func (c *Config) SubagentLimits(agentID string) Limits {
 		RunTimeoutSeconds:     pick(o.RunTimeoutSeconds, d.RunTimeoutSeconds, DefaultRunTimeoutSeconds),
 		ArchiveAfterMinutes:   pick(o.ArchiveAfterMinutes, d.ArchiveAfterMinutes, DefaultArchiveAfterMinutes),
 		MaxIterations:         pick(o.MaxIterations, d.MaxIterations, DefaultSubagentMaxIterations),
+		ThreadIdleMinutes:     pick(o.ThreadIdleMinutes, d.ThreadIdleMinutes, DefaultThreadIdleMinutes),
 		Model:                 cmp.Or(o.Model.Primary, d.Model.Primary),
 		Thinking:              cmp.Or(o.Thinking, d.Thinking),
 	}

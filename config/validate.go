@@ -267,6 +267,9 @@ func (v *validator) subagents(path string, s Subagents, isDefaults bool, agentID
 	if s.MaxIterations != nil {
 		v.atLeast(path+".maxIterations", *s.MaxIterations, 1)
 	}
+	if s.ThreadIdleMinutes != nil {
+		v.atLeast(path+".threadIdleMinutes", *s.ThreadIdleMinutes, 1)
+	}
 	v.modelSetting(path+".model", s.Model)
 	v.enum(path+".thinking", s.Thinking, thinkingLevels)
 	for i, a := range s.AllowAgents {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"time"
+
+	"github.com/heraldhq/herald/channels"
 )
 
 // The store's contract, one interface per aggregate. *DB implements every
@@ -137,6 +139,16 @@ type Files interface {
 	SweepFiles(ctx context.Context, before time.Time) (int, error)
 }
 
+// Bindings are chat threads bound to sub-agents' child sessions (SPEC
+// §24): the router asks before it names a thread's session.
+type Bindings interface {
+	BindThread(ctx context.Context, b *Binding) error                                           // replaces the thread's binding
+	ThreadBinding(ctx context.Context, thread channels.Origin, now time.Time) (*Binding, error) // ErrNotFound: none, or ended
+	TouchBinding(ctx context.Context, thread channels.Origin, at, expires time.Time) (bool, error)
+	UnbindThread(ctx context.Context, thread channels.Origin, now time.Time) (*Binding, error) // ErrNotFound
+	ChildBindings(ctx context.Context, childKeys []string, now time.Time) ([]Binding, error)
+}
+
 // Store is every aggregate and the database's own methods.
 type Store interface {
 	Files
@@ -152,6 +164,7 @@ type Store interface {
 	Bus
 	Transcripts
 	Spend
+	Bindings
 	Backup(ctx context.Context, path string) error // SQLite only
 	Driver() string                                // DriverSQLite or DriverPostgres
 	StateDir() string

@@ -48,11 +48,16 @@ func (d *DB) ClaimKV(ctx context.Context, key, value string) (bool, error) {
 // DeleteKVBefore deletes the values whose key starts with prefix and that
 // were last set before t; it returns how many it deleted.
 func (d *DB) DeleteKVBefore(ctx context.Context, prefix string, t time.Time) (int64, error) {
-	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix)
+	esc := likeEscape(prefix)
 	res, err := d.writer(ctx).exec(`DELETE FROM kv WHERE key LIKE $1 ESCAPE '\' AND updated_at < $2`, esc+"%", t.UnixMilli())
 	if err != nil {
 		return 0, d.wrap("delete "+prefix+"*", err)
 	}
 	n, err := res.RowsAffected()
 	return n, d.wrap("delete "+prefix+"*", err)
+}
+
+// likeEscape escapes s for a LIKE pattern with ESCAPE '\'.
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }

@@ -416,6 +416,11 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	if f.RootKey != "" {
 		where = append(where, "root_key = "+args.add(f.RootKey))
 	}
+	if f.Chat != "" {
+		esc := likeEscape(f.Chat)
+		where = append(where, "(root_key LIKE "+args.add("agent:%:"+esc)+` ESCAPE '\' OR root_key LIKE `+
+			args.add("agent:%:"+esc+":thread:%")+` ESCAPE '\')`)
+	}
 	if len(f.Statuses) > 0 {
 		where = append(where, "status IN ("+list(&args, f.Statuses)+")")
 	}

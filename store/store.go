@@ -134,10 +134,14 @@ type Run struct {
 
 // RunFilter selects runs for ListRuns. Empty fields match anything.
 type RunFilter struct {
-	RequesterKey string   // direct children of this session
-	RootKey      string   // every run under this top-level session
-	Statuses     []string // any of these
-	Limit        int      // 0 = no limit
+	RequesterKey string // direct children of this session
+	RootKey      string // every run under this top-level session
+	// Chat, "<channel>:<chatType>:<chatId>", selects the runs under every
+	// conversation of one chat (any agent, any thread): root keys
+	// agent:<id>:<Chat> and agent:<id>:<Chat>:thread:<id> (SPEC §24 /focus).
+	Chat     string
+	Statuses []string // any of these
+	Limit    int      // 0 = no limit
 }
 
 // OutboxItem is one message waiting to be delivered to a channel.

@@ -69,6 +69,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"RunBySpawnCall", testRunBySpawnCall},
 		{"ClaimRuns", testClaimRuns},
 		{"RunStatusAndArchive", testRunStatusAndArchive},
+		{"Bindings", testBindings},
+		{"RunsByChat", testRunsByChat},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
 	}

@@ -1,0 +1,117 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// A thread bound to a child session is found by its address (the sender
+// and message of a later message do not matter) until its binding ends
+// threadIdleMinutes after the last message; a touch extends it, /unfocus
+// ends it, a new binding replaces it, and the children of a list show
+// which of them are bound.
+func testBindings(t *testing.T, s Store) {
+	ctx := context.Background()
+	thread := origin
+	thread.ThreadID = "1700.1"
+	idle := 24 * time.Hour
+	b := &store.Binding{Thread: thread, ChildKey: "agent:main:subagent:c1", RunID: "r1", AgentID: "main",
+		CreatedBy: "U1", CreatedAt: t0, ExpiresAt: t0.Add(idle)}
+	if err := s.BindThread(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	msg := thread
+	msg.SenderID, msg.MessageID = "U2", "1700.9"
+	got, err := s.ThreadBinding(ctx, msg, t0.Add(time.Hour))
+	if err != nil || got.ChildKey != b.ChildKey || got.RunID != "r1" || got.AgentID != "main" || got.CreatedBy != "U1" ||
+		got.Thread != thread || !got.LastAt.Equal(t0) || !got.ExpiresAt.Equal(t0.Add(idle)) {
+		t.Fatalf("ThreadBinding = %+v, %v", got, err)
+	}
+	other := thread
+	other.ThreadID = "1700.2"
+	if _, err := s.ThreadBinding(ctx, other, t0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ThreadBinding(another thread) = %v, want ErrNotFound", err)
+	}
+	// It ends idle after the last message; a message before that extends it.
+	if _, err := s.ThreadBinding(ctx, thread, t0.Add(idle)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ThreadBinding at its end = %v, want ErrNotFound", err)
+	}
+	at := t0.Add(20 * time.Hour)
+	if ok, err := s.TouchBinding(ctx, msg, at, at.Add(idle)); err != nil || !ok {
+		t.Fatalf("TouchBinding = %v, %v", ok, err)
+	}
+	if got, err := s.ThreadBinding(ctx, thread, t0.Add(idle+time.Hour)); err != nil || !got.LastAt.Equal(at) {
+		t.Errorf("after a message: ThreadBinding = %+v, %v", got, err)
+	}
+	if ok, err := s.TouchBinding(ctx, thread, at.Add(idle), at.Add(2*idle)); err != nil || ok {
+		t.Errorf("TouchBinding of an ended binding = %v, %v; want false", ok, err)
+	}
+	// The children of a list that are bound (a live binding each).
+	b2 := &store.Binding{Thread: other, ChildKey: "agent:main:subagent:c2", RunID: "r2", CreatedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
+	if err := s.BindThread(ctx, b2); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ChildBindings(ctx, []string{"agent:main:subagent:c1", "agent:main:subagent:c2", "agent:main:subagent:c3"}, t0.Add(2*time.Minute))
+	if err != nil || len(list) != 2 || list[0].ChildKey != "agent:main:subagent:c1" || list[1].ChildKey != "agent:main:subagent:c2" {
+		t.Errorf("ChildBindings = %+v, %v", list, err)
+	}
+	if list, err := s.ChildBindings(ctx, []string{"agent:main:subagent:c2"}, t0.Add(2*time.Hour)); err != nil || len(list) != 0 {
+		t.Errorf("ChildBindings after c2's ended = %+v, %v", list, err)
+	}
+	// /focus elsewhere: a new binding of the thread replaces the old one.
+	b3 := &store.Binding{Thread: thread, ChildKey: "agent:main:subagent:c3", RunID: "r3", CreatedAt: at, ExpiresAt: at.Add(idle)}
+	if err := s.BindThread(ctx, b3); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ThreadBinding(ctx, thread, at); err != nil || got.ChildKey != b3.ChildKey {
+		t.Errorf("after rebinding: %+v, %v", got, err)
+	}
+	// /unfocus.
+	gone, err := s.UnbindThread(ctx, msg, at)
+	if err != nil || gone.ChildKey != b3.ChildKey {
+		t.Fatalf("UnbindThread = %+v, %v", gone, err)
+	}
+	if _, err := s.ThreadBinding(ctx, thread, at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after unbinding: %v, want ErrNotFound", err)
+	}
+	if _, err := s.UnbindThread(ctx, thread, at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UnbindThread again = %v, want ErrNotFound", err)
+	}
+	if err := s.BindThread(ctx, &store.Binding{Thread: origin, ChildKey: "x"}); err == nil {
+		t.Error("BindThread of a chat without a thread id succeeded")
+	}
+}
+
+// ListRuns by chat: the runs under every conversation of one chat — any
+// agent, the chat itself and its threads — and none of another chat.
+func testRunsByChat(t *testing.T, s Store) {
+	ctx := context.Background()
+	for i, root := range []string{"agent:main:slack:group:C42", "agent:ops:slack:group:C42:thread:1700.1",
+		"agent:main:slack:group:C4", "agent:main:slack:group:C42X", "agent:main:telegram:group:C42"} {
+		r, child := newRun(string(rune('a' + i)))
+		r.RootKey, r.RequesterKey, r.CreatedAt = root, root, t0.Add(time.Duration(i)*time.Minute)
+		child.RootKey = root
+		if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs, err := s.ListRuns(ctx, store.RunFilter{Chat: "slack:group:C42"})
+	if err != nil || len(runs) != 2 || runs[0].ID != "b" || runs[1].ID != "a" {
+		t.Errorf("ListRuns(Chat) = %d runs %v, %v; want b, a", len(runs), runIDs(runs), err)
+	}
+	if runs, err := s.ListRuns(ctx, store.RunFilter{Chat: "slack:group:C_2"}); err != nil || len(runs) != 0 {
+		t.Errorf("ListRuns(Chat with a LIKE wildcard) = %v, %v; want none", runIDs(runs), err)
+	}
+}
+
+func runIDs(runs []store.Run) []string {
+	var out []string
+	for _, r := range runs {
+		out = append(out, r.ID)
+	}
+	return out
+}
