@@ -41,9 +41,19 @@ const busyText = "⏳ Busy right now: too many messages are waiting. Please send
 // Chat commands run on their own bounded goroutines and are not stored.
 // A platform re-delivery of a stored message is recognised and not run again.
 func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
-	agentID := route(g.cfg(), in.Origin)
-	key := string(ids.Requester(agentID, in.Origin))
+	cfg := g.cfg()
 	ch := string(in.Origin.Channel)
+	// Origin → binding → session (SPEC §24): a thread bound to a child
+	// session talks to the child; commands there act on it.
+	bound, err := g.boundThread(ctx, cfg, in.Origin)
+	if err != nil {
+		g.metrics.refused.WithLabelValues(ch, "store_unavailable").Inc()
+		g.log.Warn("message refused: the state store does not answer which session its thread talks to",
+			zap.String("channel", ch), zap.Error(err))
+		return &channels.UnavailableError{RetryAfter: storeRetry, Reason: err.Error()}
+	}
+	agentID := route(cfg, in.Origin)
+	key := string(ids.Requester(agentID, in.Origin))
 	log := g.log.With(zap.String("sessionKey", key), zap.String("agentId", agentID), zap.String("channel", ch))
 	if command.IsCommand(in.Text) {
 		g.mu.Lock()
@@ -66,7 +76,7 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		go func() {
 			defer g.bg.Done()
 			defer func() { g.mu.Lock(); g.commands--; g.mu.Unlock() }()
-			g.runCommand(g.bgCtx, agentID, key, in)
+			g.runCommand(g.bgCtx, agentID, key, in, bound)
 		}()
 		return nil
 	}
@@ -83,6 +93,10 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		log.Warn("message refused: main lane queue is full", zap.Int("queued", queued), zap.Int("cap", g.maxQueued()))
 		g.post(ctx, in.Origin, channels.KindSystem, busyText, "")
 		return &channels.BusyError{RetryAfter: busyRetry, Reason: fmt.Sprintf("%d turns queued", queued)}
+	}
+	if bound != nil {
+		key, agentID = bound.ChildKey, ids.SessionKey(bound.ChildKey).AgentID()
+		log = log.With(zap.String("sessionKey", key), zap.String("boundThread", in.Origin.String()))
 	}
 	// The message's trace starts here; its context is stored with the
 	// row, so the turn continues it wherever and whenever it runs.

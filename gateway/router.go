@@ -107,13 +107,22 @@ func (g *Gateway) release(s *sessionState) {
 	s.unlock()
 }
 
-func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound) {
+func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channels.Inbound, bound *store.Binding) {
 	env := command.Env{
 		Subagents: g.subs, Store: g.db, Config: g.cfg(), AgentID: agentID,
 		AbortTurn: g.abortAnywhere, Approve: g.approv.resolve, Now: g.clock.Now,
 		Session: sessionControl{sessionDeps: &g.sessDeps, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
+		Threads: threadBindings{g: g, agentID: agentID},
 	}
-	reply, handled := command.Handle(ctx, env, command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text})
+	req := command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text}
+	if bound != nil {
+		if run, err := g.subs.RunOfChild(ctx, bound.ChildKey); err == nil {
+			req.Bound = run
+		} else {
+			g.log.Warn("the sub-agent of a bound thread is gone", zap.String("sessionKey", bound.ChildKey), zap.Error(err))
+		}
+	}
+	reply, handled := command.Handle(ctx, env, req)
 	if handled && reply != "" {
 		g.post(ctx, in.Origin, channels.KindSystem, reply, "")
 	}
@@ -121,6 +130,9 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 
 // abortTurn cancels the running turn of a session.
 func (g *Gateway) abortTurn(key string) bool {
+	if g.abortFollowUp(key) {
+		return true
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.sessions[key]
@@ -218,6 +230,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			g.complete(laneCtx, it, channels.KindSystem, "⚠️ Herald hit an internal error while answering this message; the operator's log has details.", log)
 		}
 	}()
+	if ids.SessionKey(key).Kind() == ids.KindSubagent {
+		// A message in a thread bound to a child session (SPEC §24).
+		outcome = g.boundTurn(laneCtx, it, log)
+		return
+	}
 	s, err := g.acquire(laneCtx, cfg, agentID, key, in.Origin)
 	if err != nil {
 		if laneCtx.Err() != nil {

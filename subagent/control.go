@@ -357,7 +357,7 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 		m.bg.Add(1)
 		go func() {
 			defer m.bg.Done()
-			text, err := m.oneMoreTurn(m.bgCtx, run, message)
+			text, err := m.oneMoreTurn(m.bgCtx, run, message, moreTurn{})
 			reply <- agent.SteerReply{Text: text, Err: err}
 		}()
 	}
@@ -379,8 +379,16 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 	}
 }
 
+// moreTurn are the options of one more turn: a turn resumed after a
+// restart continues from the transcript without adding the message again;
+// onText streams its reply (a bound thread's live reply, SPEC §24).
+type moreTurn struct {
+	resume bool
+	onText func(string)
+}
+
 // oneMoreTurn runs one more turn of a finished child session.
-func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message string) (string, error) {
+func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message string, o moreTurn) (string, error) {
 	// One turn per run at a time: two sends to a finished run would
 	// otherwise run two sessions on one transcript.
 	unlock := m.lockTurn(run.ID)
@@ -398,6 +406,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	lr := &liveRun{run: *run}
 	turn := m.childTurn(lr, run, model)
 	turn.Steer = nil
+	turn.Resume, turn.OnText = o.resume, o.onText
 	ctx, cancel := context.WithTimeout(agent.WithLogFields(ctx, runFields(run)...), 5*time.Minute)
 	defer cancel()
 	res, err := sess.Run(ctx, turn, message)

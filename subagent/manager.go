@@ -133,6 +133,7 @@ type liveRun struct {
 	run      store.Run // Status, Note and tokens are updated under Manager.mu
 	cancel   context.CancelFunc
 	steer    chan agent.Steer
+	ended    chan struct{} // closed when the run is no longer live (forgetLocked)
 	stopped  bool
 	usage    agent.Usage
 	span     trace.Span // the herald.run span while it runs; nil before
@@ -532,7 +533,7 @@ func (m *Manager) enqueue(r *store.Run) {
 
 // enqueueLocked registers r as live and puts it on the lane. m.mu must be held.
 func (m *Manager) enqueueLocked(r *store.Run) {
-	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16)}
+	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{})}
 	m.live[r.ID] = lr
 	id := r.ID
 	if err := m.lane.Enqueue(lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}); err != nil {
@@ -544,6 +545,9 @@ func (m *Manager) enqueueLocked(r *store.Run) {
 
 // forgetLocked drops a run that is no longer live. m.mu must be held.
 func (m *Manager) forgetLocked(id string) {
+	if lr, ok := m.live[id]; ok && lr.ended != nil {
+		close(lr.ended)
+	}
 	delete(m.live, id)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
@@ -21,6 +22,12 @@ type Request struct {
 	Origin     channels.Origin // where the command came from
 	SenderID   string
 	Text       string // the raw message text
+	// Bound is the sub-agent run whose child session the command's thread
+	// is bound to (SPEC §24); nil in an unbound conversation. Commands
+	// about sub-agents then act on that child: /stop stops it,
+	// /subagents lists it (as #1) and the runs below it, /approve answers
+	// its requests.
+	Bound *store.Run
 }
 
 // Env is what the commands act on. Every field may be nil: a command that
@@ -43,6 +50,20 @@ type Env struct {
 	// Spend answers /usage and gives /status its lines about models
 	// (which answered and why, cooldowns) and spend (SPEC §20).
 	Spend Spend
+	// Threads binds chat threads to sub-agents (/focus, /unfocus, the 🧵
+	// of /subagents list; SPEC §24).
+	Threads Threads
+}
+
+// Threads is the part of the gateway's thread bindings the commands use.
+type Threads interface {
+	// Focus binds the thread at thread to run's child session.
+	Focus(ctx context.Context, thread channels.Origin, run *store.Run, by string) error
+	// Unfocus ends the thread's binding; ok is false when it had none.
+	Unfocus(ctx context.Context, thread channels.Origin) (ok bool, err error)
+	// Bound returns which of the child sessions childKeys a thread is
+	// bound to.
+	Bound(ctx context.Context, childKeys []string) map[string]bool
 }
 
 // Spend is the part of the gateway's spend accounting the commands use.
@@ -86,6 +107,14 @@ func Handle(ctx context.Context, env Env, req Request) (reply string, handled bo
 		return "", false
 	}
 	var ue *UsageError
+	if errors.As(err, &ue) && req.Bound != nil && c.Name == NameSubagents && c.Target == "" &&
+		(c.Action == ActionInfo || c.Action == ActionLog || c.Action == ActionStop) {
+		// In a bound thread, /subagents info (log, stop) is about its child.
+		c.Target, err = "1", nil
+		if c.Action == ActionLog {
+			c.Limit = DefaultLogLimit
+		}
+	}
 	if errors.As(err, &ue) {
 		return ue.Usage, true
 	}
@@ -117,6 +146,10 @@ func Handle(ctx context.Context, env Env, req Request) (reply string, handled bo
 		return h.schedule(ctx, c.Arg), true
 	case NameUsage:
 		return h.usage(ctx), true
+	case NameFocus:
+		return h.focus(ctx, c.Target), true
+	case NameUnfocus:
+		return h.unfocus(ctx), true
 	default:
 		return helpText, true
 	}
@@ -138,6 +171,7 @@ const helpText = `❓ Commands
 /think [off|low|medium|high|default] — show or set this conversation's thinking
 /schedule every|cron|in|at … <task> — a run announced here later; /schedule list|pause|resume|remove <id>
 /usage — what this conversation and its agent spent today and this month, and the costliest runs
+/focus <id|#|label> — this thread talks to that sub-agent (any conversation of this chat); /unfocus — back to the agent
 /help — this list`
 
 type handler struct {
@@ -154,7 +188,12 @@ func (h handler) subagents(ctx context.Context, c Command) string {
 		return h.list(ctx)
 	}
 	if c.Action == ActionStop && c.Target == TargetAll {
-		n := m.StopBelow(ctx, h.req.SessionKey)
+		var n int
+		if h.req.Bound != nil {
+			n = m.Stop(ctx, h.req.Bound.ID)
+		} else {
+			n = m.StopBelow(ctx, h.req.SessionKey)
+		}
 		return fmt.Sprintf("⚙️ Stopped %d %s.", n, plural(n, "subagent", "subagents"))
 	}
 	r, reply := h.resolve(ctx, c.Target)
@@ -180,7 +219,13 @@ func (h handler) subagents(ctx context.Context, c Command) string {
 // resolve finds target among the current session's runs, or returns the
 // reply saying why not.
 func (h handler) resolve(ctx context.Context, target string) (*store.Run, string) {
-	r, err := h.env.Subagents.Resolve(ctx, h.req.SessionKey, target)
+	var r *store.Run
+	var err error
+	if h.req.Bound != nil {
+		r, err = h.env.Subagents.ResolveBound(ctx, h.req.Bound, target)
+	} else {
+		r, err = h.env.Subagents.Resolve(ctx, h.req.SessionKey, target)
+	}
 	switch {
 	case err == nil:
 		return r, ""
@@ -193,8 +238,17 @@ func (h handler) resolve(ctx context.Context, target string) (*store.Run, string
 	}
 }
 
+// runs are the sub-agents the commands act on: the current session's, or
+// in a bound thread its child and the runs below it.
+func (h handler) runs(ctx context.Context) ([]store.Run, error) {
+	if h.req.Bound != nil {
+		return h.env.Subagents.BoundRuns(ctx, h.req.Bound)
+	}
+	return h.env.Subagents.Runs(ctx, h.req.SessionKey)
+}
+
 func (h handler) list(ctx context.Context) string {
-	runs, err := h.env.Subagents.Runs(ctx, h.req.SessionKey)
+	runs, err := h.runs(ctx)
 	if err != nil {
 		return "⚠️ Could not read this conversation's sub-agents; try again in a moment."
 	}
@@ -205,9 +259,21 @@ func (h handler) list(ctx context.Context) string {
 	now := h.env.Now()
 	var b strings.Builder
 	fmt.Fprintf(&b, "🧭 Subagents (current session)\nActive: %d · Done: %d", active, done)
+	var bound map[string]bool
+	if h.env.Threads != nil {
+		keys := make([]string, len(runs))
+		for i := range runs {
+			keys[i] = runs[i].ChildKey
+		}
+		bound = h.env.Threads.Bound(ctx, keys)
+	}
 	for i := range runs {
 		r := &runs[i]
-		fmt.Fprintf(&b, "\n%d) %s · %s · %s · run %s · %s", i+1, listStatus(r), title(r), age(r, now), shortRun(r.ID), r.ChildKey)
+		mark := ""
+		if bound[r.ChildKey] {
+			mark = "🧵 " // a thread talks to it
+		}
+		fmt.Fprintf(&b, "\n%d) %s · %s%s · %s · run %s · %s", i+1, listStatus(r), mark, title(r), age(r, now), shortRun(r.ID), r.ChildKey)
 	}
 	return b.String()
 }
@@ -416,6 +482,18 @@ func (h handler) send(ctx context.Context, r *store.Run, message string) string 
 }
 
 func (h handler) stop(ctx context.Context) string {
+	if r := h.req.Bound; r != nil {
+		// /stop in a bound thread stops its child (and the runs below it)
+		// and a turn of it answering in the thread.
+		if h.env.AbortTurn != nil {
+			h.env.AbortTurn(r.ChildKey)
+		}
+		n := 0
+		if h.env.Subagents != nil {
+			n = h.env.Subagents.Stop(ctx, r.ID)
+		}
+		return fmt.Sprintf("⚙️ Agent was aborted. Stopped %d %s.", n, plural(n, "sub-agent", "sub-agents"))
+	}
 	if h.env.AbortTurn != nil {
 		h.env.AbortTurn(h.req.SessionKey)
 	}
@@ -432,13 +510,19 @@ func (h handler) approve(ctx context.Context, c Command) string {
 	if h.env.Approve == nil {
 		return unknown
 	}
-	a, err := h.env.Approve(ctx, h.req.SessionKey, c.Code, approve, h.req.SenderID)
+	// Approvals belong to the root conversation; a bound thread answers
+	// those of its child's.
+	session := h.req.SessionKey
+	if h.req.Bound != nil {
+		session = h.req.Bound.RootKey
+	}
+	a, err := h.env.Approve(ctx, session, c.Code, approve, h.req.SenderID)
 	if errors.Is(err, store.ErrNotFound) && strings.ToUpper(c.Code) != c.Code {
 		// Codes are shown in upper case; accept them typed in lower case.
-		a, err = h.env.Approve(ctx, h.req.SessionKey, strings.ToUpper(c.Code), approve, h.req.SenderID)
+		a, err = h.env.Approve(ctx, session, strings.ToUpper(c.Code), approve, h.req.SenderID)
 	}
 	// Another conversation's approval must look exactly like an unknown code.
-	if a != nil && a.SessionKey != "" && a.SessionKey != h.req.SessionKey {
+	if a != nil && a.SessionKey != "" && a.SessionKey != session {
 		return unknown
 	}
 	var notApprover *NotApproverError
@@ -523,4 +607,48 @@ func (h handler) usage(ctx context.Context) string {
 		return "⚠️ Could not read the spend: " + err.Error()
 	}
 	return reply
+}
+
+// focus binds the current thread to a sub-agent of any conversation of
+// this chat (SPEC §24).
+func (h handler) focus(ctx context.Context, target string) string {
+	if h.env.Subagents == nil || h.env.Threads == nil {
+		return replyUnavailable
+	}
+	if h.req.Origin.ThreadID == "" {
+		return usageFocus
+	}
+	chat := h.req.Origin
+	chat.ThreadID = ""
+	r, err := h.env.Subagents.ResolveInChat(ctx, h.req.SessionKey, ids.Requester(h.env.AgentID, chat).Rest(), target)
+	switch {
+	case errors.Is(err, subagent.ErrAmbiguous):
+		return fmt.Sprintf("⚠️ %q matches more than one subagent; use its number from /subagents list.", shortID(target))
+	case errors.Is(err, subagent.ErrNoMatch):
+		return fmt.Sprintf("⚠️ No subagent matches %q.", shortID(target))
+	case err != nil:
+		return "⚠️ Could not read this chat's sub-agents; try again in a moment."
+	}
+	if err := h.env.Threads.Focus(ctx, h.req.Origin, r, h.req.SenderID); err != nil {
+		return "⚠️ Could not bind this thread; try again in a moment."
+	}
+	return fmt.Sprintf("🎯 This thread now talks to %s.", title(r))
+}
+
+// unfocus ends the current thread's binding.
+func (h handler) unfocus(ctx context.Context) string {
+	if h.env.Threads == nil {
+		return replyUnavailable
+	}
+	if h.req.Origin.ThreadID == "" {
+		return "Usage: /unfocus — in a thread that /focus bound to a subagent"
+	}
+	ok, err := h.env.Threads.Unfocus(ctx, h.req.Origin)
+	switch {
+	case err != nil:
+		return "⚠️ Could not unbind this thread; try again in a moment."
+	case !ok:
+		return fmt.Sprintf("ℹ️ This thread is not bound to a subagent; it talks to %s.", dash(h.env.AgentID))
+	}
+	return fmt.Sprintf("🎯 Back to %s.", dash(h.env.AgentID))
 }

@@ -22,6 +22,8 @@ const (
 	NameThink     = "think"
 	NameSchedule  = "schedule"
 	NameUsage     = "usage"
+	NameFocus     = "focus"
+	NameUnfocus   = "unfocus"
 )
 
 // /subagents actions.
@@ -63,6 +65,7 @@ const (
 	usageDeny      = "Usage: /deny <code>"
 	usageModel     = "Usage: /model [provider/model|default]"
 	usageThink     = "Usage: /think [off|low|medium|high|default]"
+	usageFocus     = "Usage: /focus <id|#|label> — in a thread or forum topic: the thread then talks to that subagent"
 )
 
 // ArgDefault clears a conversation's /model or /think choice.
@@ -99,6 +102,8 @@ func (c Command) String() string {
 		return s
 	case NameApprove, NameDeny:
 		return "/" + c.Name + " " + c.Code
+	case NameFocus:
+		return "/focus " + c.Target
 	case NameCompact, NameModel, NameThink, NameSchedule:
 		if c.Arg != "" {
 			return "/" + c.Name + " " + c.Arg
@@ -127,6 +132,8 @@ var names = map[string]string{
 	"schedules": NameSchedule,
 	"usage":     NameUsage,
 	"spend":     NameUsage,
+	"focus":     NameFocus,
+	"unfocus":   NameUnfocus,
 }
 
 // actions maps accepted /subagents actions (lower case) to canonical ones.
@@ -182,6 +189,12 @@ func Parse(text string) (Command, error) {
 		}
 	case NameCompact, NameSchedule:
 		c.Arg = strings.TrimFunc(rest, unicode.IsSpace)
+	case NameFocus:
+		// A label may have spaces: the whole rest names the subagent.
+		c.Target = strings.Join(strings.Fields(rest), " ")
+		if c.Target == "" {
+			return c, &UsageError{usageFocus}
+		}
 	case NameModel, NameThink:
 		arg, more := next(rest)
 		if strings.TrimSpace(more) != "" {

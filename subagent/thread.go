@@ -1,0 +1,207 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/store"
+)
+
+// steerWait bounds how long a message in a bound thread waits for a
+// running child's answer to it before the thread is told the child has
+// it (SPEC §24; the 30 s of /subagents send).
+var steerWait = 30 * time.Second
+
+// FollowUp is a message a person wrote in a thread bound to a child
+// session (SPEC §24).
+type FollowUp struct {
+	Text string
+	// Resume: the message's turn was cut (a restart) after it was added
+	// to the child's history; it continues from the transcript.
+	Resume bool
+	// OnText, if set, streams the reply of one more turn (§16).
+	OnText func(text string)
+}
+
+// FollowUpResult is what came of a FollowUp: the child's answer to post
+// in the thread, or Steered when a running child took the message but
+// has not answered it yet.
+type FollowUpResult struct {
+	Reply   string
+	Steered bool
+}
+
+// FollowUp hands f to run's child session: a running child gets it
+// between tool calls (steering, as sessions_send) and its answer is
+// awaited for a while; a finished one runs one more turn in its session
+// (its agent, tools, limits and workspace), which is not announced. A run
+// writing its announce is waited for, then runs the turn.
+func (m *Manager) FollowUp(ctx context.Context, run *store.Run, f FollowUp) (FollowUpResult, error) {
+	if strings.TrimSpace(f.Text) == "" {
+		return FollowUpResult{}, errors.New("the message is empty")
+	}
+	m.mu.Lock()
+	lr, live := m.live[run.ID]
+	m.mu.Unlock()
+	if !live && m.d.Peers != nil {
+		if cur, err := m.d.Store.GetRun(ctx, run.ID); err == nil && m.elsewhere(ctx, cur) {
+			return FollowUpResult{}, fmt.Errorf("the sub-agent is running on another replica (%s), which messages in its thread do not reach yet; send it again once it is announced", cur.Owner)
+		}
+	}
+	if live {
+		// Whatever a cut turn wrote, the message reaches the live run
+		// now, or the turn after it ends.
+		f.Resume = false
+		reply := make(chan agent.SteerReply, 1)
+		m.mu.Lock()
+		steerable := !lr.stopped && lr.run.Status != store.StatusAnnouncing
+		queued := false
+		if steerable {
+			select {
+			case lr.steer <- agent.Steer{Text: f.Text, Reply: reply}:
+				queued = true
+			default:
+			}
+		}
+		m.mu.Unlock()
+		if steerable && !queued {
+			return FollowUpResult{}, errors.New("too many messages are waiting for the sub-agent; send this again after it answers")
+		}
+		if queued {
+			m.runLog(run).Info("message in the bound thread steers the run")
+			t := time.NewTimer(steerWait)
+			defer t.Stop()
+			select {
+			case r := <-reply:
+				if r.Err == nil {
+					return FollowUpResult{Reply: r.Text}, nil
+				}
+				if !errors.Is(r.Err, ErrFinishing) {
+					return FollowUpResult{}, r.Err
+				}
+				// The run finished its work before reading the message:
+				// it runs one more turn once its announce is written.
+			case <-lr.ended:
+				select {
+				case r := <-reply:
+					if r.Err == nil {
+						return FollowUpResult{Reply: r.Text}, nil
+					}
+				default:
+				}
+			case <-t.C:
+				return FollowUpResult{Steered: true}, nil
+			case <-ctx.Done():
+				return FollowUpResult{}, ctx.Err()
+			}
+		}
+		select { // a stopped or announcing run ends soon
+		case <-lr.ended:
+		case <-ctx.Done():
+			return FollowUpResult{}, ctx.Err()
+		}
+		cur, err := m.d.Store.GetRun(ctx, run.ID)
+		if err != nil {
+			return FollowUpResult{}, err
+		}
+		run = cur
+	}
+	text, err := m.oneMoreTurn(ctx, run, f.Text, moreTurn{resume: f.Resume, onText: f.OnText})
+	if err != nil {
+		return FollowUpResult{}, err
+	}
+	return FollowUpResult{Reply: text}, nil
+}
+
+// RunOfChild returns the run whose child session is childKey;
+// ErrNoMatch when there is none.
+func (m *Manager) RunOfChild(ctx context.Context, childKey string) (*store.Run, error) {
+	sess, err := m.d.Store.GetSession(ctx, childKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w %q", ErrNoMatch, childKey)
+	}
+	if err != nil {
+		return nil, err
+	}
+	runs, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: sess.ParentKey})
+	if err != nil {
+		return nil, err
+	}
+	for i := range runs {
+		if runs[i].ChildKey == childKey {
+			m.overlay(runs[i : i+1])
+			return &runs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q", ErrNoMatch, childKey)
+}
+
+// ResolveInChat finds the run target names for /focus (SPEC §24): among
+// the runs below sessionKey first (list numbers count there), then among
+// the runs of every conversation of the chat ("<channel>:<chatType>:
+// <chatId>") by run id prefix, child session key or label. A run of
+// another chat is ErrNoMatch.
+func (m *Manager) ResolveInChat(ctx context.Context, sessionKey, chat, target string) (*store.Run, error) {
+	r, err := m.Resolve(ctx, sessionKey, target)
+	if err == nil || !errors.Is(err, ErrNoMatch) {
+		return r, err
+	}
+	if strings.HasPrefix(strings.TrimSpace(target), "#") || strings.EqualFold(strings.TrimSpace(target), "last") {
+		return nil, err // list numbers and "last" are this conversation's
+	}
+	runs, lerr := m.d.Store.ListRuns(ctx, store.RunFilter{Chat: chat})
+	if lerr != nil {
+		return nil, lerr
+	}
+	// The store's LIKE may fold case: keep the runs whose root is exactly
+	// a conversation of this chat.
+	mine := runs[:0]
+	for _, r := range runs {
+		rest := ids.SessionKey(r.RootKey).Rest()
+		if rest == chat || strings.HasPrefix(rest, chat+":thread:") {
+			mine = append(mine, r)
+		}
+	}
+	m.overlay(mine)
+	return pickNamed(mine, target)
+}
+
+// pickNamed is pick without list numbers: a run id or its prefix, a child
+// session key or a label.
+func pickNamed(runs []store.Run, target string) (*store.Run, error) {
+	t := strings.TrimSpace(target)
+	if n := len(t); n > 0 && n < 4 && strings.Trim(t, "0123456789") == "" {
+		return nil, fmt.Errorf("%w %q", ErrNoMatch, target)
+	}
+	return pick(runs, t)
+}
+
+// BoundRuns are the runs a bound thread's commands act on (SPEC §24): its
+// child's run first (#1), then the runs below that child, newest first.
+func (m *Manager) BoundRuns(ctx context.Context, run *store.Run) ([]store.Run, error) {
+	cur, err := m.d.Store.GetRun(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	below, err := m.Runs(ctx, run.ChildKey)
+	if err != nil {
+		return nil, err
+	}
+	runs := append([]store.Run{*cur}, below...)
+	m.overlay(runs[:1])
+	return runs, nil
+}
+
+// ResolveBound is Resolve in a bound thread: among BoundRuns.
+func (m *Manager) ResolveBound(ctx context.Context, run *store.Run, target string) (*store.Run, error) {
+	runs, err := m.BoundRuns(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	return pick(runs, target)
+}
