@@ -76,3 +76,118 @@ func TestE2EWebSearchSubagent(t *testing.T) {
 		t.Errorf("search requests = %+v, want one Brave search for \"sqlite wal mode\" (count 2)", reqs)
 	}
 }
+
+// memoryModel is the scripted model of the memory tests: "remember <x>"
+// (or "pin <x>") writes a memory, "recall <words>" searches, "delegate
+// recall <words>" has a sub-agent search and announce what it found; the
+// reply after a tool quotes its result.
+func memoryModel(c llmtest.Call) llmtest.Reply {
+	last := c.Messages[len(c.Messages)-1]
+	sub := strings.Contains(c.System, "Sub-agent context")
+	if sub && strings.Contains(c.LastUser(), "Announce step") {
+		return llmtest.Reply{Text: "Result:\nsub-agent found: " + toolResultText(c, "memory_search") + "\n\nNotes:\n(none)"}
+	}
+	if len(last.ToolResults) > 0 {
+		return llmtest.Reply{Text: "tool said: " + last.ToolResults[0].Content}
+	}
+	user := c.LastUser()
+	if sub {
+		task := c.System[strings.Index(c.System, "- Task: ")+len("- Task: "):]
+		task, _, _ = strings.Cut(task, "\n")
+		user = task
+	}
+	call := func(name string, args any) llmtest.Reply {
+		b, _ := json.Marshal(args)
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: name, Args: b}}}
+	}
+	switch {
+	case strings.HasPrefix(user, "remember "):
+		return call("memory_write", map[string]any{"text": strings.TrimPrefix(user, "remember "), "tags": []string{"e2e"}})
+	case strings.HasPrefix(user, "pin "):
+		return call("memory_write", map[string]any{"text": strings.TrimPrefix(user, "pin "), "pin": true})
+	case strings.HasPrefix(user, "recall "):
+		return call("memory_search", map[string]any{"query": strings.TrimPrefix(user, "recall ")})
+	case strings.HasPrefix(user, "delegate "):
+		return call("sessions_spawn", map[string]any{"task": strings.TrimPrefix(user, "delegate "), "label": "recaller"})
+	}
+	return llmtest.Reply{Text: "ok"}
+}
+
+const memoryConfig = `{
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: { web: { enabled: true } },
+  memory: { scope: "{{scope}}" },
+}`
+
+// ask posts text as client and returns the first reply of the assistant
+// after it.
+func ask(t *testing.T, tg *testGW, client, text string) string {
+	t.Helper()
+	seq := webPost(t, tg.URL, client, text)
+	return waitWeb(t, tg, client, seq, "assistant", func(string) bool { return true }).Text
+}
+
+// TestE2EMemoryScopeConversation: a memory written in conversation A is
+// found by A's next turn and by A's sub-agent, not by conversation B; a
+// pinned one is in A's system prompt only; /memory lists and forgets.
+func TestE2EMemoryScopeConversation(t *testing.T) {
+	tg := newTestGateway(t, strings.ReplaceAll(memoryConfig, "{{scope}}", "conversation"), memoryModel)
+	const a, b = "mem-a", "mem-b"
+	if got := ask(t, tg, a, "remember the launch code is 4711"); !strings.Contains(got, `"id":"`) {
+		t.Fatalf("memory_write answered %q", got)
+	}
+	if got := ask(t, tg, a, "recall launch code?"); !strings.Contains(got, "the launch code is 4711") || !strings.Contains(got, `"createdAt":"`) {
+		t.Errorf("A's next turn did not find its memory: %q", got)
+	}
+	seq := webPost(t, tg.URL, a, "delegate recall launch code")
+	ann := waitWeb(t, tg, a, seq, "announce", func(s string) bool { return strings.Contains(s, "sub-agent found:") })
+	if !strings.Contains(ann.Text, "the launch code is 4711") {
+		t.Errorf("A's sub-agent did not find A's memory:\n%s", ann.Text)
+	}
+	if got := ask(t, tg, b, "recall launch code"); strings.Contains(got, "4711") || !strings.Contains(got, `"results":[]`) {
+		t.Errorf("conversation B found A's memory (scope conversation): %q", got)
+	}
+
+	ask(t, tg, a, "pin the user's name is Ada")
+	ask(t, tg, a, "hello again")
+	ask(t, tg, b, "hello from B")
+	var sysA, sysB string
+	for _, c := range tg.LLM.Requests() {
+		switch c.LastUser() {
+		case "hello again":
+			sysA = c.System
+		case "hello from B":
+			sysB = c.System
+		}
+	}
+	if !strings.Contains(sysA, "# Pinned memories") || !strings.Contains(sysA, "the user's name is Ada") || strings.Contains(sysA, "4711") {
+		t.Errorf("A's system prompt lacks its pinned memory (or shows an unpinned one):\n%s", sysA)
+	}
+	if strings.Contains(sysB, "Ada") {
+		t.Errorf("B's system prompt shows A's pinned memory:\n%s", sysB)
+	}
+
+	seq = webPost(t, tg.URL, a, "/memory")
+	list := waitWeb(t, tg, a, seq, "system", func(s string) bool { return strings.HasPrefix(s, "🧠 ") }).Text
+	lines := strings.Split(list, "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], " · the user's name is Ada") || !strings.Contains(lines[1], " · the launch code is 4711") {
+		t.Fatalf("/memory in A:\n%s", list)
+	}
+	id := strings.Fields(lines[1])[1]
+	seq = webPost(t, tg.URL, a, "/memory forget "+id)
+	waitWeb(t, tg, a, seq, "system", func(s string) bool { return s == "🧠 Forgot "+id+"." })
+	if got := ask(t, tg, a, "recall launch code"); strings.Contains(got, "4711") {
+		t.Errorf("a forgotten memory was found: %q", got)
+	}
+}
+
+// TestE2EMemoryScopeAgent: with memory.scope "agent" another conversation
+// of the same agent finds the memory.
+func TestE2EMemoryScopeAgent(t *testing.T) {
+	tg := newTestGateway(t, strings.ReplaceAll(memoryConfig, "{{scope}}", "agent"), memoryModel)
+	ask(t, tg, "mem-a", "remember the launch code is 4711")
+	if got := ask(t, tg, "mem-b", "recall launch code"); !strings.Contains(got, "the launch code is 4711") {
+		t.Errorf("conversation B did not find A's memory with scope agent: %q", got)
+	}
+}

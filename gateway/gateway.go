@@ -27,6 +27,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/memory"
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
@@ -184,7 +185,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		schedules: g.scheduleViews, spent: g.spentView, log: g.log})
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
-		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take,
+		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take, SystemContext: g.agentContext,
 		WorkspaceFile: g.workspaceFile, OpenFile: g.openFile,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, RetryWrite: g.retryWrite,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
@@ -606,6 +607,7 @@ func (g *Gateway) setToolOptions(cfg *config.Config) {
 	opts := tools.OptionsFromConfig(cfg.Tools)
 	opts.Logger = g.log
 	opts.Files = fileSink{g}
+	opts.Extra = memory.Tools(g.db, cfg.Memory)
 	prev := g.tools.Swap(&opts)
 	if prev == nil || prev.Sandbox != opts.Sandbox {
 		g.logSandbox(opts.Sandbox)

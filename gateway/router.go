@@ -113,6 +113,7 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 		AbortTurn: g.abortAnywhere, Approve: g.approv.resolve, Now: g.clock.Now,
 		Session: sessionControl{sessionDeps: &g.sessDeps, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
 		Threads: threadBindings{g: g, agentID: agentID},
+		Memory: g.memoryCommand,
 	}
 	req := command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text}
 	if bound != nil {
@@ -320,7 +321,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	spent := g.spend.Counter(sc)
 	start := time.Now()
 	res, err := s.sess.Run(ctx, agent.Turn{
-		Model: model, System: systemPrompt(ag, aws, in.Origin), Tools: reg,
+		Model: model, System: systemPrompt(ag, aws, in.Origin, g.agentContext(ctx, cfg, agentID, key, aws)), Tools: reg,
 		Thinking: thinking, MaxIterations: ag.MaxIterations,
 		Call: cc, Authorize: g.approv.authorize, Logger: log, Clock: g.clock,
 		OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) }, Resume: resume,
@@ -385,8 +386,9 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 }
 
 // systemPrompt is a top-level session's system prompt: the agent's own
-// prompt, what Herald is, and the bootstrap files of its workspace aws.
-func systemPrompt(a config.AgentSettings, aws string, o channels.Origin) string {
+// prompt, what Herald is, the bootstrap files of its workspace aws, and
+// extra (its skills and pinned memories: agentContext).
+func systemPrompt(a config.AgentSettings, aws string, o channels.Origin, extra string) string {
 	var b strings.Builder
 	if a.SystemPrompt != "" {
 		b.WriteString(a.SystemPrompt + "\n\n")
@@ -396,6 +398,9 @@ func systemPrompt(a config.AgentSettings, aws string, o channels.Origin) string 
 	fmt.Fprintf(&b, "You are talking in a %s %s chat. For long or parallel work, start background sub-agents with sessions_spawn; their results are announced in this conversation automatically, so do not wait or poll for them.\n", o.Channel, o.ChatType)
 	if boot, _ := tools.LoadBootstrap(aws, false); boot != "" {
 		b.WriteString("\n" + boot)
+	}
+	if extra != "" {
+		b.WriteString("\n" + extra)
 	}
 	return b.String()
 }

@@ -134,7 +134,7 @@ func (g *Gateway) compactTurn(ctx context.Context, agentID, key string, origin c
 		return agent.Turn{}, fmt.Errorf("model %s is not configured", ref)
 	}
 	sc := spend.Call{Conversation: key, AgentID: agentID, RunID: "compact:" + key, Label: "/compact"}
-	return agent.Turn{Model: model, System: systemPrompt(ag, g.workspace(cfg, agentID), origin), Tools: g.topTools(ag),
+	return agent.Turn{Model: model, System: systemPrompt(ag, g.workspace(cfg, agentID), origin, g.agentContext(ctx, cfg, agentID, key, g.workspace(cfg, agentID))), Tools: g.topTools(ag),
 		Logger: g.log, Clock: g.clock, OnUsage: func(u agent.Usage) { g.metrics.tokens(agentID, model.Ref, u) },
 		BeforeCall: g.spend.Guard(sc), OnCall: g.spend.Counter(sc)}, nil
 }

@@ -149,9 +149,21 @@ type Bindings interface {
 	ChildBindings(ctx context.Context, childKeys []string, now time.Time) ([]Binding, error)
 }
 
+// Memories are what agents remember (SPEC §28), searched by full text
+// (FTS5 on SQLite, tsvector on PostgreSQL); every read is limited to a
+// MemoryScope (one agent, one or every conversation of it).
+type Memories interface {
+	AddMemory(ctx context.Context, m *Memory) error                                                     // ErrExists
+	SearchMemories(ctx context.Context, sc MemoryScope, words []string, limit int) ([]MemoryHit, error) // words: MemoryWords; best first
+	ListMemories(ctx context.Context, sc MemoryScope, pinnedOnly bool, limit int) ([]Memory, error)     // newest first
+	GetMemory(ctx context.Context, sc MemoryScope, id string) (*Memory, error)                          // ErrNotFound
+	ForgetMemory(ctx context.Context, sc MemoryScope, id string) error                                  // ErrNotFound
+}
+
 // Store is every aggregate and the database's own methods.
 type Store interface {
 	Files
+	Memories
 	Sessions
 	Runs
 	Turns

@@ -54,6 +54,10 @@ type Deps struct {
 	// Workspace returns an agent's absolute workspace dir under cfg (the
 	// config the run took at its start).
 	Workspace func(cfg *config.Config, agentID string) string
+	// SystemContext, if set, is added to a child's system prompt: the
+	// agent's skills and the pinned memories its conversation rootKey
+	// sees (SPEC §28). aws is the agent's workspace under cfg.
+	SystemContext func(ctx context.Context, cfg *config.Config, agentID, rootKey, aws string) string
 	// Authorize gates tool calls (tool policy, approvals). Optional.
 	Authorize agent.Authorizer
 	// Notify wakes the outbox deliverer after an announce was written.
@@ -781,7 +785,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
 	}
 	return agent.Turn{
-		Model: model, System: childSystem(a, aws, run), Tools: reg, Thinking: run.Thinking,
+		Model: model, System: childSystem(a, aws, run, m.systemContext(cfg, run, aws)), Tools: reg, Thinking: run.Thinking,
 		MaxIterations: run.MaxIterations, Call: cc, Authorize: m.d.Authorize, Steer: lr.steer,
 		OnUsage: func(u agent.Usage) { m.addUsage(lr, run, u) },
 		Logger: m.runLog(run), Clock: m.d.Clock,
@@ -809,10 +813,23 @@ func (m *Manager) conversationWorkspace(cfg *config.Config, rootKey, fallbackAge
 	return ws
 }
 
+// systemContextTimeout bounds reading what SystemContext adds.
+const systemContextTimeout = 5 * time.Second
+
+// systemContext is what Deps.SystemContext adds to run's system prompt.
+func (m *Manager) systemContext(cfg *config.Config, run *store.Run, aws string) string {
+	if m.d.SystemContext == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), systemContextTimeout)
+	defer cancel()
+	return m.d.SystemContext(ctx, cfg, run.AgentID, run.RootKey, aws)
+}
+
 // childSystem is the child's system prompt: the agent's own prompt, the
-// sub-agent context block, and only AGENTS.md and TOOLS.md of the agent
-// workspace aws.
-func childSystem(a config.AgentSettings, aws string, run *store.Run) string {
+// sub-agent context block, only AGENTS.md and TOOLS.md of the agent
+// workspace aws, and extra (Deps.SystemContext).
+func childSystem(a config.AgentSettings, aws string, run *store.Run, extra string) string {
 	var b strings.Builder
 	if a.SystemPrompt != "" {
 		b.WriteString(a.SystemPrompt + "\n\n")
@@ -824,6 +841,9 @@ func childSystem(a config.AgentSettings, aws string, run *store.Run) string {
 	fmt.Fprintf(&b, "- Requester session: %s\n- Your session: %s\n", run.RequesterKey, run.ChildKey)
 	if boot, err := tools.LoadBootstrap(aws, true); err == nil && boot != "" {
 		b.WriteString("\n" + boot)
+	}
+	if extra != "" {
+		b.WriteString("\n" + extra)
 	}
 	return b.String()
 }

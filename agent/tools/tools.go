@@ -38,6 +38,9 @@ type Options struct {
 	// Search, when set, adds web_search (SPEC §28); it holds the result
 	// cache, so the Options of one config share it.
 	Search *WebSearch
+	// Extra are tools of other packages given with these (the memory
+	// tools, SPEC §28), built once per config.
+	Extra []agent.Tool
 }
 
 // OptionsFromConfig maps the tools section of the config to Options.
@@ -125,5 +128,6 @@ func New(opts Options) []agent.Tool {
 	if opts.Search != nil {
 		list = append(list, opts.Search.Tool())
 	}
+	list = append(list, opts.Extra...)
 	return list
 }

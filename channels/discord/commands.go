@@ -28,6 +28,7 @@ var Commands = []struct{ Name, Description string }{
 	{"think", "Show or set thinking: off, low, medium, high"},
 	{"schedule", "Schedules of this conversation"},
 	{"usage", "Spend of this conversation"},
+	{"memory", "The agent's memories of this conversation; forget <id>"},
 }
 
 // optionArgs is the name of the one option of every command.

@@ -50,6 +50,8 @@ type Env struct {
 	// Spend answers /usage and gives /status its lines about models
 	// (which answered and why, cooldowns) and spend (SPEC §20).
 	Spend Spend
+	// Memory runs /memory [forget <id>] for a conversation (SPEC §28).
+	Memory func(ctx context.Context, sessionKey, agentID, args string) string
 	// Threads binds chat threads to sub-agents (/focus, /unfocus, the 🧵
 	// of /subagents list; SPEC §24).
 	Threads Threads
@@ -150,6 +152,11 @@ func Handle(ctx context.Context, env Env, req Request) (reply string, handled bo
 		return h.focus(ctx, c.Target), true
 	case NameUnfocus:
 		return h.unfocus(ctx), true
+	case NameMemory:
+		if h.env.Memory == nil {
+			return "⚠️ Memory is not available in this gateway.", true
+		}
+		return h.env.Memory(ctx, req.SessionKey, env.AgentID, c.Arg), true
 	default:
 		return helpText, true
 	}
@@ -172,6 +179,7 @@ const helpText = `❓ Commands
 /schedule every|cron|in|at … <task> — a run announced here later; /schedule list|pause|resume|remove <id>
 /usage — what this conversation and its agent spent today and this month, and the costliest runs
 /focus <id|#|label> — this thread talks to that sub-agent (any conversation of this chat); /unfocus — back to the agent
+/memory — the agent's memories of this conversation; /memory forget <id> removes one
 /help — this list`
 
 type handler struct {

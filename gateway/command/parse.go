@@ -24,6 +24,7 @@ const (
 	NameUsage     = "usage"
 	NameFocus     = "focus"
 	NameUnfocus   = "unfocus"
+	NameMemory    = "memory"
 )
 
 // /subagents actions.
@@ -104,7 +105,7 @@ func (c Command) String() string {
 		return "/" + c.Name + " " + c.Code
 	case NameFocus:
 		return "/focus " + c.Target
-	case NameCompact, NameModel, NameThink, NameSchedule:
+	case NameCompact, NameModel, NameThink, NameSchedule, NameMemory:
 		if c.Arg != "" {
 			return "/" + c.Name + " " + c.Arg
 		}
@@ -134,6 +135,8 @@ var names = map[string]string{
 	"spend":     NameUsage,
 	"focus":     NameFocus,
 	"unfocus":   NameUnfocus,
+	"memory":    NameMemory,
+	"memories":  NameMemory,
 }
 
 // actions maps accepted /subagents actions (lower case) to canonical ones.
@@ -187,7 +190,7 @@ func Parse(text string) (Command, error) {
 			}
 			return c, &UsageError{usageDeny}
 		}
-	case NameCompact, NameSchedule:
+	case NameCompact, NameSchedule, NameMemory:
 		c.Arg = strings.TrimFunc(rest, unicode.IsSpace)
 	case NameFocus:
 		// A label may have spaces: the whole rest names the subagent.
