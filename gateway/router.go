@@ -113,7 +113,7 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 		AbortTurn: g.abortAnywhere, Approve: g.approv.resolve, Now: g.clock.Now,
 		Session: sessionControl{sessionDeps: &g.sessDeps, agentID: agentID, origin: in.Origin}, Schedules: g.sched, Spend: spendCommands{g},
 		Threads: threadBindings{g: g, agentID: agentID},
-		Memory: g.memoryCommand,
+		Memory:  g.memoryCommand,
 	}
 	req := command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text}
 	if bound != nil {
