@@ -5,7 +5,7 @@
 #   docker run -p 8790:8790 -v herald-state:/var/lib/herald \
 #     -v $PWD/herald.json5:/etc/herald/herald.json5:ro --env-file herald.env herald
 # In the container the config must listen on 0.0.0.0:8790, which needs
-# channels.web.token (see docs/operations.md). Debian slim rather than a
+# channels.web.token and gateway.admin.token (see docs/operations.md). Debian slim rather than a
 # distroless image because the exec tool needs a shell and the usual tools.
 # bubblewrap is installed for the exec sandbox; Docker's default seccomp
 # profile refuses the user namespaces it needs, so there the sandbox is

@@ -7,7 +7,10 @@
 // (RegisterChannel, through channels.Register).
 package config
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // Secret is a credential. It never prints its value: use Value() where the
 // real value is needed.
@@ -53,6 +56,9 @@ type Config struct {
 	Memory Memory `json:"memory"`
 	// Skills configures where skills are found (SPEC §28).
 	Skills Skills `json:"skills"`
+	// Outbox and Intake bound how long a message waits (SPEC §27).
+	Outbox Outbox `json:"outbox"`
+	Intake Intake `json:"intake"`
 
 	src *source // where the config came from and where each key path is; never secrets
 }
@@ -129,6 +135,39 @@ type Gateway struct {
 	// ReplicaID names this process among the replicas sharing a PostgreSQL
 	// state (leases, logs); default <hostname>-<pid>.
 	ReplicaID string `json:"replicaId"`
+	// Admin guards the operator's console (SPEC §27).
+	Admin Admin `json:"admin"`
+}
+
+// Admin configures the operator's console at /admin (SPEC §27).
+type Admin struct {
+	// Token is required off loopback (a non-loopback listener, or
+	// behindProxy); once set, every console request needs it, loopback
+	// included.
+	Token Secret `json:"token"`
+}
+
+// Outbox bounds the retries of an outbound message (SPEC §27): past
+// either limit it is a dead letter.
+type Outbox struct {
+	MaxAttempts int `json:"maxAttempts"` // failed attempts; default 20
+	MaxAgeHours int `json:"maxAgeHours"` // since it was queued (or retried); default 24
+}
+
+// Intake bounds how old an owed message may be when its turn could start
+// (SPEC §27).
+type Intake struct {
+	// MaxAgeMinutes: an owed message older than this is not run, its
+	// conversation is told. 0 = never skip; unset = 720.
+	MaxAgeMinutes *int `json:"maxAgeMinutes"`
+}
+
+// MaxAge is intake.maxAgeMinutes as a duration (0 = never skip).
+func (i Intake) MaxAge() time.Duration {
+	if i.MaxAgeMinutes == nil {
+		return DefaultIntakeMaxAgeMinutes * time.Minute
+	}
+	return time.Duration(*i.MaxAgeMinutes) * time.Minute
 }
 
 // HTTP configures the gateway's HTTP listener.

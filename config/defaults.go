@@ -40,6 +40,9 @@ const (
 	DefaultWebMaxStreams          = 64 // channels.web.maxStreams
 	DefaultServiceName            = "herald"
 	DefaultSampleRatio            = 1.0
+	DefaultOutboxMaxAttempts      = 20  // outbox.maxAttempts
+	DefaultOutboxMaxAgeHours      = 24  // outbox.maxAgeHours
+	DefaultIntakeMaxAgeMinutes    = 720 // intake.maxAgeMinutes
 
 	// DefaultThreadContext is channels.<name>.threadContext: the earlier
 	// thread messages read when the bot is first addressed mid-thread;
@@ -136,6 +139,8 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setStr(&c.State.Driver, DefaultStateDriver)
 	setInt(&c.State.LeaseSeconds, DefaultLeaseSeconds)
 	setStr(&c.Telemetry.ServiceName, DefaultServiceName)
+	setInt(&c.Outbox.MaxAttempts, DefaultOutboxMaxAttempts)
+	setInt(&c.Outbox.MaxAgeHours, DefaultOutboxMaxAgeHours)
 	c.Attachments.applyDefaults()
 
 	if len(c.Models.Providers) == 0 {

@@ -124,8 +124,22 @@ func (v *validator) gateway() {
 		v.add("state.url", "is only read with driver \"postgres\" (driver is %q)", v.c.State.Driver)
 	}
 	v.enum("channels.web.streaming", v.c.Channels.Web.Streaming, streamingModes)
-	if _, err := listenIsLoopback(g.HTTP.Listen); err != nil {
+	loop, err := listenIsLoopback(g.HTTP.Listen)
+	if err != nil {
 		v.add("gateway.http.listen", "%v", err)
+	}
+	switch tok := strings.TrimSpace(string(g.Admin.Token)); {
+	case g.Admin.Token != "" && tok == "":
+		v.add("gateway.admin.token", "is only whitespace: set a real token or leave it out")
+	case tok == "" && err == nil && !loop:
+		v.add("gateway.admin.token", "missing: the operator's console (/admin) needs a token when gateway.http.listen (%s) is not a loopback address", g.HTTP.Listen)
+	case tok == "" && g.HTTP.BehindProxy:
+		v.add("gateway.admin.token", "missing: the operator's console (/admin) needs a token when gateway.http.behindProxy is true")
+	}
+	v.atLeast("outbox.maxAttempts", v.c.Outbox.MaxAttempts, 1)
+	v.atLeast("outbox.maxAgeHours", v.c.Outbox.MaxAgeHours, 1)
+	if m := v.c.Intake.MaxAgeMinutes; m != nil {
+		v.nonNegative("intake.maxAgeMinutes", *m)
 	}
 }
 

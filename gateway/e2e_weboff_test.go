@@ -14,7 +14,7 @@ import (
 // test's listener is, but the config says otherwise, which is what the
 // gateway goes by), with a token and room for 9 event streams.
 const webOffConfig = `{
-  gateway: { http: { listen: "0.0.0.0:8790" } },
+  gateway: { http: { listen: "0.0.0.0:8790" }, admin: { token: "admin-token" } },
   models: { providers: { demo: { api: "demo", models: [{ id: "demo" }] } } },
   agents: { defaults: { model: "demo/demo" } },
   channels: { web: { token: "s3cret-token", maxStreams: 9 } },
@@ -191,7 +191,7 @@ func TestE2EWebOffLoopback(t *testing.T) {
 // one without keeps the loopback rules.
 func TestE2EBehindProxy(t *testing.T) {
 	const cfg = `{
-  gateway: { http: { listen: "127.0.0.1:0", behindProxy: %s } },
+  gateway: { http: { listen: "127.0.0.1:0", behindProxy: %s }, admin: { token: "admin-token" } },
   models: { providers: { demo: { api: "demo", models: [{ id: "demo" }] } } },
   agents: { defaults: { model: "demo/demo" } },
   channels: { web: { token: "s3cret-token" } },

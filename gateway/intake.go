@@ -353,3 +353,42 @@ func resumeMode(it store.Intake, history []agent.Message) (resume bool, written 
 	}
 	return false, ""
 }
+
+// skipStale answers an owed message older than intake.maxAgeMinutes (a
+// turn cut by a crash included) when its turn could start, instead of
+// running it (SPEC §27): the conversation is told once, by the reply that
+// completes the message (CompleteIntake: the reply and the done mark in
+// one transaction), and no model is called. It reports whether it did.
+func (g *Gateway) skipStale(laneCtx context.Context, it store.Intake, maxAge time.Duration, log *zap.Logger) bool {
+	if maxAge <= 0 || it.CreatedAt.IsZero() {
+		return false
+	}
+	age := g.clock.Now().Sub(it.CreatedAt)
+	if age <= maxAge {
+		return false
+	}
+	log.Warn("owed message too old to run; telling its conversation", zap.Int64("intakeId", it.ID),
+		zap.Duration("age", age), zap.Duration("maxAge", maxAge), zap.Bool("started", !it.StartedAt.IsZero()))
+	g.complete(laneCtx, it, channels.KindSystem, StaleLine(it.CreatedAt, maxAge), log)
+	return true
+}
+
+// StaleLine is what a conversation is told about a message skipped for its
+// age (SPEC §27).
+func StaleLine(at time.Time, maxAge time.Duration) string {
+	return fmt.Sprintf("⏳ Skipped a message from %s that waited longer than %s while Herald was unavailable — send it again if it still matters.",
+		at.UTC().Format("2006-01-02 15:04 UTC"), spanWords(maxAge))
+}
+
+// spanWords renders a whole number of minutes or hours: "12 hours",
+// "1 minute", "90 minutes".
+func spanWords(d time.Duration) string {
+	n, unit := int64(d/time.Minute), "minute"
+	if n%60 == 0 && n >= 60 {
+		n, unit = n/60, "hour"
+	}
+	if n != 1 {
+		unit += "s"
+	}
+	return fmt.Sprintf("%d %s", n, unit)
+}

@@ -21,6 +21,7 @@ type metrics struct {
 	delivered *prometheus.CounterVec
 	retried   *prometheus.CounterVec
 	failed    *prometheus.CounterVec
+	dead      *prometheus.CounterVec // dead letters (SPEC §27), by channel
 	tokensIn  *prometheus.CounterVec
 	tokensOut *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
@@ -45,6 +46,8 @@ func newMetrics() *metrics {
 			Help: "Delivery attempts put off for a retry (errors, rate limits), by kind."}, []string{"kind"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_failed_total",
 			Help: "Messages a channel rejected for good, by kind."}, []string{"kind"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_dead_total",
+			Help: "Messages that became dead letters (outbox.maxAttempts failed attempts, or older than outbox.maxAgeHours), by channel."}, []string{"channel"}),
 		tokensIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_tokens_input_total",
 			Help: "Input tokens of every model call (top-level turns, sub-agent runs with their announce steps, delegate calls), by agent and model."}, []string{"agent", "model"}),
 		tokensOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_tokens_output_total",
@@ -84,9 +87,10 @@ func newMetrics() *metrics {
 		for _, r := range []string{"busy", "commands_busy", "draining"} {
 			m.refused.WithLabelValues(string(ch), r)
 		}
+		m.dead.WithLabelValues(string(ch))
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.storeRetries, m.turnRetries, m.uncertain, m.reloads, m.spend,
+	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.dead, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.storeRetries, m.turnRetries, m.uncertain, m.reloads, m.spend,
 		collectors.NewGoCollector())
 	return m
 }

@@ -54,6 +54,9 @@ type outboxDeps struct {
 	// channels whose items this replica sends (nil: every one).
 	channel func(channels.Name) channels.Channel
 	sendsOn func() []string
+	// limits are outbox.maxAttempts and outbox.maxAgeHours (SPEC §27),
+	// read at every pass.
+	limits func() store.OutboxLimits
 	// uncertainKey is the channel's policy for a part whose send outcome
 	// is unknown, with the key of the channel's section that sets it.
 	uncertainKey func(channels.Name) (channels.Uncertain, string)
@@ -159,6 +162,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		return false
 	}
 	limit := min(outboxBatch, room)
+	d.bury(ctx)
 	items, err := d.db.ClaimOutbox(ctx, store.Claim{Holder: d.replica, Reclaim: !d.started, Limit: limit}, d.sendsOn(), d.clock.Now())
 	if err != nil {
 		if ctx.Err() == nil {
@@ -204,6 +208,29 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		}()
 	}
 	return len(items) == limit
+}
+
+// bury makes dead letters of the items past the outbox's limits before
+// they would be claimed (SPEC §27): each stops blocking its chat, is
+// counted and logged at error level, and waits for an operator's retry or
+// drop. Items whose send is in flight here are this replica's claims and
+// not buried.
+func (d *deliverer) bury(ctx context.Context) {
+	dead, err := d.db.BuryOutbox(ctx, store.Claim{Holder: d.replica}, d.limits(), d.clock.Now())
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("bury dead letters", zap.Error(err))
+		}
+		return
+	}
+	lim := d.limits()
+	for _, it := range dead {
+		d.metrics.dead.WithLabelValues(string(it.Origin.Channel)).Inc()
+		d.log.Error("message is a dead letter: not retried any more; `herald outbox retry|drop <id>` or the console's outbox view decides",
+			zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)), zap.String("destination", it.Origin.String()),
+			zap.String("sessionKey", it.SessionKey), zap.Int("attempts", it.Attempts), zap.Time("createdAt", it.CreatedAt),
+			zap.String("lastError", it.LastError), zap.Int("maxAttempts", lim.MaxAttempts), zap.Duration("maxAge", lim.MaxAge))
+	}
 }
 
 func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) {
@@ -493,3 +520,13 @@ func (d *deliverer) sendFilePart(ctx context.Context, ch channels.Channel, ps ch
 	}
 	return d.db.EndPart(bg, it.ID, p, pid)
 }
+
+// outboxLimits are the current config's dead-letter limits (SPEC §27).
+func (g *Gateway) outboxLimits() store.OutboxLimits {
+	o := g.cfg().Outbox
+	return store.OutboxLimits{MaxAttempts: o.MaxAttempts, MaxAge: time.Duration(o.MaxAgeHours) * time.Hour}
+}
+
+// WakeOutbox asks for a delivery pass now, here and on the other replicas
+// (an operator retried an item).
+func (g *Gateway) WakeOutbox() { g.outbox.wakeUp() }

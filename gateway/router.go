@@ -231,6 +231,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			g.complete(laneCtx, it, channels.KindSystem, "⚠️ Herald hit an internal error while answering this message; the operator's log has details.", log)
 		}
 	}()
+	if g.skipStale(laneCtx, it, cfg.Intake.MaxAge(), log) {
+		outcome = "skipped"
+		return
+	}
 	if ids.SessionKey(key).Kind() == ids.KindSubagent {
 		// A message in a thread bound to a child session (SPEC §24).
 		outcome = g.boundTurn(laneCtx, it, log)

@@ -52,7 +52,8 @@ type Turns interface {
 	StartIntake(ctx context.Context, id int64, at time.Time) error
 	CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, *Intake, error) // returns the session's next turn, claimed
 	ClaimOwed(ctx context.Context, c Claim) ([]Intake, error)
-	OwedIntake(ctx context.Context) ([]Intake, error) // arrival order
+	OwedIntake(ctx context.Context) ([]Intake, error)              // arrival order
+	RecentIntake(ctx context.Context, limit int) ([]Intake, error) // newest first, owed or answered
 	SetIntakeDraft(ctx context.Context, id int64, ref string) error
 }
 
@@ -70,6 +71,13 @@ type Outbox interface {
 	AbortPart(ctx context.Context, id int64) error
 	OutboxStats(ctx context.Context) (pending, delivered, failed int, err error)
 	ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]OutboxItem, error)
+	OutboxInState(ctx context.Context, state string, limit int) ([]OutboxItem, error) // newest first
+	Backlog(ctx context.Context) (OutboxBacklog, error)
+	// Dead letters (SPEC §27): past its limits an item is dead where it
+	// would be claimed; an operator retries or drops it.
+	BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time.Time) ([]OutboxItem, error)
+	RetryOutbox(ctx context.Context, id int64, now time.Time) error // ErrNotFound: unknown or delivered
+	DropOutbox(ctx context.Context, id int64) error                 // ErrNotFound: unknown or delivered
 }
 
 // Approvals are tool calls waiting for /approve or /deny.

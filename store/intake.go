@@ -209,17 +209,34 @@ func (d *DB) OwedIntake(ctx context.Context) ([]Intake, error) {
 	if err != nil {
 		return nil, d.wrap("owed intake", err)
 	}
+	return scanIntakes("owed intake", d, rows)
+}
+
+// RecentIntake returns up to limit messages, owed or answered, newest
+// first (`herald intake list`, the console). limit ≤ 0 = no limit.
+func (d *DB) RecentIntake(ctx context.Context, limit int) ([]Intake, error) {
+	if limit <= 0 {
+		limit = noLimit
+	}
+	rows, err := d.reader(ctx).query(`SELECT `+intakeCols+` FROM intake ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, d.wrap("recent intake", err)
+	}
+	return scanIntakes("recent intake", d, rows)
+}
+
+func scanIntakes(op string, d *DB, rows *sql.Rows) ([]Intake, error) {
 	defer rows.Close()
 	var out []Intake
 	for rows.Next() {
 		var in Intake
 		if err := scanIntake(rows, &in); err != nil {
-			return nil, d.wrap("owed intake", err)
+			return nil, d.wrap(op, err)
 		}
 		out = append(out, in)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, d.wrap("owed intake", err)
+		return nil, d.wrap(op, err)
 	}
 	return out, nil
 }

@@ -1,26 +1,28 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/heraldhq/herald/channels"
 )
 
 const outboxCols = `id, run_id, origin, kind, text, created_at, attempts, next_attempt_at,
-	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref, claimed_by, trace_parent`
+	delivered_at, failed_at, last_error, parts_sent, part_ids, sending_part, session_key, agent_id, draft_ref, claimed_by, trace_parent, dead_at`
 
 func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	var runID sql.NullString
 	var origin, kind string
-	var created, next, delivered, failed sql.NullInt64
+	var created, next, delivered, failed, dead sql.NullInt64
 	var partIDs string
 	if err := rows.Scan(&o.ID, &runID, &origin, &kind, &o.Text, &created, &o.Attempts, &next,
-		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef, &o.ClaimedBy, &o.TraceParent); err != nil {
+		&delivered, &failed, &o.LastError, &o.PartsSent, &partIDs, &o.SendingPart, &o.SessionKey, &o.AgentID, &o.DraftRef, &o.ClaimedBy, &o.TraceParent, &dead); err != nil {
 		return err
 	}
 	o.PartIDs = nil
@@ -32,7 +34,7 @@ func scanOutbox(rows *sql.Rows, o *OutboxItem) error {
 	}
 	o.RunID, o.Kind = runID.String, channels.Kind(kind)
 	o.CreatedAt, o.NextAttemptAt = fromMS(created), fromMS(next)
-	o.DeliveredAt, o.FailedAt = fromMS(delivered), fromMS(failed)
+	o.DeliveredAt, o.FailedAt, o.DeadAt = fromMS(delivered), fromMS(failed), fromMS(dead)
 	return parseOrigin(origin, &o.Origin)
 }
 
@@ -126,19 +128,7 @@ func (d *DB) PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
 	if err != nil {
 		return nil, d.wrap("pending outbox", err)
 	}
-	defer rows.Close()
-	var out []OutboxItem
-	for rows.Next() {
-		var o OutboxItem
-		if err := scanOutbox(rows, &o); err != nil {
-			return nil, d.wrap("pending outbox", err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, d.wrap("pending outbox", err)
-	}
-	return out, nil
+	return d.scanOutboxRows("pending outbox", rows)
 }
 
 // Destination names where an item goes: channel, account, chat and
@@ -170,19 +160,7 @@ func (d *DB) DueOutbox(ctx context.Context, now time.Time, limit int) ([]OutboxI
 	if err != nil {
 		return nil, d.wrap("due outbox", err)
 	}
-	defer rows.Close()
-	var out []OutboxItem
-	for rows.Next() {
-		var o OutboxItem
-		if err := scanOutbox(rows, &o); err != nil {
-			return nil, d.wrap("due outbox", err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, d.wrap("due outbox", err)
-	}
-	return out, nil
+	return d.scanOutboxRows("due outbox", rows)
 }
 
 // GetOutbox returns one outbox item; ErrNotFound.
@@ -290,28 +268,165 @@ func (d *DB) AbortPart(ctx context.Context, id int64) error {
 // those neither delivered nor failed (for `herald outbox list`). limit ≤ 0
 // = no limit.
 func (d *DB) ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]OutboxItem, error) {
+	state := ""
+	if pendingOnly {
+		state = OutboxPending
+	}
+	return d.OutboxInState(ctx, state, limit)
+}
+
+// Outbox item states (SPEC §27): pending until a channel accepted it
+// (delivered), refused it for good (failed), or it ran out of attempts or
+// time (dead).
+const (
+	OutboxPending   = "pending"
+	OutboxDelivered = "delivered"
+	OutboxFailed    = "failed"
+	OutboxDead      = "dead"
+)
+
+// State is the item's state: OutboxPending, OutboxDelivered, OutboxFailed
+// or OutboxDead.
+func (o *OutboxItem) State() string {
+	switch {
+	case !o.DeliveredAt.IsZero():
+		return OutboxDelivered
+	case !o.DeadAt.IsZero():
+		return OutboxDead
+	case !o.FailedAt.IsZero():
+		return OutboxFailed
+	}
+	return OutboxPending
+}
+
+// outboxStateWhere is the condition of each state ("" = any).
+var outboxStateWhere = map[string]string{
+	"":              "",
+	OutboxPending:   "WHERE delivered_at IS NULL AND failed_at IS NULL",
+	OutboxDelivered: "WHERE delivered_at IS NOT NULL",
+	OutboxFailed:    "WHERE delivered_at IS NULL AND failed_at IS NOT NULL AND dead_at IS NULL",
+	OutboxDead:      "WHERE delivered_at IS NULL AND failed_at IS NOT NULL AND dead_at IS NOT NULL",
+}
+
+// OutboxInState returns up to limit items in state ("" = any; else one of
+// the Outbox* states), newest first (`herald outbox list`, the console).
+// limit ≤ 0 = no limit.
+func (d *DB) OutboxInState(ctx context.Context, state string, limit int) ([]OutboxItem, error) {
+	where, ok := outboxStateWhere[state]
+	if !ok {
+		return nil, fmt.Errorf("list outbox: unknown state %q (want pending, delivered, failed or dead)", state)
+	}
 	if limit <= 0 {
 		limit = noLimit
-	}
-	where := ""
-	if pendingOnly {
-		where = "WHERE delivered_at IS NULL AND failed_at IS NULL"
 	}
 	rows, err := d.reader(ctx).query(`SELECT `+outboxCols+` FROM outbox `+where+` ORDER BY id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, d.wrap("list outbox", err)
 	}
+	return d.scanOutboxRows("list outbox", rows)
+}
+
+func (d *DB) scanOutboxRows(op string, rows *sql.Rows) ([]OutboxItem, error) {
 	defer rows.Close()
 	var out []OutboxItem
 	for rows.Next() {
 		var o OutboxItem
 		if err := scanOutbox(rows, &o); err != nil {
-			return nil, d.wrap("list outbox", err)
+			return nil, d.wrap(op, err)
 		}
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, d.wrap("list outbox", err)
+		return nil, d.wrap(op, err)
 	}
 	return out, nil
+}
+
+// OutboxLimits are when an item becomes a dead letter (SPEC §27): after
+// MaxAttempts failed attempts, or MaxAge after it was queued (or retried
+// by RetryOutbox). A zero limit never applies.
+type OutboxLimits struct {
+	MaxAttempts int
+	MaxAge      time.Duration
+}
+
+// BuryOutbox makes dead the items past lim that are the oldest pending
+// item of their destination and free for c.Holder (see free; an item in
+// flight is not), and returns them. A dead item is failed too, so its
+// destination's later items go out. The deliverer calls it where it claims
+// (before ClaimOutbox), so a dead item is never claimed. c.Limit is not
+// used.
+func (d *DB) BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time.Time) ([]OutboxItem, error) {
+	if c.Holder == "" {
+		return nil, ErrNoHolder
+	}
+	if lim.MaxAttempts <= 0 && lim.MaxAge <= 0 {
+		return nil, nil
+	}
+	at := msOrNow(now)
+	maxAttempts, bornBefore := int64(noLimit), int64(0)
+	if lim.MaxAttempts > 0 {
+		maxAttempts = int64(lim.MaxAttempts)
+	}
+	if lim.MaxAge > 0 {
+		bornBefore = at - lim.MaxAge.Milliseconds()
+	}
+	q := `UPDATE outbox SET dead_at = $2, failed_at = $2, claimed_by = '' WHERE id IN (
+		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND ` + d.free("claimed_by", "$1", c.Reclaim) + `
+		AND (attempts >= $3 OR (created_at < $4 AND revived_at < $4))` + d.dialect.skipLocked + `) RETURNING ` + outboxCols
+	out, err := claim(d, ctx, q, []any{c.Holder, at, maxAttempts, bornBefore}, scanOutbox)
+	if err != nil {
+		return nil, d.wrap("bury outbox", err)
+	}
+	slices.SortFunc(out, func(a, b OutboxItem) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// RetryOutbox puts a failed, dead or waiting item back to the front: no
+// attempts counted, due at now, its age counted from now (SPEC §27
+// Retry). ErrNotFound for an unknown or delivered item.
+func (d *DB) RetryOutbox(ctx context.Context, id int64, now time.Time) error {
+	at := msOrNow(now)
+	n, err := d.writer(ctx).execN(`UPDATE outbox SET failed_at = NULL, dead_at = NULL, attempts = 0, next_attempt_at = $1,
+		revived_at = $1, sending_part = -1 WHERE id = $2 AND delivered_at IS NULL`, at, id)
+	return d.outboxResult(fmt.Sprintf("retry outbox %d (unknown or delivered)", id), n, err)
+}
+
+// DropOutbox removes an item that was not delivered, with its files' rows
+// (SPEC §27 Drop). ErrNotFound for an unknown or delivered item.
+func (d *DB) DropOutbox(ctx context.Context, id int64) error {
+	var n int64
+	err := d.tx(ctx, func(c conn) (err error) {
+		if n, err = c.execN(`DELETE FROM outbox WHERE id = $1 AND delivered_at IS NULL`, id); err != nil || n == 0 {
+			return err
+		}
+		_, err = c.exec(`DELETE FROM outbox_files WHERE outbox_id = $1`, id)
+		return err
+	})
+	return d.outboxResult(fmt.Sprintf("drop outbox %d (unknown or delivered)", id), n, err)
+}
+
+// OutboxBacklog is what waits in the outbox: items per state but
+// delivered, and when the oldest pending one was queued.
+type OutboxBacklog struct {
+	Pending, Failed, Dead int
+	OldestAt              time.Time // zero = nothing pending
+}
+
+// Backlog counts the undelivered items by state (the console's overview).
+func (d *DB) Backlog(ctx context.Context) (OutboxBacklog, error) {
+	var b OutboxBacklog
+	var oldest sql.NullInt64
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error {
+		return rows.Scan(&b.Pending, &oldest, &b.Failed, &b.Dead)
+	}, `SELECT
+		(SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL),
+		(SELECT MIN(created_at) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL),
+		(SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NOT NULL AND dead_at IS NULL),
+		(SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NOT NULL AND dead_at IS NOT NULL)`)
+	if err != nil {
+		return OutboxBacklog{}, d.wrap("outbox backlog", err)
+	}
+	b.OldestAt = fromMS(oldest)
+	return b, nil
 }

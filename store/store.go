@@ -156,7 +156,10 @@ type OutboxItem struct {
 	NextAttemptAt time.Time
 	DeliveredAt   time.Time // zero = pending
 	FailedAt      time.Time // zero = not given up
-	LastError     string
+	// DeadAt is when the item became a dead letter (SPEC §27: too many
+	// attempts or too old); FailedAt is set with it. Zero = not dead.
+	DeadAt    time.Time
+	LastError string
 	// Part progress of a message sent part by part (channels.PartSender):
 	// PartsSent parts are on the platform with PartIDs; SendingPart is the
 	// part whose send started without a known outcome (-1 = none).

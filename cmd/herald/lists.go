@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/heraldhq/herald/admin"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent"
@@ -21,21 +22,31 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// listOutbox is `herald outbox list [--pending] [--json]`: the outbox,
-// newest first, with each item's state, destination and attempts.
+// listOutbox is `herald outbox list [--pending|--failed|--dead] [--json]`:
+// the outbox, newest first, with each item's state, destination and
+// attempts; --json prints the console API's items (admin.OutboxItem).
 func listOutbox(ctx context.Context, db store.Outbox, f *flags, w io.Writer) error {
-	items, err := db.ListOutbox(ctx, f.pending, f.limit)
+	state := ""
+	switch {
+	case f.pending:
+		state = store.OutboxPending
+	case f.failed:
+		state = store.OutboxFailed
+	case f.dead:
+		state = store.OutboxDead
+	}
+	items, err := db.OutboxInState(ctx, state, f.limit)
 	if err != nil {
 		return err
 	}
 	if f.json {
-		return writeJSON(w, outboxItemsJSON(items))
+		return writeJSON(w, admin.OutboxItems(items))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tKIND\tTO\tATTEMPTS\tNEXT\tPARTS\tTEXT")
 	for _, it := range items {
-		state, next := outboxState(&it), "-"
-		if state == "pending" {
+		state, next := it.State(), "-"
+		if state == store.OutboxPending {
 			next = it.NextAttemptAt.Local().Format(time.DateTime)
 		}
 		text := strings.ReplaceAll(it.Text, "\n", " ")
@@ -121,50 +132,6 @@ func sessionsJSON(sessions []store.Session) []sessionJSON {
 		out = append(out, sessionJSON{SessionKey: s.Key, SessionID: s.ID, AgentID: s.AgentID, Kind: s.Kind, ParentSessionKey: s.ParentKey,
 			Depth: s.Depth, Label: s.Label, Model: s.Model, Origin: s.Origin, TranscriptPath: s.TranscriptPath, CreatedAt: s.CreatedAt,
 			UpdatedAt: s.UpdatedAt, Tokens: s.TokensIn + s.TokensOut, TokensIn: s.TokensIn, TokensOut: s.TokensOut})
-	}
-	return out
-}
-
-// outboxJSON is one row of `herald outbox list --json`.
-type outboxJSON struct {
-	ID            int64           `json:"id"`
-	State         string          `json:"state"` // pending | delivered | failed
-	Kind          channels.Kind   `json:"kind"`
-	RunID         string          `json:"runId,omitempty"` // announces
-	SessionKey    string          `json:"sessionKey,omitempty"`
-	AgentID       string          `json:"agentId,omitempty"`
-	Origin        channels.Origin `json:"origin"`
-	Text          string          `json:"text"`
-	CreatedAt     time.Time       `json:"createdAt"`
-	Attempts      int             `json:"attempts"`
-	NextAttemptAt time.Time       `json:"nextAttemptAt,omitzero"`
-	DeliveredAt   time.Time       `json:"deliveredAt,omitzero"`
-	FailedAt      time.Time       `json:"failedAt,omitzero"`
-	LastError     string          `json:"lastError,omitempty"`
-	PartsSent     int             `json:"partsSent"`
-}
-
-func outboxState(it *store.OutboxItem) string {
-	switch {
-	case !it.DeliveredAt.IsZero():
-		return "delivered"
-	case !it.FailedAt.IsZero():
-		return "failed"
-	}
-	return "pending"
-}
-
-func outboxItemsJSON(items []store.OutboxItem) []outboxJSON {
-	out := make([]outboxJSON, 0, len(items))
-	for i := range items {
-		it := &items[i]
-		j := outboxJSON{ID: it.ID, State: outboxState(it), Kind: it.Kind, RunID: it.RunID, SessionKey: it.SessionKey, AgentID: it.AgentID,
-			Origin: it.Origin, Text: it.Text, CreatedAt: it.CreatedAt, Attempts: it.Attempts, DeliveredAt: it.DeliveredAt,
-			FailedAt: it.FailedAt, LastError: it.LastError, PartsSent: it.PartsSent}
-		if j.State == "pending" {
-			j.NextAttemptAt = it.NextAttemptAt
-		}
-		out = append(out, j)
 	}
 	return out
 }

@@ -66,11 +66,14 @@ Commands:
                           print the session's transcript as JSONL (from the file, or from
                           PostgreSQL with state.driver postgres); -f: keep printing new lines
   backup FILE             write a consistent copy of the state database to FILE (safe while running)
-  outbox list             list the outbox, newest first (--pending: only what is not delivered yet)
+  outbox list             list the outbox, newest first (--pending: only what is not delivered yet;
+                          --failed: refused by the channel; --dead: dead letters, SPEC §27)
+  outbox retry|drop <id>  send a failed or dead item again (attempts and age reset), or drop it
+  intake list             list inbound messages, newest first (--owed: only those whose turn is owed)
   schedules list          list schedules (config, chat and tool) with state, next due time and counts
   usage [--json]          model spend (UTC) today and this month: in total, per agent,
                           conversation and model, and the five costliest runs
-  (list commands, mcp list included, take --json; runs/sessions/outbox list take --limit N)
+  (list commands, mcp list included, take --json; runs/sessions/outbox/intake list take --limit N)
   mcp list                list MCP servers with their state and tools (from the running
                           gateway, else by starting each server briefly); exit 1 if one is down
 
@@ -92,6 +95,7 @@ type flags struct {
 	limit                                 int
 	pprof                                 string   // gateway only: loopback address for net/http/pprof
 	json, pending                         bool     // list commands: JSON output; outbox list: pending only
+	failed, dead, owed                    bool     // outbox list: failed or dead only; intake list: owed only
 	channels                              listFlag // init: channels to configure
 	provider                              string   // init: model provider
 	force                                 bool     // init: overwrite an existing config
@@ -125,6 +129,9 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.StringVar(&f.pprof, "pprof", "", "gateway: serve net/http/pprof on this loopback address")
 	fs.BoolVar(&f.json, "json", false, "list commands: print JSON")
 	fs.BoolVar(&f.pending, "pending", false, "outbox list: only messages not yet delivered or failed")
+	fs.BoolVar(&f.failed, "failed", false, "outbox list: only messages a channel refused for good")
+	fs.BoolVar(&f.dead, "dead", false, "outbox list: only dead letters (outbox.maxAttempts or outbox.maxAgeHours passed)")
+	fs.BoolVar(&f.owed, "owed", false, "intake list: only messages whose turn is owed")
 	fs.Var(&f.channels, "channel", "init: a channel to configure (web or a registered one: "+strings.Join(channelNames(), ", ")+"); repeat or comma-separate")
 	fs.StringVar(&f.provider, "provider", "", "init: the model provider (anthropic, openai, openai-compatible, demo)")
 	fs.BoolVar(&f.force, "force", false, "init: overwrite an existing config file")
@@ -192,6 +199,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	case cmd == "outbox" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
+	case cmd == "outbox" && len(rest) == 2 && (rest[0] == "retry" || rest[0] == "drop"):
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return outboxAction(ctx, db, rest[0], rest[1], stdout) })
+	case cmd == "intake" && len(rest) == 1 && rest[0] == "list":
+		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listIntake(ctx, db, f, stdout) })
 	case cmd == "schedules" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listSchedules(ctx, db, f, stdout) })
 	case cmd == "usage" && len(rest) == 0:
@@ -216,6 +227,8 @@ var argUsages = []struct{ name, args, what string }{
 	{"transcripts tail", "[-f] <sessionKey>", "a session key from `herald sessions list`"},
 	{"runs info", "<runId>", "a runId (or its first characters) or a child session key from `herald runs list`"},
 	{"backup", "FILE", "the file to write the copy of the state database to"},
+	{"outbox retry", "<id>", "an outbox item id from `herald outbox list --dead` (or --failed)"},
+	{"outbox drop", "<id>", "an outbox item id from `herald outbox list`"},
 }
 
 // tailTranscript prints the transcript of the session key as JSONL; with

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"IntakeClaims", testIntakeClaims},
 		{"OutboxClaims", testOutboxClaims},
 		{"OutboxParts", testOutboxParts},
+		{"OutboxDeadLetters", testOutboxDeadLetters},
 		{"Runs", testRuns},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
@@ -178,6 +179,13 @@ func testIntake(t *testing.T, s Store) {
 	owed, _ = s.OwedIntake(ctx)
 	if len(owed) != 1 || owed[0].ID != b.ID {
 		t.Errorf("owed after completing = %+v, want the second only", owed)
+	}
+	recent, err := s.RecentIntake(ctx, 0)
+	if err != nil || len(recent) != 2 || recent[0].ID != b.ID || recent[1].ID != a.ID || recent[1].DoneAt.IsZero() || !recent[0].DoneAt.IsZero() {
+		t.Errorf("RecentIntake = %+v, %v; want second (owed), first (done)", recent, err)
+	}
+	if recent, _ := s.RecentIntake(ctx, 1); len(recent) != 1 || recent[0].ID != b.ID {
+		t.Errorf("RecentIntake(1) = %+v; want the newest", recent)
 	}
 	item, err := s.GetOutbox(ctx, id)
 	if err != nil || item.Text != "answer" || item.Origin.ChatID != "C42" {
@@ -613,5 +621,102 @@ func testSpend(t *testing.T, s Store) {
 	top, err := s.TopSpendRuns(ctx, store.SpendDay(t0), convKey, 5)
 	if err != nil || len(top) != 1 || top[0].RunID != "r1" || top[0].USD != 0.75 {
 		t.Errorf("top runs = %+v, %v", top, err)
+	}
+}
+
+// Nothing waits forever (SPEC §27): an item past its attempts or its age
+// is dead where it would be claimed, stops blocking its chat, and an
+// operator retries or drops it.
+func testOutboxDeadLetters(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, err := s.AcquireLease(ctx, store.ReplicaLease("r1"), "r1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	other := origin
+	other.ChatID = "C77"
+	stuck := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "stuck", CreatedAt: t0, NextAttemptAt: t0}
+	behind := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "behind", CreatedAt: t0, NextAttemptAt: t0}
+	old := &store.OutboxItem{Origin: other, Kind: channels.KindReply, Text: "old", CreatedAt: t0.Add(-25 * time.Hour), NextAttemptAt: t0}
+	for _, o := range []*store.OutboxItem{stuck, behind, old} {
+		if _, err := s.EnqueueOutbox(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lim := store.OutboxLimits{MaxAttempts: 2, MaxAge: 24 * time.Hour}
+	r1 := store.Claim{Holder: "r1"}
+	for range 2 {
+		if err := s.MarkRetry(ctx, stuck.ID, t0.Add(time.Hour), "500"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An item in flight (claimed by the burying replica) is not buried.
+	if got, err := s.ClaimOutbox(ctx, r1, nil, t0); err != nil || strings.Join(texts(got), ",") != "old" {
+		t.Fatalf("claims %v, %v; want old (stuck waits for its retry)", texts(got), err)
+	}
+	if dead, err := s.BuryOutbox(ctx, r1, lim, t0); err != nil || len(dead) != 1 || dead[0].Text != "stuck" {
+		t.Fatalf("BuryOutbox while old is in flight = %v, %v; want stuck only", texts(dead), err)
+	}
+	if err := s.MarkRetry(ctx, old.ID, t0, "500"); err != nil { // lets it go
+		t.Fatal(err)
+	}
+	dead, err := s.BuryOutbox(ctx, r1, lim, t0)
+	if err != nil || len(dead) != 1 || dead[0].Text != "old" || dead[0].DeadAt.IsZero() || dead[0].State() != store.OutboxDead {
+		t.Fatalf("BuryOutbox = %+v, %v; want old, dead", dead, err)
+	}
+	if again, _ := s.BuryOutbox(ctx, r1, lim, t0); len(again) != 0 {
+		t.Errorf("buried twice: %v", texts(again))
+	}
+	// behind no longer waits for stuck.
+	got, err := s.ClaimOutbox(ctx, r1, nil, t0)
+	if err != nil || strings.Join(texts(got), ",") != "behind" {
+		t.Fatalf("after the burial claims %v, %v; want behind", texts(got), err)
+	}
+	if err := s.MarkFailed(ctx, behind.ID, t0, "403"); err != nil {
+		t.Fatal(err)
+	}
+	for state, want := range map[string]string{store.OutboxDead: "old,stuck", store.OutboxFailed: "behind", store.OutboxPending: "", "": "old,behind,stuck"} {
+		list, err := s.OutboxInState(ctx, state, 0)
+		if err != nil || strings.Join(texts(list), ",") != want {
+			t.Errorf("OutboxInState(%q) = %v, %v; want %s", state, texts(list), err, want)
+		}
+	}
+	if _, err := s.OutboxInState(ctx, "lost", 0); err == nil {
+		t.Error("OutboxInState(lost): no error")
+	}
+	if b, err := s.Backlog(ctx); err != nil || b.Pending != 0 || b.Failed != 1 || b.Dead != 2 || !b.OldestAt.IsZero() {
+		t.Errorf("Backlog = %+v, %v; want 0 pending, 1 failed, 2 dead", b, err)
+	}
+	// Retry: pending again, due now, attempts and age counted afresh.
+	later := t0.Add(48 * time.Hour)
+	if err := s.RetryOutbox(ctx, old.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	if dead, _ := s.BuryOutbox(ctx, r1, lim, later); len(dead) != 0 {
+		t.Errorf("a retried item was buried again at once: %v", texts(dead))
+	}
+	if b, _ := s.Backlog(ctx); b.Pending != 1 || b.Dead != 1 || !b.OldestAt.Equal(old.CreatedAt) {
+		t.Errorf("Backlog after retry = %+v; want 1 pending since %v, 1 dead", b, old.CreatedAt)
+	}
+	got, _ = s.ClaimOutbox(ctx, r1, nil, later)
+	if len(got) != 1 || got[0].Text != "old" || got[0].Attempts != 0 || got[0].State() != store.OutboxPending {
+		t.Fatalf("after retry claims %+v; want old with no attempts", got)
+	}
+	if err := s.MarkDelivered(ctx, old.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []func() error{
+		func() error { return s.RetryOutbox(ctx, old.ID, later) },
+		func() error { return s.DropOutbox(ctx, old.ID) },
+		func() error { return s.RetryOutbox(ctx, 99999, later) },
+	} {
+		if err := fn(); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("retry or drop of a delivered or unknown item = %v; want ErrNotFound", err)
+		}
+	}
+	if err := s.DropOutbox(ctx, stuck.ID); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.OutboxInState(ctx, store.OutboxDead, 0); len(list) != 0 {
+		t.Errorf("dead after the drop: %v", texts(list))
 	}
 }
