@@ -1,4 +1,4 @@
--- v21: outbox dead letters
+-- v22: outbox dead letters
 -- nothing waits forever (SPEC §27): an outbox item that failed
 -- outbox.maxAttempts times or is older than outbox.maxAgeHours is dead.
 -- dead is a state of the row, not a table: dead_at is set together with
