@@ -412,6 +412,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
 	}
 	g.phase.set(phaseRunning, "")
+	if p := g.tools.Load().Sandbox; p.Mechanism != sandbox.Off {
+		g.bg.Add(1)
+		go func() { defer g.bg.Done(); g.logSandbox(p) }()
+	}
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),
 		zap.String("stateDir", g.stateDir), zap.String("model", g.cfg().AgentModel(g.cfg().DefaultAgentID())))
 
@@ -609,13 +613,18 @@ func (g *Gateway) setToolOptions(cfg *config.Config) {
 	opts.Files = fileSink{g}
 	opts.Extra = memory.Tools(g.db, cfg.Memory)
 	prev := g.tools.Swap(&opts)
-	if prev == nil || prev.Sandbox != opts.Sandbox {
+	switch {
+	case prev == nil && opts.Sandbox.Mechanism != sandbox.Off:
+		// Run logs it once the gateway is ready: the probe starts bwrap (~80 ms).
+	case prev == nil || prev.Sandbox != opts.Sandbox:
 		g.logSandbox(opts.Sandbox)
 	}
 }
 
 // logSandbox says at start (and on a reload that changes it) how exec
-// commands are confined: a warning when they are not.
+// commands are confined: a warning when they are not. It runs the sandbox
+// probe (sandbox.Probe, once per process), which at start runs after the
+// gateway is ready; an exec call meanwhile waits for that same probe.
 func (g *Gateway) logSandbox(p sandbox.Policy) {
 	log := g.log.Named("sandbox")
 	if p.Mechanism == sandbox.Off {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -139,27 +139,19 @@ func New(o Options) (*Tracer, error) {
 // <endpoint>/v1/traces (an endpoint already ending in /v1/traces is kept).
 func newOTLP(c config.OTLP) (sdktrace.SpanExporter, error) {
 	u, err := url.Parse(c.Endpoint)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("telemetry.otlp.endpoint %q is not an http(s) URL", c.Endpoint)
 	}
-	path := u.Path
-	if !strings.HasSuffix(path, "/v1/traces") {
-		path = strings.TrimSuffix(path, "/") + "/v1/traces"
+	if !strings.HasSuffix(u.Path, "/v1/traces") {
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
 	}
-	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(u.Host), otlptracehttp.WithURLPath(path),
-		otlptracehttp.WithTimeout(10 * time.Second)}
-	if u.Scheme != "https" {
-		opts = append(opts, otlptracehttp.WithInsecure())
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	h := make(map[string]string, len(c.Headers))
+	for k, v := range c.Headers {
+		h[k] = v.Value()
 	}
-	if len(c.Headers) > 0 {
-		h := make(map[string]string, len(c.Headers))
-		for k, v := range c.Headers {
-			h[k] = v.Value()
-		}
-		opts = append(opts, otlptracehttp.WithHeaders(h))
-	}
-	// New does not connect; the first export does.
-	return otlptracehttp.New(context.Background(), opts...)
+	// Nothing connects before the first export.
+	return &otlpExporter{url: u.String(), headers: h, client: &http.Client{Timeout: otlpTimeout}}, nil
 }
 
 // loggedExporter reports failed exports in Herald's log (at most one line

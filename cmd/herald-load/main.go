@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,6 +42,10 @@ func main() {
 	streamDelay := flag.Duration("stream-delay", 200*time.Millisecond, "with -ttft: the fake model's pause between streamed pieces")
 	uploads := flag.Int("uploads", 0, "measure file uploads: this many web conversations each post one message with a file at once (instead of the sub-agent load)")
 	uploadBytes := flag.Int64("upload-bytes", 20_000_000, "with -uploads: bytes of each file")
+	compare := flag.String("compare", "", "compare two built binaries, OLD,NEW: start → ready, idle RSS, a plain turn and SPAWN 8, interleaved (scripts/perfcompare.sh builds them)")
+	compareNames := flag.String("compare-names", "", "with -compare: names for the two binaries, OLD,NEW")
+	rounds := flag.Int("rounds", 2, "with -compare: rounds (each measures OLD then NEW)")
+	starts := flag.Int("starts", 5, "with -compare: starts per binary per round (the median is kept)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "herald-load: unexpected argument %q\n", flag.Arg(0))
@@ -52,6 +57,25 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *compare != "" {
+		co := load.CompareOptions{Rounds: *rounds, Starts: *starts, Log: o.Log}
+		bins, names := strings.Split(*compare, ","), strings.Split(*compareNames+",", ",")
+		if len(bins) != 2 {
+			fmt.Fprintln(os.Stderr, "herald-load: -compare takes two binaries, OLD,NEW")
+			os.Exit(2)
+		}
+		copy(co.Bins[:], bins)
+		copy(co.Names[:], names)
+		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		samples, err := load.Compare(cctx, co)
+		fmt.Print(load.CompareTable(co, samples))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *ttft > 0 {
 		tctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()

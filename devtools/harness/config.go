@@ -19,6 +19,10 @@ type Config struct {
 	Channels            string // more members of "channels" (web is on), verbatim JSON5
 	Extra               string // more top-level JSON5 members, verbatim
 	ReplicaID           string // gateway.replicaId; "" = the default (hostname-pid)
+	// NoMaxStreams leaves channels.web.maxStreams out (it is 100000
+	// otherwise): builds older than the key reject it (comparisons with
+	// an older commit, herald-load -compare).
+	NoMaxStreams bool
 }
 
 // Write writes the config as JSON5 to path.
@@ -36,10 +40,10 @@ func (c Config) Write(path string) error {
       subagents: { maxConcurrent: %d, maxChildrenPerSession: %d, maxTotalSpawns: %d },
     },
   },
-  channels: { web: { enabled: true, maxStreams: 100000 }, %s },
+  channels: { web: { enabled: true%s }, %s },
   %s
 }
-`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.Channels, c.Extra)
+`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), maxStreams(c.NoMaxStreams), c.Channels, c.Extra)
 	return os.WriteFile(path, []byte(src), 0o600)
 }
 
@@ -55,4 +59,11 @@ func maxQueued(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(" maxQueued: %d,", n)
+}
+
+func maxStreams(omit bool) string {
+	if omit {
+		return ""
+	}
+	return ", maxStreams: 100000"
 }

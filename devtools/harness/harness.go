@@ -138,7 +138,8 @@ func (g *Gateway) Tail(n int) string {
 // WaitReady polls /readyz until it answers 200, the process exits or ctx ends.
 func (g *Gateway) WaitReady(ctx context.Context) error {
 	c := &http.Client{Timeout: 2 * time.Second}
-	tick := time.NewTicker(5 * time.Millisecond)
+	// 1 ms: start → ready is itself tens of milliseconds.
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	last := ""
 	for {
@@ -301,9 +302,11 @@ func (w *Web) Events(ctx context.Context, client string, ready chan<- struct{}, 
 
 // Proc is a sample of a process's resource use, from /proc (Linux only).
 type Proc struct {
-	RSS int64         // resident set size, bytes
-	CPU time.Duration // user + system time so far
-	FDs int           // open file descriptors
+	RSS     int64         // resident set size, bytes
+	RSSAnon int64         // … of it the process's own memory (heap, stacks)
+	RSSFile int64         // … of it pages of mapped files (the binary)
+	CPU     time.Duration // user + system time so far
+	FDs     int           // open file descriptors
 }
 
 // ReadProc samples pid.
@@ -314,9 +317,18 @@ func ReadProc(pid int) (Proc, error) {
 		return p, err
 	}
 	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		name, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch name {
+		case "VmRSS":
 			p.RSS = kb << 10
+		case "RssAnon":
+			p.RSSAnon = kb << 10
+		case "RssFile":
+			p.RSSFile = kb << 10
 		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
