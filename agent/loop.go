@@ -452,6 +452,24 @@ func (s *Session) append(ctx context.Context, m Message, u *Usage, model string,
 	return nil
 }
 
+// PendingCalls reports whether the history ends with tool calls of a cut
+// turn that have no results yet.
+func (s *Session) PendingCalls() bool { return len(s.pending) > 0 }
+
+// AddUser appends a user message to the history and the transcript
+// without a model call: a sub-agent's result folded in before a turn
+// (SPEC §23). Not while PendingCalls: a message there would split the
+// calls from their results.
+func (s *Session) AddUser(ctx context.Context, text string, clock Clock) error {
+	if len(s.pending) > 0 {
+		return errors.New("add a message: tool calls of a cut turn are pending")
+	}
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return s.append(ctx, Message{Role: RoleUser, Text: text}, nil, "", clock)
+}
+
 // Close closes the transcript.
 func (s *Session) Close() error {
 	if s.Transcript == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
 	"github.com/heraldhq/herald/telemetry"
 )
 
@@ -282,12 +283,14 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		g.complete(laneCtx, it, channels.KindReply, written, log)
 		return
 	}
-	if it.StartedAt.IsZero() {
-		if err := g.db.StartIntake(context.WithoutCancel(laneCtx), it.ID, g.clock.Now()); err != nil {
-			log.Warn("could not record the turn's start", zap.Error(err))
-		}
-	} else if resume {
+	if resume {
 		log.Info("continuing a turn cut short", zap.Int64("intakeId", it.ID))
+	} else if err := g.startTurn(laneCtx, s, it, log); err != nil {
+		if laneCtx.Err() != nil {
+			return
+		}
+		g.retryTurn(laneCtx, it, log, err)
+		return
 	}
 	turnTimeout := time.Duration(cfg.Agents.Defaults.TurnTimeoutSeconds) * time.Second
 	tctx, tcancel := context.WithTimeoutCause(laneCtx, max(turnTimeout, time.Second), errTurnTimeout)
@@ -389,6 +392,40 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	}
 }
 
+// startTurn is a turn's start write: it records the start of the owed
+// message and takes the results of the session's sub-agents that ended
+// since its last turn into its history, before the message (SPEC §23).
+// An error is the store's: the turn runs again once the store is back.
+func (g *Gateway) startTurn(ctx context.Context, s *sessionState, it store.Intake, log *zap.Logger) error {
+	wctx := context.WithoutCancel(ctx)
+	if s.sess.PendingCalls() {
+		// A cut turn's calls close first (agent.Session.Run): the results
+		// wait for the next turn.
+		if it.StartedAt.IsZero() {
+			if err := g.db.StartIntake(wctx, it.ID, g.clock.Now()); err != nil {
+				log.Warn("could not record the turn's start", zap.Error(err))
+			}
+		}
+		return nil
+	}
+	n, err := subagent.Fold(wctx, g.db, s.sess, store.Fold{SessionKey: it.SessionKey, SessionID: s.row.ID,
+		By: fmt.Sprintf("intake:%d", it.ID), IntakeID: it.ID, At: g.clock.Now()}, g.clock)
+	if err != nil {
+		if !storeFailed(err) && !errors.Is(err, agent.ErrTranscript) {
+			log.Error("could not take the sub-agents' results into the history", zap.Error(err))
+			return nil
+		}
+		if errors.Is(err, agent.ErrTranscript) {
+			g.evict(s)
+		}
+		return err
+	}
+	if n > 0 {
+		log.Info("sub-agent results taken into the history", zap.Int("results", n), zap.Int64("intakeId", it.ID))
+	}
+	return nil
+}
+
 // systemPrompt is a top-level session's system prompt: the agent's own
 // prompt, what Herald is, the bootstrap files of its workspace aws, and
 // extra (its skills and pinned memories: agentContext).
@@ -399,7 +436,7 @@ func systemPrompt(a config.AgentSettings, aws string, o channels.Origin, extra s
 	} else {
 		b.WriteString("You are a helpful assistant reached through the Herald chat gateway.\n\n")
 	}
-	fmt.Fprintf(&b, "You are talking in a %s %s chat. For long or parallel work, start background sub-agents with sessions_spawn; their results are announced in this conversation automatically, so do not wait or poll for them.\n", o.Channel, o.ChatType)
+	fmt.Fprintf(&b, "You are talking in a %s %s chat. For long or parallel work, start background sub-agents with sessions_spawn; their results are announced in this conversation automatically. %s\n", o.Channel, o.ChatType, subagent.ResultNote)
 	if boot, _ := tools.LoadBootstrap(aws, false); boot != "" {
 		b.WriteString("\n" + boot)
 	}

@@ -35,6 +35,7 @@ type Runs interface {
 	StartRun(ctx context.Context, runID string, at time.Time) error // queued → running; ErrNotQueued
 	SetRunStatus(ctx context.Context, runID, status string) error
 	FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error // the run's end + its outbox row, one transaction
+	EndRun(ctx context.Context, r *Run, end RunEnd) error              // FinishRun with the run's result for its requester too
 	AddRunUsage(ctx context.Context, runID string, in, out, cacheRead, cacheWrite int64) error
 	GetRun(ctx context.Context, runID string) (*Run, error)
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error) // newest first
@@ -42,6 +43,14 @@ type Runs interface {
 	NextArchiveAt(ctx context.Context) (time.Time, bool, error)
 	MarkArchived(ctx context.Context, runID string, at time.Time) error // also marks the child session deleted
 	ClaimRuns(ctx context.Context, c Claim) ([]Run, error)
+}
+
+// Results are sub-agent runs' results for the sessions that spawned them
+// (SPEC §23): written by EndRun, folded into the requester session's
+// history by the turn that first reads them.
+type Results interface {
+	FoldResults(ctx context.Context, f Fold) ([]Result, error)                   // marks and returns what the turn f.By takes
+	PendingResults(ctx context.Context, key, sessionID string) ([]Result, error) // not folded yet, oldest first
 }
 
 // Turns is the intake: every inbound message, stored before it is
@@ -174,6 +183,7 @@ type Store interface {
 	Memories
 	Sessions
 	Runs
+	Results
 	Turns
 	Outbox
 	Approvals

@@ -17,7 +17,7 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
@@ -27,7 +27,7 @@ func scanRun(rows *sql.Rows, r *Run) error {
 		&r.AgentID, &r.Task, &r.Label, &r.Model, &r.Thinking, &r.Cleanup, &r.TimeoutSeconds,
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
-		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent); err != nil {
+		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent, &r.RequesterSessionID); err != nil {
 		return err
 	}
 	r.ScheduleDue = fromMS(due)
@@ -180,12 +180,12 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
-		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent)
+		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID)
 	return err
 }
 
@@ -318,6 +318,25 @@ func (d *DB) SetRunNote(ctx context.Context, runID, status, note string) error {
 // defaults to r.ID; an outbox row for that RunID already stored is kept and
 // no second row is added (announce.ID is set to it). ErrNotFound.
 func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error {
+	return d.EndRun(ctx, r, RunEnd{Announce: announce})
+}
+
+// RunEnd is what a run's end writes beside the run row, in the same
+// transaction (EndRun).
+type RunEnd struct {
+	// Announce is the announce's outbox row (nil: none).
+	Announce *OutboxItem
+	// Result is the run's result for the session that spawned it (SPEC
+	// §23; nil: none). RunID defaults to the run's; a result already
+	// stored for the run is kept and no second one is added.
+	Result *Result
+}
+
+// EndRun is FinishRun with everything a run's end writes (RunEnd): the
+// run row, its announce and its result for the requester session, all in
+// one transaction.
+func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
+	announce := end.Announce
 	if r.Status == "" {
 		r.Status = StatusDone
 	}
@@ -363,6 +382,11 @@ func (d *DB) FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error 
 				return fmt.Errorf("outbox: %w", err)
 			}
 			announce.ID = id
+		}
+		if end.Result != nil {
+			if err := insertResult(c, r, end.Result); err != nil {
+				return fmt.Errorf("result: %w", err)
+			}
 		}
 		// After the announce, so a pause notice follows the run it is about.
 		if r.ScheduleID != "" {

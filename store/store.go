@@ -86,6 +86,10 @@ type Run struct {
 	ChildKey       string // agent:<agentId>:subagent:<uuid>
 	ChildSessionID string
 	RequesterKey   string // the session that spawned it
+	// RequesterSessionID is the requester session's id (transcript) at
+	// spawn: the run's result is folded into that session's history only
+	// (SPEC §23; a conversation started again with /new does not take it).
+	RequesterSessionID string
 	// SpawnCallID is the sessions_spawn tool call that made the run (kept
 	// in spawn_calls, not read back by ListRuns/GetRun).
 	SpawnCallID    string

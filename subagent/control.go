@@ -409,6 +409,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	turn.Resume, turn.OnText = o.resume, o.onText
 	ctx, cancel := context.WithTimeout(agent.WithLogFields(ctx, runFields(run)...), 5*time.Minute)
 	defer cancel()
+	m.fold(ctx, sess, run)
 	res, err := sess.Run(ctx, turn, message)
 	if u := res.Usage; u != (agent.Usage{}) {
 		if err := m.d.Store.AddRunUsage(context.WithoutCancel(ctx), run.ID, u.Input, u.Output, u.CacheRead, u.CacheWrite); err != nil {

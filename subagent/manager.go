@@ -38,6 +38,7 @@ const LaneName = "subagent"
 // sessions and transcripts, announces into the outbox.
 type Store interface {
 	store.Runs
+	store.Results
 	store.Sessions
 	store.Outbox
 	store.Transcripts
@@ -264,7 +265,7 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run) error {
 	m.setArchive(r)
 	item := m.announceItem(r, r.Result, r.Note, store.OutcomeUnknown)
 	item.TraceParent = telemetry.Traceparent(ctx)
-	if err := m.d.Store.FinishRun(ctx, r, item); err != nil {
+	if err := m.d.Store.EndRun(ctx, r, store.RunEnd{Announce: item, Result: resultOf(r, store.OutcomeUnknown, r.Result, r.Note)}); err != nil {
 		return fmt.Errorf("recover run %s: %w", r.ID, err)
 	}
 	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
@@ -460,27 +461,28 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 	now := m.d.Clock.Now()
 	childID := uuid.NewString()
 	run = &store.Run{
-		ID:             string(ids.NewRunID()),
-		ChildKey:       string(ids.NewSubagent(target)),
-		ChildSessionID: childID,
-		RequesterKey:   cc.SessionKey,
-		SpawnCallID:    cc.CallID,
-		RootKey:        rootKey,
-		Depth:          cc.Depth + 1,
-		AgentID:        target,
-		Task:           task,
-		Label:          strings.TrimSpace(p.Label),
-		Model:          model.Ref,
-		Thinking:       thinking,
-		Cleanup:        cleanup,
-		TimeoutSeconds: timeout,
-		MaxIterations:  targetLim.MaxIterations,
-		AllowedTools:   allowed,
-		Origin:         cc.Origin,
-		Status:         store.StatusQueued,
-		CreatedAt:      now,
-		CostUSD:        -1,
-		Owner:          m.d.Replica,
+		ID:                 string(ids.NewRunID()),
+		ChildKey:           string(ids.NewSubagent(target)),
+		ChildSessionID:     childID,
+		RequesterKey:       cc.SessionKey,
+		RequesterSessionID: cc.SessionID,
+		SpawnCallID:        cc.CallID,
+		RootKey:            rootKey,
+		Depth:              cc.Depth + 1,
+		AgentID:            target,
+		Task:               task,
+		Label:              strings.TrimSpace(p.Label),
+		Model:              model.Ref,
+		Thinking:           thinking,
+		Cleanup:            cleanup,
+		TimeoutSeconds:     timeout,
+		MaxIterations:      targetLim.MaxIterations,
+		AllowedTools:       allowed,
+		Origin:             cc.Origin,
+		Status:             store.StatusQueued,
+		CreatedAt:          now,
+		CostUSD:            -1,
+		Owner:              m.d.Replica,
 	}
 	child = &store.Session{
 		Key: run.ChildKey, ID: childID, AgentID: target, Kind: store.KindSubagent,
@@ -673,6 +675,9 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
 		log.Error("could not mark run announcing", zap.Error(err))
 	}
+	// The results of the run's own children that ended meanwhile come
+	// before its announce step (SPEC §23).
+	m.fold(ctx, sess, run)
 	annCtx, annCancel := context.WithTimeout(ctx, m.d.AnnounceTimeout)
 	annRes, annErr := sess.Run(annCtx, agent.Turn{
 		Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
@@ -839,6 +844,9 @@ func childSystem(a config.AgentSettings, aws string, run *store.Run, extra strin
 		fmt.Fprintf(&b, "- Label: %s\n", run.Label)
 	}
 	fmt.Fprintf(&b, "- Requester session: %s\n- Your session: %s\n", run.RequesterKey, run.ChildKey)
+	if run.Depth < a.Subagents.MaxDepth {
+		b.WriteString(ResultNote + "\n")
+	}
 	if boot, err := tools.LoadBootstrap(aws, true); err == nil && boot != "" {
 		b.WriteString("\n" + boot)
 	}
@@ -996,7 +1004,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	finish := func(ctx context.Context) error {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return m.d.Store.FinishRun(wctx, &r, item)
+		return m.d.Store.EndRun(wctx, &r, store.RunEnd{Announce: item, Result: resultOf(&r, outcome, result, note)})
 	}
 	var err error
 	if m.d.RetryWrite != nil {

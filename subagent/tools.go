@@ -280,6 +280,13 @@ func (m *Manager) history(ctx context.Context, cc agent.CallContext, key string,
 		return nil, fmt.Errorf("read the transcript of %s: %w", r.ChildKey, err)
 	}
 	lines := HistoryLines(msgs, includeTools)
+	// Results of its own children that no turn of it took in yet are its
+	// history too (SPEC §23): its next turn takes them.
+	if pending, err := m.d.Store.PendingResults(ctx, r.ChildKey, r.ChildSessionID); err == nil {
+		for _, res := range pending {
+			lines = append(lines, HistoryLine{Role: string(agent.RoleUser), Text: res.Text})
+		}
+	}
 	if len(lines) > limit {
 		lines = lines[len(lines)-limit:]
 	}
@@ -291,9 +298,11 @@ func (m *Manager) history(ctx context.Context, cc agent.CallContext, key string,
 
 // StatusView is session_status's result.
 type StatusView struct {
-	Status    string `json:"status"`
-	Outcome   string `json:"outcome,omitempty"`
-	Note      string `json:"note,omitempty"`
+	Status  string `json:"status"`
+	Outcome string `json:"outcome,omitempty"`
+	Note    string `json:"note,omitempty"`
+	// Result is what an ended run reported (its announce's Result).
+	Result    string `json:"result,omitempty"`
 	StartedAt string `json:"startedAt,omitempty"`
 	EndedAt   string `json:"endedAt,omitempty"`
 	RuntimeMs int64  `json:"runtimeMs"`
@@ -308,6 +317,9 @@ type StatusView struct {
 func (m *Manager) Status(r *store.Run) StatusView {
 	var v StatusView
 	v.Status, v.Outcome, v.Note = r.Status, r.Outcome, r.Note
+	if r.Status == store.StatusDone {
+		v.Result = r.Result
+	}
 	v.StartedAt, v.EndedAt = rfc3339(r.StartedAt), rfc3339(r.EndedAt)
 	v.RuntimeMs = Runtime(r, m.d.Clock.Now()).Milliseconds()
 	v.Tokens.Input, v.Tokens.Output, v.Tokens.Total = r.TokensIn, r.TokensOut, r.TokensIn+r.TokensOut
@@ -328,7 +340,7 @@ func Runtime(r *store.Run, now time.Time) time.Duration {
 
 func (m *Manager) statusTool() agent.Tool {
 	return tool("session_status",
-		"Status of a sub-agent run you spawned: queued, running, announcing or done, with outcome, runtime and tokens.",
+		"Status of a sub-agent run you spawned: queued, running, announcing or done, with outcome, result, runtime and tokens.",
 		`{"type":"object","properties":{"sessionKey":{"type":"string"},"runId":{"type":"string"}}}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
 			var p struct {

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"OutboxParts", testOutboxParts},
 		{"OutboxDeadLetters", testOutboxDeadLetters},
 		{"Runs", testRuns},
+		{"Results", testResults},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
 		{"KV", testKV},

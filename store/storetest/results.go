@@ -1,0 +1,70 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// A run's result is written once with its end and is folded into its
+// requester's history by one turn: a second fold by another turn takes
+// nothing, the same turn again (resumed) gets it back, the fold records
+// the turn's start, and a session started again with /new does not take
+// the old session's results.
+func testResults(t *testing.T, s Store) {
+	ctx := context.Background()
+	end := func(id, sessionID, text string) {
+		t.Helper()
+		r, child := newRun(id)
+		r.RequesterSessionID = sessionID
+		if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetRun(ctx, id); err != nil || got.RequesterSessionID != sessionID {
+			t.Fatalf("spawned run = %+v, %v", got, err)
+		}
+		r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute)
+		for range 2 { // a retried end adds nothing twice
+			ann := &store.OutboxItem{Origin: origin, Kind: channels.KindAnnounce, Text: text}
+			if err := s.EndRun(ctx, r, store.RunEnd{Announce: ann, Result: &store.Result{Text: text}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	end("res1", "s-old", "[sub-agent result] one")
+	end("res2", "s-new", "[sub-agent result] two")
+	end("res3", "s-new", "[sub-agent result] three")
+
+	pending, err := s.PendingResults(ctx, convKey, "s-new")
+	if err != nil || len(pending) != 2 || pending[0].RunID != "res2" || pending[1].Text != "[sub-agent result] three" {
+		t.Fatalf("PendingResults = %+v, %v", pending, err)
+	}
+	if all, _ := s.PendingResults(ctx, convKey, ""); len(all) != 3 {
+		t.Errorf("PendingResults(any session id) = %d results, want 3", len(all))
+	}
+	it := &store.Intake{SessionKey: convKey, AgentID: "main", Origin: origin, Text: "and?", CreatedAt: t0}
+	if _, err := s.AddIntake(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	fold := store.Fold{SessionKey: convKey, SessionID: "s-new", By: "intake:1", IntakeID: it.ID, At: t0.Add(2 * time.Minute)}
+	got, err := s.FoldResults(ctx, fold)
+	if err != nil || len(got) != 2 || got[0].FoldedBy != "intake:1" || got[0].FoldedAt.IsZero() {
+		t.Fatalf("FoldResults = %+v, %v", got, err)
+	}
+	owed, _ := s.OwedIntake(ctx)
+	if len(owed) != 1 || !owed[0].StartedAt.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("the fold did not record the turn's start: %+v", owed)
+	}
+	if again, _ := s.FoldResults(ctx, fold); len(again) != 2 {
+		t.Errorf("the same turn folding again got %d results, want its 2", len(again))
+	}
+	if other, _ := s.FoldResults(ctx, store.Fold{SessionKey: convKey, SessionID: "s-new", By: "intake:2"}); len(other) != 0 {
+		t.Errorf("another turn folded %d results already taken", len(other))
+	}
+	if left, _ := s.PendingResults(ctx, convKey, ""); len(left) != 1 || left[0].RunID != "res1" {
+		t.Errorf("left unfolded = %+v, want the old session's one", left)
+	}
+}
