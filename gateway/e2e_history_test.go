@@ -59,9 +59,12 @@ func TestE2EUnreadableHistoryIsNotAFreshStart(t *testing.T) {
 	}
 	seq = webPost(t, tg.URL, "torn", "still there?")
 	// The earlier user line (kept from the torn transcript) and the new one
-	// reach the model together, as one user turn.
-	waitWeb(t, tg, "torn", seq, "assistant", func(s string) bool { return s == "answer to earlier\nstill there?" })
+	// reach the model together, as one user turn of two text blocks.
+	waitWeb(t, tg, "torn", seq, "assistant", func(s string) bool { return s == "answer to still there?" })
 	for _, c := range tg.LLM.Requests() {
+		if c.LastUser() == "still there?" && (len(c.Messages) != 2 || c.Messages[0].Text != "earlier") {
+			t.Errorf("the torn conversation's model call got %+v, want the earlier line, then the new one", c.Messages)
+		}
 		if strings.Contains(string(c.Body), "hello again") {
 			t.Fatalf("the model was called for the conversation whose history is unreadable:\n%s", c.Body)
 		}

@@ -150,8 +150,11 @@ func decodeAnthropic(body []byte) (c Call, problem string) {
 			if len(results) > 0 {
 				c.Messages = append(c.Messages, agent.Message{Role: agent.RoleTool, ToolResults: results})
 			}
-			if len(texts) > 0 {
-				c.Messages = append(c.Messages, agent.Message{Role: agent.RoleUser, Text: strings.Join(texts, "\n")})
+			// Each text block is a message of its own, as in the history the
+			// provider merged into one user turn (sub-agent results before
+			// the person's message, SPEC §23).
+			for _, text := range texts {
+				c.Messages = append(c.Messages, agent.Message{Role: agent.RoleUser, Text: text})
 			}
 		default:
 			if problem == "" {
