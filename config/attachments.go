@@ -7,6 +7,9 @@ const (
 	DefaultAttachmentsMaxBytes      = 20_000_000
 	DefaultAttachmentsMaxFiles      = 10
 	DefaultAttachmentsRetentionDays = 30
+	DefaultAttachmentsMaxStoredMB   = 1000
+	DefaultAttachmentsMaxTotalMB    = 20000
+	DefaultAttachmentsMinFreeMB     = 1024
 )
 
 // Attachments configures files, images and voice on messages (SPEC §18).
@@ -19,6 +22,14 @@ type Attachments struct {
 	// RetentionDays keeps a stored file this long after the last message
 	// or reply that names it (default 30).
 	RetentionDays int `json:"retentionDays"`
+	// MaxStoredMB bounds the stored files one conversation names (default
+	// 1000 MB); MaxTotalMB those of all conversations (default 20000 MB).
+	// A file past either is not read and the person is told.
+	MaxStoredMB int64 `json:"maxStoredMB"`
+	MaxTotalMB  int64 `json:"maxTotalMB"`
+	// MinFreeMB is the free space uploads leave on the state dir's disk
+	// (default 1024 MB): below it files are not read and the person is told.
+	MinFreeMB int64 `json:"minFreeMB"`
 	// Transcription turns voice and audio messages into text; unset, the
 	// person is told voice needs it.
 	Transcription Transcription `json:"transcription"`
@@ -44,6 +55,15 @@ func (a *Attachments) applyDefaults() {
 	if a.RetentionDays == 0 {
 		a.RetentionDays = DefaultAttachmentsRetentionDays
 	}
+	if a.MaxStoredMB == 0 {
+		a.MaxStoredMB = DefaultAttachmentsMaxStoredMB
+	}
+	if a.MaxTotalMB == 0 {
+		a.MaxTotalMB = DefaultAttachmentsMaxTotalMB
+	}
+	if a.MinFreeMB == 0 {
+		a.MinFreeMB = DefaultAttachmentsMinFreeMB
+	}
 	if a.Transcription.Provider != "" && a.Transcription.Model == "" {
 		a.Transcription.Model = "whisper-1"
 	}
@@ -59,6 +79,17 @@ func (v *validator) attachments() {
 	}
 	v.nonNegative("attachments.maxFiles", a.MaxFiles)
 	v.nonNegative("attachments.retentionDays", a.RetentionDays)
+	for _, k := range []struct {
+		key string
+		n   int64
+	}{{"attachments.maxStoredMB", a.MaxStoredMB}, {"attachments.maxTotalMB", a.MaxTotalMB}, {"attachments.minFreeMB", a.MinFreeMB}} {
+		if k.n < 0 {
+			v.add(k.key, "must not be negative (got %d)", k.n)
+		}
+	}
+	if a.MaxStoredMB > 0 && a.MaxTotalMB > 0 && a.MaxStoredMB > a.MaxTotalMB {
+		v.add("attachments.maxStoredMB", "is %d MB, more than attachments.maxTotalMB (%d MB)", a.MaxStoredMB, a.MaxTotalMB)
+	}
 	t := a.Transcription
 	if t.Provider == "" {
 		if t.Model != "" {

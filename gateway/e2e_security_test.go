@@ -5,6 +5,8 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"github.com/heraldhq/herald/agent/llmtest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,5 +75,50 @@ func TestE2EUploadDoesNotFollowAttachmentsLink(t *testing.T) {
 	note := waitWeb(t, tg, client, 0, "system", func(s string) bool { return strings.Contains(s, "📎 AGENTS.md") })
 	if !strings.Contains(note.Text, "attachments is not a folder") {
 		t.Errorf("the 📎 line %q does not say why", note.Text)
+	}
+}
+
+// TestE2EFileQuotas: attachments.maxStoredMB bounds the files one web
+// client's conversation stores and attachments.maxTotalMB all of them, so
+// new client ids add nothing past it; a file past either gets the 📎 line
+// (the message is still answered) and the state dir's files stay within
+// the total.
+func TestE2EFileQuotas(t *testing.T) {
+	cfg := strings.Replace(filesE2EConfig, "attachments: { maxBytes: 200000 }", "attachments: { maxBytes: 500000, maxStoredMB: 1, maxTotalMB: 2 }", 1)
+	tg := newTestGateway(t, cfg, llmtest.Text("got it"))
+	file := func(client string, i int) []byte {
+		return bytes.Repeat([]byte(fmt.Sprintf("%s file %d;", client, i)), 450_000/len(fmt.Sprintf("%s file %d;", client, i))+1)[:450_000]
+	}
+	for _, c := range []struct {
+		client  string
+		files   int
+		refused string
+	}{
+		{"quota-a", 3, "this conversation's files reached the 1 MB limit (attachments.maxStoredMB)"},
+		{"quota-b", 3, "this conversation's files reached the 1 MB limit (attachments.maxStoredMB)"},
+		{"quota-c", 1, "the gateway's stored files reached the 2 MB limit (attachments.maxTotalMB)"},
+	} {
+		files := map[string][]byte{}
+		for i := range c.files {
+			files[fmt.Sprintf("f%d.txt", i)] = file(c.client, i)
+		}
+		postFiles(t, tg.URL, c.client, "store these", files)
+		waitWeb(t, tg, c.client, 0, "assistant", func(s string) bool { return s == "got it" })
+		note := waitWeb(t, tg, c.client, 0, "system", func(s string) bool { return strings.Contains(s, "📎") })
+		if n := strings.Count(note.Text, "📎"); n != 1 || !strings.Contains(note.Text, c.refused) {
+			t.Errorf("%s: notes %q, want one file refused: %q", c.client, note.Text, c.refused)
+		}
+	}
+	var stored int64
+	_ = filepath.WalkDir(filepath.Join(tg.StateDir, "files"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				stored += fi.Size()
+			}
+		}
+		return nil
+	})
+	if stored > 2_000_000 {
+		t.Errorf("the state dir holds %d bytes of files, over attachments.maxTotalMB (2 MB)", stored)
 	}
 }

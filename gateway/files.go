@@ -41,11 +41,14 @@ const fileSweepEvery = time.Hour
 // from its bytes. It returns the stored files, the message text with a
 // reference line per file, and a 📎 line per file not read. A store
 // outage is returned as an error: the message is then not taken at all.
-func (g *Gateway) takeFiles(ctx context.Context, in channels.Inbound, log *zap.Logger) (string, []store.FileRef, []string, error) {
+// The files of conversation key stay within attachments.maxStoredMB,
+// maxTotalMB and the disk floor (minFreeMB); their bytes are held against
+// those until release is called, once the message is stored.
+func (g *Gateway) takeFiles(ctx context.Context, key string, in channels.Inbound, log *zap.Logger) (text string, refs []store.FileRef, notes []string, release func(), err error) {
 	conf := g.cfg().Attachments
-	text := in.Text
-	var refs []store.FileRef
-	var notes []string
+	text = in.Text
+	var held int64 // by the conversation, until the message names its files
+	release = func() { g.quota.reserve(key, -held, 0) }
 	used := map[string]bool{}
 	hinted := false
 	for i, a := range in.Attachments {
@@ -66,13 +69,31 @@ func (g *Gateway) takeFiles(ctx context.Context, in channels.Inbound, log *zap.L
 			notes = append(notes, media.NotReadLine(name, fmt.Sprintf("it is over the %s limit (attachments.maxBytes)", media.Size(conf.MaxBytes))))
 			continue
 		}
-		ref, err := g.fetchFile(ctx, a, conf.MaxBytes)
+		room, full, err := g.fileRoom(ctx, key)
+		if err != nil {
+			return "", nil, nil, release, err
+		}
+		limit := min(conf.MaxBytes, room)
+		if limit <= 0 || a.Size > limit {
+			notes = append(notes, media.NotReadLine(name, full))
+			continue
+		}
+		g.quota.reserve(key, limit, limit)
+		ref, err := g.fetchFile(ctx, a, limit)
+		// The stored file's row counts in the total now; the conversation
+		// holds its bytes until the message names it.
+		g.quota.reserve(key, ref.Size-limit, -limit)
+		held += ref.Size
 		if err != nil {
 			if !fileProblem(err) && storeFailed(err) {
-				return "", nil, nil, err
+				return "", nil, nil, release, err
 			}
 			log.Info("file on a message not read", zap.String("file", name), zap.Error(err))
-			notes = append(notes, media.NotReadLine(name, fileReason(err, conf.MaxBytes)))
+			reason := fileReason(err, conf.MaxBytes)
+			if errors.Is(err, store.ErrFileTooLarge) && limit < conf.MaxBytes {
+				reason = full
+			}
+			notes = append(notes, media.NotReadLine(name, reason))
 			continue
 		}
 		if strings.TrimSpace(a.Name) == "" || media.Ext(ref.MIME) != "" && filepath.Ext(name) == "" {
@@ -86,7 +107,7 @@ func (g *Gateway) takeFiles(ctx context.Context, in channels.Inbound, log *zap.L
 		}
 		text += media.RefLine(ref.Name, ref.MIME, ref.Size)
 	}
-	return text, refs, notes, nil
+	return text, refs, notes, release, nil
 }
 
 // fetchFile downloads one attachment into the store within the deadline.

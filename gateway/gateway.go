@@ -65,6 +65,7 @@ type Gateway struct {
 
 	db       store.Store
 	attached attachedFiles // send_file's files, by session key, until the reply or announce takes them
+	quota    fileQuota     // inbound files' bytes being stored, until their message is
 	catalog  *agent.Catalog
 	provOpts providers.Options
 	subs     *subagent.Manager
@@ -323,8 +324,8 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 				g.panel.changed(string(ids.Requester(route(g.cfg(), o), o)))
 			},
 			Files: webFiles{g: g}, FileLimits: func() (int64, int) { a := g.cfg().Attachments; return a.MaxBytes, a.MaxFiles },
-			SpoolDir: filepath.Join(g.stateDir, store.FilesDir, "tmp"),
-			Logger:   log})
+			SpoolDir: filepath.Join(g.stateDir, store.FilesDir, "tmp"), UploadsRefused: g.uploadsRefused,
+			Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("channels.web: %w", err)
 		}

@@ -114,7 +114,8 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	// downloads them again into the same content-addressed places.
 	var fileNotes []string
 	if len(in.Attachments) > 0 {
-		text, refs, notes, err := g.takeFiles(ctx, in, log)
+		text, refs, notes, release, err := g.takeFiles(ctx, key, in, log)
+		defer release() // the stored message's references count from now on
 		if err != nil {
 			g.metrics.refused.WithLabelValues(ch, "store_unavailable").Inc()
 			log.Warn("message refused: the state store does not take its files", zap.Error(err))

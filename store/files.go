@@ -148,6 +148,20 @@ func (d *DB) FileNamed(ctx context.Context, id, scope string) (bool, error) {
 	return err == nil, d.wrap("file named", err)
 }
 
+// FileBytes returns the bytes of the stored files the conversation scope
+// names (attachments.maxStoredMB) and of all stored files
+// (attachments.maxTotalMB). A file two conversations name counts for
+// each of them, once in the total.
+func (d *DB) FileBytes(ctx context.Context, scope string) (conversation, total int64, err error) {
+	r := d.reader(ctx)
+	err = r.queryRow(func(rows *sql.Rows) error { return rows.Scan(&conversation) },
+		`SELECT COALESCE(SUM(f.size), 0) FROM file_refs r JOIN files f ON f.id = r.file_id WHERE r.scope = $1`, scope)
+	if err == nil {
+		err = r.queryRow(func(rows *sql.Rows) error { return rows.Scan(&total) }, `SELECT COALESCE(SUM(size), 0) FROM files`)
+	}
+	return conversation, total, d.wrap("file bytes", err)
+}
+
 // RefFiles records that the conversation scope names the files now: they
 // are kept attachments.retentionDays from now. Only tests call it (it is in
 // storetest.Store, not in Files): production names files with the message
@@ -214,21 +228,43 @@ func (d *DB) OutboxFiles(ctx context.Context, outboxID int64) ([]FileRef, error)
 	return out, d.wrap("outbox files", err)
 }
 
+// sweepBatch is how many files one pass of SweepFiles selects.
+var sweepBatch = 1000
+
 // SweepFiles removes the files no conversation named since before, with
 // their references, and spool files older than an hour (a receive the
-// process died in). It returns how many files it removed.
+// process died in). It goes by batches of sweepBatch until none is left
+// (an hourly sweep of a fixed batch fell behind an upload storm), and
+// returns how many files it removed.
 func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
+	removed := 0
+	for {
+		n, selected, err := d.sweepFilesBatch(ctx, before)
+		removed += n
+		if err != nil || selected < sweepBatch {
+			d.sweepSpool()
+			return removed, err
+		}
+		if err := ctx.Err(); err != nil {
+			return removed, err
+		}
+	}
+}
+
+// sweepFilesBatch removes one batch of SweepFiles: it returns how many it
+// removed and how many it selected.
+func (d *DB) sweepFilesBatch(ctx context.Context, before time.Time) (int, int, error) {
 	cut := before.UnixMilli()
 	var ids []string
-	rows, err := d.reader(ctx).query(`SELECT id FROM files WHERE last_ref_at < $1 ORDER BY last_ref_at LIMIT 1000`, cut)
+	rows, err := d.reader(ctx).query(`SELECT id FROM files WHERE last_ref_at < $1 ORDER BY last_ref_at LIMIT $2`, cut, sweepBatch)
 	if err != nil {
-		return 0, d.wrap("sweep files", err)
+		return 0, 0, d.wrap("sweep files", err)
 	}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, d.wrap("sweep files", err)
+			return 0, 0, d.wrap("sweep files", err)
 		}
 		ids = append(ids, id)
 	}
@@ -261,12 +297,17 @@ func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 			return nil
 		})
 		if err != nil {
-			return removed, d.wrap("sweep file "+id, err)
+			return removed, len(ids), d.wrap("sweep file "+id, err)
 		}
 		if gone {
 			removed++
 		}
 	}
+	return removed, len(ids), nil
+}
+
+// sweepSpool removes spool files older than an hour.
+func (d *DB) sweepSpool() {
 	spool := filepath.Join(d.dir, FilesDir, "tmp")
 	if ents, err := os.ReadDir(spool); err == nil {
 		for _, e := range ents {
@@ -275,7 +316,6 @@ func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 			}
 		}
 	}
-	return removed, nil
 }
 
 // headWriter keeps the first max bytes written to it.

@@ -124,3 +124,21 @@ func TestPutFileReplacesPlanted(t *testing.T) {
 		}
 	}
 }
+
+// SweepFiles goes by batches until none is left: with batches of 2, one
+// sweep removes all 5 files past retention (an hourly sweep of one batch
+// fell behind an upload storm).
+func TestSweepFilesByBatchUntilDone(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t)
+	defer func(n int) { sweepBatch = n }(sweepBatch)
+	sweepBatch = 2
+	for i := range 5 {
+		if _, err := db.PutFile(ctx, bytes.NewReader([]byte{byte(i)}), 10, plainSniff); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := db.SweepFiles(ctx, time.Now().Add(time.Minute)); err != nil || n != 5 {
+		t.Fatalf("SweepFiles = %d, %v; want all 5 removed in one sweep", n, err)
+	}
+}

@@ -97,6 +97,45 @@ func storeUnavailable(w http.ResponseWriter) {
 	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the message could not be stored (the gateway's state store is unreachable); try again in %d s", int(unavailableRetry/time.Second)))
 }
 
+// errRefused: the post was refused (its answer written) while its body
+// was read.
+var errRefused = errors.New("post refused")
+
+// admitPost checks a post's client: a valid id, its owner (SPEC §17) and
+// the rate limits, per client and per remote address. A refusal is
+// answered here.
+func (a *Adapter) admitPost(w http.ResponseWriter, r *http.Request, client string) (ownership, bool) {
+	if !ValidClient(client) {
+		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
+		return stranger, false
+	}
+	o, err := a.ownershipOf(r, client)
+	if err != nil {
+		a.log.Error("web client secret not read", zap.String("client", client), zap.Error(err))
+		storeUnavailable(w)
+		return o, false
+	}
+	if a.refuseClient(w, r, o, client) {
+		return o, false
+	}
+	now := time.Now().UTC()
+	ok, wait := a.limits.allow(client, now)
+	if ok && a.addrLimits != nil {
+		ok, wait = a.addrLimits.allow(remoteIP(r), now)
+	}
+	if !ok {
+		if a.opts.OnRateLimited != nil {
+			a.opts.OnRateLimited(client)
+		}
+		secs := max(1, int((wait+time.Second-1)/time.Second))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("client %s is sending too fast (channels.web.rateLimit allows %d a minute, %d at once); try again in %d s",
+			client, a.opts.RateLimit.PerMinute, max(a.opts.RateLimit.Burst, 1), secs))
+		return o, false
+	}
+	return o, true
+}
+
 func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	sink, ok := a.runningSink()
 	if !ok {
@@ -108,6 +147,39 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	// allowed to be (base64 in JSON takes a third more).
 	bodyLimit := int64(maxBodyBytes)
 	multipart := isMultipart(r)
+	if a.opts.Files != nil && (multipart || r.ContentLength < 0 || r.ContentLength > maxBodyBytes) {
+		// A post that may carry files: refused before its body is read
+		// when the disk is nearly full, and at most MaxUploads at once.
+		if a.opts.UploadsRefused != nil {
+			if why := a.opts.UploadsRefused(); why != "" {
+				writeError(w, http.StatusInsufficientStorage, why)
+				return
+			}
+		}
+		select {
+		case a.uploads <- struct{}{}:
+			defer func() { <-a.uploads }()
+		default:
+			w.Header().Set("Retry-After", "2")
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d posts with files are being read now (the web chat's limit); try again in 2 s", cap(a.uploads)))
+			return
+		}
+	}
+	// Access and rate limits are checked once the client is known and
+	// before any file is read: the multipart client field must come
+	// before the files; a JSON body (one file's worth, in memory) before
+	// its files are spooled.
+	var o ownership
+	admitted := false
+	admit := func(client string) bool {
+		if admitted {
+			return true
+		}
+		var ok bool
+		o, ok = a.admitPost(w, r, client)
+		admitted = ok
+		return ok
+	}
 	switch {
 	case a.opts.Files != nil && multipart:
 		bodyLimit += int64(a.maxFiles()+1) * (a.maxFileBytes()/3*4 + 4<<10)
@@ -140,8 +212,11 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())
 			return
 		}
-		f, status, err := a.readMultipart(r, mr)
+		f, status, err := a.readMultipart(r, mr, admit)
 		form = f
+		if errors.Is(err, errRefused) {
+			return // admit answered
+		}
 		if err != nil {
 			if !tooLarge(err) {
 				writeError(w, status, err.Error())
@@ -167,16 +242,15 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusBadRequest, "files: this web chat takes no files")
 				return
 			}
+			if !admit(req.Client) {
+				return
+			}
 			if status, err := a.readJSONFiles(form, req.Files); err != nil {
 				writeError(w, status, err.Error())
 				return
 			}
 			req.Files = nil // the spool holds them now
 		}
-	}
-	if !ValidClient(req.Client) {
-		writeError(w, http.StatusBadRequest, "client: "+ErrInvalidClient.Error())
-		return
 	}
 	if strings.TrimSpace(req.Text) == "" && len(form.uploads) == 0 {
 		writeError(w, http.StatusBadRequest, "text is empty")
@@ -186,30 +260,10 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("text is %d bytes; the limit is %d bytes (32 KiB)", len(req.Text), MaxTextBytes))
 		return
 	}
-	o, err := a.ownershipOf(r, req.Client)
-	if err != nil {
-		a.log.Error("web client secret not read", zap.String("client", req.Client), zap.Error(err))
-		storeUnavailable(w)
-		return
-	}
-	if a.refuseClient(w, r, o, req.Client) {
+	if !admit(req.Client) {
 		return
 	}
 	now := time.Now().UTC()
-	ok, wait := a.limits.allow(req.Client, now)
-	if ok && a.addrLimits != nil {
-		ok, wait = a.addrLimits.allow(remoteIP(r), now)
-	}
-	if !ok {
-		if a.opts.OnRateLimited != nil {
-			a.opts.OnRateLimited(req.Client)
-		}
-		secs := max(1, int((wait+time.Second-1)/time.Second))
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("client %s is sending too fast (channels.web.rateLimit allows %d a minute, %d at once); try again in %d s",
-			req.Client, a.opts.RateLimit.PerMinute, max(a.opts.RateLimit.Burst, 1), secs))
-		return
-	}
 	// Off loopback a new client is claimed by its first post: the secret
 	// is made and stored before the message, so two first posts cannot
 	// both own it. On loopback the API stays as it was: no secrets.

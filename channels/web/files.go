@@ -156,8 +156,10 @@ type jsonFile struct {
 }
 
 // readMultipart reads a multipart/form-data post, spooling each "file" part
-// (never whole in memory).
-func (a *Adapter) readMultipart(r *http.Request, mr *multipart.Reader) (*postForm, int, error) {
+// (never whole in memory). The client field must come before the files:
+// admit checks it before the first file is read (errRefused when it
+// refused the post).
+func (a *Adapter) readMultipart(r *http.Request, mr *multipart.Reader, admit func(client string) bool) (*postForm, int, error) {
 	p := &postForm{}
 	for {
 		part, err := mr.NextPart()
@@ -179,6 +181,12 @@ func (a *Adapter) readMultipart(r *http.Request, mr *multipart.Reader) (*postFor
 				p.Text = string(b)
 			}
 		case "file":
+			if p.Client == "" {
+				return p, http.StatusBadRequest, errors.New("multipart body: the client field must come before the file parts")
+			}
+			if !admit(p.Client) {
+				return p, 0, errRefused
+			}
 			if len(p.uploads) >= a.maxFiles()+1 { // one over the limit is told; more are not read
 				_, _ = io.Copy(io.Discard, part)
 				continue

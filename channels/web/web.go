@@ -91,7 +91,16 @@ type Options struct {
 	// FileLimits, when set, gives MaxFileBytes and MaxFiles at each post
 	// (a config reload changes them).
 	FileLimits func() (maxBytes int64, maxFiles int)
+	// UploadsRefused, when set, is asked before a post that may carry
+	// files is read: a reason (the state disk is nearly full) refuses it
+	// with 507.
+	UploadsRefused func() string
 }
+
+// MaxUploads is how many posts that may carry files are read at once;
+// more are answered 429 with Retry-After. With MaxFiles+1 spooled files of
+// MaxFileBytes each, it bounds the spool.
+const MaxUploads = 8
 
 // Adapter is the web chat channel.
 type Adapter struct {
@@ -103,6 +112,7 @@ type Adapter struct {
 	addrLimits *limiters
 	secrets    ClientSecrets
 	slots      *streamSlots
+	uploads    chan struct{}   // posts with files being read (MaxUploads)
 	ctx        context.Context // cancelled by Stop, and by the ctx given to Start
 	cancel     context.CancelFunc
 
@@ -151,7 +161,7 @@ func New(opts Options) (*Adapter, error) {
 		opts.Secrets = &memorySecrets{m: map[string]string{}}
 	}
 	a := &Adapter{opts: opts, log: opts.Logger, hub: newHub(), limits: newLimiters(opts.RateLimit), ctx: ctx, cancel: cancel,
-		secrets: opts.Secrets, slots: &streamSlots{max: opts.MaxStreams, byClient: map[string]int{}}}
+		secrets: opts.Secrets, slots: &streamSlots{max: opts.MaxStreams, byClient: map[string]int{}}, uploads: make(chan struct{}, MaxUploads)}
 	if opts.OffLoopback && !opts.BehindProxy {
 		a.addrLimits = newLimiters(opts.RateLimit)
 	}

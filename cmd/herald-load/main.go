@@ -46,6 +46,7 @@ func main() {
 	compareNames := flag.String("compare-names", "", "with -compare: names for the two binaries, OLD,NEW")
 	rounds := flag.Int("rounds", 2, "with -compare: rounds (each measures OLD then NEW)")
 	starts := flag.Int("starts", 5, "with -compare: starts per binary per round (the median is kept)")
+	uploadAttachments := flag.String("upload-attachments", "", `with -uploads: more fields of the attachments config, e.g. "maxStoredMB: 50, maxTotalMB: 500"`)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "herald-load: unexpected argument %q\n", flag.Arg(0))
@@ -92,7 +93,7 @@ func main() {
 	if *uploads > 0 {
 		uctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
-		r, err := load.Uploads(uctx, load.UploadOptions{Conversations: *uploads, Bytes: *uploadBytes, Bin: o.Bin, Dir: o.Dir, Log: o.Log, PostgresURL: o.PostgresURL})
+		r, err := load.Uploads(uctx, load.UploadOptions{Conversations: *uploads, Bytes: *uploadBytes, Bin: o.Bin, Dir: o.Dir, Log: o.Log, PostgresURL: o.PostgresURL, Attachments: *uploadAttachments})
 		fmt.Printf("uploads: conversations=%d bytes=%d %s\n", *uploads, *uploadBytes, r)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)

@@ -13,6 +13,7 @@ import (
 
 // rig is a started fake model and gateway process for a measure.
 type rig struct {
+	state string // the gateway's state dir
 	model *harness.Model
 	gw    *harness.Gateway
 	logf  func(string, ...any)
@@ -67,7 +68,8 @@ func startRig(ctx context.Context, dir, bin string, log io.Writer, mo harness.Mo
 	if err := cfg.Write(cfgPath); err != nil {
 		return fail(err)
 	}
-	gw, err := harness.StartGateway(bin, cfgPath, filepath.Join(dir, "state"), filepath.Join(dir, "gateway.log"), "http://"+addr)
+	r.state = filepath.Join(dir, "state")
+	gw, err := harness.StartGateway(bin, cfgPath, r.state, filepath.Join(dir, "gateway.log"), "http://"+addr)
 	if err != nil {
 		return fail(err)
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"mime/multipart"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +25,9 @@ type UploadOptions struct {
 	Bin, Dir      string
 	Log           io.Writer
 	PostgresURL   string // when set, the state (files included) is in this PostgreSQL database
+	// Attachments are more fields of the attachments config (e.g.
+	// "maxStoredMB: 50, maxTotalMB: 500").
+	Attachments string
 }
 
 // UploadResult is the gateway process during the uploads.
@@ -29,11 +35,33 @@ type UploadResult struct {
 	Baseline, Peak harness.Proc  // before the first post; the highest RSS sampled until every message was answered
 	Stored         time.Duration // first post → every post answered 202 (files stored with their messages)
 	Answered       time.Duration // first post → every reply delivered
+	// PeakDisk is the most the state dir held (files, spool, workspace
+	// copies), sampled every 100 ms; Bytes the file bytes the posts sent
+	// and the gateway took (202).
+	PeakDisk, Bytes int64
+	// Retried counts answers 429 (busy: retried after Retry-After);
+	// Refused posts answered 507 (the disk floor: not retried).
+	Retried, Refused int
 }
 
 func (r UploadResult) String() string {
-	return fmt.Sprintf("baseline RSS %.1f MiB, peak %.1f MiB (+%.1f MiB), all stored in %s, all answered in %s",
-		mib(r.Baseline.RSS), mib(r.Peak.RSS), mib(r.Peak.RSS-r.Baseline.RSS), r.Stored.Round(time.Millisecond), r.Answered.Round(time.Millisecond))
+	return fmt.Sprintf("baseline RSS %.1f MiB, peak %.1f MiB (+%.1f MiB), all stored in %s (%.1f MB/s), all answered in %s, peak state dir %.1f MB, %d retried (429), %d refused (507)",
+		mib(r.Baseline.RSS), mib(r.Peak.RSS), mib(r.Peak.RSS-r.Baseline.RSS), r.Stored.Round(time.Millisecond),
+		float64(r.Bytes)/1e6/max(r.Stored.Seconds(), 1e-3), r.Answered.Round(time.Millisecond), float64(r.PeakDisk)/1e6, r.Retried, r.Refused)
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // Uploads runs the measure. Each file is distinct (a seeded pseudo-random
@@ -42,7 +70,7 @@ func (r UploadResult) String() string {
 func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 	var res UploadResult
 	o.Conversations, o.Bytes = max(o.Conversations, 1), max(o.Bytes, 1)
-	extra := fmt.Sprintf("attachments: { maxBytes: %d },", o.Bytes)
+	extra := fmt.Sprintf("attachments: { maxBytes: %d, %s },", o.Bytes, o.Attachments)
 	if o.PostgresURL != "" {
 		extra += fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
 	}
@@ -76,6 +104,21 @@ func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 			}
 		}
 	})
+	sampler.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			n := dirBytes(r.state)
+			peakMu.Lock()
+			res.PeakDisk = max(res.PeakDisk, n)
+			peakMu.Unlock()
+		}
+	})
 	defer func() { close(stop); sampler.Wait() }()
 
 	logf("posting %d messages with a %.1f MB file each, at once …", o.Conversations, float64(o.Bytes)/1e6)
@@ -83,8 +126,36 @@ func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 	start := time.Now()
 	errs := make(chan error, o.Conversations)
 	var posts sync.WaitGroup
+	var countMu sync.Mutex
+	taken := 0
 	for i := range o.Conversations {
-		posts.Go(func() { errs <- postUpload(ctx, client, gw.Base, fmt.Sprintf("upload-%d", i), uint64(i), o.Bytes) })
+		posts.Go(func() {
+			for {
+				status, wait, err := postUpload(ctx, client, gw.Base, fmt.Sprintf("upload-%d", i), uint64(i), o.Bytes)
+				countMu.Lock()
+				switch {
+				case err != nil:
+				case status == http.StatusAccepted:
+					taken++
+					res.Bytes += o.Bytes
+				case status == http.StatusInsufficientStorage:
+					res.Refused++
+				case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+					res.Retried++
+					countMu.Unlock()
+					select {
+					case <-ctx.Done():
+						errs <- ctx.Err()
+						return
+					case <-time.After(wait):
+					}
+					continue
+				}
+				countMu.Unlock()
+				errs <- err
+				return
+			}
+		})
 	}
 	posts.Wait()
 	close(errs)
@@ -95,7 +166,7 @@ func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 	}
 	res.Stored = time.Since(start)
 	logf("all %d stored in %s; waiting for the replies …", o.Conversations, res.Stored.Round(time.Millisecond))
-	if err := waitMetric(ctx, gw.Base, `herald_outbox_delivered_total{kind="assistant"}`, func(v float64) bool { return v >= float64(o.Conversations) }); err != nil {
+	if err := waitMetric(ctx, gw.Base, `herald_outbox_delivered_total{kind="assistant"}`, func(v float64) bool { return v >= float64(taken) }); err != nil {
 		return res, err
 	}
 	res.Answered = time.Since(start)
@@ -103,8 +174,10 @@ func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 }
 
 // postUpload streams one multipart post with a file of n pseudo-random
-// bytes (seeded by seed).
-func postUpload(ctx context.Context, client *http.Client, base, id string, seed uint64, n int64) error {
+// bytes (seeded by seed). It returns the answer's status and, for 429 and
+// 503, its Retry-After; another status than those and 202 and 507 is an
+// error.
+func postUpload(ctx context.Context, client *http.Client, base, id string, seed uint64, n int64) (int, time.Duration, error) {
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	go func() {
@@ -137,17 +210,21 @@ func postUpload(ctx context.Context, client *http.Client, base, id string, seed 
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/messages", pr)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("post %s: %w", id, err)
+		return 0, 0, fmt.Errorf("post %s: %w", id, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("post %s: %s: %s", id, resp.Status, b)
+	switch resp.StatusCode {
+	case http.StatusAccepted, http.StatusInsufficientStorage:
+		return resp.StatusCode, 0, nil
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return resp.StatusCode, time.Duration(max(secs, 1)) * time.Second, nil
 	}
-	return nil
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, 0, fmt.Errorf("post %s: %s: %s", id, resp.Status, b)
 }

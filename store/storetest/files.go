@@ -104,6 +104,14 @@ func testFilesStoredOnce(t *testing.T, s Store) {
 	if ok, err := s.FileNamed(ctx, want, "agent:main:web:dm:other"); err != nil || ok {
 		t.Errorf("FileNamed by a conversation that never had it = %v, %v", ok, err)
 	}
+	// The conversation's bytes are its files'; the total counts every
+	// stored file once.
+	if conv, total, err := s.FileBytes(ctx, in.SessionKey); err != nil || conv != int64(len(data)) || total != int64(len(data)+len(small)) {
+		t.Errorf("FileBytes = %d, %d, %v; want %d, %d", conv, total, err, len(data), len(data)+len(small))
+	}
+	if conv, _, err := s.FileBytes(ctx, "agent:main:web:dm:other"); err != nil || conv != 0 {
+		t.Errorf("FileBytes of a conversation without files = %d, %v", conv, err)
+	}
 	if files, err := s.IntakeFiles(ctx, in.ID+1000); err != nil || len(files) != 0 {
 		t.Errorf("IntakeFiles of an unknown message = %+v, %v", files, err)
 	}
