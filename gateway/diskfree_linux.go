@@ -11,4 +11,3 @@ func diskFree(dir string) (int64, bool) {
 	}
 	return int64(st.Bavail) * st.Bsize, true
 }
-

@@ -130,8 +130,15 @@ func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 	taken := 0
 	for i := range o.Conversations {
 		posts.Go(func() {
-			for {
+			for attempt := 1; ; attempt++ {
 				status, wait, err := postUpload(ctx, client, gw.Base, fmt.Sprintf("upload-%d", i), uint64(i), o.Bytes)
+				if err != nil && status == 0 && ctx.Err() == nil && attempt < 100 {
+					// The gateway answered (429) before reading the body
+					// and closed the connection while it was still being
+					// written: the client saw the broken pipe, not the
+					// answer. Sent again a second later, as a client would.
+					status, wait, err = http.StatusTooManyRequests, time.Second, nil
+				}
 				countMu.Lock()
 				switch {
 				case err != nil:
