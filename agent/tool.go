@@ -35,11 +35,15 @@ type CallContext struct {
 	// workspaces. Tools may read it (as a fallback under Workspace) but
 	// never write it. "" = no such layer.
 	AgentWorkspace string
-	Origin         channels.Origin
-	Model          string   // "provider/model" the caller runs on
-	Thinking       string   // the caller's thinking level ("" = none)
-	CallID         string   // the id of the tool call being run (set per call)
-	Tools          []string // names of the tools the caller has in this turn
+	// ReadOnlyDirs are further folders (absolute) the file tools may read
+	// by absolute path and exec sees read-only, never written: the skills
+	// folders of skills.paths (SPEC §28).
+	ReadOnlyDirs []string
+	Origin       channels.Origin
+	Model        string   // "provider/model" the caller runs on
+	Thinking     string   // the caller's thinking level ("" = none)
+	CallID       string   // the id of the tool call being run (set per call)
+	Tools        []string // names of the tools the caller has in this turn
 }
 
 // ResumeSafe is implemented by tools whose call may be run again when a

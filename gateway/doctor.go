@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/agent/providers"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/skills"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -35,6 +36,7 @@ func Doctor(ctx context.Context, cfg *config.Config, stateDir string) []channels
 	for _, id := range ids {
 		out = append(out, checkProvider(ctx, id, cfg.Models.Providers[id]))
 	}
+	out = append(out, checkSkills(cfg, stateDir)...)
 	g := &Gateway{log: zap.NewNop(), metrics: newMetrics()}
 	g.conf.Store(cfg)
 	for _, m := range channels.Modules() {
@@ -209,4 +211,35 @@ func checkProviderKey(ctx context.Context, id string, p config.Provider, which s
 	c.Status = channels.CheckOK
 	c.Detail = fmt.Sprintf("%d configured models available", len(p.Models))
 	return c
+}
+
+// checkSkills names every malformed SKILL.md (skipped by the agents) with
+// its path, or says how many skills the agents have (SPEC §28).
+func checkSkills(cfg *config.Config, stateDir string) []channels.Check {
+	r := SkillsReport(cfg, stateDir)
+	if len(r.Problems) == 0 {
+		n := 0
+		for _, a := range r.Agents {
+			n += len(a.Skills)
+		}
+		return []channels.Check{{Name: "skills", Status: channels.CheckOK, Detail: fmt.Sprintf("%d skills, none malformed", n)}}
+	}
+	out := make([]channels.Check, 0, len(r.Problems))
+	for _, p := range r.Problems {
+		out = append(out, channels.Check{Name: "skills", Status: channels.CheckWarn, Detail: p.Path + ": " + p.Error + " (skipped)",
+			Fix: "fix the file: it starts with a line ---, then name: (lower-case, digits, hyphens) and description:, then ---"})
+	}
+	return out
+}
+
+// SkillsReport is every agent's skills under cfg and the malformed
+// SKILL.md files (herald skills list, doctor).
+func SkillsReport(cfg *config.Config, stateDir string) skills.Report {
+	ids := make([]string, 0, len(cfg.Agents.List))
+	for _, a := range cfg.Agents.List {
+		ids = append(ids, a.ID)
+	}
+	return skills.NewReport(ids, func(id string) []string {
+		return skills.Dirs(cfg.AgentWorkspace(id, stateDir), cfg.Skills.Paths, stateDir)
+	})
 }

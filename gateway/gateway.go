@@ -186,7 +186,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		schedules: g.scheduleViews, spent: g.spentView, log: g.log})
 	g.subs = subagent.New(subagent.Deps{
 		Config: cfg, Store: db, Catalog: g.catalog,
-		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take, SystemContext: g.agentContext,
+		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take, SystemContext: g.agentContext, ReadOnlyDirs: g.skillDirs,
 		WorkspaceFile: g.workspaceFile, OpenFile: g.openFile,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, RetryWrite: g.retryWrite,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,

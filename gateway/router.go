@@ -318,7 +318,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	}
 	text, files := g.turnFiles(ctx, it, cws, log)
 	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
-		Workspace: cws, AgentWorkspace: aws, Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
+		Workspace: cws, AgentWorkspace: aws, ReadOnlyDirs: g.skillDirs(cfg), Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	if len(s.sess.History) == 0 && !resume {
 		text = g.threadContext(ctx, in.Origin, text, log)
 	}

@@ -59,6 +59,9 @@ type Deps struct {
 	// agent's skills and the pinned memories its conversation rootKey
 	// sees (SPEC §28). aws is the agent's workspace under cfg.
 	SystemContext func(ctx context.Context, cfg *config.Config, agentID, rootKey, aws string) string
+	// ReadOnlyDirs, if set, are the folders under cfg a child's tools may
+	// read and its exec sees, read-only (skills.paths, SPEC §28).
+	ReadOnlyDirs func(cfg *config.Config) []string
 	// Authorize gates tool calls (tool policy, approvals). Optional.
 	Authorize agent.Authorizer
 	// Notify wakes the outbox deliverer after an announce was written.
@@ -787,7 +790,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
 		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
-		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
+		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, ReadOnlyDirs: m.readOnlyDirs(cfg), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
 	}
 	return agent.Turn{
 		Model: model, System: childSystem(a, aws, run, m.systemContext(cfg, run, aws)), Tools: reg, Thinking: run.Thinking,
@@ -829,6 +832,14 @@ func (m *Manager) systemContext(cfg *config.Config, run *store.Run, aws string) 
 	ctx, cancel := context.WithTimeout(context.Background(), systemContextTimeout)
 	defer cancel()
 	return m.d.SystemContext(ctx, cfg, run.AgentID, run.RootKey, aws)
+}
+
+// readOnlyDirs is Deps.ReadOnlyDirs under cfg (nil without it).
+func (m *Manager) readOnlyDirs(cfg *config.Config) []string {
+	if m.d.ReadOnlyDirs == nil {
+		return nil
+	}
+	return m.d.ReadOnlyDirs(cfg)
 }
 
 // childSystem is the child's system prompt: the agent's own prompt, the

@@ -120,7 +120,8 @@ func (t *execTool) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 		return "", fmt.Errorf("%s: create workspace %s: %w", ExecName, cc.Workspace, err)
 	}
 
-	res, err := t.run(ctx, cc.Workspace, sharedEntries(cc.AgentWorkspace, cc.Workspace), command, timeout)
+	shared := append(sharedEntries(cc.AgentWorkspace, cc.Workspace), cc.ReadOnlyDirs...)
+	res, err := t.run(ctx, cc.Workspace, shared, command, timeout)
 	if err != nil {
 		return "", err
 	}

@@ -126,7 +126,7 @@ func (t *readFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	if err != nil {
 		return "", fsErr(ReadFileName, "read", p, err)
 	}
-	res := readFileResult{Path: rel, Size: fi.Size(), Offset: offset, ReadOnly: lay == agentLayer}
+	res := readFileResult{Path: rel, Size: fi.Size(), Offset: offset, ReadOnly: lay != convLayer}
 	if int64(len(buf)) > limit {
 		buf = trimPartialRune(buf[:limit])
 		res.Truncated = true
@@ -202,7 +202,7 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 	if err != nil {
 		return "", err
 	}
-	if lay == agentLayer {
+	if lay != convLayer {
 		return "", readOnlyErr(WriteFileName, p)
 	}
 	if rel == "." {
@@ -352,7 +352,13 @@ func (t *listFiles) Call(ctx context.Context, cc agent.CallContext, raw json.Raw
 			return "", fmt.Errorf("%s: open workspace %s: %w", ListFilesName, cc.Workspace, err)
 		}
 	}
-	if root, err := openAgentLayer(ListFilesName, cc, rel, p); err == nil {
+	if dir, ok := lay.readOnlyDir(cc); ok {
+		if root, err := os.OpenRoot(dir); err == nil {
+			roots, readOnly = append(roots, root), append(readOnly, true)
+		} else {
+			firstErr = fsErr(ListFilesName, "list", p, err)
+		}
+	} else if root, err := openAgentLayer(ListFilesName, cc, rel, p); err == nil {
 		roots, readOnly = append(roots, root), append(readOnly, true)
 	} else if lay == agentLayer || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrOutsideWorkspace) {
 		firstErr = err

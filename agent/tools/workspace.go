@@ -106,13 +106,31 @@ type layer int
 const (
 	convLayer  layer = iota // the conversation workspace (read and write)
 	agentLayer              // only the agent workspace (read-only)
+	// dirLayer+i is cc.ReadOnlyDirs[i] (read-only).
+	dirLayer
 )
+
+// readOnlyDir returns the folder of a dirLayer layer.
+func (l layer) readOnlyDir(cc agent.CallContext) (string, bool) {
+	if l < dirLayer || int(l-dirLayer) >= len(cc.ReadOnlyDirs) {
+		return "", false
+	}
+	return cc.ReadOnlyDirs[l-dirLayer], true
+}
 
 // resolve turns the model's path into a path relative to a workspace
 // layer. A relative path names the conversation workspace (reads fall back
 // to the agent workspace); an absolute one may name either, but never the
 // conversations folder of the agent workspace.
 func resolve(tool string, cc agent.CallContext, p string) (string, layer, error) {
+	if filepath.IsAbs(p) && !within(cc.Workspace, p) && !within(cc.AgentWorkspace, p) {
+		for i, dir := range cc.ReadOnlyDirs {
+			if within(dir, p) {
+				rel, err := workspacePath(tool, dir, p)
+				return rel, dirLayer + layer(i), err
+			}
+		}
+	}
 	if filepath.IsAbs(p) && cc.AgentWorkspace != "" && !within(cc.Workspace, p) && within(cc.AgentWorkspace, p) {
 		rel, err := workspacePath(tool, cc.AgentWorkspace, p)
 		if err != nil {
@@ -251,6 +269,18 @@ func join(dir, name string) string {
 // It returns the root holding it, open, and the file's info; shown is the
 // path as the model gave it, for messages.
 func statLayered(tool string, cc agent.CallContext, rel string, lay layer, shown string) (*os.Root, fs.FileInfo, layer, error) {
+	if dir, ok := lay.readOnlyDir(cc); ok {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return nil, nil, lay, fsErr(tool, "read", shown, err)
+		}
+		fi, err := root.Stat(rel)
+		if err != nil {
+			root.Close()
+			return nil, nil, lay, fsErr(tool, "read", shown, err)
+		}
+		return root, fi, lay, nil
+	}
 	if cc.Workspace == "" {
 		return nil, nil, lay, fmt.Errorf("%s: %w for agent %q", tool, ErrNoWorkspace, cc.AgentID)
 	}

@@ -76,6 +76,8 @@ Commands:
   (list commands, mcp list included, take --json; runs/sessions/outbox/intake list take --limit N)
   mcp list                list MCP servers with their state and tools (from the running
                           gateway, else by starting each server briefly); exit 1 if one is down
+  skills list             each agent's skills (name, description, SKILL.md path) and the
+                          malformed SKILL.md files, which are skipped
 
 Flags (every command):
   --config FILE           config file (else $HERALD_CONFIG, else ~/.herald/herald.json5;
@@ -189,6 +191,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	case cmd == "mcp" && len(rest) == 1 && rest[0] == "list":
 		return mcpList(f, stdout, stderr)
+	case cmd == "skills" && len(rest) == 1 && rest[0] == "list":
+		return skillsList(f, stdout, stderr)
 	case cmd == "backup" && len(rest) == 1:
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error {
 			if err := db.Backup(ctx, rest[0]); err != nil {
