@@ -796,7 +796,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 		Model: model, System: childSystem(a, aws, run, m.systemContext(cfg, run, aws)), Tools: reg, Thinking: run.Thinking,
 		MaxIterations: run.MaxIterations, Call: cc, Authorize: m.d.Authorize, Steer: lr.steer,
 		OnUsage: func(u agent.Usage) { m.addUsage(lr, run, u) },
-		Logger: m.runLog(run), Clock: m.d.Clock,
+		Logger:  m.runLog(run), Clock: m.d.Clock,
 		Fallbacks: m.chain(cfg, run, model), Health: m.d.Catalog.Health(),
 		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.onCall(lr, sc),
 	}
