@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -107,3 +108,36 @@ func (c *NameCache) Put(key, name string) {
 	}
 	c.m[key] = name
 }
+
+// ThreadStarter is implemented by channels that can open a thread of
+// their own in a chat (SPEC §24: sessions_spawn {thread: true}): a Slack
+// thread under a starter message, a Telegram forum topic, a Discord
+// thread, a Matrix thread rooted at a starter message. A channel without
+// threads does not implement it, and a spawn there runs in the
+// requester's thread with a warning.
+type ThreadStarter interface {
+	// StartThread opens a new thread in the chat of in (a group chat; its
+	// ThreadID is not used) named t.Name where the platform names threads,
+	// with t.Text as its first message, and returns the thread. An error
+	// wrapping ErrNoThreads says the chat has no threads or the platform
+	// refused to open one (no permission, topics off).
+	StartThread(ctx context.Context, in Origin, t NewThread) (Thread, error)
+}
+
+// NewThread is a thread to open: its name (a Telegram topic's or Discord
+// thread's title, at most 100 characters) and its first message.
+type NewThread struct {
+	Name string
+	Text string
+}
+
+// Thread is an opened thread: the origin of its messages (the chat of the
+// request, ThreadID set) and a link people can follow to it ("" = none).
+type Thread struct {
+	Origin Origin
+	Link   string
+}
+
+// ErrNoThreads: the chat has no threads (a DM, a chat without topics), or
+// the platform refused to open one.
+var ErrNoThreads = errors.New("this chat has no threads")

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/channels/slack/slackfake"
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 )
 
 // shiftClock is the wall clock moved forward by what a test adds.
@@ -34,6 +36,13 @@ func threadModel() llmtest.Handler {
 				}
 			}
 			return llmtest.Reply{Text: fmt.Sprintf("child (task %q, %d messages) heard %q", first, len(c.Messages), last)}
+		}
+		if strings.Contains(last, "in its own thread") && !strings.Contains(c.System, "Sub-agent context") {
+			if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+				return llmtest.Reply{Text: "spawned: " + c.Messages[n-1].ToolResults[0].Content}
+			}
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+				Args: json.RawMessage(`{"task":"alpha: dig into the release notes","label":"alpha","thread":true}`)}}}
 		}
 		return research(c)
 	}
@@ -103,5 +112,145 @@ func TestE2ESlackFocusThread(t *testing.T) {
 	}
 	if keys := tg.sessionKeys(t); len(keys) != 2 || keys[1] != slackK2 {
 		t.Errorf("requester sessions %q, want T2's own conversation now", keys)
+	}
+}
+
+// TestE2ESlackSpawnThread: sessions_spawn {thread: true} in thread T1
+// opens the child's own thread — a starter message in C1 naming the task
+// and the person — and T1 gets one line linking to it (the starter's
+// permalink) and the agent's reply, nothing else; the child's announce
+// goes to its thread; a message there without a mention reaches the
+// child's session and is answered there, not announced again.
+func TestE2ESlackSpawnThread(t *testing.T) {
+	sf := slackfake.New(t)
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), threadModel())
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	tg.waitDelivered(t, 3) // the link line, the reply, the announce (the starter is no outbox item)
+	posts := sf.Posted()
+	if len(posts) != 4 {
+		t.Fatalf("%d posts, want the starter, the link, the reply and the announce: %+v", len(posts), posts)
+	}
+	starter := posts[0]
+	if starter.Channel != "C1" || starter.ThreadTS != "" || !strings.HasPrefix(starter.Text, "🧵 alpha\nA sub-agent (main) working for ") ||
+		!strings.Contains(starter.Text, "alpha: dig into the release notes") {
+		t.Fatalf("first post = %+v, want the starter of alpha's thread, top level in C1", starter)
+	}
+	runs := tg.runsOf(t, slackK1)
+	if len(runs) != 1 || runs[0].Origin.ThreadID != starter.TS {
+		t.Fatalf("runs of T1 = %+v, want alpha with its thread %s as origin", runs, starter.TS)
+	}
+	var inT1, inChild []slackfake.Post
+	for _, p := range posts[1:] {
+		switch p.ThreadTS {
+		case slackT1:
+			inT1 = append(inT1, p)
+		case starter.TS:
+			inChild = append(inChild, p)
+		default:
+			t.Errorf("post outside T1 and alpha's thread: %+v", p)
+		}
+	}
+	link := "🧵 alpha works in its own thread: https://" + slackfake.Workspace + ".slack.com/archives/C1/p" + strings.ReplaceAll(starter.TS, ".", "")
+	if len(inT1) != 2 || inT1[0].Text != link || !strings.HasPrefix(inT1[1].Text, `spawned: {"status":"accepted"`) || strings.Contains(inT1[1].Text, "warning") {
+		t.Errorf("T1 = %+v, want the link line %q then the reply", inT1, link)
+	}
+	if len(inChild) != 1 || !strings.HasPrefix(inChild[0].Text, "Status: success\nTask: alpha") {
+		t.Errorf("alpha's thread = %+v, want its announce", inChild)
+	}
+	sf.SendMessage("C1", slackfake.UserID, "again: and the changelog?", starter.TS)
+	posts = sf.WaitPosts(5, e2eWait)
+	if p := posts[4]; p.ThreadTS != starter.TS || !strings.HasPrefix(p.Text, `child (task "alpha: dig into the release notes", `) {
+		t.Fatalf("answer in alpha's thread = %+v", p)
+	}
+	tg.waitDelivered(t, 4)
+}
+
+// telegramThreadConfig: the forum supergroup -100123 and the plain group
+// -100777, both needing a mention.
+const telegramThreadConfig = `{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: {
+    telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": {}, "-100777": {}, "-100888": {} } },
+    web: { enabled: false },
+  },
+}`
+
+// TestE2ETelegramSpawnTopic: in a forum supergroup, sessions_spawn
+// {thread: true} opens a forum topic named after the label whose first
+// message is the starter; topic 42 gets one link line and the reply, the
+// new topic the announce; a message in the new topic without a mention (a
+// topic the bot opened is one it is in) reaches the child's session and
+// is answered there. In a group without topics, and in a forum where the
+// bot may not open topics, the spawn runs in the requester's chat and its
+// result carries a warning.
+func TestE2ETelegramSpawnTopic(t *testing.T) {
+	tf := tgfake.New(t, tgToken)
+	tf.SetForum(tgGroup, "")
+	tf.SetForum(-100888, "Bad Request: not enough rights to create a topic")
+	tg := newTestGateway(t, fmt.Sprintf(telegramThreadConfig, tgToken, tf.URL()), threadModel())
+
+	tf.SendText(tgGroup, "supergroup", 42, tgAlice, "@herald_bot look at this in its own thread")
+	tg.waitDelivered(t, 3) // link, reply, announce; the starter is sent with the topic
+	topics := tf.Topics()
+	if len(topics) != 1 || topics[0].ChatID != tgGroup || topics[0].Name != "alpha" {
+		t.Fatalf("topics = %+v, want one named alpha in %d", topics, tgGroup)
+	}
+	topic := topics[0].ThreadID
+	sent := tf.Sent()
+	if len(sent) != 4 {
+		t.Fatalf("%d messages, want the starter, the link, the reply, the announce: %+v", len(sent), sent)
+	}
+	if s := sent[0]; s.ThreadID != topic || !strings.HasPrefix(s.Text, "🧵 alpha\nA sub-agent (main) working for User on:") {
+		t.Errorf("first message = %+v, want the starter in the new topic", s)
+	}
+	link := fmt.Sprintf("🧵 alpha works in its own thread: https://t.me/c/123/%d", topic)
+	// Two destinations: the order within each is fixed, not across them.
+	var in42, inTopic []tgfake.Sent
+	for _, s := range sent[1:] {
+		switch s.ThreadID {
+		case 42:
+			in42 = append(in42, s)
+		case topic:
+			inTopic = append(inTopic, s)
+		}
+	}
+	if len(in42) != 2 || in42[0].Text != link || !strings.HasPrefix(in42[1].Text, `spawned: {"status":"accepted"`) || strings.Contains(in42[1].Text, "warning") {
+		t.Errorf("topic 42 = %+v, want %q then the reply", in42, link)
+	}
+	if len(inTopic) != 1 || !strings.HasPrefix(inTopic[0].Text, "Status: success\nTask: alpha") {
+		t.Errorf("new topic = %+v, want the announce", inTopic)
+	}
+	tf.SendText(tgGroup, "supergroup", topic, tgAlice, "again: anything else?")
+	sent = waitTelegram(t, tf, 5)
+	if s := sent[4]; s.ThreadID != topic || !strings.HasPrefix(s.Text, `child (task "alpha: dig into the release notes", `) {
+		t.Fatalf("answer in the topic = %+v", s)
+	}
+
+	// No topics here: the child runs in the requester's chat, with a warning.
+	for i, c := range []struct {
+		chat int64
+		why  string
+	}{{-100777, "the chat is not a forum"}, {-100888, "not enough rights to create a topic"}} {
+		tf.SendText(c.chat, "supergroup", 0, tgAlice, "@herald_bot look at this in its own thread")
+		tg.waitDelivered(t, 4+2*(i+1)) // the reply and the announce
+		var reply, announce bool
+		for _, s := range tf.Sent() {
+			if s.ChatID != c.chat {
+				continue
+			}
+			reply = reply || strings.Contains(s.Text, `"warning":"thread ignored: telegram: open a topic in `+fmt.Sprint(c.chat)) && strings.Contains(s.Text, c.why)
+			announce = announce || s.ThreadID == 0 && strings.HasPrefix(s.Text, "Status: success\nTask: alpha")
+		}
+		if !reply || !announce {
+			t.Errorf("chat %d: reply with the warning %v, announce in the chat %v: %+v", c.chat, reply, announce, tf.Sent())
+		}
+	}
+	if n := len(tf.Topics()); n != 1 {
+		t.Errorf("%d topics, want 1", n)
 	}
 }

@@ -163,3 +163,13 @@ func (t threadBindings) Bound(ctx context.Context, childKeys []string) map[strin
 	}
 	return out
 }
+
+// startThread opens a thread of its own in the chat of requester, on a
+// channel that can (channels.ThreadStarter); ErrNoThreads elsewhere.
+func (g *Gateway) startThread(ctx context.Context, requester channels.Origin, t channels.NewThread) (channels.Thread, error) {
+	ts, ok := g.channel(requester.Channel).(channels.ThreadStarter)
+	if !ok {
+		return channels.Thread{}, fmt.Errorf("%s has no threads Herald can open: %w", requester.Channel, channels.ErrNoThreads)
+	}
+	return ts.StartThread(ctx, requester, t)
+}

@@ -42,6 +42,7 @@ type Store interface {
 	store.Sessions
 	store.Outbox
 	store.Transcripts
+	store.Bindings
 }
 
 // Deps is what a Manager needs from the gateway.
@@ -101,6 +102,10 @@ type Deps struct {
 	Files func(childKey string) []store.FileRef
 	// Tracer starts the herald.run spans (SPEC §22); nil = off.
 	Tracer *telemetry.Tracer
+	// StartThread, if set, opens a thread of its own in the chat of
+	// requester for a child spawned with thread: true (SPEC §24); an error
+	// wrapping channels.ErrNoThreads says the chat has none.
+	StartThread func(ctx context.Context, requester channels.Origin, t channels.NewThread) (channels.Thread, error)
 }
 
 // Peers are the other replicas of a PostgreSQL state (SPEC §14): a run
@@ -300,6 +305,8 @@ type SpawnParams struct {
 	// Attachments are workspace files handed to the child (SPEC §18):
 	// named in its task, and images given to its model as content.
 	Attachments []string `json:"attachments,omitempty"`
+	// Thread gives the child a chat thread of its own (SPEC §24).
+	Thread bool `json:"thread,omitempty"`
 }
 
 // SpawnResult is sessions_spawn's result.
@@ -335,6 +342,17 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	if fail != nil {
 		return *fail
 	}
+	var thread *channels.Thread
+	if p.Thread {
+		// The child's own thread is its delivery target: its live
+		// output, approvals and announce go there (SPEC §24).
+		var w string
+		if thread, w = m.openThread(ctx, cc, run); thread != nil {
+			run.Origin, child.Origin = thread.Origin, thread.Origin
+		}
+		warning = strings.TrimPrefix(warning+"; "+w, "; ")
+		warning = strings.TrimSuffix(warning, "; ")
+	}
 	// The run's spans continue the trace of the tool call that made it,
 	// wherever and whenever it runs.
 	run.TraceParent = telemetry.Traceparent(ctx)
@@ -344,6 +362,9 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	// that records the run, so two parallel spawns cannot both take the last
 	// slot and no lock is held across the store round trip.
 	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	if err != nil && thread != nil {
+		m.threadRefused(ctx, run, err)
+	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {
 			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
@@ -352,6 +373,9 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	}
 	if err != nil {
 		return spawnError("could not record the run: %v", err)
+	}
+	if thread != nil {
+		m.bindThread(ctx, cc, run, thread)
 	}
 	m.enqueue(run)
 	m.changed(run.RootKey)

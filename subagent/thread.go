@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/store"
 )
@@ -204,4 +207,79 @@ func (m *Manager) ResolveBound(ctx context.Context, run *store.Run, target strin
 		return nil, err
 	}
 	return pick(runs, target)
+}
+
+// openThread opens the thread of a child spawned with thread: true, in
+// the requester's chat; where there is none (a DM, the web chat, a chat
+// without topics) or the platform refuses, thread is nil and warning says
+// why: the child then runs in the requester's thread.
+func (m *Manager) openThread(ctx context.Context, cc agent.CallContext, run *store.Run) (thread *channels.Thread, warning string) {
+	const here = "; the sub-agent runs in this thread instead"
+	if m.d.StartThread == nil || cc.Origin.ChatType != channels.ChatGroup {
+		return nil, "thread ignored: this chat has no threads (a direct message or the web chat)" + here
+	}
+	// A spawn the children limit refuses anyway opens no thread.
+	if lim := m.config().SubagentLimits(cc.AgentID); lim.MaxChildrenPerSession > 0 {
+		live, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: cc.SessionKey,
+			Statuses: []string{store.StatusQueued, store.StatusRunning, store.StatusAnnouncing}})
+		if err == nil && len(live) >= lim.MaxChildrenPerSession {
+			return nil, ""
+		}
+	}
+	title := TaskTitle(run.Label, run.Task)
+	who := cc.Origin.SenderName
+	if who == "" {
+		who = "agent " + cc.AgentID
+	}
+	starter := fmt.Sprintf("🧵 %s\nA sub-agent (%s) working for %s on:\n%s\n\nIts result is posted here; write here to talk to it.",
+		Truncate(title, 72), run.AgentID, who, Truncate(strings.TrimSpace(run.Task), 500))
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	th, err := m.d.StartThread(tctx, cc.Origin, channels.NewThread{Name: Truncate(title, 100), Text: starter})
+	if err != nil {
+		m.runLog(run).Info("sessions_spawn thread: no thread opened; the child runs in the requester's thread", zap.Error(err))
+		if errors.Is(err, channels.ErrNoThreads) {
+			return nil, fmt.Sprintf("thread ignored: %v", err) + here
+		}
+		return nil, fmt.Sprintf("thread ignored: the chat platform did not open a thread (%v)", err) + here
+	}
+	return &th, ""
+}
+
+// bindThread binds the child's new thread to its session, so people talk
+// to it there, and posts one line linking to it in the requester's thread.
+func (m *Manager) bindThread(ctx context.Context, cc agent.CallContext, run *store.Run, th *channels.Thread) {
+	cfg := m.config()
+	agentID := ids.SessionKey(run.RootKey).AgentID() // whom the thread's chat talks to
+	if _, ok := cfg.Agent(agentID); !ok {
+		agentID = cc.AgentID
+	}
+	now := m.d.Clock.Now()
+	b := &store.Binding{Thread: th.Origin, ChildKey: run.ChildKey, RunID: run.ID, AgentID: agentID, CreatedAt: now,
+		ExpiresAt: now.Add(time.Duration(cfg.SubagentLimits(agentID).ThreadIdleMinutes) * time.Minute)}
+	if err := m.d.Store.BindThread(ctx, b); err != nil {
+		m.runLog(run).Warn("sessions_spawn thread: the thread was opened but not bound; its announce still goes there", zap.Error(err))
+	}
+	where := "in its own thread"
+	if th.Link != "" {
+		where += ": " + th.Link
+	}
+	line := fmt.Sprintf("🧵 %s works %s", Truncate(TaskTitle(run.Label, run.Task), 72), where)
+	item := &store.OutboxItem{Origin: cc.Origin, Kind: channels.KindSystem, Text: line, CreatedAt: now,
+		SessionKey: cc.SessionKey, AgentID: cc.AgentID}
+	if _, err := m.d.Store.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
+		m.runLog(run).Warn("sessions_spawn thread: the link to the thread was not posted", zap.Error(err))
+		return
+	}
+	m.d.Notify()
+}
+
+// threadRefused tells a thread opened for a spawn the store then refused
+// (a limit reached meanwhile) that its sub-agent did not start.
+func (m *Manager) threadRefused(ctx context.Context, run *store.Run, err error) {
+	item := &store.OutboxItem{Origin: run.Origin, Kind: channels.KindSystem, CreatedAt: m.d.Clock.Now(),
+		Text: "⚠️ This sub-agent was not started: " + err.Error(), SessionKey: run.RequesterKey, AgentID: run.AgentID}
+	if _, err := m.d.Store.EnqueueOutbox(context.WithoutCancel(ctx), item); err == nil {
+		m.d.Notify()
+	}
 }

@@ -84,6 +84,7 @@ func (m *Manager) spawnToolDef() agent.Tool {
 "thinking":{"type":"string","enum":["off","low","medium","high"]},
 "runTimeoutSeconds":{"type":"integer","minimum":0},
 "cleanup":{"type":"string","enum":["keep","delete"]},
+"thread":{"type":"boolean","description":"give the sub-agent its own chat thread (Slack, Discord, Matrix thread, Telegram forum topic): its result is posted there and people can talk to it there"},
 "allowedTools":{"type":"array","items":{"type":"string"},"description":"a subset of your tools"},
 "allowed_tools":{"type":"array","items":{"type":"string"}},
 "action":{"type":"string","enum":["spawn","history","steer"]},

@@ -112,6 +112,9 @@ type topicFields struct {
 	Message *struct {
 		ThreadID int  `json:"message_thread_id"`
 		IsTopic  bool `json:"is_topic_message"`
+		ReplyTo  *struct {
+			TopicCreated *struct{} `json:"forum_topic_created"`
+		} `json:"reply_to_message"`
 	} `json:"message"`
 }
 
@@ -258,6 +261,11 @@ func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields, files []channe
 		// In a topic every message "replies" to the topic's first message;
 		// only a reply to another message of the bot addresses it.
 		if threadID == 0 || r.MessageID != threadID {
+			mentioned = true
+		}
+		if r.MessageID == threadID && extra.Message != nil && extra.Message.ReplyTo != nil && extra.Message.ReplyTo.TopicCreated != nil {
+			// A topic the bot opened (sessions_spawn {thread: true}) is
+			// a thread the bot is in (SPEC §24, §9's mention rule).
 			mentioned = true
 		}
 	}

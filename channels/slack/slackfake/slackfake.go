@@ -137,6 +137,7 @@ func New(t testing.TB) *Server {
 		c.Handle("/auth.test", s.authTest)
 		c.Handle("/chat.postMessage", s.postMessage)
 		c.Handle("/chat.update", s.update)
+		c.Handle("/chat.getPermalink", s.permalink)
 		c.Handle("/conversations.history", s.history)
 		c.Handle("/conversations.replies", s.replies)
 		c.Handle("/users.info", s.usersInfo)
@@ -657,4 +658,28 @@ func (s *Server) forget(conn *wsConn) {
 			return
 		}
 	}
+}
+
+// Workspace is the fake workspace's domain in permalinks.
+const Workspace = "herald-test"
+
+// permalink answers chat.getPermalink like Slack: a link to a message the
+// channel holds, message_not_found for one it does not.
+func (s *Server) permalink(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	channel, ts := r.Form.Get("channel"), r.Form.Get("message_ts")
+	s.mu.Lock()
+	found := false
+	for _, p := range s.posts {
+		if p.Channel == channel && p.TS == ts {
+			found = true
+		}
+	}
+	s.mu.Unlock()
+	if !found {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "message_not_found"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "channel": channel,
+		"permalink": "https://" + Workspace + ".slack.com/archives/" + channel + "/p" + strings.ReplaceAll(ts, ".", "")})
 }

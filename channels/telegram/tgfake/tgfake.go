@@ -2,7 +2,7 @@
 // that speaks the real Bot API wire format (`{"ok":true,"result":…}` with
 // integer ids) for getMe, getUpdates (long polling, offsets), setWebhook,
 // getWebhookInfo, deleteWebhook, sendMessage, editMessageText,
-// sendChatAction, and files (files.go: photo, document, audio, voice and
+// sendChatAction, createForumTopic (SetForum), and files (files.go: photo, document, audio, voice and
 // video messages, getFile and /file/bot<token>/<path>, sendPhoto and
 // sendDocument multipart uploads), including forum-topic fields
 // (message_thread_id, is_topic_message) and injected failures (429 with
@@ -94,6 +94,18 @@ type Server struct {
 	// real Bot API ends it with 409 when a second getUpdates comes in).
 	poll      chan struct{}
 	conflicts int
+	// forums are the chats that are forum supergroups (SetForum), with
+	// the error createForumTopic answers there ("" = it creates topics);
+	// topics are the topics created, by chat and thread id.
+	forums map[int64]string
+	topics []Topic
+}
+
+// Topic is one forum topic the fake created (createForumTopic).
+type Topic struct {
+	ChatID   int64
+	ThreadID int // message_thread_id: the id of its creation service message
+	Name     string
 }
 
 type msgKey struct {
@@ -119,6 +131,7 @@ func New(t testing.TB, token string) *Server {
 		nextMsg:    1,
 		messages:   map[msgKey]message{},
 		failChats:  map[int64]failure{},
+		forums:     map[int64]string{},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
@@ -178,6 +191,59 @@ func (s *Server) FailChat(chatID int64, status int, description string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failChats[chatID] = failure{status: status, description: description}
+}
+
+// SetForum makes chatID a forum supergroup: createForumTopic creates
+// topics there. With refuse set, it fails instead with that description,
+// as Telegram does for a bot without the right to manage topics (e.g.
+// "Bad Request: not enough rights to create a topic"). In any other chat
+// it answers "Bad Request: the chat is not a forum".
+func (s *Server) SetForum(chatID int64, refuse string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forums[chatID] = refuse
+}
+
+// Topics returns the forum topics created, in order.
+func (s *Server) Topics() []Topic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Topic(nil), s.topics...)
+}
+
+// createForumTopic creates a topic like Telegram: its message_thread_id is
+// the id of the forum_topic_created service message the creator (the bot)
+// posts in it, and later messages in the topic reply to that message.
+func (s *Server) createForumTopic(w http.ResponseWriter, p url.Values) {
+	chatID, err := strconv.ParseInt(p.Get("chat_id"), 10, 64)
+	if err != nil {
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: chat not found"})
+		return
+	}
+	name := p.Get("name")
+	if n := len([]rune(name)); n == 0 || n > 128 {
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: TOPIC_NAME_INVALID"})
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refuse, forum := s.forums[chatID]
+	switch {
+	case !forum:
+		writeError(w, failure{status: http.StatusBadRequest, description: "Bad Request: the chat is not a forum"})
+		return
+	case refuse != "":
+		writeError(w, failure{status: http.StatusBadRequest, description: refuse})
+		return
+	}
+	id := s.nextMsg
+	s.nextMsg++
+	s.messages[msgKey{chatID, id}] = message{MessageID: id, MessageThreadID: id, IsTopicMessage: true, From: botUser(),
+		Chat: chat{ID: chatID, Type: "supergroup", IsForum: true}, Date: time.Now().Unix(),
+		ForumTopicCreated: &forumTopic{Name: name, IconColor: 7322096}}
+	s.topics = append(s.topics, Topic{ChatID: chatID, ThreadID: id, Name: name})
+	s.notifyLocked()
+	writeResult(w, map[string]any{"message_thread_id": id, "name": name, "icon_color": 7322096})
 }
 
 // Webhook returns the url and secret_token of the last setWebhook ("" after
@@ -334,6 +400,8 @@ type message struct {
 	Date            int64    `json:"date"`
 	Text            string   `json:"text,omitempty"`
 	ReplyTo         *message `json:"reply_to_message,omitempty"`
+	// ForumTopicCreated marks the service message that opened a topic.
+	ForumTopicCreated *forumTopic `json:"forum_topic_created,omitempty"`
 
 	Caption      string      `json:"caption,omitempty"`
 	MediaGroupID string      `json:"media_group_id,omitempty"`
@@ -342,6 +410,11 @@ type message struct {
 	Audio        *fileObj    `json:"audio,omitempty"`
 	Voice        *fileObj    `json:"voice,omitempty"`
 	Video        *fileObj    `json:"video,omitempty"`
+}
+
+type forumTopic struct {
+	Name      string `json:"name"`
+	IconColor int    `json:"icon_color"`
 }
 
 type update struct {
@@ -393,6 +466,12 @@ func (s *Server) updateLocked(in In) (int, json.RawMessage) {
 	if in.ThreadID > 0 {
 		m.MessageThreadID = in.ThreadID
 		m.IsTopicMessage = true
+		if root, ok := s.messages[msgKey{in.ChatID, in.ThreadID}]; ok && root.ForumTopicCreated != nil && in.ReplyTo == 0 {
+			// In a topic every message replies to the topic's creation
+			// message (as on Telegram).
+			root.ReplyTo = nil
+			m.ReplyTo = &root
+		}
 	}
 	if in.ReplyTo != 0 {
 		if r, ok := s.messages[msgKey{in.ChatID, in.ReplyTo}]; ok {
@@ -482,6 +561,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeResult(w, true)
 	case "sendMessage":
 		s.sendMessage(w, params)
+	case "createForumTopic":
+		s.createForumTopic(w, params)
 	case "getFile":
 		s.getFile(w, params)
 	case "editMessageText":
