@@ -54,14 +54,15 @@ func threadModel() llmtest.Handler {
 // answered in T2 by alpha's session, which sees its own history — nothing
 // is announced again and nothing reaches T1 or the T2 conversation's own
 // session; /subagents list in T1 marks alpha 🧵. After a restart the
-// binding holds; threadIdleMinutes after the last message it ends and T2
-// talks to its own agent again.
+// binding holds; threadIdleMinutes (90 here) after the last message it
+// ends and T2 talks to its own agent again.
 func TestE2ESlackFocusThread(t *testing.T) {
 	clock := &shiftClock{}
 	testClock = clock
 	defer func() { testClock = nil }()
 	sf := slackfake.New(t)
-	cfg := fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL())
+	cfg := strings.Replace(fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()),
+		`defaults: { model: "anthropic/m" }`, `defaults: { model: "anthropic/m", subagents: { threadIdleMinutes: 90 } }`, 1)
 	stateDir := t.TempDir()
 	tg := newTestGatewayIn(t, stateDir, cfg, threadModel())
 	if !sf.WaitConnected(e2eWait) {
@@ -103,11 +104,18 @@ func TestE2ESlackFocusThread(t *testing.T) {
 		t.Fatalf("after a restart: %+v, want alpha's session answering", p)
 	}
 
-	// threadIdleMinutes (1440) after the last message the binding ends.
-	clock.Add(1441 * time.Minute)
-	sf.SendMention("C1", slackfake.UserID, "again: anyone?", slackT2)
+	// threadIdleMinutes after the last message the binding ends; a
+	// message before that keeps it.
+	clock.Add(80 * time.Minute)
+	sf.SendMention("C1", slackfake.UserID, "again: still?", slackT2)
 	posts = sf.WaitPosts(8, e2eWait)
-	if p := posts[7]; p.ThreadTS != slackT2 || !strings.HasPrefix(p.Text, "plain answer to: again: anyone?") {
+	if p := posts[7]; p.ThreadTS != slackT2 || !strings.HasPrefix(p.Text, want) {
+		t.Fatalf("80 minutes later: %+v, want alpha's session answering", p)
+	}
+	clock.Add(91 * time.Minute)
+	sf.SendMention("C1", slackfake.UserID, "again: anyone?", slackT2)
+	posts = sf.WaitPosts(9, e2eWait)
+	if p := posts[8]; p.ThreadTS != slackT2 || !strings.HasPrefix(p.Text, "plain answer to: again: anyone?") {
 		t.Fatalf("after the binding ended: %+v, want the agent's own answer", p)
 	}
 	if keys := tg.sessionKeys(t); len(keys) != 2 || keys[1] != slackK2 {

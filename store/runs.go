@@ -482,8 +482,11 @@ func (d *DB) CountSpawns(ctx context.Context, rootKey string) (int, error) {
 // DueArchives returns the runs whose ArchiveAt is set and ≤ now and that are
 // not archived yet, earliest deadline first.
 func (d *DB) DueArchives(ctx context.Context, now time.Time) ([]Run, error) {
+	// A child a thread is bound to (SPEC §24) is archived once its
+	// binding ended too: people still talk to it there.
 	rows, err := d.reader(ctx).query(`SELECT `+runCols+` FROM runs
 		WHERE archive_at IS NOT NULL AND archived_at IS NULL AND archive_at <= $1
+		AND NOT EXISTS (SELECT 1 FROM thread_bindings b WHERE b.child_key = runs.child_key AND b.expires_at > $1)
 		ORDER BY archive_at, `+d.dialect.rowid, msOrNow(now))
 	if err != nil {
 		return nil, d.wrap("due archives", err)
@@ -495,12 +498,15 @@ func (d *DB) DueArchives(ctx context.Context, now time.Time) ([]Run, error) {
 	return runs, nil
 }
 
-// NextArchiveAt returns the earliest pending archive deadline; ok is false
-// when there is none.
+// NextArchiveAt returns the earliest pending archive deadline (for a child
+// a thread is bound to, the later of its deadline and the binding's end);
+// ok is false when there is none.
 func (d *DB) NextArchiveAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
-		`SELECT MIN(archive_at) FROM runs WHERE archive_at IS NOT NULL AND archived_at IS NULL`)
+		`SELECT MIN(CASE WHEN b.e > r.archive_at THEN b.e ELSE r.archive_at END) FROM runs r
+		LEFT JOIN (SELECT child_key, MAX(expires_at) AS e FROM thread_bindings GROUP BY child_key) b ON b.child_key = r.child_key
+		WHERE r.archive_at IS NOT NULL AND r.archived_at IS NULL`)
 	if err != nil {
 		return time.Time{}, false, d.wrap("next archive", err)
 	}

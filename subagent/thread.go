@@ -114,6 +114,9 @@ func (m *Manager) FollowUp(ctx context.Context, run *store.Run, f FollowUp) (Fol
 		}
 		run = cur
 	}
+	if !run.ArchivedAt.IsZero() {
+		return FollowUpResult{}, errors.New("its session was archived (archiveAfterMinutes), so it cannot answer any more; /unfocus to talk to the agent")
+	}
 	text, err := m.oneMoreTurn(ctx, run, f.Text, moreTurn{resume: f.Resume, onText: f.OnText})
 	if err != nil {
 		return FollowUpResult{}, err

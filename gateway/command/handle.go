@@ -637,6 +637,9 @@ func (h handler) focus(ctx context.Context, target string) string {
 	case err != nil:
 		return "⚠️ Could not read this chat's sub-agents; try again in a moment."
 	}
+	if !r.ArchivedAt.IsZero() {
+		return fmt.Sprintf("⚠️ %s was archived; its session cannot be continued.", title(r))
+	}
 	if err := h.env.Threads.Focus(ctx, h.req.Origin, r, h.req.SenderID); err != nil {
 		return "⚠️ Could not bind this thread; try again in a moment."
 	}

@@ -115,3 +115,33 @@ func runIDs(runs []store.Run) []string {
 	}
 	return out
 }
+
+// A child a thread is bound to is archived once both its deadline and
+// its binding have passed: NextArchiveAt is the later of the two, and
+// DueArchives leaves it while the binding lasts.
+func testBoundChildArchive(t *testing.T, s Store) {
+	ctx := context.Background()
+	r, child := newRun("rb")
+	if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	r.Status, r.Outcome, r.EndedAt, r.ArchiveAt = store.StatusDone, store.OutcomeSuccess, t0, t0.Add(time.Hour)
+	if err := s.FinishRun(ctx, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	thread := origin
+	thread.ThreadID = "1700.5"
+	if err := s.BindThread(ctx, &store.Binding{Thread: thread, ChildKey: child.Key, RunID: "rb", CreatedAt: t0,
+		ExpiresAt: t0.Add(3 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := s.NextArchiveAt(ctx); err != nil || !ok || !at.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("NextArchiveAt of a bound child = %v %v %v; want the binding's end %v", at, ok, err, t0.Add(3*time.Hour))
+	}
+	if due, err := s.DueArchives(ctx, t0.Add(2*time.Hour)); err != nil || len(due) != 0 {
+		t.Errorf("DueArchives while bound = %v, %v; want none", runIDs(due), err)
+	}
+	if due, err := s.DueArchives(ctx, t0.Add(3*time.Hour)); err != nil || len(due) != 1 || due[0].ID != "rb" {
+		t.Errorf("DueArchives after the binding ended = %v, %v; want rb", runIDs(due), err)
+	}
+}

@@ -73,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"RunStatusAndArchive", testRunStatusAndArchive},
 		{"Bindings", testBindings},
 		{"RunsByChat", testRunsByChat},
+		{"BoundChildArchive", testBoundChildArchive},
 		{"Memories", testMemories},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
