@@ -47,6 +47,9 @@ const demoHelp = `This is Herald's offline demo model: no real LLM is answering.
 - spawn a researcher on SQLite WAL mode
 - list files
 - run ls -la
+- remember the release is on Friday — then recall release (and /memory)
+- search sqlite wal mode (needs tools.webSearch)
+- skills — the skills this agent has
 - /subagents list
 
 Configure a real provider under models.providers to get real answers.`
@@ -183,6 +186,21 @@ func (d *Demo) answer(ctx context.Context, req agent.Request) (*agent.Response, 
 	if rest, ok := cutPrefixFold(user, "run "); ok {
 		return toolCall(req, msgs, "exec", "I would run a command, but", []string{"command", "cmd"}, strings.TrimSpace(rest)), nil
 	}
+	if rest, ok := cutPrefixFold(user, "search "); ok {
+		if _, offered := findTool(req.Tools, "web_search"); !offered {
+			return text("I would search the web, but web_search is not configured: set tools.webSearch.provider (brave or tavily with an apiKey, or searxng with the baseUrl of your instance). See docs/tools.md."), nil
+		}
+		return toolCall(req, msgs, "web_search", "I would search the web, but", []string{"query"}, strings.TrimSpace(rest)), nil
+	}
+	if rest, ok := cutPrefixFold(user, "remember "); ok {
+		return toolCall(req, msgs, "memory_write", "I would remember that, but", []string{"text"}, strings.TrimSpace(rest)), nil
+	}
+	if rest, ok := cutPrefixFold(user, "recall "); ok {
+		return toolCall(req, msgs, "memory_search", "I would search my memories, but", []string{"query"}, strings.TrimSpace(rest)), nil
+	}
+	if low == "skills" || strings.HasPrefix(low, "skills ") || low == "list skills" {
+		return text(skillsReply(req.System)), nil
+	}
 	echo := oneLine(user, 200)
 	if echo == "" {
 		return text(demoHelp), nil
@@ -293,6 +311,26 @@ func toolNameFor(msgs []agent.Message, callID string) string {
 		}
 	}
 	return ""
+}
+
+// skillsReply lists the skills the system prompt names (its # Skills
+// block), or says how to add one.
+func skillsReply(system string) string {
+	_, block, ok := strings.Cut(system, "# Skills\n")
+	var lines []string
+	if ok {
+		for _, l := range strings.Split(block, "\n") {
+			if strings.HasPrefix(l, "- ") {
+				lines = append(lines, l)
+			} else if len(lines) > 0 || strings.HasPrefix(l, "#") {
+				break
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return "I have no skills yet. A skill is a folder with a SKILL.md (front matter name: and description:) under skills/ in my workspace or in a folder of skills.paths; the next message sees it. See docs/tools.md."
+	}
+	return "My skills (I read a skill's SKILL.md with read_file before using it):\n\n" + strings.Join(lines, "\n")
 }
 
 // announceReply is the announce step's answer: Result and Notes only. The

@@ -171,6 +171,9 @@ func TestDemoWorkspaceTools(t *testing.T) {
 		{Name: "list_files", Schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)},
 		{Name: "read_file", Schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)},
 		{Name: "exec", Schema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`)},
+		{Name: "web_search", Schema: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"},"count":{"type":"integer"}},"required":["query"]}`)},
+		{Name: "memory_write", Schema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"pin":{"type":"boolean"}},"required":["text"]}`)},
+		{Name: "memory_search", Schema: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}`)},
 	}
 	tests := []struct {
 		say, tool, args string
@@ -178,6 +181,9 @@ func TestDemoWorkspaceTools(t *testing.T) {
 		{"List files", "list_files", `{"path":"."}`},
 		{"read AGENTS.md", "read_file", `{"path":"AGENTS.md"}`},
 		{"Run ls -la", "exec", `{"command":"ls -la"}`},
+		{"search sqlite wal mode", "web_search", `{"query":"sqlite wal mode"}`},
+		{"Remember the release is on Friday", "memory_write", `{"text":"the release is on Friday"}`},
+		{"recall release", "memory_search", `{"query":"release"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.say, func(t *testing.T) {
@@ -228,8 +234,8 @@ func TestDemoHelpIsAMarkdownListOfWhatWorks(t *testing.T) {
 	if err := goldmark.New(goldmark.WithExtensions(extension.GFM)).Convert([]byte(resp.Text), &html); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(html.String(), "<ul>") != 1 || strings.Count(html.String(), "<li>") != 5 {
-		t.Errorf("the help does not render as one list of 5 items:\n%s", html.String())
+	if strings.Count(html.String(), "<ul>") != 1 || strings.Count(html.String(), "<li>") != 8 {
+		t.Errorf("the help does not render as one list of 8 items:\n%s", html.String())
 	}
 	if strings.Contains(resp.Text, "AGENTS.md") || strings.Contains(resp.Text, "read ") {
 		t.Errorf("the help suggests reading a file a fresh workspace does not have:\n%s", resp.Text)
@@ -246,5 +252,23 @@ func TestDemoHelpIsAMarkdownListOfWhatWorks(t *testing.T) {
 	}
 	if len(spawn.ToolCalls) != 3 || !strings.Contains(string(spawn.ToolCalls[0].Args), "wait 20s") {
 		t.Errorf("the example spawns %d: %+v", len(spawn.ToolCalls), spawn.ToolCalls)
+	}
+}
+
+// "skills" lists the skills of the system prompt, or says how to add one;
+// "search" without web_search says how to configure it.
+func TestDemoSkillsAndSearchWithoutTool(t *testing.T) {
+	system := "You are…\n\n# Skills\nSkills are instructions…\n- pdf: Reads PDFs. (/ws/skills/pdf/SKILL.md)\n- deploy: Ships it. (/srv/skills/deploy/SKILL.md)\n\n# Pinned memories\n- [ab12cd34, 2026-11-27] x\n"
+	resp := demoComplete(t, NewDemo(DemoOptions{}), agent.Request{System: system, Messages: []agent.Message{{Role: agent.RoleUser, Text: "skills"}}})
+	if !strings.Contains(resp.Text, "- pdf: Reads PDFs. (/ws/skills/pdf/SKILL.md)\n- deploy: Ships it.") || strings.Contains(resp.Text, "ab12cd34") {
+		t.Errorf("skills reply = %q", resp.Text)
+	}
+	resp = demoComplete(t, NewDemo(DemoOptions{}), agent.Request{Messages: []agent.Message{{Role: agent.RoleUser, Text: "skills"}}})
+	if !strings.Contains(resp.Text, "no skills yet") || !strings.Contains(resp.Text, "SKILL.md") {
+		t.Errorf("skills reply without skills = %q", resp.Text)
+	}
+	resp = demoComplete(t, NewDemo(DemoOptions{}), agent.Request{Messages: []agent.Message{{Role: agent.RoleUser, Text: "search go generics"}}})
+	if len(resp.ToolCalls) != 0 || !strings.Contains(resp.Text, "tools.webSearch.provider") {
+		t.Errorf("search without web_search = %+v", resp)
 	}
 }
