@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -189,5 +191,28 @@ func TestE2EMemoryScopeAgent(t *testing.T) {
 	ask(t, tg, "mem-a", "remember the launch code is 4711")
 	if got := ask(t, tg, "mem-b", "recall launch code"); !strings.Contains(got, "the launch code is 4711") {
 		t.Errorf("conversation B did not find A's memory with scope agent: %q", got)
+	}
+}
+
+// TestE2EDemoKeywords: with the demo model (make run), "remember",
+// "recall", "skills" and "search" show the new tools at work.
+func TestE2EDemoKeywords(t *testing.T) {
+	stateDir := t.TempDir()
+	skill := filepath.Join(stateDir, "workspace", "main", "skills", "pdf", "SKILL.md")
+	os.MkdirAll(filepath.Dir(skill), 0o755)
+	os.WriteFile(skill, []byte("---\nname: pdf\ndescription: Reads PDF files.\n---\n"), 0o644)
+	tg := newTestGatewayIn(t, stateDir, webE2EConfig, nil)
+	const c = "demo-kw"
+	if got := ask(t, tg, c, "remember the release is on Friday"); !strings.Contains(got, "memory_write returned") {
+		t.Errorf("remember: %q", got)
+	}
+	if got := ask(t, tg, c, "recall release"); !strings.Contains(got, "the release is on Friday") {
+		t.Errorf("recall: %q", got)
+	}
+	if got := ask(t, tg, c, "skills"); !strings.Contains(got, "- pdf: Reads PDF files. ("+skill+")") {
+		t.Errorf("skills: %q", got)
+	}
+	if got := ask(t, tg, c, "search sqlite wal"); !strings.Contains(got, "tools.webSearch.provider") {
+		t.Errorf("search without a provider: %q", got)
 	}
 }
