@@ -66,3 +66,28 @@ func TestChannelModulesImportedOnlyByRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConsoleIsAPeerOfTheWebChat keeps the operator's console (SPEC §27)
+// where ARCHITECTURE puts it: package admin imports neither the gateway
+// nor the web chat; it reaches the gateway through admin.Live only.
+func TestConsoleIsAPeerOfTheWebChat(t *testing.T) {
+	files, err := filepath.Glob("admin/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("admin sources: %v %v", files, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range af.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if p == "github.com/heraldhq/herald/gateway" || strings.HasPrefix(p, "github.com/heraldhq/herald/channels/web") {
+				t.Errorf("%s imports %s: the console must not", f, p)
+			}
+		}
+	}
+}

@@ -86,6 +86,8 @@ type Gateway struct {
 	spend    *spend.Ledger // budgets and spend (SPEC §20)
 	answered answers       // per conversation: which model answered its last turn and why
 	sched    *schedule.Scheduler
+	// watchers are the console's event streams (SPEC §27).
+	watchers watchers
 	tracer   *telemetry.Tracer // spans of messages (SPEC §22); off = no-op
 	phase    phase             // standby, starting, running (phase.go)
 
@@ -172,7 +174,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.setToolOptions(cfg)
 	g.mainLane = lane.New("main", cfg.Agents.Defaults.MaxConcurrent, o.Logger)
 	g.outbox = newDeliverer(outboxDeps{db: db, replica: g.cluster.id, poll: g.cluster.pollShared(), tell: g.cluster.tellOutbox,
-		channel: g.channel, sendsOn: g.sendsOn, limits: g.outboxLimits, uncertainKey: g.uncertainKey, retryWrite: g.retryWrite, writeCtx: g.bgCtx,
+		channel: g.channel, sendsOn: g.sendsOn, limits: g.outboxLimits, changed: g.watchers.changed, uncertainKey: g.uncertainKey, retryWrite: g.retryWrite, writeCtx: g.bgCtx,
 		clock: g.clock, metrics: g.metrics, tracer: g.tracer, log: g.log.Named("outbox")})
 	g.approv = newApprovals(approvalDeps{db: db, security: func() config.Security { return g.cfg().Security },
 		replica: g.cluster.id, alive: g.cluster.alive, tell: func(ctx context.Context, code string) { g.cluster.send(ctx, busApproval, code) },

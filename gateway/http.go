@@ -23,6 +23,10 @@ func (g *Gateway) routes() *http.ServeMux {
 	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.Handle("GET /mcp", g.guarded(http.HandlerFunc(g.mcpList)))
 	mux.Handle("GET /metrics", g.metricsAuth(promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})))
+	// The operator's console, a peer of the web chat (SPEC §27).
+	for pattern, h := range g.newConsole().Routes() {
+		mux.Handle(pattern, h)
+	}
 	for _, ch := range g.channelSet() {
 		if m, ok := ch.(channels.HTTPMounter); ok {
 			for pattern, h := range m.Routes() {

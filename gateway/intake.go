@@ -167,6 +167,7 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 		return nil
 	}
 	log.Debug("message stored", zap.Int64("intakeId", it.ID), zap.Int("chars", len(in.Text)))
+	g.watchers.changed()
 	g.enqueueTurn(*it, log)
 	return nil
 }
@@ -321,6 +322,7 @@ func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channe
 	if reply != nil {
 		g.outbox.wakeUp()
 	}
+	g.watchers.changed()
 	if next != nil { // the session's next message, claimed for this replica
 		g.enqueueTurn(*next, g.turnLog(*next))
 	}

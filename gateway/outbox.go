@@ -57,6 +57,8 @@ type outboxDeps struct {
 	// limits are outbox.maxAttempts and outbox.maxAgeHours (SPEC §27),
 	// read at every pass.
 	limits func() store.OutboxLimits
+	// changed tells the console an item changed state.
+	changed func()
 	// uncertainKey is the channel's policy for a part whose send outcome
 	// is unknown, with the key of the channel's section that sets it.
 	uncertainKey func(channels.Name) (channels.Uncertain, string)
@@ -204,6 +206,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 				d.started = false
 			}
 			d.mu.Unlock()
+			d.changed()
 			d.wakeLocal() // the next message to this destination may be due
 		}()
 	}
@@ -222,6 +225,9 @@ func (d *deliverer) bury(ctx context.Context) {
 			d.log.Error("bury dead letters", zap.Error(err))
 		}
 		return
+	}
+	if len(dead) > 0 {
+		d.changed()
 	}
 	lim := d.limits()
 	for _, it := range dead {

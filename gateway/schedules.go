@@ -68,6 +68,7 @@ func (g *Gateway) startScheduler(ctx context.Context) (stop func(), err error) {
 // catchUp "all" schedule waits for its previous run to end).
 func (g *Gateway) runChanged(rootKey string) {
 	g.panel.changed(rootKey)
+	g.watchers.changed()
 	if g.sched != nil {
 		g.sched.Wake()
 	}

@@ -331,3 +331,26 @@ func (s *Scheduler) StatusLine(ctx context.Context, sessionKey string) string {
 	}
 	return fmt.Sprintf("⏰ Schedules: %d · next %s (%s)", len(list), when, next.ID)
 }
+
+// Operate is an operator's action on any schedule (the console, SPEC §27):
+// pause, resume or remove as the chat commands do them, or run (due now;
+// a paused schedule is resumed). The reply is the chat command's line;
+// store.ErrNotFound for an unknown id.
+func (s *Scheduler) Operate(ctx context.Context, id, action string) (string, error) {
+	sc, err := s.d.Store.GetSchedule(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	switch action {
+	case "pause", "resume", "remove":
+		return s.act(ctx, Conversation{SessionKey: sc.SessionKey, AgentID: sc.AgentID}, action, id)
+	case "run":
+		if err := s.d.Store.ResumeSchedule(ctx, sc.ID, s.d.Clock.Now()); err != nil {
+			return "", err
+		}
+		s.d.OnChange(sc.SessionKey)
+		s.Wake()
+		return fmt.Sprintf("▶️ Running %s now.", sc.ID), nil
+	}
+	return "", badf("unknown schedule action %q (pause, resume, remove or run)", action)
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -364,7 +365,7 @@ func (d *DB) BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time
 		return nil, nil
 	}
 	at := msOrNow(now)
-	maxAttempts, bornBefore := int64(noLimit), int64(0)
+	maxAttempts, bornBefore := int64(math.MaxInt32), int64(0) // attempts is a 32-bit column on PostgreSQL
 	if lim.MaxAttempts > 0 {
 		maxAttempts = int64(lim.MaxAttempts)
 	}

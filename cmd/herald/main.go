@@ -61,6 +61,7 @@ Commands:
                           (same as SIGHUP); prints what changed, exit 1 if rejected
   runs list               list sub-agent runs (newest first)
   runs info <runId>       show one run
+  runs stop <runId>       stop a run and the runs below it (asks the running gateway)
   sessions list           list sessions
   transcripts tail [-f] <sessionKey>
                           print the session's transcript as JSONL (from the file, or from
@@ -204,7 +205,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case cmd == "outbox" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
 	case cmd == "outbox" && len(rest) == 2 && (rest[0] == "retry" || rest[0] == "drop"):
-		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return outboxAction(ctx, db, rest[0], rest[1], stdout) })
+		return withConfigStore(f, stderr, func(ctx context.Context, cfg *config.Config, db *store.DB) error {
+			return outboxAction(ctx, cfg, db, rest[0], rest[1], stdout)
+		})
+	case cmd == "runs" && len(rest) == 2 && rest[0] == "stop":
+		cfg, path, err := config.OpenState(f.config, nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "herald: config %s:\n%v\n", path, err)
+			return 1
+		}
+		if err := runsStop(context.Background(), cfg, rest[1], stdout); err != nil {
+			fmt.Fprintf(stderr, "herald: %v\n", err)
+			return 1
+		}
+		return 0
 	case cmd == "intake" && len(rest) == 1 && rest[0] == "list":
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listIntake(ctx, db, f, stdout) })
 	case cmd == "schedules" && len(rest) == 1 && rest[0] == "list":
@@ -231,6 +245,7 @@ var argUsages = []struct{ name, args, what string }{
 	{"transcripts tail", "[-f] <sessionKey>", "a session key from `herald sessions list`"},
 	{"runs info", "<runId>", "a runId (or its first characters) or a child session key from `herald runs list`"},
 	{"backup", "FILE", "the file to write the copy of the state database to"},
+	{"runs stop", "<runId>", "a runId from `herald runs list` (the running gateway stops it)"},
 	{"outbox retry", "<id>", "an outbox item id from `herald outbox list --dead` (or --failed)"},
 	{"outbox drop", "<id>", "an outbox item id from `herald outbox list`"},
 }
@@ -422,6 +437,13 @@ func startedLine(cfg *config.Config, addr string) string {
 // config's state section: an operator listing runs needs no channel token
 // or provider key in the shell.
 func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) error) int {
+	return withConfigStore(f, stderr, func(ctx context.Context, _ *config.Config, db *store.DB) error { return fn(ctx, db) })
+}
+
+// withConfigStore is withStore for a command that also reaches the running
+// gateway (gateway.http.listen, gateway.admin.token: read as the file has
+// them, like the state section).
+func withConfigStore(f *flags, stderr io.Writer, fn func(context.Context, *config.Config, *store.DB) error) int {
 	cfg, path, err := config.OpenState(f.config, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: config %s:\n%v\n", path, err)
@@ -434,7 +456,7 @@ func withStore(f *flags, stderr io.Writer, fn func(context.Context, *store.DB) e
 		return 1
 	}
 	defer db.Close()
-	if err := fn(ctx, db); err != nil {
+	if err := fn(ctx, cfg, db); err != nil {
 		fmt.Fprintf(stderr, "herald: %v\n", err)
 		return 1
 	}

@@ -1,30 +1,44 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/heraldhq/herald/admin"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
 
 // The operator's commands beside the console (SPEC §27): dead letters,
 // owed messages. Their --json output is the console API's objects.
 
-// outboxAction is `herald outbox retry|drop <id>`, through the store (it
-// works whichever replica holds the item, and with no gateway running).
-// A running gateway sends a retried item within a minute, at once when
-// `herald` reaches it (console API) instead.
-func outboxAction(ctx context.Context, db store.Outbox, action, arg string, w io.Writer) error {
+// outboxAction is `herald outbox retry|drop <id>`: through the running
+// gateway's console API when it answers at gateway.http.listen (a retried
+// item is sent at once), else through the store (it works whichever
+// replica holds the item, and with no gateway running; a gateway started
+// later, or one that did not answer, sends it within a minute).
+func outboxAction(ctx context.Context, cfg *config.Config, db store.Outbox, action, arg string, w io.Writer) error {
 	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || id <= 0 {
 		return fmt.Errorf("outbox %s: %q is not an outbox id (herald outbox list shows them)", action, arg)
+	}
+	if reached, err := consolePost(ctx, cfg, fmt.Sprintf("outbox/%d/%s", id, action), nil, nil); reached {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "outbox item %d: %s\n", id, map[string]string{"retry": "queued again (attempts reset)", "drop": "dropped"}[action])
+		return nil
 	}
 	switch action {
 	case "retry":
@@ -79,4 +93,69 @@ func listIntake(ctx context.Context, db store.Turns, f *flags, w io.Writer) erro
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", it.ID, state, it.CreatedAt.Local().Format(time.DateTime), it.Origin, it.SessionKey, text)
 	}
 	return tw.Flush()
+}
+
+// runsStop is `herald runs stop <runId>`: the running gateway stops the run
+// and every run below it, on whichever replica they run (console API).
+func runsStop(ctx context.Context, cfg *config.Config, id string, w io.Writer) error {
+	var out struct {
+		Stopped int `json:"stopped"`
+	}
+	reached, err := consolePost(ctx, cfg, "runs/"+url.PathEscape(id)+"/stop", nil, &out)
+	if !reached {
+		return fmt.Errorf("no gateway answered at %s: a run is stopped by the gateway running it", cfg.Gateway.HTTP.Listen)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "run %s: stop requested (%d live runs stopped)\n", id, out.Stopped)
+	return nil
+}
+
+// consolePost posts body to the running gateway's console API
+// (/admin/api/<path>) with gateway.admin.token, decoding the answer into
+// out. reached is false when no gateway answered at gateway.http.listen;
+// an answer other than 200 is an error with the API's one-line reason.
+func consolePost(ctx context.Context, cfg *config.Config, path string, body, out any) (reached bool, err error) {
+	host, port, err := net.SplitHostPort(cfg.Gateway.HTTP.Listen)
+	if err != nil || port == "0" {
+		return false, nil
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+net.JoinHostPort(host, port)+"/admin/api/"+path, rd)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok := strings.TrimSpace(cfg.Gateway.Admin.Token.Value()); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, nil
+	}
+	defer resp.Body.Close()
+	var e struct {
+		Error string `json:"error"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		json.Unmarshal(raw, &e)
+		return true, fmt.Errorf("the gateway answered %s: %s", resp.Status, e.Error)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return true, fmt.Errorf("the gateway's answer: %w", err)
+		}
+	}
+	return true, nil
 }

@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,9 +42,14 @@ func TestDeadLettersAndIntakeCommands(t *testing.T) {
 	}
 	db.Close()
 
+	// No gateway to reach (port 0): retry and drop go through the store.
+	cfgPath := filepath.Join(dir, "herald.json5")
+	if err := os.WriteFile(cfgPath, []byte(`{ gateway: { http: { listen: "127.0.0.1:0" } } }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	herald := func(args ...string) (string, string, int) {
 		var out, errb strings.Builder
-		code := run(append(args, "--state-dir", dir), &out, &errb)
+		code := run(append(args, "--state-dir", dir, "--config", cfgPath), &out, &errb)
 		return out.String(), errb.String(), code
 	}
 	list := func(args ...string) []admin.OutboxItem {
@@ -79,5 +88,43 @@ func TestDeadLettersAndIntakeCommands(t *testing.T) {
 	var in []admin.IntakeItem
 	if err := json.Unmarshal([]byte(out), &in); code != 0 || err != nil || len(in) != 1 || !in[0].Owed || in[0].Text != "are you there?" {
 		t.Errorf("intake list --owed --json = %d %s %s %v", code, out, errs, err)
+	}
+}
+
+// TestRunsStopAsksTheGateway: `herald runs stop <id>` posts to the running
+// gateway's console API with gateway.admin.token and prints how many runs
+// stopped; the API's 404 reason comes back as the error; with no gateway
+// answering it says so.
+func TestRunsStopAsksTheGateway(t *testing.T) {
+	var auth, path string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth, path = r.Header.Get("Authorization"), r.URL.Path
+		if strings.Contains(r.URL.Path, "/runs/gone/") {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":"no run \"gone\""}`))
+			return
+		}
+		w.Write([]byte(`{"status":"ok","stopped":3}`))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "herald.json5")
+	os.WriteFile(cfgPath, []byte(`{ gateway: { http: { listen: "`+strings.TrimPrefix(srv.URL, "http://")+`" }, admin: { token: "tok-1" } } }`), 0o600)
+	var out, errb strings.Builder
+	if code := run([]string{"runs", "stop", "abc-123", "--config", cfgPath, "--state-dir", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "3 live runs stopped") {
+		t.Errorf("runs stop: %d %q %q", code, out.String(), errb.String())
+	}
+	if auth != "Bearer tok-1" || path != "/admin/api/runs/abc-123/stop" {
+		t.Errorf("the gateway got %q %q", auth, path)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"runs", "stop", "gone", "--config", cfgPath, "--state-dir", dir}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `no run "gone"`) {
+		t.Errorf("runs stop of an unknown run: %d %q", code, errb.String())
+	}
+	srv.Close()
+	errb.Reset()
+	if code := run([]string{"runs", "stop", "abc", "--config", cfgPath, "--state-dir", dir}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no gateway answered") {
+		t.Errorf("runs stop with no gateway: %d %q", code, errb.String())
 	}
 }

@@ -668,6 +668,11 @@ func testOutboxDeadLetters(t *testing.T, s Store) {
 	if again, _ := s.BuryOutbox(ctx, r1, lim, t0); len(again) != 0 {
 		t.Errorf("buried twice: %v", texts(again))
 	}
+	for _, only := range []store.OutboxLimits{{MaxAge: time.Hour}, {MaxAttempts: 3}, {}} {
+		if again, err := s.BuryOutbox(ctx, r1, only, t0); err != nil || len(again) != 0 {
+			t.Errorf("BuryOutbox(%+v) = %v, %v; want nothing, no error", only, texts(again), err)
+		}
+	}
 	// behind no longer waits for stuck.
 	got, err := s.ClaimOutbox(ctx, r1, nil, t0)
 	if err != nil || strings.Join(texts(got), ",") != "behind" {

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"context"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/admin"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+)
+
+// The operator's console (SPEC §27) is its own package, a peer of the web
+// chat on the HTTP listener; the gateway is its Live: what only the
+// running process knows, and the actions that need it.
+
+// consoleLive is the Gateway as the console's Live.
+type consoleLive struct{ g *Gateway }
+
+var _ admin.Live = consoleLive{}
+
+// newConsole builds the console on the current config.
+func (g *Gateway) newConsole() *admin.Console {
+	cfg := g.cfg()
+	return admin.New(admin.Options{
+		Token:       func() string { return g.cfg().Gateway.Admin.Token.Value() },
+		OffLoopback: !cfg.ListenerIsLoopback(),
+		Secure:      cfg.Gateway.HTTP.BehindProxy,
+		Store:       g.db,
+		Live:        consoleLive{g},
+		Log:         g.log,
+		Now:         g.clock.Now,
+	})
+}
+
+func (l consoleLive) Status(ctx context.Context) admin.Status {
+	g := l.g
+	st := admin.Status{Version: buildVersion(), Replica: g.cluster.id, Channels: []admin.Channel{}, MCP: []any{}, ACP: []any{},
+		Cluster: []admin.Member{}, Lanes: []admin.Lane{}}
+	chans := g.channelSet()
+	names := make([]string, 0, len(chans))
+	for n := range chans {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	held := map[string][]string{} // replica → leases
+	for _, n := range names {
+		c := admin.Channel{Name: n, State: "up"}
+		switch h, ok := chans[channels.Name(n)].(channels.Healther); {
+		case !g.cluster.runs(channels.Name(n)):
+			c.State = "standby"
+		case ok && h.Health() != nil:
+			c.State, c.Error = "down", h.Health().Error()
+		}
+		st.Channels = append(st.Channels, c)
+		if l, err := g.db.GetLease(ctx, "channel:"+n); err == nil && l.ExpiresAt.After(time.Now()) {
+			held[l.Holder] = append(held[l.Holder], "channel:"+n)
+		}
+	}
+	if g.mcp != nil {
+		for _, s := range g.mcp.Status() {
+			st.MCP = append(st.MCP, s)
+		}
+	}
+	members, _ := g.db.LiveReplicas(ctx)
+	if !slices.Contains(members, g.cluster.id) {
+		members = append(members, g.cluster.id)
+	}
+	for _, id := range members {
+		st.Cluster = append(st.Cluster, admin.Member{ID: id, Leases: append([]string{}, held[id]...), Self: id == g.cluster.id})
+	}
+	q, r := g.mainLane.Stats()
+	st.Lanes = append(st.Lanes, admin.Lane{Name: "main", Running: r, Queued: q})
+	if g.subs != nil {
+		q, r := g.subs.Lane().Stats()
+		st.Lanes = append(st.Lanes, admin.Lane{Name: "subagent", Running: r, Queued: q})
+	}
+	return st
+}
+
+func (l consoleLive) StopRun(ctx context.Context, runID string) int { return l.g.subs.Stop(ctx, runID) }
+
+// consoleSendWait is how long a console Send waits for the run's reply (as
+// sessions_send's default).
+const consoleSendWait = 30 * time.Second
+
+func (l consoleLive) SendRun(ctx context.Context, run *store.Run, message string) admin.SendResult {
+	r := l.g.subs.Send(ctx, run, message, consoleSendWait)
+	return admin.SendResult{Status: r.Status, Reply: r.Reply, Error: r.Error}
+}
+
+func (l consoleLive) Schedule(ctx context.Context, id, action string) (string, error) {
+	if l.g.sched == nil {
+		return "", store.ErrNotFound
+	}
+	return l.g.sched.Operate(ctx, id, action)
+}
+
+func (l consoleLive) WakeOutbox() { l.g.outbox.wakeUp() }
+
+func (l consoleLive) Budgets() config.Budgets { return l.g.cfg().Budgets }
+
+func (l consoleLive) Changed() (<-chan struct{}, func()) { return l.g.watchers.watch() }
+
+// watchers are the console's event streams waiting for a change here.
+type watchers struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]bool
+}
+
+func (w *watchers) watch() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	if w.subs == nil {
+		w.subs = map[chan struct{}]bool{}
+	}
+	w.subs[ch] = true
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		delete(w.subs, ch)
+		w.mu.Unlock()
+	}
+}
+
+// changed tells every stream that runs, the outbox or the intake changed
+// (never waits: a signal already pending stands for both).
+func (w *watchers) changed() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.subs {
+		nudge(ch)
+	}
+}
+
+// buildVersion is the module version and short VCS revision.
+func buildVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 7 {
+			v = strings.TrimSpace(v + " " + s.Value[:7])
+		}
+	}
+	if v == "" {
+		return "devel"
+	}
+	return v
+}
