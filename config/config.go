@@ -269,6 +269,8 @@ type Agent struct {
 	MaxIterations int          `json:"maxIterations"`
 	Subagents     Subagents    `json:"subagents"`
 	MCPServers    []string     `json:"mcpServers"` // MCP servers whose tools it gets; nil = every server
+	// Runtime, if set, makes the agent an external coding agent (SPEC §26).
+	Runtime *Runtime `json:"runtime"`
 }
 
 // Binding routes inbound messages matching Match to an agent.

@@ -332,13 +332,14 @@ func (v *validator) agents() {
 				v.add(path+".default", "more than one agent has default: true")
 			}
 		}
-		if a.Model.Primary == "" && d.Model.Primary == "" {
+		if a.Model.Primary == "" && d.Model.Primary == "" && a.Runtime == nil {
 			v.add(path+".model", "no model: set agents.defaults.model or this agent's model")
 		}
 		v.modelSetting(path+".model", a.Model)
 		v.enum(path+".thinking", a.Thinking, thinkingLevels)
 		v.nonNegative(path+".maxIterations", a.MaxIterations)
 		v.subagents(path+".subagents", a.Subagents, false, ids)
+		v.runtime(path+".runtime", a, v.c.DefaultAgentID() == a.ID)
 	}
 }
 
@@ -354,6 +355,10 @@ func (v *validator) bindings() {
 			v.add(path+".agentId", "missing agent id")
 		case !ids[b.AgentID]:
 			v.add(path+".agentId", "unknown agent %q (agents: %s)", b.AgentID, strings.Join(sortedKeys(ids), ", "))
+		default:
+			if _, acp := v.c.ACP(b.AgentID); acp {
+				v.add(path+".agentId", "agent %q is an ACP agent, which runs only as a sub-agent (sessions_spawn, delegate); bind a model agent that may spawn it", b.AgentID)
+			}
 		}
 		v.enum(path+".match.channel", b.Match.Channel, ChannelNames())
 		v.enum(path+".match.chatType", b.Match.ChatType, chatTypes)
