@@ -427,6 +427,13 @@ func errorJSON(msg string) string {
 	return string(b)
 }
 
+// Record appends m to the session's history and transcript as a turn
+// does, for a runner that is not the model loop (an ACP agent, SPEC §26):
+// both write the same lines.
+func (s *Session) Record(ctx context.Context, m Message, u *Usage, model string, clock Clock) error {
+	return s.append(ctx, m, u, model, clock)
+}
+
 // append records m in history and the transcript.
 func (s *Session) append(ctx context.Context, m Message, u *Usage, model string, clock Clock) error {
 	s.History = append(s.History, m)

@@ -14,6 +14,7 @@ const (
 	GroupFiles    = "files"
 	GroupExec     = "exec"
 	GroupWeb      = "web"
+	GroupACP      = "acp" // permission requests of ACP agents (SPEC §26)
 	GroupMCP      = "mcp" // tools of MCP servers (mcp__<server>__<tool>)
 )
 

@@ -17,7 +17,7 @@ var (
 	logFormats     = []string{"json", "console"}
 	thinkingLevels = []string{"off", "low", "medium", "high"}
 	policyValues   = []string{"allow", "supervised", "deny"}
-	policyGroups   = []string{"sessions", "files", "exec", "web", "mcp"}
+	policyGroups   = []string{"sessions", "files", "exec", "web", "mcp", "acp"}
 	execSandboxes  = []string{"auto", "bwrap", "landlock", "off"}
 	groupPolicies  = []string{"allowlist", "open", "disabled"}
 	chatTypes      = []string{"dm", "group"}

@@ -393,6 +393,9 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	// otherwise run two sessions on one transcript.
 	unlock := m.lockTurn(run.ID)
 	defer unlock()
+	if run.Model == ACPModel {
+		return m.acpTurn(ctx, run, message)
+	}
 	model, ok := m.d.Catalog.Lookup(run.Model)
 	if !ok {
 		return "", fmt.Errorf("model %s is no longer configured", run.Model)

@@ -449,6 +449,10 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 	}
 	targetLim := cfg.SubagentLimits(target)
 	model, warning := m.resolveModel(p.Model, targetLim.Model, cc.Model)
+	if _, ok := cfg.ACP(target); ok {
+		// An ACP agent brings its own model (SPEC §26).
+		model, warning = &agent.Model{Ref: ACPModel}, ""
+	}
 	if model == nil {
 		return nil, nil, "", spawnErrorP("no usable model for the sub-agent: %s", warning)
 	}

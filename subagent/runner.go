@@ -94,5 +94,11 @@ func (rc *RunCtx) Announcing() {
 // Log is the run's logger (with the fields of SPEC §13).
 func (rc *RunCtx) Log() *zap.Logger { return rc.m.runLog(&rc.Run) }
 
-// runnerFor picks the runner of a run.
-func (m *Manager) runnerFor(*store.Run) Runner { return modelRunner{m: m} }
+// runnerFor picks the runner of a run: an ACP agent's, else the model
+// loop.
+func (m *Manager) runnerFor(r *store.Run) Runner {
+	if r.Model == ACPModel {
+		return acpRunner{m: m}
+	}
+	return modelRunner{m: m}
+}

@@ -1,0 +1,250 @@
+package acp
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/acp/acptest"
+	"github.com/heraldhq/herald/agent/sandbox"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestMain(m *testing.M) {
+	if acptest.Main() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// fakeJob is a Job running this test binary as the fake agent in mode,
+// in a fresh workspace, with its transcript in a temp file.
+func fakeJob(t *testing.T, mode string) (Job, string) {
+	t.Helper()
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "child.jsonl")
+	sess, err := agent.LoadSession(context.Background(), "agent:codex:subagent:x", "x", "codex", "agent:main:web:dm:a", path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return Job{Spec: Spec{Name: "codex", Command: exe, Env: []string{EnvModeKV(mode)}, Workspace: ws}, Session: sess, Task: "write hello.txt"}, path
+}
+
+// EnvModeKV is the runtime.env entry that picks the fake's mode.
+func EnvModeKV(mode string) string { return acptest.EnvMode + "=" + mode }
+
+func transcript(t *testing.T, path string) []store.TranscriptEntry {
+	t.Helper()
+	_, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries
+}
+
+// noLeaks waits for the goroutines of a run to end.
+func noLeaks(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines after the run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestRunAllowedWritesFile: a permission the policy allows picks
+// allow_once; the agent writes hello.txt in the workspace through
+// fs/write_text_file; its updates reach the transcript and the activity
+// line; the final message is the text after its last tool call.
+func TestRunAllowedWritesFile(t *testing.T) {
+	before := runtime.NumGoroutine()
+	j, path := fakeJob(t, "work")
+	var asked []string
+	j.Authorize = func(_ context.Context, cc agent.CallContext, call agent.ToolCall, tool agent.Tool) error {
+		asked = append(asked, call.Name+" "+tool.Group()+" "+string(call.Args))
+		return nil
+	}
+	var lines []string
+	j.OnActivity = func(l string) { lines = append(lines, l) }
+	res := Run(context.Background(), j)
+	if res.Err != nil || res.StopReason != "end_turn" {
+		t.Fatalf("Run = %+v", res)
+	}
+	if res.Text != "Wrote hello.txt with a greeting." {
+		t.Errorf("final message %q", res.Text)
+	}
+	if !res.Reported || res.Usage.Input != 1200 || res.Usage.Output != 300 {
+		t.Errorf("usage %+v reported %v", res.Usage, res.Reported)
+	}
+	if res.Info.Name != "acpfake" || res.Info.Version != "0.1.0" || !res.Info.LoadSession {
+		t.Errorf("info %+v", res.Info)
+	}
+	if got, err := os.ReadFile(filepath.Join(j.Workspace, "hello.txt")); err != nil || string(got) != "hello from acpfake" {
+		t.Errorf("hello.txt = %q, %v", got, err)
+	}
+	if len(asked) != 1 || !strings.Contains(asked[0], `acp acp {`) || !strings.Contains(asked[0], `"title":"Write hello.txt"`) || !strings.Contains(asked[0], `"kind":"edit"`) {
+		t.Errorf("authorized %q", asked)
+	}
+	all := strings.Join(lines, "\n")
+	for _, want := range []string{"📋 plan: 1 steps", "🔧 Write hello.txt (pending)", "✏️ wrote hello.txt", "🔧 Write hello.txt (completed)"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("activity lacks %q:\n%s", want, all)
+		}
+	}
+	var roles []string
+	for _, e := range transcript(t, path) {
+		roles = append(roles, e.Role+":"+e.Content)
+	}
+	got := strings.Join(roles, "|")
+	want := "user:write hello.txt|system:Plan:\n- [pending] write hello.txt|assistant:I will write hello.txt.|tool:|assistant:Wrote hello.txt with a greeting."
+	if got != want {
+		t.Errorf("transcript\n%q\nwant\n%q", got, want)
+	}
+	noLeaks(t, before)
+}
+
+// TestRunDeniedRejects: a refused permission picks reject_once; nothing
+// is written.
+func TestRunDeniedRejects(t *testing.T) {
+	j, _ := fakeJob(t, "work")
+	j.Authorize = func(context.Context, agent.CallContext, agent.ToolCall, agent.Tool) error {
+		return errors.New("denied by policy")
+	}
+	res := Run(context.Background(), j)
+	if res.Err != nil || res.Text != "Permission denied; nothing written." {
+		t.Fatalf("Run = %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(j.Workspace, "hello.txt")); !os.IsNotExist(err) {
+		t.Errorf("hello.txt written after a refusal: %v", err)
+	}
+}
+
+// TestRunStopSendsCancel: cancelling the run mid-prompt sends
+// session/cancel (the agent sees it), the prompt ends cancelled and the
+// process ends.
+func TestRunStopSendsCancel(t *testing.T) {
+	before := runtime.NumGoroutine()
+	j, _ := fakeJob(t, "slow")
+	ctx, cancel := context.WithCancel(context.Background())
+	j.OnActivity = func(l string) {
+		if strings.Contains(l, "long job") {
+			cancel()
+		}
+	}
+	res := Run(ctx, j)
+	if !errors.Is(res.Err, context.Canceled) || res.StopReason != "cancelled" {
+		t.Fatalf("Run = %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(j.Workspace, "cancelled.txt")); err != nil {
+		t.Errorf("the agent did not see session/cancel: %v", err)
+	}
+	noLeaks(t, before)
+}
+
+// TestRunSteerPromptsAgain: a steering message is another prompt after the
+// current one, answered with its final message.
+func TestRunSteerPromptsAgain(t *testing.T) {
+	j, _ := fakeJob(t, "nousage")
+	steer := make(chan agent.Steer, 1)
+	reply := make(chan agent.SteerReply, 1)
+	steer <- agent.Steer{Text: "and a test", Reply: reply}
+	j.Steer = steer
+	res := Run(context.Background(), j)
+	if res.Err != nil || res.Text != "Got: and a test" {
+		t.Fatalf("Run = %+v", res)
+	}
+	if r := <-reply; r.Err != nil || r.Text != "Got: and a test" {
+		t.Errorf("steer reply %+v", r)
+	}
+}
+
+// TestRunConfinesFiles: reads outside the workspace and terminals get ACP
+// errors, never the file.
+func TestRunConfinesFiles(t *testing.T) {
+	j, _ := fakeJob(t, "outside")
+	if err := os.WriteFile(filepath.Join(filepath.Dir(j.Workspace), "secret.txt"), []byte("TOP SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j.Env = append(j.Env, "OPENAI_API_KEY=sk-test")
+	t.Setenv("HERALD_GATEWAY_SECRET", "gw")
+	res := Run(context.Background(), j)
+	if res.Err != nil || strings.Contains(res.Text, "READ") || strings.Count(res.Text, "refused") != 2 || !strings.Contains(res.Text, "outside the workspace") {
+		t.Fatalf("Run = %+v", res)
+	}
+	// The sandbox: no file next to the workspace, only runtime.env (and
+	// HOME, TMPDIR, PWD) in its environment; the gateway's own variables stay out.
+	if !strings.Contains(res.Text, "direct read failed") || !strings.Contains(res.Text, "env: HERALD_ACPFAKE,HOME,OPENAI_API_KEY,PWD,TMPDIR") {
+		t.Errorf("sandbox: %s", res.Text)
+	}
+	j, _ = fakeJob(t, "terminal")
+	res = Run(context.Background(), j)
+	if res.Err != nil || !strings.Contains(res.Text, "Method not found") || !strings.Contains(res.Text, "does not offer terminals") {
+		t.Fatalf("terminal: %+v", res)
+	}
+}
+
+// TestRunBadAgents: what cannot start or does not speak ACP ends with an
+// error naming it, within the handshake timeout, leaving nothing behind.
+func TestRunBadAgents(t *testing.T) {
+	defer func(d time.Duration) { HandshakeTimeout = d }(HandshakeTimeout)
+	HandshakeTimeout = 2 * time.Second
+	before := runtime.NumGoroutine()
+	for _, c := range []struct{ mode, want string }{
+		{"missing", `could not be started: command "/nonexistent/codex-acp" of agent codex`},
+		{"exit-init", "exited during initialize: agent codex"},
+		{"garbage", "did not answer initialize"},
+		{"silent", "did not answer initialize"},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			j, _ := fakeJob(t, c.mode)
+			if c.mode == "missing" {
+				j.Command = "/nonexistent/codex-acp"
+			}
+			start := time.Now()
+			res := Run(context.Background(), j)
+			if res.Err == nil || !strings.Contains(res.Err.Error(), c.want) {
+				t.Fatalf("Run err = %v, want %q", res.Err, c.want)
+			}
+			if c.mode == "exit-init" && !strings.Contains(res.Err.Error(), "not logged in") {
+				t.Errorf("the agent's last output is not in %v", res.Err)
+			}
+			if c.mode == "garbage" && !strings.Contains(res.Err.Error(), "not JSON-RPC") {
+				t.Errorf("the malformed line is not named: %v", res.Err)
+			}
+			if d := time.Since(start); d > HandshakeTimeout+5*time.Second {
+				t.Errorf("took %s", d)
+			}
+		})
+	}
+	noLeaks(t, before)
+}
+
+// TestProbe: doctor's initialize names the agent and its capabilities.
+func TestProbe(t *testing.T) {
+	j, _ := fakeJob(t, "work")
+	info, err := Probe(context.Background(), j.Spec)
+	if err != nil || info.String() != "acpfake 0.1.0 · capabilities: loadSession" {
+		t.Fatalf("Probe = %q, %v", info, err)
+	}
+}

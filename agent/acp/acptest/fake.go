@@ -1,0 +1,221 @@
+// Package acptest is a fake ACP coding agent for tests: a program built on
+// the agent side of github.com/coder/acp-go-sdk that a test binary runs as
+// itself (Main, under an environment variable) so the real client, the
+// sandbox and the gateway drive it exactly as they drive Codex or Claude
+// Code.
+//
+// It must not be imported by production code.
+package acptest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+)
+
+// EnvMode is the variable that turns a test binary into the fake agent
+// (put it in runtime.env); its value is the mode:
+//
+//	work       plan, a message, a tool call asking permission to write
+//	           hello.txt; writes it when allowed; ends end_turn with usage
+//	slow       a message, then waits for session/cancel (writes
+//	           cancelled.txt in its cwd when it comes) and answers cancelled
+//	exit-init  exits during initialize, after a line on stderr
+//	garbage    answers initialize with a line that is not JSON-RPC, then nothing
+//	silent     reads its input and never answers
+//	outside    asks to read /etc/hostname and a ../ path; reports what it got,
+//	           whether it can read the ../ path itself, and its variables
+//	terminal   asks for a terminal; reports the error
+//	nousage    like work without permission, and reports no usage
+const EnvMode = "HERALD_ACPFAKE"
+
+// Main runs the fake agent when EnvMode is set and returns false
+// otherwise; call it first in TestMain:
+//
+//	if acptest.Main() { return }
+func Main() bool {
+	mode := os.Getenv(EnvMode)
+	if mode == "" {
+		return false
+	}
+	switch mode {
+	case "exit-init":
+		// Wait for initialize, then die.
+		buf := make([]byte, 1)
+		_, _ = os.Stdin.Read(buf)
+		fmt.Fprintln(os.Stderr, "fatal: not logged in (run `fake login`)")
+		os.Exit(3)
+	case "garbage":
+		buf := make([]byte, 1)
+		_, _ = os.Stdin.Read(buf)
+		fmt.Println("this is not JSON-RPC {")
+		select {}
+	case "silent":
+		buf := make([]byte, 4096)
+		for {
+			if _, err := os.Stdin.Read(buf); err != nil {
+				os.Exit(0)
+			}
+		}
+	}
+	a := &fake{mode: mode}
+	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	<-a.conn.Done()
+	os.Exit(0)
+	return true
+}
+
+type fake struct {
+	mode string
+	conn *sdk.AgentSideConnection
+	cwd  string
+	n    int
+}
+
+var _ sdk.Agent = (*fake)(nil)
+var _ sdk.AgentLoader = (*fake)(nil)
+
+func (a *fake) Initialize(context.Context, sdk.InitializeRequest) (sdk.InitializeResponse, error) {
+	title := "Fake ACP agent"
+	return sdk.InitializeResponse{ProtocolVersion: sdk.ProtocolVersionNumber,
+		AgentInfo:         &sdk.Implementation{Name: "acpfake", Title: &title, Version: "0.1.0"},
+		AgentCapabilities: sdk.AgentCapabilities{LoadSession: true}, AuthMethods: []sdk.AuthMethod{}}, nil
+}
+
+func (a *fake) Authenticate(context.Context, sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
+	return sdk.AuthenticateResponse{}, nil
+}
+
+func (a *fake) NewSession(_ context.Context, r sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+	a.cwd = r.Cwd
+	return sdk.NewSessionResponse{SessionId: "fake-session-1"}, nil
+}
+
+func (a *fake) LoadSession(ctx context.Context, r sdk.LoadSessionRequest) (sdk.LoadSessionResponse, error) {
+	a.cwd = r.Cwd
+	// Replay: the client must not write it to its transcript again.
+	a.say(ctx, r.SessionId, "(replayed history)")
+	_ = os.WriteFile(filepath.Join(r.Cwd, "loaded.txt"), []byte(string(r.SessionId)), 0o600)
+	return sdk.LoadSessionResponse{}, nil
+}
+
+func (a *fake) Cancel(_ context.Context, r sdk.CancelNotification) error {
+	_ = os.WriteFile(filepath.Join(a.cwd, "cancelled.txt"), []byte(string(r.SessionId)), 0o600)
+	return nil
+}
+
+func (a *fake) say(ctx context.Context, sid sdk.SessionId, text string) {
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdateAgentMessageText(text)})
+}
+
+func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResponse, error) {
+	a.n++
+	sid := p.SessionId
+	var prompt strings.Builder
+	for _, b := range p.Prompt {
+		if b.Text != nil {
+			prompt.WriteString(b.Text.Text)
+		}
+	}
+	usage := &sdk.Usage{InputTokens: 1200, OutputTokens: 300, TotalTokens: 1500}
+	if a.n > 1 {
+		a.say(ctx, sid, "Got: "+prompt.String())
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+	}
+	switch a.mode {
+	case "slow":
+		a.say(ctx, sid, "Starting a long job.")
+		select {
+		case <-ctx.Done():
+			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
+		case <-time.After(time.Minute):
+			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+		}
+	case "outside":
+		var got []string
+		for _, path := range []string{"/etc/hostname", filepath.Join(a.cwd, "..", "secret.txt")} {
+			r, err := a.conn.ReadTextFile(ctx, sdk.ReadTextFileRequest{SessionId: sid, Path: path})
+			if err != nil {
+				got = append(got, "refused "+path+": "+err.Error())
+			} else {
+				got = append(got, "READ "+path+": "+r.Content)
+			}
+		}
+		// What the sandbox lets it do by itself: read next to its
+		// workspace, and which variables it has.
+		if b, err := os.ReadFile(filepath.Join(a.cwd, "..", "secret.txt")); err == nil {
+			got = append(got, "DIRECT READ: "+string(b))
+		} else {
+			got = append(got, "direct read failed")
+		}
+		var names []string
+		for _, kv := range os.Environ() {
+			k, _, _ := strings.Cut(kv, "=")
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		got = append(got, "env: "+strings.Join(names, ","))
+		a.say(ctx, sid, strings.Join(got, "\n"))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+	case "terminal":
+		_, err := a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "ls"})
+		a.say(ctx, sid, fmt.Sprintf("terminal: %v", err))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+	case "nousage":
+		a.say(ctx, sid, "Done without counting.")
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+	}
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdatePlan(
+		sdk.PlanEntry{Content: "write hello.txt", Priority: sdk.PlanEntryPriorityHigh, Status: sdk.PlanEntryStatusPending})})
+	a.say(ctx, sid, "I will write hello.txt.")
+	path := filepath.Join(a.cwd, "hello.txt")
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.StartToolCall("call_1", "Write hello.txt",
+		sdk.WithStartKind(sdk.ToolKindEdit), sdk.WithStartStatus(sdk.ToolCallStatusPending),
+		sdk.WithStartRawInput(map[string]any{"path": path, "content": "hello from acpfake"}))})
+	title, kind := "Write hello.txt", sdk.ToolKindEdit
+	resp, err := a.conn.RequestPermission(ctx, sdk.RequestPermissionRequest{SessionId: sid,
+		ToolCall: sdk.ToolCallUpdate{ToolCallId: "call_1", Title: &title, Kind: &kind, RawInput: map[string]any{"path": path}},
+		Options: []sdk.PermissionOption{
+			{Kind: sdk.PermissionOptionKindAllowOnce, Name: "Allow", OptionId: "allow"},
+			{Kind: sdk.PermissionOptionKindRejectOnce, Name: "Reject", OptionId: "reject"},
+		}})
+	switch {
+	case err != nil || resp.Outcome.Cancelled != nil:
+		return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
+	case resp.Outcome.Selected != nil && resp.Outcome.Selected.OptionId == "allow":
+		if _, err := a.conn.WriteTextFile(ctx, sdk.WriteTextFileRequest{SessionId: sid, Path: path, Content: "hello from acpfake"}); err != nil {
+			return sdk.PromptResponse{}, err
+		}
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdateToolCall("call_1",
+			sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted))})
+		a.say(ctx, sid, "Wrote hello.txt ")
+		a.say(ctx, sid, "with a greeting.")
+	default:
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdateToolCall("call_1",
+			sdk.WithUpdateStatus(sdk.ToolCallStatusFailed))})
+		a.say(ctx, sid, "Permission denied; nothing written.")
+	}
+	return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+}
+
+func (a *fake) CloseSession(context.Context, sdk.CloseSessionRequest) (sdk.CloseSessionResponse, error) {
+	return sdk.CloseSessionResponse{}, nil
+}
+func (a *fake) ListSessions(context.Context, sdk.ListSessionsRequest) (sdk.ListSessionsResponse, error) {
+	return sdk.ListSessionsResponse{}, nil
+}
+func (a *fake) ResumeSession(context.Context, sdk.ResumeSessionRequest) (sdk.ResumeSessionResponse, error) {
+	return sdk.ResumeSessionResponse{}, nil
+}
+func (a *fake) SetSessionConfigOption(context.Context, sdk.SetSessionConfigOptionRequest) (sdk.SetSessionConfigOptionResponse, error) {
+	return sdk.SetSessionConfigOptionResponse{}, nil
+}
+func (a *fake) SetSessionMode(context.Context, sdk.SetSessionModeRequest) (sdk.SetSessionModeResponse, error) {
+	return sdk.SetSessionModeResponse{}, nil
+}
