@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/acp/acptest"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/mcptools/mcptest"
 	"github.com/heraldhq/herald/channels"
@@ -26,6 +27,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(mcptest.EnvServe) != "" {
 		mcptest.Main(m) // serves, then exits
+	}
+	if acptest.Main() { // the fake ACP agent of e2e_acp_test.go; exits
+		return
 	}
 	os.Exit(pgtest.RunBoth(m, "gateway"))
 }

@@ -134,8 +134,12 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		if r.Status == store.StatusAnnouncing {
 			status = store.StatusRunning
 		}
-		views = append(views, web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
-			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut})
+		v := web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
+			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut}
+		if r.Status == store.StatusRunning {
+			v.Activity = r.Note
+		}
+		views = append(views, v)
 	}
 	p.web().SetPanel(client, views, scheds, sv)
 }

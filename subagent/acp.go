@@ -94,10 +94,7 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, stee
 		Session: sess, Task: input, Steer: steer, Authorize: m.d.Authorize,
 		Call: agent.CallContext{SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey, AgentID: run.AgentID,
 			RunID: run.ID, Depth: run.Depth, Workspace: ws, AgentWorkspace: m.d.Workspace(cfg, run.AgentID), Origin: run.Origin},
-		OnActivity: func(line string) {
-			m.SetNote(run.ID, line)
-			m.changed(run.RootKey)
-		},
+		OnActivity: func(line string) { m.SetNote(run.ID, line) },
 		OnUsage: onUsage, Clock: m.d.Clock, LoadSession: loadID,
 		OnSession: func(id string, loadable bool) {
 			b, _ := json.Marshal(acpSessionLine{ID: id, Load: loadable})

@@ -440,12 +440,18 @@ func (m *Manager) TranscriptPath(run *store.Run) string {
 	return m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID)
 }
 
-// SetNote sets the live note of a run (e.g. "awaiting approval K3F9").
+// SetNote sets the live note of a run (e.g. "awaiting approval K3F9",
+// an ACP agent's latest update) and tells OnChange (the panel shows it).
 func (m *Manager) SetNote(runID, note string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if lr, ok := m.live[runID]; ok {
-		lr.run.Note = note
+	lr, ok := m.live[runID]
+	changed, root := ok && lr.run.Note != note, ""
+	if changed {
+		lr.run.Note, root = note, lr.run.RootKey
+	}
+	m.mu.Unlock()
+	if changed {
+		m.changed(root)
 	}
 }
 

@@ -40,6 +40,9 @@ type RunView struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	EndedAt   time.Time `json:"endedAt,omitzero"`
 	Tokens    int64     `json:"tokens"`
+	// Activity is what a running run does now (its live note: an ACP
+	// agent's latest update, "awaiting approval <code>").
+	Activity string `json:"activity,omitempty"`
 }
 
 // ScheduleView is one schedule of the conversation as the panel shows it

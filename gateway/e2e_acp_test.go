@@ -1,0 +1,169 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/acp/acptest"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/sandbox"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/store"
+)
+
+// acpConfig: a main agent on the fake model that may spawn three ACP
+// agents, all this test binary as the fake ACP agent in different modes;
+// permission requests of ACP agents are supervised.
+func acpConfig(t *testing.T, ws string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := func(mode string) string {
+		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q } }`, exe, acptest.EnvMode, mode)
+	}
+	return `{
+  gateway: { http: { listen: "127.0.0.1:0" } },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: ` + fmt.Sprintf("%q", ws) + ` },
+    { id: "codex", ` + rt("work") + ` },
+    { id: "slowpoke", ` + rt("slow") + ` },
+    { id: "ghost", runtime: { type: "acp", command: "/nonexistent/ghost-acp" } }] },
+  security: { toolPolicy: { groups: { acp: "supervised" } } },
+  channels: { web: { enabled: true } },
+}`
+}
+
+// acpModel spawns the ACP agent a message names ("code: <agent>"), then
+// says it did.
+func acpModel(c llmtest.Call) llmtest.Reply {
+	if last := c.Messages[len(c.Messages)-1]; last.Role == agent.RoleTool || len(last.ToolResults) > 0 {
+		return llmtest.Reply{Text: "Started it; its result will follow here."}
+	}
+	if id, ok := strings.CutPrefix(c.LastUser(), "code: "); ok {
+		args, _ := json.Marshal(map[string]string{"agentId": id, "task": "write hello.txt", "label": id})
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: args}}}
+	}
+	return llmtest.Reply{Text: "hello"}
+}
+
+// TestE2EACPAgent drives ACP agents through the web API: spawned by the
+// model, the fake agent's permission request is posted for approval and
+// its live activity reaches the panel; /approve lets it write hello.txt
+// into the conversation workspace; its announce is success with its final
+// message and the tokens it reported. A slow agent stopped with
+// /subagents stop sees session/cancel and ends stopped, unannounced. An
+// agent whose command is missing ends error with a Note naming it.
+func TestE2EACPAgent(t *testing.T) {
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	tg := newTestGateway(t, acpConfig(t, ws), acpModel)
+	const client = "acp"
+	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
+	events := openEvents(t, tg.URL, client)
+	var panel []string // activity lines the panel showed
+	sawActivity := func(want string) bool {
+		for {
+			select {
+			case ev := <-events:
+				if ev.Name != "subagents" {
+					continue
+				}
+				var p struct{ Runs []struct{ Activity string } }
+				_ = json.Unmarshal([]byte(ev.Data), &p)
+				for _, r := range p.Runs {
+					if r.Activity != "" {
+						panel = append(panel, r.Activity)
+					}
+				}
+			default:
+				for _, a := range panel {
+					if strings.Contains(a, want) {
+						return true
+					}
+				}
+				return false
+			}
+		}
+	}
+
+	start := time.Now()
+	webPost(t, tg.URL, client, "code: codex")
+	req := waitText(t, tg, client, "🔐 Approval needed")
+	for _, want := range []string{"wants to run acp", `"title":"Write hello.txt"`, `"kind":"edit"`, `"rawInput":{"path":"` + filepath.Join(conv, "hello.txt")} {
+		if !strings.Contains(req, want) {
+			t.Errorf("approval request lacks %s:\n%s", want, req)
+		}
+	}
+	if !waitFor(e2eWait, func() bool { return sawActivity("awaiting approval") }) {
+		t.Errorf("the panel never showed the run awaiting approval; it showed %q", panel)
+	}
+	t.Logf("spawn → approval request (the agent's first permission request) in %s", time.Since(start).Round(time.Millisecond))
+	if _, err := os.Stat(filepath.Join(conv, "hello.txt")); !os.IsNotExist(err) {
+		t.Fatalf("hello.txt exists before the approval: %v", err)
+	}
+	m := approvalCode.FindStringSubmatch(req)
+	if m == nil {
+		t.Fatalf("no code in %q", req)
+	}
+	webPost(t, tg.URL, client, "/approve "+m[1])
+	ann := waitText(t, tg, client, "Status: ")
+	if !strings.HasPrefix(ann, "Status: success\nTask: codex\n\nResult:\nWrote hello.txt with a greeting.\n\nNotes:\n(none)\n\nStats: runtime ") ||
+		!strings.Contains(ann, "tokens 1.5k (in 1.2k / out 300)") || strings.Contains(ann, "est $") {
+		t.Errorf("announce:\n%s", ann)
+	}
+	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from acpfake" {
+		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
+	}
+	runs := tg.runsOf(t, "agent:main:web:dm:"+client)
+	if len(runs) != 1 || runs[0].Outcome != store.OutcomeSuccess || runs[0].AgentID != "codex" {
+		t.Fatalf("runs %+v", runs)
+	}
+	// The transcript has what the agent did, as /subagents log shows it.
+	seq := webPost(t, tg.URL, client, "/subagents log 1")
+	log := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "write hello.txt") })
+	if !strings.Contains(log.Text, "I will write hello.txt.") || !strings.Contains(log.Text, "Wrote hello.txt with a greeting.") {
+		t.Errorf("/subagents log 1:\n%s", log.Text)
+	}
+
+	// Stop mid-prompt: session/cancel reaches the agent; no announce.
+	webPost(t, tg.URL, client, "code: slowpoke")
+	if !waitFor(e2eWait, func() bool { return sawActivity("💬 Starting a long job.") }) {
+		t.Fatalf("the panel never showed the slow agent's message; it showed %q", panel)
+	}
+	seq = webPost(t, tg.URL, client, "/subagents stop slowpoke")
+	waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "top") })
+	if !waitFor(e2eWait, func() bool {
+		_, err := os.Stat(filepath.Join(conv, "cancelled.txt"))
+		return err == nil
+	}) {
+		t.Error("the slow agent never saw session/cancel")
+	}
+	if !waitFor(e2eWait, func() bool {
+		rs := tg.runsOf(t, "agent:main:web:dm:"+client)
+		return len(rs) == 2 && rs[0].Outcome == store.OutcomeStopped
+	}) {
+		t.Errorf("runs after the stop: %+v", tg.runsOf(t, "agent:main:web:dm:"+client))
+	}
+
+	// A missing command: the run ends error naming it.
+	webPost(t, tg.URL, client, "code: ghost")
+	ann = waitText(t, tg, client, "Task: ghost")
+	if !strings.HasPrefix(ann, "Status: error\n") || !strings.Contains(ann, `command "/nonexistent/ghost-acp" of agent ghost`) {
+		t.Errorf("announce of the missing command:\n%s", ann)
+	}
+	for _, m := range webMessages(t, tg.URL, client, 0) {
+		if m.Role == "announce" && strings.Contains(m.Text, "Task: slowpoke") {
+			t.Errorf("the stopped run was announced:\n%s", m.Text)
+		}
+	}
+}
