@@ -95,7 +95,7 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, stee
 		Call: agent.CallContext{SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey, AgentID: run.AgentID,
 			RunID: run.ID, Depth: run.Depth, Workspace: ws, AgentWorkspace: m.d.Workspace(cfg, run.AgentID), Origin: run.Origin},
 		OnActivity: func(line string) { m.SetNote(run.ID, line) },
-		OnUsage: onUsage, Clock: m.d.Clock, LoadSession: loadID,
+		OnUsage:    onUsage, Clock: m.d.Clock, LoadSession: loadID,
 		OnSession: func(id string, loadable bool) {
 			b, _ := json.Marshal(acpSessionLine{ID: id, Load: loadable})
 			e := store.TranscriptEntry{Type: acpSessionType, Content: string(b), Timestamp: m.d.Clock.Now().UTC()}
