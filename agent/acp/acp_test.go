@@ -107,7 +107,7 @@ func TestRunAllowedWritesFile(t *testing.T) {
 		t.Errorf("authorized %q", asked)
 	}
 	all := strings.Join(lines, "\n")
-	for _, want := range []string{"📋 plan: 1 steps", "🔧 Write hello.txt (pending)", "✏️ wrote hello.txt", "🔧 Write hello.txt (completed)"} {
+	for _, want := range []string{"📋 plan: 1 steps", "✏️ wrote hello.txt", "🔧 Write hello.txt (completed)"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("activity lacks %q:\n%s", want, all)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -142,7 +143,8 @@ type runner struct {
 	log     *zap.Logger
 	ctx     context.Context // the run's: a stop cancels permission waits
 	started time.Time
-	actMu   sync.Mutex // serialises OnActivity
+	actMu   sync.Mutex   // serialises OnActivity
+	asking  atomic.Int32 // permission requests being decided
 
 	mu        sync.Mutex // guards the fields below and transcript writes
 	replaying bool       // session/load replays history: not written again
@@ -354,6 +356,9 @@ func (r *runner) prompt(ctx context.Context, p *process, sid sdk.SessionId, text
 // activity shows what the agent does now. Calls come from the update
 // stream and from client requests: they are serialised.
 func (r *runner) activity(line string) {
+	if r.asking.Load() > 0 {
+		return // the approval's note ("awaiting approval <code>") stays
+	}
 	if r.j.OnActivity != nil {
 		r.actMu.Lock()
 		defer r.actMu.Unlock()
@@ -509,6 +514,8 @@ func (r *runner) permission(ctx context.Context, req sdk.RequestPermissionReques
 	if r.ctx == nil {
 		return cancelled
 	}
+	r.asking.Add(1)
+	defer r.asking.Add(-1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.ctx, cancel)()
