@@ -97,6 +97,35 @@ func storeUnavailable(w http.ResponseWriter) {
 	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the message could not be stored (the gateway's state store is unreachable); try again in %d s", int(unavailableRetry/time.Second)))
 }
 
+// uploadSlot takes one of the MaxUploads slots for a post with files,
+// waiting up to the upload wait for one (its body unread meanwhile);
+// false when none came, or MaxUploadWaiters wait already.
+func (a *Adapter) uploadSlot(r *http.Request) bool {
+	select {
+	case a.uploads <- struct{}{}:
+		return true
+	default:
+	}
+	if a.uploadWaiters.Add(1) > MaxUploadWaiters {
+		a.uploadWaiters.Add(-1)
+		return false
+	}
+	defer a.uploadWaiters.Add(-1)
+	wait := a.opts.UploadWait
+	if wait <= 0 {
+		wait = DefaultUploadWait
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case a.uploads <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	return false
+}
+
 // errRefused: the post was refused (its answer written) while its body
 // was read.
 var errRefused = errors.New("post refused")
@@ -156,14 +185,12 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		select {
-		case a.uploads <- struct{}{}:
-			defer func() { <-a.uploads }()
-		default:
+		if !a.uploadSlot(r) {
 			w.Header().Set("Retry-After", "2")
 			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d posts with files are being read now (the web chat's limit); try again in 2 s", cap(a.uploads)))
 			return
 		}
+		defer func() { <-a.uploads }()
 	}
 	// Access and rate limits are checked once the client is known and
 	// before any file is read: the multipart client field must come

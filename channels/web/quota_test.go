@@ -74,7 +74,7 @@ func openUpload(t *testing.T, h *harness, client string, hdr map[string]string) 
 // TestUploadRefusedBeforeItsFileIsRead: a post with files is refused
 // before its file is read, so a refused client spools nothing: a stranger
 // to a claimed client (403), a client over the rate limit (429), a post
-// past MaxUploads at once (429), and any post with files when the state
+// past MaxUploads at once that found no slot within UploadWait (429), and any post with files when the state
 // disk is nearly full (507). Before, the whole body was spooled first.
 func TestUploadRefusedBeforeItsFileIsRead(t *testing.T) {
 	spool := t.TempDir()
@@ -99,7 +99,7 @@ func TestUploadRefusedBeforeItsFileIsRead(t *testing.T) {
 	}
 
 	// At most MaxUploads posts with files are read at once.
-	h = newHarness(t, web.Options{Files: oneFile{}, MaxFileBytes: 1 << 30, SpoolDir: spool}, nil)
+	h = newHarness(t, web.Options{Files: oneFile{}, MaxFileBytes: 1 << 30, SpoolDir: spool, UploadWait: 200 * time.Millisecond}, nil)
 	started := make(chan struct{}, web.MaxUploads)
 	var busy sync.WaitGroup
 	var pipes []*io.PipeWriter

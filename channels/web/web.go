@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -95,12 +96,21 @@ type Options struct {
 	// files is read: a reason (the state disk is nearly full) refuses it
 	// with 507.
 	UploadsRefused func() string
+	// UploadWait is how long a post with files waits for one of the
+	// MaxUploads slots (default DefaultUploadWait; tests shorten it).
+	UploadWait time.Duration
 }
 
-// MaxUploads is how many posts that may carry files are read at once;
-// more are answered 429 with Retry-After. With MaxFiles+1 spooled files of
-// MaxFileBytes each, it bounds the spool.
-const MaxUploads = 8
+// MaxUploads is how many posts that may carry files are read at once.
+// With MaxFiles+1 spooled files of MaxFileBytes each, it bounds the spool.
+// More wait for a slot, their bodies unread, up to UploadWait (default
+// DefaultUploadWait), at most MaxUploadWaiters of them; the rest are
+// answered 429 with Retry-After.
+const (
+	MaxUploads        = 8
+	MaxUploadWaiters  = 256
+	DefaultUploadWait = 30 * time.Second
+)
 
 // Adapter is the web chat channel.
 type Adapter struct {
@@ -112,9 +122,11 @@ type Adapter struct {
 	addrLimits *limiters
 	secrets    ClientSecrets
 	slots      *streamSlots
-	uploads    chan struct{}   // posts with files being read (MaxUploads)
-	ctx        context.Context // cancelled by Stop, and by the ctx given to Start
-	cancel     context.CancelFunc
+	uploads    chan struct{} // posts with files being read (MaxUploads)
+	// uploadWaiters counts posts waiting for an upload slot.
+	uploadWaiters atomic.Int64
+	ctx           context.Context // cancelled by Stop, and by the ctx given to Start
+	cancel        context.CancelFunc
 
 	mu        sync.Mutex
 	sink      channels.Sink
