@@ -280,9 +280,9 @@ func TestE2EDiscordThreadContext(t *testing.T) {
 	first := tg.LLM.Requests()[0].LastUser()
 	at := 0
 	for _, w := range []string{
-		"bob: the staging database is out of disk again",
-		"Alice: the WAL archive has not been pruned since Monday",
-		"bob: then the retention job is broken",
+		dcBob.ID + " (bob): the staging database is out of disk again",
+		dcAlice.ID + " (Alice): the WAL archive has not been pruned since Monday",
+		dcBob.ID + " (bob): then the retention job is broken",
 		"what should we check first?",
 	} {
 		i := strings.Index(first[at:], w)
@@ -314,7 +314,7 @@ func TestE2EDiscordThreadContext(t *testing.T) {
 		t.Errorf("the second turn read the thread's history again (%d requests, %d after the first turn); want it never re-fetched", n, firstReads)
 	}
 	reqs := tg.LLM.Requests()
-	if second := reqs[len(reqs)-1].LastUser(); strings.Contains(second, "Earlier messages in this thread") || !strings.Contains(second, "and after that?") {
+	if second := reqs[len(reqs)-1].LastUser(); strings.Contains(second, "Quoted context") || !strings.Contains(second, "and after that?") {
 		t.Errorf("the second turn's message = %q, want the mention alone", second)
 	}
 }

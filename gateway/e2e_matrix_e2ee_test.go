@@ -178,7 +178,7 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 			continue
 		}
 		asked++
-		a, b, q := strings.Index(last, "alice: another topic"), strings.Index(last, "carol: I vote for the weather"), strings.LastIndex(last, "what is the weather")
+		a, b, q := strings.Index(last, "(alice): another topic"), strings.Index(last, "(carol): I vote for the weather"), strings.LastIndex(last, "what is the weather")
 		if a < 0 || b < a || q < b {
 			t.Errorf("the encrypted thread's earlier messages did not reach the model in order:\n%s", last)
 		}
@@ -197,7 +197,7 @@ func TestE2EMatrixEncrypted(t *testing.T) {
 	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
 		return matrixtest.ThreadRoot(m.Event) == root2 && strings.HasPrefix(m.Body(), "plain answer to: ") && strings.HasSuffix(m.Body(), "and tomorrow?")
 	})
-	assertThreadContextOnce(t, llm, "and tomorrow?", "carol: I vote for the weather")
+	assertThreadContextOnce(t, llm, "and tomorrow?", "(carol): I vote for the weather")
 	if now := relationReads(); now != reads {
 		t.Errorf("the thread's relations were read %d more times on the second turn, want 0", now-reads)
 	}

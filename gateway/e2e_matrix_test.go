@@ -214,7 +214,7 @@ func TestE2EMatrixThreads(t *testing.T) {
 		if len(c.Messages) != 1 {
 			t.Errorf("thread 2's model call carries %d messages, want only its own question (no history from thread 1)", len(c.Messages))
 		}
-		a, b, q := strings.Index(last, "alice: another topic"), strings.Index(last, "carol: I vote for the weather"), strings.LastIndex(last, "what is the weather")
+		a, b, q := strings.Index(last, "(alice): another topic"), strings.Index(last, "(carol): I vote for the weather"), strings.LastIndex(last, "what is the weather")
 		if a < 0 || b < a || q < b || strings.Contains(last, "planning thread") {
 			t.Errorf("thread 2's model call lacks its thread's earlier messages in order (or has thread 1's):\n%s", last)
 		}
@@ -235,7 +235,7 @@ func TestE2EMatrixThreads(t *testing.T) {
 	if b := matrixBody(got2[1]); !strings.HasPrefix(b, "plain answer to: ") || !strings.HasSuffix(b, "and tomorrow?") || strings.Contains(b, "weather") {
 		t.Errorf("thread 2's second reply = %q, want the answer to its second question alone", b)
 	}
-	assertThreadContextOnce(t, llm, "and tomorrow?", "carol: I vote for the weather")
+	assertThreadContextOnce(t, llm, "and tomorrow?", "(carol): I vote for the weather")
 	if now := relationReads(); now != reads {
 		t.Errorf("the thread's relations were read %d more times on the second turn, want 0", now-reads)
 	}
@@ -310,7 +310,7 @@ func assertThreadContextOnce(t *testing.T, llm *llmtest.Server, question, earlie
 			continue
 		}
 		calls++
-		if strings.Contains(last, "Earlier messages in this thread") || strings.Contains(last, earlier) {
+		if strings.Contains(last, "Quoted context") || strings.Contains(last, earlier) {
 			t.Errorf("the later turn's message was given the thread's earlier messages again:\n%s", last)
 		}
 		seen := 0

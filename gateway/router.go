@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -437,6 +439,9 @@ func systemPrompt(a config.AgentSettings, aws string, o channels.Origin, extra s
 		b.WriteString("You are a helpful assistant reached through the Herald chat gateway.\n\n")
 	}
 	fmt.Fprintf(&b, "You are talking in a %s %s chat. For long or parallel work, start background sub-agents with sessions_spawn; their results are announced in this conversation automatically. %s\n", o.Channel, o.ChatType, subagent.ResultNote)
+	if o.ThreadID != "" {
+		b.WriteString(channels.ThreadContextNote + "\n")
+	}
 	if boot, _ := tools.LoadBootstrap(aws, false); boot != "" {
 		b.WriteString("\n" + boot)
 	}
@@ -481,5 +486,13 @@ func (g *Gateway) threadContext(ctx context.Context, o channels.Origin, text str
 	if len(msgs) > 0 {
 		log.Info("thread context given to the model", zap.Int("messages", len(msgs)))
 	}
-	return channels.WithThreadContext(msgs, text)
+	return channels.WithThreadContext(msgs, text, contextBoundary())
+}
+
+// contextBoundary is a fresh random string fencing one turn's thread
+// context: nobody in the thread can know it, so nobody can end the block.
+func contextBoundary() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -56,6 +56,7 @@ func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]chan
 	var out []channels.ThreadMessage
 	for _, m := range msgs {
 		tm := channels.ThreadMessage{SenderID: m.Author.ID, Text: m.Content, At: m.Timestamp, FromBot: m.Author.ID == self.ID}
+		tm.Admitted = tm.FromBot || a.opts.Access.Admit(at.ChatType, at.ChatID, m.Author.ID, true)
 		if tm.FromBot {
 			tm.SenderName = "Herald"
 		} else {

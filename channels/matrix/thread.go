@@ -76,6 +76,7 @@ func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]chan
 		fromBot := evt.Sender == self
 		tm := channels.ThreadMessage{SenderID: string(evt.Sender), Text: msg.Body,
 			At: time.UnixMilli(evt.Timestamp), FromBot: fromBot}
+		tm.Admitted = fromBot || a.opts.Access.Admit(at.ChatType, at.ChatID, string(evt.Sender), true)
 		if fromBot {
 			tm.SenderName = "Herald"
 		} else {

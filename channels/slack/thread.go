@@ -41,6 +41,7 @@ func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]chan
 			}
 			fromBot := m.BotID != "" || (botID != "" && m.User == botID)
 			tm := channels.ThreadMessage{SenderID: m.User, Text: stripMention(m.Text, botID), At: a.tsTime(m.Timestamp), FromBot: fromBot}
+			tm.Admitted = fromBot || a.opts.Access.Admit(at.ChatType, at.ChatID, m.User, true)
 			switch {
 			case fromBot:
 				tm.SenderName = "Herald"
