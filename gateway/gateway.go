@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,12 @@ type Options struct {
 	// PostgreSQL state, or the state store could not be written for longer
 	// than state.leaseSeconds (herald exits at once); by default Run returns.
 	OnLeaseLost func(reason string)
+	// OwnsProcess says the gateway is the whole process (herald gateway):
+	// once it is ready it gives back the memory start alone used (the Go
+	// heap's garbage, the mappings of the binary's pages that package
+	// initialisation touched). Tests, which run many gateways in one
+	// process, leave it off.
+	OwnsProcess bool
 }
 
 // Gateway is one running Herald daemon.
@@ -62,6 +69,8 @@ type Gateway struct {
 	stateDir string
 	log      *zap.Logger
 	clock    agent.Clock
+	// ownsProcess: Options.OwnsProcess
+	ownsProcess bool
 
 	db       store.Store
 	attached attachedFiles // send_file's files, by session key, until the reply or announce takes them
@@ -128,7 +137,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if err := hardenProcess(); err != nil {
 		return nil, fmt.Errorf("make the gateway process non-dumpable: %w", err)
 	}
-	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock,
+	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock, ownsProcess: o.OwnsProcess,
 		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), owedHere: make(map[int64]bool)}
 	g.conf.Store(cfg)
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
@@ -416,10 +425,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
 	}
 	g.phase.set(phaseRunning, "")
-	if p := g.tools.Load().Sandbox; p.Mechanism != sandbox.Off {
-		g.bg.Add(1)
-		go func() { defer g.bg.Done(); g.logSandbox(p) }()
-	}
+	g.bg.Add(1)
+	go func() { defer g.bg.Done(); g.afterReady() }()
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),
 		zap.String("stateDir", g.stateDir), zap.String("model", g.cfg().AgentModel(g.cfg().DefaultAgentID())))
 
@@ -623,6 +630,28 @@ func (g *Gateway) setToolOptions(cfg *config.Config) {
 	case prev == nil || prev.Sandbox != opts.Sandbox:
 		g.logSandbox(opts.Sandbox)
 	}
+}
+
+// afterReady is the start-up work that need not hold /readyz back: the
+// sandbox probe and its log line (an exec meanwhile waits for the same
+// probe), then, when the gateway owns the process, the memory that start
+// alone used is given back — the Go heap's garbage and the mappings of the
+// binary's pages that package initialisation touched (releaseStartPages).
+// docs/performance.md has what each saves.
+func (g *Gateway) afterReady() {
+	if p := g.tools.Load().Sandbox; p.Mechanism != sandbox.Off {
+		g.logSandbox(p)
+	}
+	if !g.ownsProcess {
+		return
+	}
+	debug.FreeOSMemory()
+	n, err := releaseStartPages()
+	if err != nil {
+		g.log.Debug("could not give back the start's pages of the binary", zap.Error(err))
+		return
+	}
+	g.log.Debug("gave back the start's pages of the binary", zap.Int64("mappedBytes", n))
 }
 
 // logSandbox says at start (and on a reload that changes it) how exec

@@ -396,7 +396,7 @@ func runGateway(f *flags, stderr io.Writer) int {
 		_ = log.Sync()
 		os.Exit(1)
 	}
-	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log, OnLeaseLost: lost})
+	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log, OnLeaseLost: lost, OwnsProcess: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)
 		return 1

@@ -32,12 +32,14 @@ type CompareOptions struct {
 
 // Sample is one binary's figures from one round: medians.
 type Sample struct {
-	Ready   time.Duration // process start → /readyz 200
-	RSS     int64         // idle, Settle after ready
-	RSSAnon int64
-	RSSFile int64
-	Turn    time.Duration // POST "SAY" → the reply on /api/events
-	Spawn8  time.Duration // POST "SPAWN 8" → the 8th announce on /api/events
+	Ready    time.Duration // process start → /readyz 200
+	ReadyCPU time.Duration // the gateway's CPU time when ready (steadier than Ready on a busy machine)
+	RSS      int64         // idle, Settle after ready
+	RSSAnon  int64
+	RSSFile  int64
+	BusyRSS  int64         // after the turns and SPAWN 8s
+	Turn     time.Duration // POST "SAY" → the reply on /api/events
+	Spawn8   time.Duration // POST "SPAWN 8" → the 8th announce on /api/events
 }
 
 // Compare runs the rounds and returns [round][binary] samples.
@@ -73,7 +75,7 @@ func Compare(ctx context.Context, o CompareOptions) ([][2]Sample, error) {
 	for r := range o.Rounds {
 		// Starts alternate A, B, A, B … so a burst of load on the machine
 		// falls on both.
-		var ready, rss, anon, file [2][]time.Duration
+		var ready, cpu, rss, anon, file [2][]time.Duration
 		for range o.Starts {
 			for i, bin := range o.Bins {
 				s, err := startIdle(ctx, bin, model.URL, o.Settle, nil)
@@ -81,6 +83,7 @@ func Compare(ctx context.Context, o CompareOptions) ([][2]Sample, error) {
 					return out, fmt.Errorf("%s: %w", o.Names[i], err)
 				}
 				ready[i] = append(ready[i], s.Ready)
+				cpu[i] = append(cpu[i], s.ReadyCPU)
 				rss[i] = append(rss[i], time.Duration(s.RSS))
 				anon[i] = append(anon[i], time.Duration(s.RSSAnon))
 				file[i] = append(file[i], time.Duration(s.RSSFile))
@@ -88,17 +91,21 @@ func Compare(ctx context.Context, o CompareOptions) ([][2]Sample, error) {
 		}
 		for i, bin := range o.Bins {
 			s := &out[r][i]
-			s.Ready, s.RSS, s.RSSAnon, s.RSSFile = median(ready[i]), int64(median(rss[i])), int64(median(anon[i])), int64(median(file[i]))
+			s.Ready, s.ReadyCPU, s.RSS, s.RSSAnon, s.RSSFile = median(ready[i]), median(cpu[i]), int64(median(rss[i])), int64(median(anon[i])), int64(median(file[i]))
 			if o.Turns > 0 {
 				if _, err := startIdle(ctx, bin, model.URL, 0, func(gw *harness.Gateway) error {
-					s.Turn, s.Spawn8, err = turns(ctx, gw, o.Turns)
+					if s.Turn, s.Spawn8, err = turns(ctx, gw, o.Turns); err != nil {
+						return err
+					}
+					p, err := harness.ReadProc(gw.Pid())
+					s.BusyRSS = p.RSS
 					return err
 				}); err != nil {
 					return out, fmt.Errorf("%s: %w", o.Names[i], err)
 				}
 			}
-			logf("round %d %-10s ready=%s idleRSS=%.1fMiB (anon %.1f, file %.1f) turn=%s spawn8=%s", r+1, o.Names[i],
-				s.Ready.Round(100*time.Microsecond), mib(s.RSS), mib(s.RSSAnon), mib(s.RSSFile),
+			logf("round %d %-10s ready=%s cpu=%s idleRSS=%.1fMiB (anon %.1f, file %.1f) turn=%s spawn8=%s", r+1, o.Names[i],
+				s.Ready.Round(100*time.Microsecond), s.ReadyCPU.Round(100*time.Microsecond), mib(s.RSS), mib(s.RSSAnon), mib(s.RSSFile),
 				s.Turn.Round(100*time.Microsecond), s.Spawn8.Round(100*time.Microsecond))
 		}
 	}
@@ -129,9 +136,11 @@ func CompareTable(o CompareOptions, samples [][2]Sample) string {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	return head + "\n" + sep + "\n" +
 		row(fmt.Sprintf("start → /readyz 200 (median of %d)", cmp.Or(o.Starts, 5)), func(s Sample) float64 { return ms(s.Ready) }, "ms") +
+		row("… its CPU time until ready", func(s Sample) float64 { return ms(s.ReadyCPU) }, "ms") +
 		row("idle RSS", func(s Sample) float64 { return mib(s.RSS) }, "MiB") +
 		row("… RssAnon", func(s Sample) float64 { return mib(s.RSSAnon) }, "MiB") +
 		row("… RssFile", func(s Sample) float64 { return mib(s.RSSFile) }, "MiB") +
+		row("RSS after the turns below", func(s Sample) float64 { return mib(s.BusyRSS) }, "MiB") +
 		row(fmt.Sprintf("one plain turn (median of %d)", cmp.Or(o.Turns, 5)), func(s Sample) float64 { return ms(s.Turn) }, "ms") +
 		row(fmt.Sprintf("SPAWN 8 → all announced (median of %d)", cmp.Or(o.Turns, 5)), func(s Sample) float64 { return ms(s.Spawn8) }, "ms")
 }
@@ -166,6 +175,9 @@ func startIdle(ctx context.Context, bin, modelURL string, settle time.Duration, 
 		return s, err
 	}
 	s.Ready = time.Since(start)
+	if s.ReadyCPU, err = harness.ThreadCPU(gw.Pid()); err != nil {
+		return s, err
+	}
 	if settle > 0 {
 		select {
 		case <-time.After(settle):
