@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,9 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/channels/matrix/matrixtest"
 	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
 )
@@ -260,5 +265,94 @@ func TestE2ETelegramSpawnTopic(t *testing.T) {
 	}
 	if n := len(tf.Topics()); n != 1 {
 		t.Errorf("%d topics, want 1", n)
+	}
+}
+
+// TestE2EDiscordSpawnThread: in a thread of a guild channel,
+// sessions_spawn {thread: true} posts a starter in the channel and starts a
+// thread from it named after the label; the requester's thread gets the
+// link line (the thread's mention) and the reply, the new thread the
+// announce; a message there without a mention is answered by the child.
+// Where Discord refuses to start the thread (403), the spawn runs in the
+// requester's thread with a warning.
+func TestE2EDiscordSpawnThread(t *testing.T) {
+	f := newDiscordFake(t)
+	tg := newTestGateway(t, discordConfig(f), threadModel())
+	dcConnected(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eWait)
+	defer cancel()
+	root := f.Say(dcGeneral, dcBob, "a topic", "")
+	f.StartThread(dcGeneral, root.ID, "a topic", dcBob)
+	f.Say(root.ID, dcAlice, dcMention(f, "look at this in its own thread"), "")
+	tg.waitDelivered(t, 3) // link, reply, announce
+	threads := f.Threads(dcGeneral)
+	if len(threads) != 2 || threads[1].Name != "alpha" {
+		t.Fatalf("threads of general = %+v, want the person's and alpha's", threads)
+	}
+	child := threads[1].ID
+	if starter := f.BotMessages(dcGeneral); len(starter) != 1 || starter[0].ID != child || !strings.HasPrefix(starter[0].Content, "🧵 alpha\n") {
+		t.Errorf("messages of the bot in general = %+v, want alpha's starter, the thread's root", starter)
+	}
+	inReq := f.BotMessages(root.ID)
+	if len(inReq) != 2 || inReq[0].Content != "🧵 alpha works in its own thread: <#"+child+">" ||
+		!strings.HasPrefix(inReq[1].Content, `spawned: {"status":"accepted"`) || strings.Contains(inReq[1].Content, "warning") {
+		t.Errorf("requester's thread = %+v, want the link line and the reply", inReq)
+	}
+	if in := f.BotMessages(child); len(in) != 1 || !strings.HasPrefix(in[0].Content, "Status: success\nTask: alpha") {
+		t.Errorf("alpha's thread = %+v, want its announce", in)
+	}
+	f.Say(child, dcAlice, "again: and then?", "")
+	if err := f.Wait(ctx, "the child's answer in its thread", func() bool {
+		in := f.BotMessages(child)
+		return len(in) == 2 && strings.HasPrefix(in[1].Content, `child (task "alpha: dig into the release notes", `)
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, f.BotMessages(child))
+	}
+
+	f.FailNext("POST", "/channels/"+dcGeneral+"/messages/", 403)
+	f.Say(root.ID, dcAlice, dcMention(f, "look at this in its own thread again"), "")
+	tg.waitDelivered(t, 6) // the reply and the announce, in the requester's thread
+	inReq = f.BotMessages(root.ID)
+	if len(inReq) != 4 || !strings.Contains(inReq[2].Content+inReq[3].Content, `"warning":"thread ignored: discord: start a thread in `) {
+		t.Errorf("requester's thread = %+v, want the reply with a warning and the announce", inReq)
+	}
+}
+
+// TestE2EMatrixSpawnThread drives a real Dendrite: sessions_spawn
+// {thread: true} in a thread posts a starter in the room as the root of
+// the child's thread; the requester's thread gets the link line (a
+// matrix.to link to the root) and the reply; the child's announce goes to
+// its thread; a message there without a mention reaches the child's
+// session and is answered there.
+func TestE2EMatrixSpawnThread(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := hs.RegisterUser(t, "alice")
+	carol := hs.RegisterUser(t, "carol")
+	bot := hs.RegisterUser(t, "herald")
+	startMatrixGateway(t, hs, bot, llmtest.NewAnthropic(t, threadModel()))
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
+	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
+		t.Fatal(err)
+	}
+	matrixtest.WaitJoined(t, alice, room, carol.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+
+	root := matrixtest.Post(t, alice, room, "planning")
+	matrixtest.PostInThread(t, alice, room, root, "herald: look at this in its own thread", bot.UserID)
+	got := matrixtest.WaitThreadMessages(t, alice, room, root, bot.UserID, 2)
+	link, reply := matrixBody(got[0]), matrixBody(got[1])
+	childRoot, ok := strings.CutPrefix(link, "🧵 alpha works in its own thread: https://matrix.to/#/"+url.PathEscape(string(room))+"/")
+	if !ok || !strings.HasPrefix(reply, `spawned: {"status":"accepted"`) {
+		t.Fatalf("requester's thread = %q, %q; want the link line and the reply", link, reply)
+	}
+	childRoot, _ = url.PathUnescape(childRoot)
+	ann := matrixtest.WaitThreadMessages(t, alice, room, id.EventID(childRoot), bot.UserID, 1)
+	if b := matrixBody(ann[0]); !strings.HasPrefix(b, "Status: success\nTask: alpha") {
+		t.Fatalf("alpha's thread = %q, want its announce", b)
+	}
+	matrixtest.PostInThread(t, alice, room, id.EventID(childRoot), "again: more?")
+	ans := matrixtest.WaitThreadMessages(t, alice, room, id.EventID(childRoot), bot.UserID, 2)
+	if b := matrixBody(ans[1]); !strings.HasPrefix(b, `child (task "alpha: dig into the release notes", `) {
+		t.Fatalf("answer in alpha's thread = %q", b)
 	}
 }

@@ -1,0 +1,56 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+var _ channels.ThreadStarter = (*Adapter)(nil)
+
+// maxThreadName is Discord's longest thread name.
+const maxThreadName = 100
+
+// StartThread implements channels.ThreadStarter (SPEC §24): t.Text is
+// posted in the channel and a thread named t.Name is started from it (the
+// thread's id is the message's, as for a top-level mention); the link is
+// the thread's channel mention, which Discord shows as a link to it. A
+// DM, or a channel where the bot may not start threads, gets ErrNoThreads.
+func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channels.NewThread) (channels.Thread, error) {
+	if in.ChatType != channels.ChatGroup || in.ChatID == "" {
+		return channels.Thread{}, fmt.Errorf("discord: a direct message: %w", channels.ErrNoThreads)
+	}
+	name := strings.Join(strings.Fields(t.Name), " ")
+	if r := []rune(name); len(r) > maxThreadName {
+		name = string(r[:maxThreadName-1]) + "…"
+	}
+	if name == "" {
+		name = "Sub-agent"
+	}
+	id, err := a.postMessage(ctx, in.ChatID, post{Content: t.Text, AllowedMentions: noMentions})
+	if err != nil {
+		return channels.Thread{}, refused("post the starter of a thread in "+in.ChatID, classify(a.redact(err)))
+	}
+	tctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	if _, err := a.s.MessageThreadStartComplex(in.ChatID, id, &discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440},
+		discordgo.WithContext(tctx)); err != nil && !isCode(err, codeThreadAlreadyCreated) {
+		return channels.Thread{}, refused("start a thread in "+in.ChatID, classify(a.redact(err)))
+	}
+	a.markThread(ctx, id) // a thread the bot is in (§9)
+	to := channels.Origin{Channel: Name, Account: in.Account, ChatID: in.ChatID, ChatType: in.ChatType, ThreadID: id}
+	return channels.Thread{Origin: to, Link: "<#" + id + ">"}, nil
+}
+
+// refused marks a permanent refusal (no permission) as ErrNoThreads.
+func refused(what string, err error) error {
+	if errors.Is(err, channels.ErrPermanent) {
+		return fmt.Errorf("discord: %s: %w: %w", what, err, channels.ErrNoThreads)
+	}
+	return fmt.Errorf("discord: %s: %w", what, err)
+}
