@@ -120,7 +120,14 @@ type Console struct {
 
 	mu      sync.Mutex
 	streams int // open event streams
+
+	end     chan struct{} // closed by EndStreams
+	endOnce sync.Once
 }
+
+// EndStreams ends every open event stream (the server is shutting down:
+// http.Server.Shutdown does not wait for them to end by themselves).
+func (c *Console) EndStreams() { c.endOnce.Do(func() { close(c.end) }) }
 
 // New returns the console.
 func New(o Options) *Console {
@@ -130,7 +137,7 @@ func New(o Options) *Console {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	return &Console{opts: o, log: o.Log.Named("admin"), cross: http.NewCrossOriginProtection()}
+	return &Console{opts: o, log: o.Log.Named("admin"), cross: http.NewCrossOriginProtection(), end: make(chan struct{})}
 }
 
 // CookieName is the login cookie: an HMAC of the token, never the token.

@@ -52,6 +52,12 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 		writeError(w, http.StatusInternalServerError, "streaming is not supported here")
 		return
 	}
+	select {
+	case <-c.end:
+		writeError(w, http.StatusServiceUnavailable, "the gateway is shutting down")
+		return
+	default:
+	}
 	c.mu.Lock()
 	if c.streams >= maxStreams {
 		c.mu.Unlock()
@@ -113,6 +119,8 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-c.end:
+			return
 		case <-alive.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
@@ -125,6 +133,9 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 			t := time.NewTimer(settle)
 			select {
 			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-c.end:
 				t.Stop()
 				return
 			case <-t.C:

@@ -23,7 +23,8 @@ type consoleLive struct{ g *Gateway }
 
 var _ admin.Live = consoleLive{}
 
-// newConsole builds the console on the current config.
+// newConsole builds the console on the config New started with (the
+// token is read anew at every request).
 func (g *Gateway) newConsole() *admin.Console {
 	cfg := g.cfg()
 	return admin.New(admin.Options{

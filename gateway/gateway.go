@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heraldhq/herald/admin"
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/mcptools"
 	"github.com/heraldhq/herald/agent/providers"
@@ -95,7 +96,9 @@ type Gateway struct {
 	spend    *spend.Ledger // budgets and spend (SPEC §20)
 	answered answers       // per conversation: which model answered its last turn and why
 	sched    *schedule.Scheduler
-	// watchers are the console's event streams (SPEC §27).
+	// console is the operator's console and watchers its event streams
+	// waiting for a change (SPEC §27).
+	console  *admin.Console
 	watchers watchers
 	tracer   *telemetry.Tracer // spans of messages (SPEC §22); off = no-op
 	phase    phase             // standby, starting, running (phase.go)
@@ -544,6 +547,7 @@ func (g *Gateway) shutdown(ctx context.Context) {
 	if g.web != nil {
 		g.server.RegisterOnShutdown(g.web.EndStreams)
 	}
+	g.server.RegisterOnShutdown(g.console.EndStreams)
 	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = g.server.Shutdown(hctx)
 	hcancel()

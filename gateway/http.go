@@ -24,7 +24,10 @@ func (g *Gateway) routes() *http.ServeMux {
 	mux.Handle("GET /mcp", g.guarded(http.HandlerFunc(g.mcpList)))
 	mux.Handle("GET /metrics", g.metricsAuth(promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})))
 	// The operator's console, a peer of the web chat (SPEC §27).
-	for pattern, h := range g.newConsole().Routes() {
+	if g.console == nil {
+		g.console = g.newConsole()
+	}
+	for pattern, h := range g.console.Routes() {
 		mux.Handle(pattern, h)
 	}
 	for _, ch := range g.channelSet() {
