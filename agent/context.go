@@ -184,7 +184,9 @@ func contextFromTranscript(entries []store.TranscriptEntry) []Message {
 			continue
 		}
 		if e.Type == "message" {
-			msgs = append(msgs, MessagesFromTranscript(entries[i:i+1])...)
+			for _, m := range MessagesFromTranscript(entries[i : i+1]) {
+				msgs = appendMessage(msgs, m)
+			}
 		}
 	}
 	return msgs

@@ -42,8 +42,9 @@ type Session struct {
 	History    []Message
 	// pending are the tool calls of the last assistant message that never
 	// got results (the process died while running them); History ends
-	// with that message. A resumed turn runs them; a new turn closes them
-	// as interrupted first.
+	// with that message and the results of its calls that ended. A
+	// resumed turn runs the repeatable ones and closes the others as
+	// interrupted; a new turn closes them all as interrupted first.
 	pending []ToolCall
 }
 
@@ -74,9 +75,6 @@ func LoadSessionFrom(ctx context.Context, ts store.Transcripts, key, id, agentID
 	case err == nil:
 		msgs := contextFromTranscript(entries)
 		history, pendingCalls = splitPendingCalls(msgs)
-		if len(pendingCalls) > 0 {
-			history = append(history, msgs[len(msgs)-1])
-		}
 	case errors.Is(err, store.ErrNotFound):
 	default:
 		return nil, fmt.Errorf("session %s: %w: %w", key, ErrHistory, err)
@@ -88,7 +86,8 @@ func LoadSessionFrom(ctx context.Context, ts store.Transcripts, key, id, agentID
 	return &Session{Key: key, ID: id, AgentID: agentID, Transcript: tr, History: history, pending: pendingCalls}, nil
 }
 
-// MessagesFromTranscript rebuilds conversation history from transcript lines.
+// MessagesFromTranscript rebuilds conversation history from transcript
+// lines; the tool results of one batch (a line each) become one message.
 func MessagesFromTranscript(entries []store.TranscriptEntry) []Message {
 	msgs := make([]Message, 0, len(entries))
 	for _, e := range entries {
@@ -107,7 +106,7 @@ func MessagesFromTranscript(entries []store.TranscriptEntry) []Message {
 		}
 		switch m.Role {
 		case RoleUser, RoleAssistant, RoleTool:
-			msgs = append(msgs, m)
+			msgs = appendMessage(msgs, m)
 		}
 	}
 	return msgs
@@ -160,8 +159,13 @@ type Turn struct {
 	Clock  Clock
 	// Resume continues a turn cut short (a crash, a drain) from the
 	// history: the input is already there and is not added again; tool
-	// calls whose results are in the history are not made again.
+	// calls whose results are in the history are not made again, and a
+	// call without one is made again only when its tool is Repeatable
+	// (else it gets InterruptedResult) — SPEC §25.
 	Resume bool
+	// Used is the model calls the turn made before it was cut (a resumed
+	// run's): they count against MaxIterations.
+	Used int
 	// Files are the files on the input message (SPEC §18); OpenFile reads
 	// their bytes for a model that takes them as content.
 	Files    []File
@@ -201,23 +205,19 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 	}
 	if len(s.pending) > 0 {
 		// The last turn died while running these tool calls. Resumed, it
-		// runs the ones that are safe to run again (read-only tools, and
-		// sessions_spawn, which answers with the run a call already made);
-		// the others, and every call when a new turn starts, are closed as
+		// runs the ones that are safe to repeat (Repeatable); the others,
+		// and every call when a new turn starts, are closed as
 		// interrupted, so the history stays valid and nothing acts twice.
 		calls := s.pending
 		s.pending = nil
-		results := make([]ToolResult, len(calls))
-		for i, call := range calls {
-			tool, _ := t.Tools.Get(call.Name)
-			if rs, ok := tool.(ResumeSafe); ok && t.Resume && rs.ResumeSafe() {
-				results[i] = s.callTool(ctx, t, call)
-			} else {
-				results[i] = ToolResult{CallID: call.ID, Name: call.Name, Content: interruptedResult, IsError: true}
+		for _, call := range calls {
+			r := interruptedFor(call)
+			if tool, ok := t.Tools.Get(call.Name); ok && t.Resume && IsRepeatable(tool) {
+				r = s.callTool(ctx, t, call)
 			}
-		}
-		if err := s.append(ctx, Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
-			return res, err
+			if err := s.appendResult(ctx, r, t.Clock); err != nil {
+				return res, err
+			}
 		}
 	}
 	if !t.Resume {
@@ -225,6 +225,7 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, err
 		}
 	}
+	res.Iterations = max(t.Used, 0)
 	var pendingReplies []chan SteerReply
 	for {
 		if err := ctx.Err(); err != nil {
@@ -260,12 +261,12 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			pendingReplies = nil
 		}
 		if len(resp.ToolCalls) > 0 {
-			results := make([]ToolResult, len(resp.ToolCalls))
-			for i, call := range resp.ToolCalls {
-				results[i] = s.callTool(ctx, t, call)
-			}
-			if err := s.append(ctx, Message{Role: RoleTool, ToolResults: results}, nil, "", t.Clock); err != nil {
-				return res, err
+			// The per-call journal (SPEC §25): each result is written when
+			// its call ends, so a crash later in the batch keeps it.
+			for _, call := range resp.ToolCalls {
+				if err := s.appendResult(ctx, s.callTool(ctx, t, call), t.Clock); err != nil {
+					return res, err
+				}
 			}
 			if err := ctx.Err(); err != nil {
 				return res, err
@@ -434,9 +435,15 @@ func (s *Session) Record(ctx context.Context, m Message, u *Usage, model string,
 	return s.append(ctx, m, u, model, clock)
 }
 
+// appendResult records the result of one tool call: a transcript line of
+// its own, merged into the batch's tool message in history.
+func (s *Session) appendResult(ctx context.Context, r ToolResult, clock Clock) error {
+	return s.append(ctx, Message{Role: RoleTool, ToolResults: []ToolResult{r}}, nil, "", clock)
+}
+
 // append records m in history and the transcript.
 func (s *Session) append(ctx context.Context, m Message, u *Usage, model string, clock Clock) error {
-	s.History = append(s.History, m)
+	s.History = appendMessage(s.History, m)
 	if s.Transcript == nil {
 		return nil
 	}

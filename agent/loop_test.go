@@ -61,9 +61,10 @@ func TestTurnWritesTranscriptBeforeNextCall(t *testing.T) {
 	if err != nil || res.Text != "done" || res.Iterations != 2 {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
-	// user, assistant (tool calls), tool results: on disk before the second call.
-	if linesAtSecondCall != 3 {
-		t.Errorf("transcript had %d lines at the second model call, want 3", linesAtSecondCall)
+	// user, assistant (tool calls), a line per tool result: on disk before
+	// the second call.
+	if linesAtSecondCall != 4 {
+		t.Errorf("transcript had %d lines at the second model call, want 4", linesAtSecondCall)
 	}
 	results := s.History[2].ToolResults
 	if len(results) != 2 || results[0].Content != `{"echo":"hi"}` || !results[1].IsError || !strings.Contains(results[1].Content, `unknown tool \"nope\"`) {
@@ -127,7 +128,7 @@ func TestLoadSessionClosesInterruptedToolCalls(t *testing.T) {
 		t.Fatalf("Run after an interrupted tool call = %+v, %v", res, err)
 	}
 	last, _ := srv.Last()
-	if len(last.Messages) < 3 || last.Messages[2].Role != agent.RoleTool || !strings.Contains(last.Messages[2].ToolResults[0].Content, "gateway stopped") {
+	if len(last.Messages) < 3 || last.Messages[2].Role != agent.RoleTool || last.Messages[2].ToolResults[0].Content != agent.InterruptedResult {
 		t.Errorf("the interrupted call was not closed with an error result: %+v", last.Messages)
 	}
 }
@@ -135,7 +136,7 @@ func TestLoadSessionClosesInterruptedToolCalls(t *testing.T) {
 // safeEcho is echo declared safe to run again after a crash.
 type safeEcho struct{ echoTool }
 
-func (safeEcho) ResumeSafe() bool { return true }
+func (safeEcho) Repeatable() bool { return true }
 
 // A resumed turn runs the tool calls the crash left without results when
 // they are safe to run again (it does not mark them interrupted), then goes

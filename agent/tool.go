@@ -47,12 +47,21 @@ type CallContext struct {
 	Tools        []string // names of the tools the caller has in this turn
 }
 
-// ResumeSafe is implemented by tools whose call may be run again when a
-// turn cut by a crash resumes with the call unanswered: read-only tools,
-// and sessions_spawn (idempotent per call id). Other calls (exec, writes,
-// MCP tools) may have acted already; they are answered as interrupted.
-type ResumeSafe interface {
-	ResumeSafe() bool
+// Repeatable is implemented by tools whose call may be made again when a
+// run or turn cut by a crash resumes with the call unanswered (SPEC §25):
+// read-only tools (read_file, list_files, web_fetch, web_search), MCP
+// tools annotated readOnlyHint or idempotentHint, and sessions_spawn
+// (idempotent per call id: a repeated call answers with the run the first
+// one made). Any other call may have acted already: it is answered with
+// the interrupted result and the model decides.
+type Repeatable interface {
+	Repeatable() bool
+}
+
+// IsRepeatable reports whether t is marked safe to call again.
+func IsRepeatable(t Tool) bool {
+	r, ok := t.(Repeatable)
+	return ok && r.Repeatable()
 }
 
 // Tool is one function the model may call. Call returns the result content

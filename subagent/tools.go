@@ -22,11 +22,11 @@ import (
 type sessionTool struct {
 	spec       agent.ToolSpec
 	fn         func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error)
-	resumeSafe bool
+	repeatable bool
 }
 
-// ResumeSafe implements agent.ResumeSafe.
-func (t *sessionTool) ResumeSafe() bool { return t.resumeSafe }
+// Repeatable implements agent.Repeatable.
+func (t *sessionTool) Repeatable() bool { return t.repeatable }
 
 func (t *sessionTool) Spec() agent.ToolSpec { return t.spec }
 func (t *sessionTool) Group() string        { return agent.GroupSessions }
@@ -69,7 +69,7 @@ func (m *Manager) SessionTools(depth int) []agent.Tool {
 
 func (m *Manager) spawnTool() agent.Tool {
 	t := m.spawnToolDef().(*sessionTool)
-	t.resumeSafe = true // idempotent per tool call id: see Spawn
+	t.repeatable = true // idempotent per tool call id: see Spawn
 	return t
 }
 

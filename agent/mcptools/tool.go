@@ -59,6 +59,9 @@ type tool struct {
 	name string // mcp__<server>__<tool>
 	orig string // the server's own name
 	spec agent.ToolSpec
+	// repeatable: the server annotates the tool readOnlyHint or
+	// idempotentHint, so a call cut by a crash is made again (SPEC §25).
+	repeatable bool
 }
 
 func newTool(srv *server, t *mcp.Tool) (*tool, error) {
@@ -75,8 +78,13 @@ func newTool(srv *server, t *mcp.Tool) (*tool, error) {
 		desc = t.Title
 	}
 	name := ToolName(srv.name, t.Name)
-	return &tool{srv: srv, name: name, orig: t.Name, spec: agent.ToolSpec{Name: name, Description: desc, Schema: schema}}, nil
+	repeatable := t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint)
+	return &tool{srv: srv, name: name, orig: t.Name, spec: agent.ToolSpec{Name: name, Description: desc, Schema: schema}, repeatable: repeatable}, nil
 }
+
+// Repeatable implements agent.Repeatable: true when the server annotates
+// the tool readOnlyHint or idempotentHint.
+func (t *tool) Repeatable() bool { return t.repeatable }
 
 func (t *tool) Spec() agent.ToolSpec { return t.spec }
 func (t *tool) Group() string        { return agent.GroupMCP }

@@ -33,8 +33,8 @@ const (
 
 type readFile struct{ max int64 }
 
-// ResumeSafe implements agent.ResumeSafe: reading has no effect to repeat.
-func (t *readFile) ResumeSafe() bool { return true }
+// Repeatable implements agent.Repeatable: reading has no effect to repeat.
+func (t *readFile) Repeatable() bool { return true }
 
 var readFileFields = []field{
 	{"path", "string", true, "file path relative to the workspace"},
@@ -277,8 +277,8 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 
 type listFiles struct{ max int }
 
-// ResumeSafe implements agent.ResumeSafe: listing has no effect to repeat.
-func (t *listFiles) ResumeSafe() bool { return true }
+// Repeatable implements agent.Repeatable: listing has no effect to repeat.
+func (t *listFiles) Repeatable() bool { return true }
 
 var listFilesFields = []field{
 	{"path", "string", false, `directory relative to the workspace (default ".")`},

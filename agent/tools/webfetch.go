@@ -51,6 +51,10 @@ func NewWebFetch(opts Options) agent.Tool {
 
 func (t *webFetch) Group() string { return agent.GroupWeb }
 
+// Repeatable implements agent.Repeatable: a GET fetched again has no
+// effect of its own (SPEC §25).
+func (t *webFetch) Repeatable() bool { return true }
+
 func (t *webFetch) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
 		Name: WebFetchName,
