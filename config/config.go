@@ -251,6 +251,7 @@ type Subagents struct {
 	ArchiveAfterMinutes   *int         `json:"archiveAfterMinutes"`   // default 60; 0 = never
 	MaxIterations         *int         `json:"maxIterations"`         // default 30
 	ThreadIdleMinutes     *int         `json:"threadIdleMinutes"`     // default 1440: a thread binding ends this long after its last message
+	MaxResumes            *int         `json:"maxResumes"`            // default 2 (SPEC §25)
 	Model                 ModelSetting `json:"model"`
 	Thinking              string       `json:"thinking"`
 	AllowAgents           []string     `json:"allowAgents"` // ["*"] = any; default: own id only

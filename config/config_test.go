@@ -138,7 +138,7 @@ func TestFullConfigLoads(t *testing.T) {
 	}
 	l := cfg.SubagentLimits("main")
 	want := Limits{MaxConcurrent: 8, MaxDepth: 1, MaxChildrenPerSession: 5, MaxTotalSpawns: 20,
-		RunTimeoutSeconds: 300, ArchiveAfterMinutes: 60, MaxIterations: 30, ThreadIdleMinutes: 1440,
+		RunTimeoutSeconds: 300, ArchiveAfterMinutes: 60, MaxIterations: 30, ThreadIdleMinutes: 1440, MaxResumes: 2,
 		Model: "anthropic/claude-3-5-haiku-latest", AllowAgents: []string{"researcher"}}
 	if !reflect.DeepEqual(l, want) {
 		t.Errorf("SubagentLimits(main) =\n%+v\nwant\n%+v", l, want)
@@ -370,7 +370,7 @@ func TestDefaultsApplied(t *testing.T) {
 		{"matrix threads", chOpt(t, cfg, "matrix", "ThreadReplies"), "inbound"},
 		{"agent", cfg.DefaultAgentID(), "main"},
 		{"model", cfg.AgentModel("main"), "demo/demo"},
-		{"limits", cfg.SubagentLimits("main"), Limits{8, 1, 5, 20, 300, 60, 30, 1440, "", "", []string{"main"}}},
+		{"limits", cfg.SubagentLimits("main"), Limits{8, 1, 5, 20, 300, 60, 30, 1440, 2, "", "", []string{"main"}}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

@@ -22,6 +22,7 @@ const (
 	DefaultArchiveAfterMinutes    = 60
 	DefaultSubagentMaxIterations  = 30
 	DefaultThreadIdleMinutes      = 1440
+	DefaultMaxResumes             = 2
 	DefaultExecTimeoutSeconds     = 60
 	DefaultExecMaxOutputBytes     = 64 << 10
 	DefaultExecMemoryMB           = 1024
@@ -183,6 +184,7 @@ func (c *Config) ApplyDefaults(env func(string) (string, bool)) {
 	setIntPtr(&s.ArchiveAfterMinutes, DefaultArchiveAfterMinutes)
 	setIntPtr(&s.MaxIterations, DefaultSubagentMaxIterations)
 	setIntPtr(&s.ThreadIdleMinutes, DefaultThreadIdleMinutes)
+	setIntPtr(&s.MaxResumes, DefaultMaxResumes)
 	if len(c.Agents.List) == 0 {
 		c.Agents.List = []Agent{{ID: DefaultAgentID}}
 	}

@@ -83,6 +83,7 @@ type Limits struct {
 	ArchiveAfterMinutes   int // 0 = never
 	MaxIterations         int
 	ThreadIdleMinutes     int      // a thread binding's life after its last message (SPEC §24)
+	MaxResumes            int      // times a run is resumed after its gateway stopped (SPEC §25)
 	Model                 string   // the primary of the sub-agent model setting; "" = the caller's model
 	Thinking              string   // "" = the caller's thinking level
 	AllowAgents           []string // ["*"] = any agent
@@ -124,6 +125,7 @@ func (c *Config) SubagentLimits(agentID string) Limits {
 		ArchiveAfterMinutes:   pick(o.ArchiveAfterMinutes, d.ArchiveAfterMinutes, DefaultArchiveAfterMinutes),
 		MaxIterations:         pick(o.MaxIterations, d.MaxIterations, DefaultSubagentMaxIterations),
 		ThreadIdleMinutes:     pick(o.ThreadIdleMinutes, d.ThreadIdleMinutes, DefaultThreadIdleMinutes),
+		MaxResumes:            pick(o.MaxResumes, d.MaxResumes, DefaultMaxResumes),
 		Model:                 cmp.Or(o.Model.Primary, d.Model.Primary),
 		Thinking:              cmp.Or(o.Thinking, d.Thinking),
 	}

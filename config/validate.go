@@ -273,6 +273,7 @@ func (v *validator) subagents(path string, s Subagents, isDefaults bool, agentID
 		{"maxTotalSpawns", s.MaxTotalSpawns},
 		{"runTimeoutSeconds", s.RunTimeoutSeconds},
 		{"archiveAfterMinutes", s.ArchiveAfterMinutes},
+		{"maxResumes", s.MaxResumes},
 	} {
 		if f.n != nil {
 			v.nonNegative(path+"."+f.k, *f.n)

@@ -135,7 +135,7 @@ func (p *panel) refresh(ctx context.Context, key string) {
 			status = store.StatusRunning
 		}
 		v := web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
-			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut}
+			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut, Resumes: r.Resumes}
 		if r.Status == store.StatusRunning {
 			v.Activity = r.Note
 		}

@@ -17,20 +17,23 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
 	var origin string
-	var created, started, ended, archiveAt, archivedAt, due sql.NullInt64
+	var created, started, ended, archiveAt, archivedAt, due, stretch sql.NullInt64
+	var ranMS int64
 	if err := rows.Scan(&r.ID, &r.ChildKey, &r.ChildSessionID, &r.RequesterKey, &r.RootKey, &r.Depth,
 		&r.AgentID, &r.Task, &r.Label, &r.Model, &r.Thinking, &r.Cleanup, &r.TimeoutSeconds,
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
-		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent, &r.RequesterSessionID); err != nil {
+		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent, &r.RequesterSessionID,
+		&r.Resumes, &ranMS, &stretch); err != nil {
 		return err
 	}
 	r.ScheduleDue = fromMS(due)
+	r.Ran, r.StretchAt = time.Duration(ranMS)*time.Millisecond, fromMS(stretch)
 	r.CreatedAt, r.StartedAt, r.EndedAt = fromMS(created), fromMS(started), fromMS(ended)
 	r.ArchiveAt, r.ArchivedAt = fromMS(archiveAt), fromMS(archivedAt)
 	r.AllowedTools = nil
@@ -180,12 +183,13 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
-		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID)
+		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID,
+		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt))
 	return err
 }
 
@@ -268,11 +272,14 @@ func fillChild(r *Run, s *Session) {
 	}
 }
 
-// StartRun moves a queued run to running and sets StartedAt. ErrNotFound;
-// a run that is not queued gives an error wrapping ErrNotQueued.
+// StartRun moves a queued run to running: StartedAt is set unless a run
+// resumed after a stop (ResumeRun) keeps its own, and its current stretch
+// begins at at. ErrNotFound; a run that is not queued gives an error
+// wrapping ErrNotQueued.
 func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, started_at = $2 WHERE id = $3 AND status = $4`,
-		StatusRunning, msOrNow(at), runID, StatusQueued)
+	ms := msOrNow(at)
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, started_at = COALESCE(started_at, $2), stretch_at = $3
+		WHERE id = $4 AND status = $5`, StatusRunning, ms, ms, runID, StatusQueued)
 	if err != nil {
 		return d.wrap("start run "+runID, err)
 	}
@@ -284,6 +291,26 @@ func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
 		return fmt.Errorf("start run %s: %w", runID, err)
 	}
 	return fmt.Errorf("start run %s: status is %s: %w", runID, r.Status, ErrNotQueued)
+}
+
+// ResumeRun queues again a run that was running or announcing when its
+// gateway stopped (SPEC §25): Resumes goes up by one, Ran becomes ran
+// (the time it ran before this stop); StartedAt is kept. ErrNotFound; a
+// run in another state gives an error wrapping ErrNotQueued.
+func (d *DB) ResumeRun(ctx context.Context, runID string, ran time.Duration) error {
+	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, resumes = resumes + 1, ran_ms = $2
+		WHERE id = $3 AND status IN ($4, $5)`, StatusQueued, ran.Milliseconds(), runID, StatusRunning, StatusAnnouncing)
+	if err != nil {
+		return d.wrap("resume run "+runID, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	r, err := d.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("resume run %s: %w", runID, err)
+	}
+	return fmt.Errorf("resume run %s: status is %s: %w", runID, r.Status, ErrNotQueued)
 }
 
 // SetRunStatus sets the run's status (and nothing else); ErrNotFound.

@@ -134,6 +134,12 @@ type Run struct {
 	// that made the run ("" = not traced): the run's spans, also after a
 	// restart or on another replica, continue that trace (SPEC §22).
 	TraceParent string
+	// Resumes counts the times the run was queued again after its gateway
+	// stopped (SPEC §25); Ran is how long it ran before its current
+	// stretch, which began at StretchAt (zero: at StartedAt).
+	Resumes   int
+	Ran       time.Duration
+	StretchAt time.Time
 }
 
 // RunFilter selects runs for ListRuns. Empty fields match anything.

@@ -175,9 +175,15 @@ func TestOpenTranscriptCutsTornLine(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			if !(FileTranscripts{}).TranscriptTorn(context.Background(), path) {
+				t.Error("TranscriptTorn before the open = false, want true")
+			}
 			tr, err := FileTranscripts{}.OpenTranscript(context.Background(), path, TranscriptHeader{SessionKey: "new"})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if (FileTranscripts{}).TranscriptTorn(context.Background(), path) {
+				t.Error("TranscriptTorn after the open cut the line = true, want false")
 			}
 			if err := tr.Append(context.Background(), TranscriptEntry{Role: "assistant", Content: "after crash"}); err != nil {
 				t.Fatal(err)

@@ -39,6 +39,10 @@ type Transcripts interface {
 	// appended until ctx ends (nil then). No transcript → ErrNotFound (when
 	// following, it waits for one instead).
 	TailTranscript(ctx context.Context, path string, follow bool, w io.Writer) error
+	// TranscriptTorn reports whether the transcript ends mid-line: a
+	// crash cut its last write (ReadTranscript leaves that line out; the
+	// next OpenTranscript cuts it). Rows are whole lines: never torn.
+	TranscriptTorn(ctx context.Context, path string) bool
 }
 
 var (
@@ -91,6 +95,21 @@ func (FileTranscripts) TailTranscript(ctx context.Context, path string, follow b
 	return tail(ctx, path, follow, w, fileLines(path))
 }
 
+func (FileTranscripts) TranscriptTorn(_ context.Context, path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	last := make([]byte, 1)
+	_, err = f.ReadAt(last, fi.Size()-1)
+	return err == nil && last[0] != '\n'
+}
+
 // rowTranscripts keeps transcripts as rows of transcript_lines (name, line,
 // body): the PostgreSQL engine's sink. Names are TranscriptPath's relative
 // paths; each line is one committed INSERT.
@@ -141,6 +160,8 @@ func (s *rowSink) write(ctx context.Context, line []byte) error {
 
 func (s *rowSink) sync(context.Context) error { return nil } // committed on write
 func (s *rowSink) close() error               { return nil }
+
+func (rowTranscripts) TranscriptTorn(context.Context, string) bool { return false }
 
 func (ts rowTranscripts) ReadTranscript(ctx context.Context, path string) (TranscriptHeader, []TranscriptEntry, error) {
 	d := ts.d

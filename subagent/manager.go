@@ -207,8 +207,9 @@ func (m *Manager) Spawned() int64 { return m.spawned.Load() }
 func (m *Manager) Lane() *lane.Lane { return m.lane }
 
 // Start recovers after a restart — runs this replica left running or
-// announcing are announced with Status unknown, queued runs are queued
-// again (Adopt) — and starts the archiver.
+// announcing are queued again to resume from their transcripts (past
+// maxResumes they are announced with Status unknown), queued runs are
+// queued again (Adopt) — and starts the archiver.
 func (m *Manager) Start(ctx context.Context) error {
 	if _, err := m.adopt(ctx, store.Claim{Holder: m.d.Replica, Reclaim: true}); err != nil {
 		return err
@@ -220,9 +221,10 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // Adopt takes over the live runs no live replica owns (on SQLite: every
 // one but this process's): queued ones are queued here, oldest first;
-// running or announcing ones died with their replica and are announced
-// with Status unknown, once. It returns how many it took. Start adopts
-// this replica's own runs from before a restart too.
+// running or announcing ones were cut when their replica stopped and are
+// queued to resume from their transcripts (SPEC §25), or announced with
+// Status unknown, once, past maxResumes. It returns how many it took.
+// Start adopts this replica's own runs from before a restart too.
 func (m *Manager) Adopt(ctx context.Context) (int, error) {
 	return m.adopt(ctx, store.Claim{Holder: m.d.Replica})
 }
@@ -238,7 +240,7 @@ func (m *Manager) adopt(ctx context.Context, c store.Claim) (int, error) {
 			m.enqueue(&r)
 			continue
 		}
-		if err := m.finishUnknown(ctx, &r); err != nil {
+		if err := m.resume(ctx, &r); err != nil {
 			return i, err
 		}
 	}
@@ -249,11 +251,12 @@ func (m *Manager) adopt(ctx context.Context, c store.Claim) (int, error) {
 	return len(runs), nil
 }
 
-// finishUnknown ends a run the gateway lost track of (it died mid-run).
-func (m *Manager) finishUnknown(ctx context.Context, r *store.Run) error {
+// finishUnknown ends a run the gateway lost track of (it died mid-run)
+// with note.
+func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) error {
 	now := m.d.Clock.Now()
 	r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeUnknown, now
-	r.Note = "The gateway stopped while this run was in progress; its outcome is unknown."
+	r.Note = note
 	// The run's span died with the process: this one, in the same trace,
 	// stands for its end here, and its announce's delivery follows it.
 	ctx, span := m.startSpan(ctx, r)
@@ -610,24 +613,35 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	ctx, cancel := context.WithCancel(laneCtx)
 	lr.cancel = cancel
 	lr.run.Status = store.StatusRunning
-	lr.run.StartedAt = m.d.Clock.Now()
+	now := m.d.Clock.Now()
+	if lr.run.StartedAt.IsZero() { // a resumed run keeps its start (SPEC §25)
+		lr.run.StartedAt = now
+	}
+	lr.run.StretchAt = now
 	run := lr.run
 	ctx, lr.span = m.startSpan(ctx, &run)
 	span := lr.span
+	if run.Resumes > 0 && span.IsRecording() {
+		span.SetAttributes(telemetry.AttrResumed.Bool(true))
+	}
 	m.mu.Unlock()
 	defer span.End() // end ends it first with the outcome; this covers a shutdown
 	defer cancel()
 	log := m.runLog(&run)
 
 	m.changed(run.RootKey)
-	if err := m.d.Store.StartRun(ctx, run.ID, run.StartedAt); err != nil {
+	if err := m.d.Store.StartRun(ctx, run.ID, now); err != nil {
 		log.Error("could not mark run running", zap.Error(err))
+	}
+	if _, ok := m.config().Agent(run.AgentID); !ok {
+		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
+		return
 	}
 	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx}
 	out := m.runnerFor(&run).Run(ctx, rc)
 	if out.Status == "" {
 		// The gateway is shutting down mid-run: leave the run "running" in
-		// the store; the next Start announces it as unknown.
+		// the store; the next Start resumes it (SPEC §25).
 		log.Warn("run interrupted by shutdown")
 		m.mu.Lock()
 		m.forgetLocked(run.ID)
@@ -667,12 +681,25 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
+		// A resumed run has the rest of its time: the downtime is not
+		// counted (SPEC §25).
 		var c context.CancelFunc
-		runCtx, c = context.WithTimeout(ctx, time.Duration(run.TimeoutSeconds)*time.Second)
+		runCtx, c = context.WithTimeout(ctx, max(time.Duration(run.TimeoutSeconds)*time.Second-run.Ran, 0))
 		defer c()
 	}
-	turn.Files, turn.OpenFile = m.taskFiles(ctx, turn.Call.Workspace, run.Task), m.d.OpenFile
-	res, runErr := sess.Run(runCtx, turn, run.Task)
+	var point resumePoint
+	if run.Resumes > 0 {
+		point = m.loadResumePoint(ctx, lr, run)
+	}
+	var res agent.Result
+	var runErr error
+	if point.worked {
+		res.Text = point.workText
+	} else {
+		turn.Files, turn.OpenFile = m.taskFiles(ctx, turn.Call.Workspace, run.Task), m.d.OpenFile
+		turn.Resume, turn.Used = point.started, point.used
+		res, runErr = sess.Run(runCtx, turn, run.Task)
+	}
 	if res.Fallback != "" {
 		m.noteFallback(lr, res.Fallback)
 	}
@@ -706,16 +733,28 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
 		log.Error("could not mark run announcing", zap.Error(err))
 	}
-	// The results of the run's own children that ended meanwhile come
-	// before its announce step (SPEC §23).
-	m.fold(ctx, sess, run)
-	annCtx, annCancel := context.WithTimeout(ctx, m.d.AnnounceTimeout)
-	annRes, annErr := sess.Run(annCtx, agent.Turn{
-		Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
-		Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
-		Fallbacks: turn.Fallbacks, Health: turn.Health, BeforeCall: turn.BeforeCall, OnCall: turn.OnCall,
-	}, announcePrompt)
-	annCancel()
+	var annRes agent.Result
+	var annErr error
+	if point.announced {
+		// Cut after its announce reply was recorded: that reply is the
+		// announce (SPEC §25).
+		annRes.Text = point.announceText
+	} else {
+		if !point.announcing {
+			// The results of the run's own children that ended meanwhile
+			// come before its announce step (SPEC §23); a step resumed
+			// after its prompt was recorded took them already.
+			m.fold(ctx, sess, run)
+		}
+		annCtx, annCancel := context.WithTimeout(ctx, m.d.AnnounceTimeout)
+		annRes, annErr = sess.Run(annCtx, agent.Turn{
+			Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
+			Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
+			Fallbacks: turn.Fallbacks, Health: turn.Health, BeforeCall: turn.BeforeCall, OnCall: turn.OnCall,
+			Resume: point.announcing,
+		}, announcePrompt)
+		annCancel()
+	}
 	if annRes.Fallback != "" {
 		m.noteFallback(lr, annRes.Fallback)
 	}
@@ -1000,6 +1039,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		// its Notes.
 		note = strings.TrimSuffix(run.Note+"\n"+note, "\n")
 	}
+	note = withResumed(note, r.Resumes)
 	r.Status, r.Outcome, r.EndedAt, r.Note, r.Result = store.StatusDone, outcome, m.d.Clock.Now(), note, result
 	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = u.Input, u.Output, u.CacheRead, u.CacheWrite
 	m.setCost(&r, u)

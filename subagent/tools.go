@@ -177,6 +177,16 @@ func DisplayStatus(r *store.Run) string {
 	return r.Status
 }
 
+// ResumedTag is how /subagents and the web chat's panel mark a run that
+// resumed after its gateway stopped (SPEC §25): "resumed 2×"; "" for a
+// run that never did.
+func ResumedTag(r *store.Run) string {
+	if r.Resumes <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("resumed %d×", r.Resumes)
+}
+
 func (m *Manager) listTool() agent.Tool {
 	return tool("sessions_list",
 		"List the sub-agent sessions this session spawned (directly or below), newest first.",

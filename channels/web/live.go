@@ -43,6 +43,8 @@ type RunView struct {
 	// Activity is what a running run does now (its live note: an ACP
 	// agent's latest update, "awaiting approval <code>").
 	Activity string `json:"activity,omitempty"`
+	// Resumes: how often the run resumed after its gateway stopped (SPEC §25).
+	Resumes int `json:"resumes,omitempty"`
 }
 
 // ScheduleView is one schedule of the conversation as the panel shows it

@@ -501,8 +501,10 @@ func TestCrashKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wantOutcome := map[string]string{crashRunning: store.OutcomeUnknown, crashAnnounce: store.OutcomeUnknown}
-	for _, l := range append(slices.Clone(crashDone), crashQueued...) {
+	// Every run succeeds: the running and the announcing one resume from
+	// their transcripts (SPEC §25).
+	wantOutcome := map[string]string{}
+	for _, l := range crashLabels {
 		wantOutcome[l] = store.OutcomeSuccess
 	}
 	for _, l := range crashLabels {
@@ -536,16 +538,13 @@ func TestCrashKill9(t *testing.T) {
 		if !strings.HasPrefix(a.Text, wantHead) {
 			t.Errorf("%s: announce starts %q, want %q", l, a.Text[:min(len(a.Text), 40)], wantHead)
 		}
-		// An unknown run reports the last thing its model said.
 		wantResult := l + " result"
-		switch l {
-		case crashRunning:
-			wantResult = l + " step 1: listing the workspace"
-		case crashAnnounce:
-			wantResult = l + " answer"
-		}
 		if !strings.Contains(a.Text, "Result:\n"+wantResult+"\n") {
 			t.Errorf("%s: announce lacks result %q:\n%s", l, wantResult, a.Text)
+		}
+		resumed := strings.Contains(a.Text, "Resumed after the gateway stopped (1×).")
+		if want := l == crashRunning || l == crashAnnounce; resumed != want {
+			t.Errorf("%s: announce says resumed=%v, want %v:\n%s", l, resumed, want, a.Text)
 		}
 	}
 	var announces int
@@ -558,11 +557,13 @@ func TestCrashKill9(t *testing.T) {
 		t.Errorf("%d announce messages, want %d (one per run)", announces, len(crashLabels))
 	}
 
-	// Runs that were running or announcing are not run again.
+	// Ended runs are not run again; the running one makes the call the
+	// kill cut and its announce step, the announcing one its announce
+	// step: nothing is asked twice.
 	answered, callsAfter := fake.snapshot()
-	for _, l := range []string{"main", "k1", "k2", crashRunning, crashAnnounce} {
-		if callsAfter[l] != 0 {
-			t.Errorf("%s: %d model calls after the restart, want none", l, callsAfter[l])
+	for l, want := range map[string]int{"main": 0, "k1": 0, "k2": 0, crashRunning: 2, crashAnnounce: 1} {
+		if callsAfter[l] != want {
+			t.Errorf("%s: %d model calls after the restart, want %d", l, callsAfter[l], want)
 		}
 	}
 
@@ -645,8 +646,9 @@ func hasToolResult(entries []store.TranscriptEntry, tool string) bool {
 // the end of the run in the store and the delivery of its announce — while
 // the other runs are in whatever state they reached. Whatever the moment,
 // after the restart every run ends once and is announced exactly once:
-// runs queued at the kill run, runs in flight are unknown, runs already
-// ended keep their outcome and an undelivered announce is delivered.
+// runs queued at the kill run, runs in flight resume (SPEC §25), runs
+// already ended keep their outcome and an undelivered announce is
+// delivered.
 func TestCrashKill9AnyMoment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the herald binary and runs it twice")
@@ -773,11 +775,8 @@ func TestCrashKill9AnyMoment(t *testing.T) {
 	for _, before := range atKill {
 		l := before.Label
 		r := final[l]
-		want := store.OutcomeSuccess
-		switch before.Status {
-		case store.StatusRunning, store.StatusAnnouncing:
-			want = store.OutcomeUnknown
-		case store.StatusDone:
+		want := store.OutcomeSuccess // queued, and running or announcing (resumed)
+		if before.Status == store.StatusDone {
 			want = before.Outcome
 		}
 		if r.Outcome != want {

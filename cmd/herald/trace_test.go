@@ -93,7 +93,9 @@ func TestTraceAcrossKill9(t *testing.T) {
 	cfg := fmt.Sprintf(`{
   gateway: { http: { listen: %q }, shutdownGraceSeconds: 5 },
   models: { providers: { fake: { api: "anthropic", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "fake/m" } },
+  // maxResumes 0: the cut run is not resumed (SPEC §25) but announced
+  // unknown by the new process, whose span this test follows.
+  agents: { defaults: { model: "fake/m", subagents: { maxResumes: 0 } } },
   channels: { web: { enabled: true } },
   telemetry: { otlp: { endpoint: %q }, traces: { file: "traces.jsonl" } },
 }`, addr, llm.URL, rcv.URL)

@@ -32,7 +32,7 @@ func (h *harness) fixtures() {
 	h.fixture(store.Run{ID: runRunning, ChildKey: key("2"), ChildSessionID: sid("2"),
 		Task:   "Research the history of the Go scheduler and write a summary covering its design goals, trade-offs and the work-stealing algorithm",
 		Status: store.StatusRunning, CreatedAt: now.Add(-130 * time.Second), StartedAt: now.Add(-125 * time.Second),
-		TokensIn: 1500, TokensOut: 320})
+		TokensIn: 1500, TokensOut: 320, Resumes: 1})
 	h.fixture(store.Run{ID: runApproval, ChildKey: key("3"), ChildSessionID: sid("3"), Label: "deploy check",
 		Task: "run the deploy dry-run", Status: store.StatusRunning, Note: "awaiting approval K3F9",
 		CreatedAt: now.Add(-5 * time.Minute), StartedAt: now.Add(-290 * time.Second)})

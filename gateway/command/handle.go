@@ -304,10 +304,23 @@ func listStatus(r *store.Run) string {
 	if s == "" {
 		s = "unknown"
 	}
-	if r.Status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
-		s += " (" + oneLine(r.Note, 60) + ")"
+	return s + statusNotes(r)
+}
+
+// statusNotes follow a run's status: resumed after a stop of the gateway
+// (SPEC §25), and the note of a live run.
+func statusNotes(r *store.Run) string {
+	var notes []string
+	if tag := subagent.ResumedTag(r); tag != "" {
+		notes = append(notes, tag)
 	}
-	return s
+	if r.Status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
+		notes = append(notes, oneLine(r.Note, 60))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, "; ") + ")"
 }
 
 // age is, for a live run, how long ago it started (or was queued) — "2m
@@ -367,6 +380,9 @@ func plural(n int, one, many string) string {
 func (h handler) log(ctx context.Context, r *store.Run, limit int, tools bool) string {
 	var b strings.Builder
 	b.WriteString("📜 Subagent log: " + title(r))
+	if tag := subagent.ResumedTag(r); tag != "" {
+		b.WriteString(" (" + tag + " after the gateway stopped)")
+	}
 	msgs, err := h.env.Subagents.History(ctx, r)
 	switch {
 	case err != nil && !r.ArchivedAt.IsZero():
@@ -416,10 +432,7 @@ func (h handler) info(r *store.Run) string {
 	now := h.env.Now()
 	// The same word as /subagents list and the web chat's panel: the
 	// outcome once done (success, error …).
-	status := subagent.DisplayStatus(r)
-	if r.Status != store.StatusDone && strings.TrimSpace(r.Note) != "" {
-		status += " (" + oneLine(r.Note, 60) + ")"
-	}
+	status := subagent.DisplayStatus(r) + statusNotes(r)
 	runtime := "-"
 	if !r.StartedAt.IsZero() {
 		runtime = subagent.FormatRuntime(subagent.Runtime(r, now))

@@ -390,6 +390,22 @@ func testRuns(t *testing.T, s Store) {
 	if err := s.StartRun(ctx, "r1", t0.Add(time.Second)); !errors.Is(err, store.ErrNotQueued) {
 		t.Errorf("second StartRun = %v, want ErrNotQueued", err)
 	}
+	// The gateway stopped during the run: it is queued again (SPEC §25),
+	// keeps its start and counts the resume and the time it ran.
+	if err := s.ResumeRun(ctx, "r1", 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResumeRun(ctx, "r1", time.Second); !errors.Is(err, store.ErrNotQueued) {
+		t.Errorf("ResumeRun of a queued run = %v, want ErrNotQueued", err)
+	}
+	if err := s.StartRun(ctx, "r1", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetRun(ctx, "r1"); err != nil || got.Status != store.StatusRunning || got.Resumes != 1 ||
+		got.Ran != 1500*time.Millisecond || !got.StartedAt.Equal(t0.Add(time.Second)) || !got.StretchAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("resumed run = resumes %d, ran %s, started %s, stretch %s, status %s (%v); want 1, 1.5s, %s, %s, running",
+			got.Resumes, got.Ran, got.StartedAt, got.StretchAt, got.Status, err, t0.Add(time.Second), t0.Add(time.Minute))
+	}
 	if err := s.AddRunUsage(ctx, "r1", 10, 2, 0, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -447,6 +463,9 @@ func testTranscripts(t *testing.T, s Store) {
 	h, entries, err := s.ReadTranscript(ctx, path)
 	if err != nil || h.SessionKey != convKey || len(entries) != 2 || entries[1].Content != "with\nnewline" {
 		t.Fatalf("read = %+v %+v, %v", h, entries, err)
+	}
+	if s.TranscriptTorn(ctx, path) {
+		t.Error("TranscriptTorn of whole lines = true")
 	}
 	tr.Close()
 	archived, err := s.ArchiveTranscriptAs(ctx, path, "reset", t0)

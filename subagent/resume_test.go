@@ -1,0 +1,216 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// crashedRun stores run id as a crash left it: its row in status (with
+// edit applied) and its transcript lines (raw: each written as is, a
+// newline after each unless torn).
+func (h *harness) crashedRun(id, status string, edit func(*store.Run), lines ...string) *store.Run {
+	h.t.Helper()
+	ctx := context.Background()
+	started := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	r := &store.Run{ID: id, ChildKey: "agent:main:subagent:" + id, ChildSessionID: "s-" + id, RequesterKey: "agent:main:web:dm:c1",
+		RootKey: "agent:main:web:dm:c1", Depth: 1, AgentID: "main", Task: "crashy " + id, Label: id, Model: "anthropic/claude-test",
+		Cleanup: "keep", Origin: channels.Origin{Channel: "web", ChatID: "c1", ChatType: "dm"}, Status: status,
+		CreatedAt: started, StartedAt: started, CostUSD: -1, MaxIterations: 30}
+	if edit != nil {
+		edit(r)
+	}
+	if err := h.db.CreateRun(ctx, r, &store.Session{Key: r.ChildKey, ID: r.ChildSessionID, AgentID: r.AgentID, Kind: store.KindSubagent,
+		ParentKey: r.RequesterKey, RootKey: r.RootKey, Depth: 1, CreatedAt: started, UpdatedAt: started}); err != nil {
+		h.t.Fatal(err)
+	}
+	if len(lines) > 0 {
+		path := h.db.TranscriptPath(r.AgentID, r.ChildSessionID)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			h.t.Fatal(err)
+		}
+		header := `{"type":"session","version":1,"sessionKey":"` + r.ChildKey + `","sessionId":"` + r.ChildSessionID + `","agentId":"main","createdAt":"2026-11-27T10:00:00Z"}` + "\n"
+		if err := os.WriteFile(path, []byte(header+strings.Join(lines, "")), 0o600); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// line is a transcript line (with its newline) for a message.
+func line(t *testing.T, role, content string, calls []agent.ToolCall, results []agent.ToolResult, usage *agent.Usage) string {
+	t.Helper()
+	e := store.TranscriptEntry{Type: "message", Role: role, Content: content, Timestamp: time.Now().Add(-50 * time.Minute).UTC()}
+	if calls != nil {
+		e.ToolCalls, _ = json.Marshal(calls)
+	}
+	if results != nil {
+		e.ToolResults, _ = json.Marshal(results)
+	}
+	if usage != nil {
+		e.Usage, _ = json.Marshal(usage)
+		e.Model = "anthropic/claude-test"
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
+// restart plays the restarted gateway: a second Manager on the same store.
+func (h *harness) restart() {
+	h.t.Helper()
+	m2 := New(h.m.d)
+	if err := m2.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { m2.Shutdown(context.Background()) })
+}
+
+// A run cut mid-batch resumes from its transcript: the recorded result is
+// reused, the unanswered write_file is not made again (the model gets the
+// interrupted result), the unanswered list_files is; it keeps its start,
+// tokens and Notes say it was resumed (SPEC §25).
+func TestResumeAfterCrashMidBatch(t *testing.T) {
+	var mu sync.Mutex
+	var seen []agent.Message
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.LastUser(), "Announce step") {
+			return llmtest.Reply{Text: "Result:\nresumed fine\n\nNotes:\n(none)", Usage: agent.Usage{Input: 100, Output: 20}}
+		}
+		mu.Lock()
+		seen = c.Messages
+		mu.Unlock()
+		return llmtest.Reply{Text: "done after the crash", Usage: agent.Usage{Input: 10, Output: 2}}
+	})
+	calls := []agent.ToolCall{
+		{ID: "c1", Name: "write_file", Args: json.RawMessage(`{"path":"a.txt","content":"one"}`)},
+		{ID: "c2", Name: "write_file", Args: json.RawMessage(`{"path":"b.txt","content":"two"}`)},
+		{ID: "c3", Name: "list_files", Args: json.RawMessage(`{}`)},
+	}
+	r := h.crashedRun("00000000-mid", store.StatusRunning, nil,
+		line(t, "user", "crashy 00000000-mid", nil, nil, nil),
+		line(t, "assistant", "", calls, nil, &agent.Usage{Input: 1000, Output: 200}),
+		line(t, "tool", "", nil, []agent.ToolResult{{CallID: "c1", Name: "write_file", Content: `{"status":"written before"}`}}, nil),
+	)
+	h.restart()
+	items := h.waitAnnounces(1)
+	got := h.waitDone(r.ID)
+	if !strings.HasPrefix(items[0].Text, "Status: success\n") || !strings.Contains(items[0].Text, "resumed fine") ||
+		!strings.Contains(items[0].Text, "Resumed after the gateway stopped (1×).") {
+		t.Errorf("announce of the resumed run:\n%s", items[0].Text)
+	}
+	if got.Resumes != 1 || !got.StartedAt.Equal(r.StartedAt) || got.TokensIn != 1000+10+100 {
+		t.Errorf("run = resumes %d, started %s, tokens in %d; want 1, %s (kept), 1110 (the recorded call's counted)",
+			got.Resumes, got.StartedAt, got.TokensIn, r.StartedAt)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var results []agent.ToolResult
+	for _, m := range seen {
+		if m.Role == agent.RoleTool {
+			results = append(results, m.ToolResults...)
+		}
+	}
+	if len(results) != 3 {
+		t.Fatalf("the model saw results %+v; want 3", results)
+	}
+	if results[0].Content != `{"status":"written before"}` || results[1].Content != agent.InterruptedResult ||
+		results[2].Content == agent.InterruptedResult || results[2].IsError {
+		t.Errorf("results the model saw: %+v\nwant the recorded one, the interrupted one, a real list_files result", results)
+	}
+	filepath.WalkDir(h.m.d.Workspace(nil, "main"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && (d.Name() == "a.txt" || d.Name() == "b.txt") {
+			t.Errorf("%s was written on resume: write_file is not repeatable", p)
+		}
+		return nil
+	})
+}
+
+// A run cut in its announce step after the reply was recorded posts that
+// reply: no model call; one cut before it asks again without a second
+// prompt.
+func TestResumeInAnnounceStep(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	h.crashedRun("00000000-ann", store.StatusAnnouncing, nil,
+		line(t, "user", "crashy 00000000-ann", nil, nil, nil),
+		line(t, "assistant", "the work", nil, nil, &agent.Usage{Input: 5, Output: 1}),
+		line(t, "user", announcePrompt, nil, nil, nil),
+		line(t, "assistant", "Result:\nrecorded reply\n\nNotes:\n(none)", nil, nil, &agent.Usage{Input: 5, Output: 1}),
+	)
+	h.crashedRun("00000000-ask", store.StatusAnnouncing, nil,
+		line(t, "user", "crashy 00000000-ask", nil, nil, nil),
+		line(t, "assistant", "other work", nil, nil, &agent.Usage{Input: 5, Output: 1}),
+		line(t, "user", announcePrompt, nil, nil, nil),
+	)
+	h.restart()
+	items := h.waitAnnounces(2)
+	byRun := map[string]string{}
+	for _, it := range items {
+		byRun[it.RunID] = it.Text
+	}
+	if a := byRun["00000000-ann"]; !strings.Contains(a, "Result:\nrecorded reply") || !strings.Contains(a, "Resumed after the gateway stopped (1×).") {
+		t.Errorf("announce of the run cut after its reply:\n%s", a)
+	}
+	if a := byRun["00000000-ask"]; !strings.Contains(a, "Result:\nfindings for crashy 00000000-ask") {
+		t.Errorf("announce of the run cut before its reply:\n%s", a)
+	}
+	if n := h.llm.Count(); n != 1 {
+		t.Errorf("%d model calls, want 1 (the second run's announce step only)", n)
+	}
+	for _, c := range h.llm.Requests() {
+		prompts := 0
+		for _, m := range c.Messages {
+			if m.Role == agent.RoleUser && IsAnnouncePrompt(m.Text) {
+				prompts++
+			}
+		}
+		if prompts != 1 {
+			t.Errorf("the resumed announce step sent %d announce prompts, want 1", prompts)
+		}
+	}
+}
+
+// Past maxResumes, or with a transcript that cannot be read or ends
+// mid-line, a cut run ends unknown with a Note saying why; a run whose
+// agent was removed ends error naming it; a run whose time was used up
+// before the stop times out at once.
+func TestResumeRefusals(t *testing.T) {
+	h := newHarness(t, "runTimeoutSeconds: 600", "", standard)
+	task := line(t, "user", "task", nil, nil, nil)
+	h.crashedRun("00000000-max", store.StatusRunning, func(r *store.Run) { r.Resumes = 2 }, task)
+	h.crashedRun("00000000-bad", store.StatusRunning, nil, task, "{not json\n", line(t, "assistant", "x", nil, nil, nil))
+	h.crashedRun("00000000-torn", store.StatusRunning, nil, task, `{"type":"message","role":"assis`)
+	h.crashedRun("00000000-gone", store.StatusRunning, func(r *store.Run) { r.AgentID = "removed" }, task)
+	h.crashedRun("00000000-late", store.StatusRunning, func(r *store.Run) { r.TimeoutSeconds, r.Ran, r.Resumes = 60, time.Minute, 1 }, task)
+	h.restart()
+	want := map[string]struct{ status, note string }{
+		"00000000-max":  {"unknown", "Resumed 2×; the gateway stopped again, its outcome is unknown."},
+		"00000000-bad":  {"unknown", "its transcript cannot be read"},
+		"00000000-torn": {"unknown", "its transcript ends mid-line"},
+		"00000000-gone": {"error", "agent removed is no longer configured"},
+		"00000000-late": {"timeout", "Resumed after the gateway stopped (2×)."},
+	}
+	for id, w := range want {
+		r := h.waitDone(id)
+		if r.Outcome != w.status || !strings.Contains(r.Note, w.note) {
+			t.Errorf("run %s ended %s with Notes %q; want %s with %q", id, r.Outcome, r.Note, w.status, w.note)
+		}
+	}
+	if n := h.llm.Count(); n != 1 {
+		// Only the timed-out run's announce step calls the model.
+		t.Errorf("%d model calls, want 1", n)
+	}
+}
