@@ -32,7 +32,7 @@ type Sessions interface {
 type Runs interface {
 	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error // CreateRun with the limits checked in its transaction (*LimitError)
 	RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error)
-	StartRun(ctx context.Context, runID string, at time.Time) error // queued → running; ErrNotQueued
+	StartRun(ctx context.Context, runID string, at time.Time) error       // queued → running; ErrNotQueued
 	ResumeRun(ctx context.Context, runID string, ran time.Duration) error // running|announcing → queued again (SPEC §25); ErrNotQueued
 	SetRunStatus(ctx context.Context, runID, status string) error
 	FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error // the run's end + its outbox row, one transaction
