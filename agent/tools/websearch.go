@@ -218,7 +218,9 @@ var webSearchFields = []field{
 func (w *WebSearch) Tool() agent.Tool { return &webSearch{w: w} }
 
 func (t *webSearch) Group() string    { return agent.GroupWeb }
-func (t *webSearch) ResumeSafe() bool { return true }
+// Repeatable implements agent.Repeatable: a search has no effect to repeat
+// (SPEC §25).
+func (t *webSearch) Repeatable() bool { return true }
 
 func (t *webSearch) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
