@@ -217,7 +217,8 @@ var webSearchFields = []field{
 // Tool returns the web_search tool of w.
 func (w *WebSearch) Tool() agent.Tool { return &webSearch{w: w} }
 
-func (t *webSearch) Group() string    { return agent.GroupWeb }
+func (t *webSearch) Group() string { return agent.GroupWeb }
+
 // Repeatable implements agent.Repeatable: a search has no effect to repeat
 // (SPEC §25).
 func (t *webSearch) Repeatable() bool { return true }
