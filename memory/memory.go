@@ -177,7 +177,8 @@ func (t *write) Call(ctx context.Context, cc agent.CallContext, raw json.RawMess
 
 type search struct{ base }
 
-func (t *search) ResumeSafe() bool { return true }
+// Repeatable implements agent.Repeatable: a search has no effect to repeat.
+func (t *search) Repeatable() bool { return true }
 
 func (t *search) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
@@ -257,7 +258,8 @@ func (b base) notFound(tool, id string) error {
 
 type get struct{ base }
 
-func (t *get) ResumeSafe() bool { return true }
+// Repeatable implements agent.Repeatable: reading has no effect to repeat.
+func (t *get) Repeatable() bool { return true }
 
 func (t *get) Spec() agent.ToolSpec {
 	return agent.ToolSpec{Name: GetName, Description: "Read one memory by its id: {id, text, tags, pinned, createdAt}.", Schema: idSchema}
