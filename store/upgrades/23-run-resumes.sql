@@ -1,4 +1,4 @@
--- v22: run resumes
+-- v23: run resumes
 -- runs survive their process (SPEC §25): a run that was running when its
 -- gateway stopped is queued again and resumes from its transcript. resumes
 -- counts those times (maxResumes); ran_ms is how long it ran before its
