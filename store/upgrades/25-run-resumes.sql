@@ -1,4 +1,4 @@
--- v24: run resumes
+-- v25: run resumes
 -- runs survive their process (SPEC §25): a run that was running when its
 -- gateway stopped is queued again and resumes from its transcript. resumes
 -- counts those times (maxResumes); ran_ms is how long it ran before its
