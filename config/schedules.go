@@ -15,6 +15,8 @@ import (
 const (
 	DefaultScheduleMinIntervalSeconds = 60
 	DefaultScheduleMaxPerConversation = 20
+	DefaultScheduleMaxPerSender       = 40
+	DefaultScheduleMaxTotal           = 500
 	DefaultScheduleTimezone           = "UTC"
 	DefaultScheduleMaxFailures        = 3
 	DefaultScheduleCatchUp            = "latest"
@@ -91,6 +93,12 @@ type Schedules struct {
 	// MaxPerConversation bounds the schedules of one conversation made in
 	// chat or by the model; default 20.
 	MaxPerConversation int `json:"maxPerConversation"`
+	// MaxPerSender bounds the schedules one person made in all
+	// conversations (a new thread or web client does not reset it);
+	// default 40. MaxTotal bounds the chat and tool schedules of the
+	// whole gateway; default 500.
+	MaxPerSender int `json:"maxPerSender"`
+	MaxTotal     int `json:"maxTotal"`
 	// Timezone is the IANA zone of cron and "at" times that do not name
 	// one; default UTC.
 	Timezone string           `json:"timezone"`
@@ -125,6 +133,8 @@ func (c *Config) applyScheduleDefaults() {
 	s := &c.Schedules
 	setInt(&s.MinIntervalSeconds, DefaultScheduleMinIntervalSeconds)
 	setInt(&s.MaxPerConversation, DefaultScheduleMaxPerConversation)
+	setInt(&s.MaxPerSender, DefaultScheduleMaxPerSender)
+	setInt(&s.MaxTotal, DefaultScheduleMaxTotal)
 	setStr(&s.Timezone, DefaultScheduleTimezone)
 	for i := range s.List {
 		l := &s.List[i]
@@ -186,6 +196,8 @@ func (v *validator) schedules() {
 	s := v.c.Schedules
 	v.atLeast("schedules.minIntervalSeconds", s.MinIntervalSeconds, 1)
 	v.atLeast("schedules.maxPerConversation", s.MaxPerConversation, 1)
+	v.atLeast("schedules.maxPerSender", s.MaxPerSender, 1)
+	v.atLeast("schedules.maxTotal", s.MaxTotal, 1)
 	if _, err := time.LoadLocation(s.Timezone); err != nil || s.Timezone == "" || s.Timezone == "Local" {
 		v.add("schedules.timezone", "%q is not an IANA timezone like UTC or Europe/Berlin", s.Timezone)
 	}

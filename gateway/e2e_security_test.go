@@ -4,6 +4,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/heraldhq/herald/agent/llmtest"
@@ -120,5 +121,26 @@ func TestE2EFileQuotas(t *testing.T) {
 	})
 	if stored > 2_000_000 {
 		t.Errorf("the state dir holds %d bytes of files, over attachments.maxTotalMB (2 MB)", stored)
+	}
+}
+
+// TestE2ESchedulesBoundAcrossConversations (issue 35): a fresh web client
+// id is a fresh conversation, so schedules.maxPerConversation alone let N
+// clients make N × 20 schedules that drain the budgets; schedules.maxTotal
+// bounds them all: the third client's schedule is refused with a line
+// naming the setting, and nothing is stored for it.
+func TestE2ESchedulesBoundAcrossConversations(t *testing.T) {
+	cfg := strings.Replace(scheduleConfig, "maxPerConversation: 3 }", "maxPerConversation: 3, maxTotal: 2 }", 1)
+	tg := newTestGateway(t, cfg, scheduleModel())
+	for i, want := range []string{"⏰ Scheduled", "⏰ Scheduled", "⚠️ the gateway already has 2 schedules (schedules.maxTotal 2)"} {
+		client := fmt.Sprintf("drain%d", i)
+		seq := webPost(t, tg.URL, client, "/schedule every 1h summarise the news")
+		if got := waitWeb(t, tg, client, seq, "system", func(string) bool { return true }).Text; !strings.HasPrefix(got, want) {
+			t.Errorf("client %d's schedule answered %q, want %q…", i, got, want)
+		}
+	}
+	db := tg.G.Store()
+	if all, err := db.ListSchedules(context.Background(), ""); err != nil || len(all) != 2 {
+		t.Errorf("stored schedules: %d (%v), want 2", len(all), err)
 	}
 }

@@ -149,8 +149,15 @@ func (s *Scheduler) Add(ctx context.Context, c Conversation, spec Spec, task str
 		ID: newID(), SessionKey: c.SessionKey, AgentID: c.AgentID, Kind: spec.Kind, Expr: w.Expr, Timezone: tz,
 		Task: task, Origin: replyOrigin(c.Origin), Source: c.Source, NextDue: next, CreatedAt: now, CreatedBy: c.By,
 	}
-	err = s.d.Store.AddSchedule(ctx, sc, cfg.Schedules.MaxPerConversation)
+	err = s.d.Store.AddScheduleWithin(ctx, sc, store.ScheduleLimits{PerConversation: cfg.Schedules.MaxPerConversation,
+		PerSender: cfg.Schedules.MaxPerSender, Total: cfg.Schedules.MaxTotal})
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
+		switch le.Limit {
+		case "maxPerSender":
+			return nil, "", badf("you already have %d schedules across your conversations (schedules.maxPerSender %d); remove one first", le.Count, le.Max)
+		case "maxTotal":
+			return nil, "", badf("the gateway already has %d schedules (schedules.maxTotal %d); ask the operator, or remove one first", le.Count, le.Max)
+		}
 		return nil, "", badf("this conversation already has %d schedules (schedules.maxPerConversation %d); remove one first", le.Count, le.Max)
 	}
 	if err != nil {

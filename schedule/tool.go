@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,7 +62,7 @@ func (t scheduleTool) Call(ctx context.Context, cc agent.CallContext, raw json.R
 	}
 	s := t.s
 	cfg := s.config()
-	conv := Conversation{SessionKey: cc.SessionKey, AgentID: cc.AgentID, Origin: cc.Origin, By: cc.SessionKey, Source: store.ScheduleFromTool}
+	conv := Conversation{SessionKey: cc.SessionKey, AgentID: cc.AgentID, Origin: cc.Origin, By: cmp.Or(cc.Origin.SenderID, cc.SessionKey), Source: store.ScheduleFromTool}
 	switch strings.ToLower(a.Action) {
 	case "add":
 		loc, err := LoadLocation(cfg.Schedules.Timezone)

@@ -167,22 +167,59 @@ func normalizeSchedule(s *Schedule) error {
 // count — counted in the insert's transaction. An id already
 // stored gives an error wrapping ErrExists.
 func (d *DB) AddSchedule(ctx context.Context, s *Schedule, max int) error {
+	return d.AddScheduleWithin(ctx, s, ScheduleLimits{PerConversation: max})
+}
+
+// ScheduleLimits bound the live chat and tool schedules (active, paused or
+// still running) AddScheduleWithin may add to; 0 is no limit.
+type ScheduleLimits struct {
+	PerConversation int // of the schedule's conversation (schedules.maxPerConversation)
+	PerSender       int // made by its CreatedBy, in any conversation (schedules.maxPerSender)
+	Total           int // of the gateway (schedules.maxTotal)
+}
+
+// AddScheduleWithin is AddSchedule under every limit of lim, counted in
+// the transaction that inserts the schedule; the first one reached is a
+// *LimitError naming it (maxPerConversation, maxPerSender, maxTotal).
+func (d *DB) AddScheduleWithin(ctx context.Context, s *Schedule, lim ScheduleLimits) error {
 	if err := normalizeSchedule(s); err != nil {
 		return fmt.Errorf("add schedule %s: %w", s.ID, err)
 	}
+	const live = ` AND source <> '` + ScheduleFromConfig + `' AND (paused <> 0 OR next_due IS NOT NULL OR active_run <> '')`
 	err := d.tx(ctx, func(c conn) error {
+		if lim.PerSender > 0 || lim.Total > 0 {
+			// Counts across conversations: one add at a time, taken
+			// before any conversation's lock.
+			if err := c.lock("schedules:*"); err != nil {
+				return err
+			}
+		}
 		if err := c.lock("schedules:" + s.SessionKey); err != nil {
 			return err
 		}
-		if max > 0 {
+		for _, l := range []struct {
+			name, where string
+			arg         any
+			max         int
+		}{
+			{"maxPerConversation", `session_key = $1`, s.SessionKey, lim.PerConversation},
+			{"maxPerSender", `created_by = $1`, s.CreatedBy, lim.PerSender},
+			{"maxTotal", `1 = 1`, nil, lim.Total},
+		} {
+			if l.max <= 0 || l.name == "maxPerSender" && s.CreatedBy == "" {
+				continue
+			}
 			var n int
+			var args []any
+			if l.arg != nil {
+				args = append(args, l.arg)
+			}
 			if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
-				`SELECT COUNT(*) FROM schedules WHERE session_key = $1 AND source <> '`+ScheduleFromConfig+`'
-				AND (paused <> 0 OR next_due IS NOT NULL OR active_run <> '')`, s.SessionKey); err != nil {
+				`SELECT COUNT(*) FROM schedules WHERE `+l.where+live, args...); err != nil {
 				return err
 			}
-			if n >= max {
-				return &LimitError{Limit: "maxPerConversation", Count: n, Max: max}
+			if n >= l.max {
+				return &LimitError{Limit: l.name, Count: n, Max: l.max}
 			}
 		}
 		return insertSchedule(c, s)

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,5 +96,39 @@ func testBackup(t *testing.T, s Store) {
 	defer copied.Close()
 	if v, ok, err := copied.GetKV(ctx, "telegram:offset"); err != nil || !ok || v != "42" {
 		t.Errorf("the backup's row = %q %v %v", v, ok, err)
+	}
+}
+
+// AddScheduleWithin counts a person's schedules across conversations and
+// the gateway's in all, so new conversations do not reset them; config
+// schedules count in neither.
+func testScheduleLimits(t *testing.T, s Store) {
+	ctx := context.Background()
+	if err := s.SyncConfigSchedules(ctx, []store.Schedule{configSchedule("cfg", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	add := func(id, conv, by string, lim store.ScheduleLimits) error {
+		sc := configSchedule(id, t0)
+		sc.SessionKey, sc.CreatedBy, sc.Source = conv, by, store.ScheduleFromChat
+		return s.AddScheduleWithin(ctx, &sc, lim)
+	}
+	lim := store.ScheduleLimits{PerConversation: 5, PerSender: 2, Total: 3}
+	for i, conv := range []string{"agent:main:slack:group:C1:thread:1", "agent:main:slack:group:C1:thread:2"} {
+		if err := add("m"+string(rune('a'+i)), conv, "U1", lim); err != nil {
+			t.Fatalf("U1's schedule %d: %v", i+1, err)
+		}
+	}
+	var le *store.LimitError
+	if err := add("m3", "agent:main:slack:group:C1:thread:3", "U1", lim); !errors.As(err, &le) || le.Limit != "maxPerSender" || le.Count != 2 {
+		t.Errorf("U1's third schedule in a new thread: %v, want maxPerSender (2 counted)", err)
+	}
+	if err := add("o1", "agent:main:web:dm:c9", "c9", lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := add("o2", "agent:main:web:dm:c10", "c10", lim); !errors.As(err, &le) || le.Limit != "maxTotal" || le.Count != 3 {
+		t.Errorf("a fourth schedule from a new web client: %v, want maxTotal (3 counted)", err)
+	}
+	if got, _ := s.GetSchedule(ctx, "o2"); got != nil {
+		t.Errorf("a refused schedule was stored: %+v", got)
 	}
 }

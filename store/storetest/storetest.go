@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Leases", testLeases},
 		{"KV", testKV},
 		{"Schedules", testSchedules},
+		{"ScheduleLimits", testScheduleLimits},
 		{"Spend", testSpend},
 		{"ConfigSchedules", testConfigSchedules},
 		{"TranscriptLines", testTranscriptLines},
