@@ -109,11 +109,15 @@ func firstOf(a, b string) string {
 // conversations whose key, chat or user contains q (case-insensitive),
 // most recently active first.
 func (c *Console) conversations(w http.ResponseWriter, r *http.Request, _ string) {
-	list, err := c.opts.Store.ListSessions(r.Context(), store.SessionFilter{Kind: store.KindMain})
+	q := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("q")))
+	f := store.SessionFilter{Kind: store.KindMain}
+	if q == "" {
+		f.Limit = maxConversations // a search looks at every conversation
+	}
+	list, err := c.opts.Store.ListSessions(r.Context(), f)
 	if c.failed(w, "conversations", err) {
 		return
 	}
-	q := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("q")))
 	out := []Conversation{}
 	for i := range list {
 		v := conversationOf(&list[i])
