@@ -27,10 +27,12 @@ func (idleLive) StopRun(context.Context, string) int { return 0 }
 func (idleLive) SendRun(context.Context, *store.Run, string) admin.SendResult {
 	return admin.SendResult{Status: "error"}
 }
-func (idleLive) Schedule(context.Context, string, string) (string, error) { return "", store.ErrNotFound }
-func (idleLive) WakeOutbox()                                              {}
-func (idleLive) Budgets() config.Budgets                                  { return config.Budgets{} }
-func (idleLive) Changed() (<-chan struct{}, func())                       { return make(chan struct{}), func() {} }
+func (idleLive) Schedule(context.Context, string, string) (string, error) {
+	return "", store.ErrNotFound
+}
+func (idleLive) WakeOutbox()                        {}
+func (idleLive) Budgets() config.Budgets            { return config.Budgets{} }
+func (idleLive) Changed() (<-chan struct{}, func()) { return make(chan struct{}), func() {} }
 
 // seeded opens a SQLite store with n conversations, each with one run (a
 // tenth of them with a child run under it).
