@@ -159,9 +159,16 @@ func TestReplicasShareWorkAndFailOver(t *testing.T) {
 
 	// Kill the poller once its sub-agents run: their runs, and its turns
 	// still waiting for the model, are in flight.
+	cut := map[string]bool{} // runs running on the victim at the kill
 	waitUntil(t, 30*time.Second, "a sub-agent run of "+poller+" running", func() bool {
 		runs, err := db.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusRunning}})
-		return err == nil && len(runs) > 0 && runs[0].Owner == poller
+		if err != nil || len(runs) == 0 || runs[0].Owner != poller {
+			return false
+		}
+		for _, r := range runs {
+			cut[r.ID] = true
+		}
+		return true
 	})
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
@@ -210,6 +217,12 @@ func TestReplicasShareWorkAndFailOver(t *testing.T) {
 			t.Errorf("run %s announced %d times, want once (all: %v)", l, announced[l], announced)
 		}
 	}
+	byRun := map[string]string{}
+	for _, m := range msgs {
+		if m.RunID != "" {
+			byRun[m.RunID] = m.Text
+		}
+	}
 	runs, err := db.ListRuns(ctx, store.RunFilter{})
 	if err != nil {
 		t.Fatal(err)
@@ -218,9 +231,15 @@ func TestReplicasShareWorkAndFailOver(t *testing.T) {
 		t.Errorf("%d runs stored, want 3", len(runs))
 	}
 	for _, r := range runs {
-		t.Logf("run %s: %s, outcome %s, owner %s", r.Label, r.Status, r.Outcome, r.Owner)
+		t.Logf("run %s: %s, outcome %s, owner %s, resumes %d (running on the victim at the kill: %v)", r.Label, r.Status, r.Outcome, r.Owner, r.Resumes, cut[r.ID])
 		if r.Status != store.StatusDone || r.Owner == poller {
 			t.Errorf("run %s ended %s, owned by %s, after the takeover", r.Label, r.Status, r.Owner)
+		}
+		// A run cut on the victim is resumed by a survivor (SPEC §25).
+		if cut[r.ID] && (r.Outcome != store.OutcomeSuccess || r.Resumes != 1 ||
+			!strings.Contains(byRun[r.ID], "Resumed after the gateway stopped (1×).")) {
+			t.Errorf("run %s was running on %s at the kill: outcome %s, resumes %d, announce:\n%s\nwant success, resumed once by a survivor",
+				r.Label, poller, r.Outcome, r.Resumes, byRun[r.ID])
 		}
 	}
 	waitUntil(t, 60*time.Second, "Telegram messages answered", func() bool {

@@ -251,9 +251,9 @@ func TestChaos(t *testing.T) {
 	total.badTranscripts = checkTranscripts(t, stateDir)
 	checkSchedule(t, stateDir)
 	checkIntegrity(t, stateDir)
-	t.Logf("chaos: kills=%d acknowledged=%d (spawn requests %d, runs %d) lost=%d duplicated=%d reordered=%d announces lost=%d duplicated=%d spawn errors=%d bad transcripts=%d telegram re-sends after an uncertain send=%d model calls=%d",
+	t.Logf("chaos: kills=%d acknowledged=%d (spawn requests %d, runs %d) lost=%d duplicated=%d reordered=%d announces lost=%d duplicated=%d spawn errors=%d bad transcripts=%d telegram re-sends after an uncertain send=%d model calls=%d runs resumed=%d unknown=%d",
 		*flagKills, total.acked, total.spawnReqs, total.runs, len(total.missing), len(total.duplicated), len(total.reordered),
-		total.annMissing, total.annDup, total.spawnErrors, total.badTranscripts, tgResent, model.Calls())
+		total.annMissing, total.annDup, total.spawnErrors, total.badTranscripts, tgResent, model.Calls(), total.resumed, total.unknown)
 }
 
 // posted is one message a conversation got a 202 for.
@@ -319,6 +319,9 @@ type report struct {
 	acked, spawnReqs, runs                          int
 	missing, duplicated, reordered                  []string
 	annMissing, annDup, spawnErrors, badTranscripts int
+	// resumed counts the announces of runs resumed after a kill (SPEC
+	// §25), unknown those announced Status: unknown (past maxResumes).
+	resumed, unknown int
 }
 
 func (r *report) add(o report) {
@@ -330,6 +333,8 @@ func (r *report) add(o report) {
 	r.reordered = append(r.reordered, o.reordered...)
 	r.annMissing += o.annMissing
 	r.annDup += o.annDup
+	r.resumed += o.resumed
+	r.unknown += o.unknown
 }
 
 // check compares one conversation's acknowledged messages with what it
@@ -349,6 +354,12 @@ func check(posts []posted, texts []string) report {
 			order = append(order, tag)
 		} else if l := harness.AnnouncedLabel(text); l != "" {
 			announces[l]++
+			if strings.Contains(text, "Resumed after the gateway stopped (") {
+				r.resumed++
+			}
+			if strings.HasPrefix(text, "Status: unknown\n") {
+				r.unknown++
+			}
 		}
 	}
 	index := map[string]int{}
