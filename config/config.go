@@ -259,17 +259,21 @@ type Subagents struct {
 
 // Agent is one configured persona.
 type Agent struct {
-	ID            string       `json:"id"`
-	Name          string       `json:"name"`
-	Default       bool         `json:"default"` // the agent unbound messages go to; default: the first
-	Model         ModelSetting `json:"model"`
-	Thinking      string       `json:"thinking"`
-	Workspace     string       `json:"workspace"`
-	SystemPrompt  string       `json:"systemPrompt"`
-	AllowedTools  []string     `json:"allowedTools"` // empty = all
-	MaxIterations int          `json:"maxIterations"`
-	Subagents     Subagents    `json:"subagents"`
-	MCPServers    []string     `json:"mcpServers"` // MCP servers whose tools it gets; nil = every server
+	ID       string       `json:"id"`
+	Name     string       `json:"name"`
+	Default  bool         `json:"default"` // the agent unbound messages go to; default: the first
+	Model    ModelSetting `json:"model"`
+	Thinking string       `json:"thinking"`
+	// Models are the models /model may set for its conversations (nil =
+	// its chain); AllowUnpriced lets it set one without cost.
+	Models        []string  `json:"models"`
+	AllowUnpriced bool      `json:"allowUnpriced"`
+	Workspace     string    `json:"workspace"`
+	SystemPrompt  string    `json:"systemPrompt"`
+	AllowedTools  []string  `json:"allowedTools"` // empty = all
+	MaxIterations int       `json:"maxIterations"`
+	Subagents     Subagents `json:"subagents"`
+	MCPServers    []string  `json:"mcpServers"` // MCP servers whose tools it gets; nil = every server
 	// Runtime, if set, makes the agent an external coding agent (SPEC §26).
 	Runtime *Runtime `json:"runtime"`
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/titanous/json5"
@@ -135,6 +136,33 @@ func (c *Config) AgentModelSetting(agentID string) ModelSetting {
 		return a.Model
 	}
 	return c.Agents.Defaults.Model
+}
+
+// ChatModels are the models /model may set for a conversation of agentID
+// (SPEC §8, issue 35): agents.list[].models, else the agent's chain
+// (primary and fallbacks); a model without cost only with
+// agents.list[].allowUnpriced. The second list is the allowed models left
+// out for having no cost.
+func (c *Config) ChatModels(agentID string) (allowed, unpriced []string) {
+	refs, allowUnpriced := []string(nil), false
+	if a, ok := c.Agent(agentID); ok {
+		refs, allowUnpriced = a.Models, a.AllowUnpriced
+	}
+	if refs == nil {
+		s := c.AgentModelSetting(agentID)
+		refs = append([]string{s.Primary}, s.Fallbacks...)
+	}
+	for _, ref := range refs {
+		_, _, m, ok := c.LookupModel(ref)
+		switch {
+		case !ok || slices.Contains(allowed, ref) || slices.Contains(unpriced, ref):
+		case m.Cost == nil && !allowUnpriced:
+			unpriced = append(unpriced, ref)
+		default:
+			allowed = append(allowed, ref)
+		}
+	}
+	return allowed, unpriced
 }
 
 // ModelChain is the chain a call that chose ref uses: the configured model

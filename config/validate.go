@@ -337,6 +337,9 @@ func (v *validator) agents() {
 			v.add(path+".model", "no model: set agents.defaults.model or this agent's model")
 		}
 		v.modelSetting(path+".model", a.Model)
+		for j, ref := range a.Models {
+			v.modelRef(joinIndex(path+".models", j), ref)
+		}
 		v.enum(path+".thinking", a.Thinking, thinkingLevels)
 		v.nonNegative(path+".maxIterations", a.MaxIterations)
 		v.subagents(path+".subagents", a.Subagents, false, ids)

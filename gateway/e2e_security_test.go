@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -142,5 +143,41 @@ func TestE2ESchedulesBoundAcrossConversations(t *testing.T) {
 	db := tg.G.Store()
 	if all, err := db.ListSchedules(context.Background(), ""); err != nil || len(all) != 2 {
 		t.Errorf("stored schedules: %d (%v), want 2", len(all), err)
+	}
+}
+
+// TestE2EModelAllowlist (issue 35): /model offers only the models the
+// agent allows — agents.list[].models, by default its chain — and one
+// without cost only with allowUnpriced, so a chat cannot move a
+// conversation to a dearer model or to one the budgets count as free.
+func TestE2EModelAllowlist(t *testing.T) {
+	cfg := `{
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [
+    { id: "cheap", cost: { input: 1, output: 2 } }, { id: "backup", cost: { input: 1, output: 2 } },
+    { id: "dear", cost: { input: 15, output: 75 } }, { id: "free" } ] } } },
+  agents: { defaults: { model: { primary: "anthropic/cheap", fallbacks: ["anthropic/backup"] } },
+    list: [{ id: "main" }, { id: "lab", models: ["anthropic/cheap", "anthropic/free"] }] },
+  bindings: [{ agentId: "lab", match: { channel: "web", chatId: "lab" } }],
+  channels: { web: { enabled: true } },
+}`
+	tg := newTestGateway(t, cfg, llmtest.Text("ok"))
+	for _, c := range []struct{ client, cmd, want string }{
+		{"main", "/model", "🤖 Model: anthropic/cheap (the agent's). Allowed: anthropic/cheap, anthropic/backup"},
+		{"main", "/model anthropic/dear", `⚠️ Unknown model "anthropic/dear", or not one this agent allows (agents.list[].models). Allowed: anthropic/cheap, anthropic/backup`},
+		{"main", "/model anthropic/backup", "🤖 Model for this conversation: anthropic/backup."},
+		{"lab", "/model anthropic/free", `⚠️ Model "anthropic/free" has no cost in the config, so the budgets would not count it; agents.list[].allowUnpriced allows it. Allowed: anthropic/cheap`},
+		{"lab", "/model anthropic/backup", `⚠️ Unknown model "anthropic/backup", or not one this agent allows (agents.list[].models). Allowed: anthropic/cheap`},
+	} {
+		body, _ := json.Marshal(map[string]string{"client": c.client, "text": c.cmd})
+		resp, err := http.Post(tg.URL+"/api/messages", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var posted struct{ Seq int64 }
+		_ = json.NewDecoder(resp.Body).Decode(&posted)
+		resp.Body.Close()
+		if got := waitWeb(t, tg, c.client, posted.Seq, "system", func(string) bool { return true }).Text; got != c.want {
+			t.Errorf("%s: %s answered %q, want %q", c.client, c.cmd, got, c.want)
+		}
 	}
 }

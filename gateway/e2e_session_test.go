@@ -15,7 +15,7 @@ const sessionCmdConfig = `{
   gateway: { shutdownGraceSeconds: 5 },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k",
     models: [{ id: "first" }, { id: "second" }] } } },
-  agents: { defaults: { model: "anthropic/first" }, list: [{ id: "main" }] },
+  agents: { defaults: { model: "anthropic/first" }, list: [{ id: "main", models: ["anthropic/first", "anthropic/second"], allowUnpriced: true }] },
   channels: { web: { enabled: true } },
 }`
 

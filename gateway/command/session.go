@@ -58,21 +58,6 @@ func (h handler) compact(ctx context.Context, focus string) string {
 	return fmt.Sprintf("🧹 Compacted: %d → %d tokens.", before, after)
 }
 
-// models lists the configured model refs, sorted.
-func (h handler) models() []string {
-	var refs []string
-	if h.env.Config == nil {
-		return refs
-	}
-	for id, p := range h.env.Config.Models.Providers {
-		for _, m := range p.Models {
-			refs = append(refs, id+"/"+m.ID)
-		}
-	}
-	slices.Sort(refs)
-	return refs
-}
-
 func (h handler) model(ctx context.Context, arg string) string {
 	if h.env.Session == nil || h.env.Config == nil {
 		return replySessionUnavailable
@@ -82,16 +67,24 @@ func (h handler) model(ctx context.Context, arg string) string {
 	if err != nil {
 		return "⚠️ Could not read this conversation's settings: " + err.Error()
 	}
+	// Only the models the agent allows (agents.list[].models, default its
+	// chain), and one without cost only with allowUnpriced: a chat cannot
+	// pick a dearer model than the operator chose, nor one the budgets
+	// would count as free.
+	allowed, unpriced := h.env.Config.ChatModels(h.env.AgentID)
+	list := strings.Join(allowed, ", ")
 	switch {
 	case arg == "":
 		if set.Model != "" {
 			return fmt.Sprintf("🤖 Model: %s (this conversation; /model default goes back to %s)", set.Model, agentModel)
 		}
-		return fmt.Sprintf("🤖 Model: %s (the agent's). Configured: %s", agentModel, strings.Join(h.models(), ", "))
+		return fmt.Sprintf("🤖 Model: %s (the agent's). Allowed: %s", agentModel, list)
 	case arg == ArgDefault:
 		set.Model = ""
-	case !slices.Contains(h.models(), arg):
-		return fmt.Sprintf("⚠️ Unknown model %q. Configured: %s", arg, strings.Join(h.models(), ", "))
+	case slices.Contains(unpriced, arg):
+		return fmt.Sprintf("⚠️ Model %q has no cost in the config, so the budgets would not count it; agents.list[].allowUnpriced allows it. Allowed: %s", arg, list)
+	case !slices.Contains(allowed, arg):
+		return fmt.Sprintf("⚠️ Unknown model %q, or not one this agent allows (agents.list[].models). Allowed: %s", arg, list)
 	default:
 		set.Model = arg
 	}
