@@ -56,9 +56,9 @@ func MemoryWords(q string) []string {
 // words it starts ("deploy" finds "deployment").
 const memoryPrefixLen = 4
 
-// memoryMatch is a search's full-text condition and score per engine:
-// words are quoted terms (any of them; a longer word also as a prefix).
-func (dl dialect) memoryMatch(a *sqlArgs, words []string) (from, where, score string) {
+// memorySearch is a search's query per engine: the memories of sc with
+// any of words (quoted terms; a longer word also as a prefix), ranked.
+func (dl dialect) memorySearch(a *sqlArgs, sc MemoryScope, words []string, limit int) string {
 	terms := make([]string, len(words))
 	if dl.name == DriverPostgres {
 		for i, w := range words {
@@ -67,8 +67,8 @@ func (dl dialect) memoryMatch(a *sqlArgs, words []string) (from, where, score st
 				terms[i] += ":*"
 			}
 		}
-		q := a.add(strings.Join(terms, " | "))
-		return "memories m", "m.tsv @@ to_tsquery('simple', " + q + ")", "ts_rank(m.tsv, to_tsquery('simple', " + q + "))"
+		q := "to_tsquery('simple', " + a.add(strings.Join(terms, " | ")) + ")"
+		return `SELECT ` + memoryCols + `, ts_rank(m.tsv, ` + q + `) AS score FROM memories m WHERE m.tsv @@ ` + q + ` AND ` + sc.where(a)
 	}
 	for i, w := range words {
 		terms[i] = `"` + w + `"`
@@ -76,13 +76,20 @@ func (dl dialect) memoryMatch(a *sqlArgs, words []string) (from, where, score st
 			terms[i] += "*"
 		}
 	}
-	q := a.add(strings.Join(terms, " OR "))
-	return "memories_fts JOIN memories m ON m.seq = memories_fts.rowid", "memories_fts MATCH " + q, "-bm25(memories_fts)"
+	// The scope is a token of the index (upgrade 26): FTS5 intersects it
+	// with the words, and only the best few rows are read from memories.
+	scope := "a" + hex.EncodeToString([]byte(sc.AgentID))
+	if sc.Conversation != "" {
+		scope = "c" + hex.EncodeToString([]byte(sc.AgentID+"|"+sc.Conversation))
+	}
+	match := a.add(`scope : "` + scope + `" AND (` + strings.Join(terms, " OR ") + `)`)
+	return `SELECT ` + memoryCols + `, f.score FROM (SELECT rowid, -bm25(memories_fts, 1, 1, 0) AS score FROM memories_fts WHERE memories_fts MATCH ` +
+		match + ` ORDER BY score DESC LIMIT ` + a.add(limit) + `) f JOIN memories m ON m.seq = f.rowid WHERE ` + sc.where(a)
 }
 
 const memoryCols = `m.id, m.agent_id, m.conversation, m.text, m.tags, m.pinned, m.created_at`
 
-// scopeWhere is the condition of sc on the memories m.
+// where is the condition of sc on the memories m.
 func (sc MemoryScope) where(a *sqlArgs) string {
 	w := "m.agent_id = " + a.add(sc.AgentID)
 	if sc.Conversation != "" {
@@ -121,9 +128,7 @@ func (d *DB) SearchMemories(ctx context.Context, sc MemoryScope, words []string,
 		return nil, nil
 	}
 	var a sqlArgs
-	from, match, score := d.dialect.memoryMatch(&a, words)
-	q := `SELECT ` + memoryCols + `, ` + score + ` AS score FROM ` + from + ` WHERE ` + match + ` AND ` + sc.where(&a) +
-		` ORDER BY score DESC, m.created_at DESC LIMIT ` + a.add(limit)
+	q := d.dialect.memorySearch(&a, sc, words, limit) + ` ORDER BY score DESC, m.created_at DESC LIMIT ` + a.add(limit)
 	rows, err := d.reader(ctx).query(q, a...)
 	if err != nil {
 		return nil, d.wrap("search memories", err)
