@@ -280,17 +280,7 @@ func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
 	ms := msOrNow(at)
 	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, started_at = COALESCE(started_at, $2), stretch_at = $3
 		WHERE id = $4 AND status = $5`, StatusRunning, ms, ms, runID, StatusQueued)
-	if err != nil {
-		return d.wrap("start run "+runID, err)
-	}
-	if n == 1 {
-		return nil
-	}
-	r, err := d.GetRun(ctx, runID)
-	if err != nil {
-		return fmt.Errorf("start run %s: %w", runID, err)
-	}
-	return fmt.Errorf("start run %s: status is %s: %w", runID, r.Status, ErrNotQueued)
+	return d.movedRun(ctx, "start run", runID, n, err)
 }
 
 // ResumeRun queues again a run that was running or announcing when its
@@ -300,17 +290,24 @@ func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
 func (d *DB) ResumeRun(ctx context.Context, runID string, ran time.Duration) error {
 	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, resumes = resumes + 1, ran_ms = $2
 		WHERE id = $3 AND status IN ($4, $5)`, StatusQueued, ran.Milliseconds(), runID, StatusRunning, StatusAnnouncing)
+	return d.movedRun(ctx, "resume run", runID, n, err)
+}
+
+// movedRun is the answer of an update (op) that moves run runID from one
+// status to another: nil when it moved the row (n = 1), else ErrNotFound
+// or an error naming the status it is in, wrapping ErrNotQueued.
+func (d *DB) movedRun(ctx context.Context, op, runID string, n int64, err error) error {
 	if err != nil {
-		return d.wrap("resume run "+runID, err)
+		return d.wrap(op+" "+runID, err)
 	}
 	if n == 1 {
 		return nil
 	}
 	r, err := d.GetRun(ctx, runID)
 	if err != nil {
-		return fmt.Errorf("resume run %s: %w", runID, err)
+		return fmt.Errorf("%s %s: %w", op, runID, err)
 	}
-	return fmt.Errorf("resume run %s: status is %s: %w", runID, r.Status, ErrNotQueued)
+	return fmt.Errorf("%s %s: status is %s: %w", op, runID, r.Status, ErrNotQueued)
 }
 
 // SetRunStatus sets the run's status (and nothing else); ErrNotFound.
