@@ -122,19 +122,36 @@ func infoOf(r sdk.InitializeResponse) Info {
 	return i
 }
 
-// Probe starts the agent, runs initialize and ends it (herald doctor).
+// authRequired is the error code of ACP's auth_required.
+const authRequired = -32000
+
+// Probe starts the agent in spec.Workspace, runs initialize and
+// session/new, and ends it (herald doctor). An agent that answers
+// initialize but refuses a session (it needs a login) returns its Info
+// and the refusal.
 func Probe(ctx context.Context, spec Spec) (Info, error) {
 	log := spec.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	r := &runner{log: log, j: Job{Spec: spec, Clock: agent.SystemClock{}}, started: time.Now()}
+	r := &runner{log: log, j: Job{Spec: spec, Clock: agent.SystemClock{}}, ctx: ctx, started: time.Now()}
 	p, err := start(spec, &client{ws: spec.Workspace, run: r}, log)
 	if err != nil {
 		return Info{}, err
 	}
 	defer p.stop()
-	return r.initialize(ctx, p, spec)
+	info, err := r.initialize(ctx, p, spec)
+	if err != nil {
+		return info, err
+	}
+	if _, err := r.session(ctx, p, info); err != nil {
+		var re *sdk.RequestError
+		if errors.As(err, &re) && re.Code == authRequired {
+			return info, fmt.Errorf("it needs a login first (%v)", err)
+		}
+		return info, err
+	}
+	return info, nil
 }
 
 // runner is one Job's state while it runs.
@@ -292,7 +309,7 @@ func (r *runner) failed(ctx, hctx context.Context, p *process, method string, er
 		}
 		return errors.New(msg)
 	}
-	return fmt.Errorf("%w: agent %s (%s) refused %s: %v", ErrHandshake, name, r.j.Command, method, err)
+	return fmt.Errorf("%w: agent %s (%s) refused %s: %w", ErrHandshake, name, r.j.Command, method, err)
 }
 
 // waitExit gives a process whose connection broke a moment to be reaped,

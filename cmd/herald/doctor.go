@@ -2,19 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/heraldhq/herald/agent/acp"
 	"github.com/heraldhq/herald/agent/mcptools"
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
+	"github.com/heraldhq/herald/subagent"
 )
 
 // doctor is `herald doctor`: one line per check (config, state dir, the
@@ -38,6 +43,7 @@ func doctor(f *flags, stdout io.Writer) int {
 	checks = append(checks, gateway.Doctor(ctx, cfg, stateDir)...)
 	checks = append(checks, checkSandbox(cfg)...)
 	checks = append(checks, checkMCP(cfg)...)
+	checks = append(checks, checkACP(cfg)...)
 	code := 0
 	for _, c := range checks {
 		printCheck(stdout, c)
@@ -156,4 +162,44 @@ func checkMCP(cfg *config.Config) []channels.Check {
 		out = append(out, c)
 	}
 	return out
+}
+
+// checkACP starts each ACP agent (SPEC §26) in the sandbox, in a scratch
+// folder, runs initialize and session/new, and reports its name, version
+// and capabilities, or what is missing.
+func checkACP(cfg *config.Config) []channels.Check {
+	var out []channels.Check
+	for _, id := range cfg.ACPAgents() {
+		out = append(out, checkACPAgent(cfg, id))
+	}
+	return out
+}
+
+func checkACPAgent(cfg *config.Config, id string) channels.Check {
+	c := channels.Check{Name: "acp " + id}
+	key := fmt.Sprintf("agents.list[%d].runtime", slices.IndexFunc(cfg.Agents.List, func(a config.Agent) bool { return a.ID == id }))
+	ws, err := os.MkdirTemp("", "herald-doctor-acp-")
+	if err != nil {
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		return c
+	}
+	defer os.RemoveAll(ws)
+	spec, _ := subagent.ACPSpec(cfg, id, ws, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	info, err := acp.Probe(ctx, spec)
+	switch {
+	case errors.Is(err, acp.ErrCommand):
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		c.Fix = "install the agent (e.g. npm install -g @zed-industries/codex-acp) or fix " + key + ".command"
+	case err != nil && info.Name != "":
+		c.Status, c.Detail = channels.CheckFail, info.String()+": "+err.Error()
+		c.Fix = "log the agent in, or give it its API key in " + key + ".env"
+	case err != nil:
+		c.Status, c.Detail = channels.CheckFail, err.Error()
+		c.Fix = "run " + key + ".command by hand: it must speak ACP on stdin/stdout (Codex: codex-acp, Claude Code: claude-agent-acp, Gemini: gemini --experimental-acp)"
+	default:
+		c.Status, c.Detail = channels.CheckOK, info.String()
+	}
+	return c
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heraldhq/herald/agent/acp/acptest"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/channels/matrix/matrixtest"
@@ -226,5 +227,45 @@ func TestDoctorSandbox(t *testing.T) {
 	code, out = doctorRun("off")
 	if code != 0 || !regexp.MustCompile(`(?m)^warn  exec sandbox +tools\.exec\.sandbox is "off": commands run unconfined`).MatchString(out) {
 		t.Errorf("doctor with sandbox off: exit %d\n%s", code, out)
+	}
+}
+
+// TestDoctorACP: doctor starts each ACP agent, runs initialize and
+// session/new, and prints its name, version and capabilities; a missing
+// command, an agent that needs a login, and one that exits during
+// initialize are failures naming what to fix.
+func TestDoctorACP(t *testing.T) {
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "herald.json5")
+	rt := func(mode string) string {
+		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q } }`, exe, acptest.EnvMode, mode)
+	}
+	src := fmt.Sprintf(`{ gateway: { http: { listen: %q } }, models: { providers: { demo: { api: "demo" } } },
+	  agents: { list: [{ id: "main" }, { id: "codex", %s }, { id: "claude", %s }, { id: "gemini", %s },
+	    { id: "ghost", runtime: { type: "acp", command: "ghost-acp" } }] } }`, freeAddr(t), rt("work"), rt("auth"), rt("exit-init"))
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code := run([]string{"doctor", "--config", cfgPath, "--state-dir", filepath.Join(dir, "state")}, &out, &out)
+	for _, want := range []string{
+		`(?m)^ok    acp codex +acpfake 0\.1\.0 · capabilities: loadSession$`,
+		`(?m)^FAIL  acp claude +acpfake 0\.1\.0 · capabilities: loadSession: it needs a login first .*\n      fix: log the agent in, or give it its API key in agents\.list\[2\]\.runtime\.env$`,
+		`(?m)^FAIL  acp gemini +the ACP agent exited during initialize: .*not logged in.*\n      fix: run agents\.list\[3\]\.runtime\.command by hand`,
+		`(?m)^FAIL  acp ghost +the ACP agent could not be started: command "ghost-acp" of agent ghost: .*\n      fix: install the agent .* or fix agents\.list\[4\]\.runtime\.command$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("doctor output lacks %s:\n%s", want, out.String())
+		}
+	}
+	if code != 1 {
+		t.Errorf("doctor exit %d, want 1", code)
 	}
 }

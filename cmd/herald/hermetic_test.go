@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/heraldhq/herald/agent/acp/acptest"
 	"github.com/heraldhq/herald/devtools/hermetic"
 	"github.com/heraldhq/herald/devtools/pgtest"
 )
@@ -13,6 +14,9 @@ import (
 // `herald init` has a ~/.herald/herald.json5 the tests must not read),
 // and stops the PostgreSQL cluster the failover tests started.
 func TestMain(m *testing.M) {
+	if acptest.Main() { // the fake ACP agent of TestDoctorACP; exits
+		return
+	}
 	done := hermetic.Setup()
 	code := pgtest.Main(m)
 	done()

@@ -33,6 +33,7 @@ import (
 //	           whether it can read the ../ path itself, and its variables
 //	terminal   asks for a terminal; reports the error
 //	nousage    like work without permission, and reports no usage
+//	auth       refuses session/new: authentication required
 const EnvMode = "HERALD_ACPFAKE"
 
 // Main runs the fake agent when EnvMode is set and returns false
@@ -93,6 +94,9 @@ func (a *fake) Authenticate(context.Context, sdk.AuthenticateRequest) (sdk.Authe
 }
 
 func (a *fake) NewSession(_ context.Context, r sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+	if a.mode == "auth" {
+		return sdk.NewSessionResponse{}, sdk.NewAuthRequired(map[string]any{"hint": "run fake login"})
+	}
 	a.cwd = r.Cwd
 	return sdk.NewSessionResponse{SessionId: "fake-session-1"}, nil
 }
