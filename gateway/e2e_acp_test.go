@@ -29,7 +29,7 @@ func acpConfig(t *testing.T, ws string) string {
 		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q } }`, exe, acptest.EnvMode, mode)
 	}
 	return `{
-  gateway: { http: { listen: "127.0.0.1:0" } },
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
   agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
     { id: "main", default: true, workspace: ` + fmt.Sprintf("%q", ws) + ` },
@@ -69,33 +69,7 @@ func TestE2EACPAgent(t *testing.T) {
 	tg := newTestGateway(t, acpConfig(t, ws), acpModel)
 	const client = "acp"
 	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
-	events := openEvents(t, tg.URL, client)
-	var panel []string // activity lines the panel showed
-	sawActivity := func(want string) bool {
-		for {
-			select {
-			case ev := <-events:
-				if ev.Name != "subagents" {
-					continue
-				}
-				var p struct{ Runs []struct{ Activity string } }
-				_ = json.Unmarshal([]byte(ev.Data), &p)
-				for _, r := range p.Runs {
-					if r.Activity != "" {
-						panel = append(panel, r.Activity)
-					}
-				}
-			default:
-				for _, a := range panel {
-					if strings.Contains(a, want) {
-						return true
-					}
-				}
-				return false
-			}
-		}
-	}
-
+	sawActivity, panel := panelActivity(openEvents(t, tg.URL, client))
 	start := time.Now()
 	webPost(t, tg.URL, client, "code: codex")
 	req := waitText(t, tg, client, "🔐 Approval needed")
@@ -105,7 +79,7 @@ func TestE2EACPAgent(t *testing.T) {
 		}
 	}
 	if !waitFor(e2eWait, func() bool { return sawActivity("awaiting approval") }) {
-		t.Errorf("the panel never showed the run awaiting approval; it showed %q", panel)
+		t.Errorf("the panel never showed the run awaiting approval; it showed %q", *panel)
 	}
 	t.Logf("spawn → approval request (the agent's first permission request) in %s", time.Since(start).Round(time.Millisecond))
 	if _, err := os.Stat(filepath.Join(conv, "hello.txt")); !os.IsNotExist(err) {
@@ -138,7 +112,7 @@ func TestE2EACPAgent(t *testing.T) {
 	// Stop mid-prompt: session/cancel reaches the agent; no announce.
 	webPost(t, tg.URL, client, "code: slowpoke")
 	if !waitFor(e2eWait, func() bool { return sawActivity("💬 Starting a long job.") }) {
-		t.Fatalf("the panel never showed the slow agent's message; it showed %q", panel)
+		t.Fatalf("the panel never showed the slow agent's message; it showed %q", *panel)
 	}
 	seq = webPost(t, tg.URL, client, "/subagents stop slowpoke")
 	waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "top") })
@@ -166,4 +140,65 @@ func TestE2EACPAgent(t *testing.T) {
 			t.Errorf("the stopped run was announced:\n%s", m.Text)
 		}
 	}
+}
+
+// TestE2EACPAgentResumesAfterRestart: a gateway that stops while an ACP
+// agent works leaves the run running; the next gateway on the same state
+// starts the agent again, which loads its session (session/load) and
+// finishes; the announce says it was resumed.
+func TestE2EACPAgentResumesAfterRestart(t *testing.T) {
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	dir := t.TempDir()
+	ws, state := filepath.Join(dir, "main-ws"), filepath.Join(dir, "state")
+	const client = "acp-restart"
+	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
+	tg := newTestGatewayIn(t, state, acpConfig(t, ws), acpModel)
+	sawActivity, panel := panelActivity(openEvents(t, tg.URL, client))
+	webPost(t, tg.URL, client, "code: slowpoke")
+	if !waitFor(e2eWait, func() bool { return sawActivity("Starting a long job") }) {
+		t.Fatalf("the slow agent did not start; the panel showed %q", *panel)
+	}
+	tg.Stop()
+
+	tg = newTestGatewayIn(t, state, acpConfig(t, ws), acpModel)
+	ann := waitText(t, tg, client, "Task: slowpoke")
+	if !strings.HasPrefix(ann, "Status: success\nTask: slowpoke\n\nResult:\nResumed and finished.\n\nNotes:\nResumed after the gateway stopped (1×).\n") {
+		t.Errorf("announce after the restart:\n%s", ann)
+	}
+	if got, err := os.ReadFile(filepath.Join(conv, "loaded.txt")); err != nil || string(got) != "fake-session-1" {
+		t.Errorf("the agent was not asked to load its session: %q, %v", got, err)
+	}
+}
+
+// panelActivity reads the panel's events as they come: saw reports
+// whether a run's activity line contained want; shown is every line seen.
+func panelActivity(events <-chan sseEvent) (saw func(want string) bool, shown *[]string) {
+	var lines []string
+	saw = func(want string) bool {
+		for {
+			select {
+			case ev := <-events:
+				if ev.Name != "subagents" {
+					continue
+				}
+				var p struct{ Runs []struct{ Activity string } }
+				_ = json.Unmarshal([]byte(ev.Data), &p)
+				for _, r := range p.Runs {
+					if r.Activity != "" {
+						lines = append(lines, r.Activity)
+					}
+				}
+			default:
+				for _, a := range lines {
+					if strings.Contains(a, want) {
+						return true
+					}
+				}
+				return false
+			}
+		}
+	}
+	return saw, &lines
 }

@@ -36,10 +36,39 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
 		var c context.CancelFunc
-		runCtx, c = context.WithTimeout(ctx, time.Duration(run.TimeoutSeconds)*time.Second)
+		runCtx, c = context.WithTimeout(ctx, max(time.Duration(run.TimeoutSeconds)*time.Second-run.Ran, 0))
 		defer c()
 	}
-	res, err := r.m.runACP(runCtx, run, run.Task, rc.Steer, rc.AddUsage)
+	input := run.Task
+	if run.Resumes > 0 {
+		entries := r.m.transcript(ctx, run)
+		// The tokens it reported before the stop are the run's so far.
+		r.m.mu.Lock()
+		rc.lr.usage = usageFromTranscript(entries)
+		r.m.mu.Unlock()
+		if _, ok := acpSessionIn(entries); ok {
+			// The gateway stopped during this run after its agent had its
+			// task; resume (manager) let it go on only because the agent
+			// can load its session: it is asked to go on (SPEC §26, §25).
+			input = acpResumePrompt
+		}
+	}
+	res, err := r.m.runACP(runCtx, run, input, rc.Steer, rc.AddUsage)
+	return r.outcome(runCtx, rc, res, err)
+}
+
+// acpResumePrompt is the prompt of a run resumed after a restart.
+const acpResumePrompt = "The gateway that runs you restarted while you worked on the task above. Go on where you left off and finish with your answer."
+
+// transcript is a run's transcript lines (nil when unreadable).
+func (m *Manager) transcript(ctx context.Context, run *store.Run) []store.TranscriptEntry {
+	_, entries, _ := m.d.Store.ReadTranscript(ctx, m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
+	return entries
+}
+
+// outcome maps how an ACP job ended to the run's outcome.
+func (r acpRunner) outcome(runCtx context.Context, rc *RunCtx, res acp.Result, err error) Outcome {
+	run := &rc.Run
 	switch {
 	case rc.Stopped():
 		return Outcome{Status: store.OutcomeStopped, Result: res.Text, Note: "stopped by request"}
@@ -86,7 +115,7 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, stee
 		return acp.Result{}, err
 	}
 	defer sess.Close()
-	loadID := m.acpSession(ctx, path)
+	loadID, _ := acpSessionIn(m.transcript(ctx, run))
 	ws := m.conversationWorkspace(cfg, run.RootKey, run.AgentID)
 	log := m.runLog(run)
 	job := acp.Job{
@@ -114,24 +143,21 @@ type acpSessionLine struct {
 	Load bool   `json:"loadSession"`
 }
 
-// acpSession returns the last ACP session of a transcript that its agent
-// can load ("" = none).
-func (m *Manager) acpSession(ctx context.Context, path string) string {
-	_, entries, err := m.d.Store.ReadTranscript(ctx, path)
-	if err != nil {
-		return ""
-	}
+// acpSessionIn returns the last ACP session of a transcript if its agent
+// can load it (id), and whether the transcript records one at all
+// (started: the agent had a session, so it may have begun the task).
+func acpSessionIn(entries []store.TranscriptEntry) (id string, started bool) {
 	for i := len(entries) - 1; i >= 0; i-- {
 		if entries[i].Type != acpSessionType {
 			continue
 		}
 		var l acpSessionLine
 		if json.Unmarshal([]byte(entries[i].Content), &l) == nil && l.Load {
-			return l.ID
+			return l.ID, true
 		}
-		return ""
+		return "", true
 	}
-	return ""
+	return "", false
 }
 
 // acpSpec is the process of ACP agent id under cfg, working in ws.

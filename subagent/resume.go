@@ -54,6 +54,13 @@ func (m *Manager) resume(ctx context.Context, r *store.Run) error {
 		m.runLog(r).Warn("the transcript of a run cut by a stop cannot be read; not resuming it", zap.Error(err))
 		return m.finishUnknown(ctx, r, fmt.Sprintf("The gateway stopped while this run was in progress and its transcript cannot be read (%v), so it was not resumed; its outcome is unknown.", err))
 	}
+	if r.Model == ACPModel {
+		// An ACP agent that had its task goes on only in its own session
+		// (SPEC §26).
+		if id, started := acpSessionIn(entries); started && id == "" {
+			return m.finishUnknown(ctx, r, unknownNote+" Its ACP agent cannot load sessions (no loadSession), so it was not resumed.")
+		}
+	}
 	ran := r.Ran + stretchRan(r, entries)
 	if err := m.d.Store.ResumeRun(ctx, r.ID, ran); err != nil {
 		return fmt.Errorf("resume run %s: %w", r.ID, err)

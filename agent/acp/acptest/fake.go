@@ -73,10 +73,11 @@ func Main() bool {
 }
 
 type fake struct {
-	mode string
-	conn *sdk.AgentSideConnection
-	cwd  string
-	n    int
+	mode   string
+	conn   *sdk.AgentSideConnection
+	cwd    string
+	n      int
+	loaded bool // session/load came: the next prompt finishes at once
 }
 
 var _ sdk.Agent = (*fake)(nil)
@@ -102,7 +103,7 @@ func (a *fake) NewSession(_ context.Context, r sdk.NewSessionRequest) (sdk.NewSe
 }
 
 func (a *fake) LoadSession(ctx context.Context, r sdk.LoadSessionRequest) (sdk.LoadSessionResponse, error) {
-	a.cwd = r.Cwd
+	a.cwd, a.loaded = r.Cwd, true
 	// Replay: the client must not write it to its transcript again.
 	a.say(ctx, r.SessionId, "(replayed history)")
 	_ = os.WriteFile(filepath.Join(r.Cwd, "loaded.txt"), []byte(string(r.SessionId)), 0o600)
@@ -128,6 +129,10 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		}
 	}
 	usage := &sdk.Usage{InputTokens: 1200, OutputTokens: 300, TotalTokens: 1500}
+	if a.loaded {
+		a.say(ctx, sid, "Resumed and finished.")
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+	}
 	if a.n > 1 {
 		a.say(ctx, sid, "Got: "+prompt.String())
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
