@@ -29,6 +29,8 @@ var Commands = []struct{ Name, Description string }{
 	{"schedule", "Schedules of this conversation"},
 	{"usage", "Spend of this conversation"},
 	{"memory", "The agent's memories of this conversation; forget <id>"},
+	{"focus", "Talk to a sub-agent in this thread: its id, # or label"},
+	{"unfocus", "This thread talks to the agent again"},
 }
 
 // optionArgs is the name of the one option of every command.
