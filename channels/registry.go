@@ -106,6 +106,10 @@ type Deps struct {
 	// whose library keeps tables of its own there (the Matrix crypto
 	// store); the channel closes it. Nil where there is no state (doctor).
 	SQL func() (SQLDB, error)
+	// Bound, if set, reports whether the thread at o is bound to a
+	// sub-agent (SPEC §24): an adapter counts such a thread as one the bot
+	// is in (§9's mention rule). Nil where there is no gateway (doctor).
+	Bound func(ctx context.Context, o Origin) bool
 }
 
 // SQLDB is a database/sql handle on the gateway's state database: Dialect

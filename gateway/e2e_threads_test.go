@@ -103,7 +103,8 @@ func TestE2ESlackFocusThread(t *testing.T) {
 	if !sf.WaitConnected(e2eWait) {
 		t.Fatal("Slack did not reconnect")
 	}
-	sf.SendMention("C1", slackfake.UserID, "again: still there?", slackT2)
+	// No mention: the adapter's memory of T2 is gone, the binding is not.
+	sf.SendMessage("C1", slackfake.UserID, "again: still there?", slackT2)
 	posts = sf.WaitPosts(7, e2eWait)
 	if p := posts[6]; p.ThreadTS != slackT2 || !strings.HasPrefix(p.Text, want) {
 		t.Fatalf("after a restart: %+v, want alpha's session answering", p)
@@ -243,6 +244,17 @@ func TestE2ETelegramSpawnTopic(t *testing.T) {
 	if s := sent[4]; s.ThreadID != topic || !strings.HasPrefix(s.Text, `child (task "alpha: dig into the release notes", `) {
 		t.Fatalf("answer in the topic = %+v", s)
 	}
+	// /focus in another topic: a bound topic needs no mention either.
+	tf.SendText(tgGroup, "supergroup", 43, tgBob, "@herald_bot /focus alpha")
+	sent = waitTelegram(t, tf, 6)
+	if s := sent[5]; s.ThreadID != 43 || s.Text != "🎯 This thread now talks to alpha." {
+		t.Fatalf("/focus in topic 43 = %+v", s)
+	}
+	tf.SendText(tgGroup, "supergroup", 43, tgBob, "again: from 43")
+	sent = waitTelegram(t, tf, 7)
+	if s := sent[6]; s.ThreadID != 43 || !strings.HasPrefix(s.Text, `child (task "alpha: dig into the release notes", `) {
+		t.Fatalf("answer in topic 43 = %+v", s)
+	}
 
 	// No topics here: the child runs in the requester's chat, with a warning.
 	for i, c := range []struct {
@@ -250,7 +262,7 @@ func TestE2ETelegramSpawnTopic(t *testing.T) {
 		why  string
 	}{{-100777, "the chat is not a forum"}, {-100888, "not enough rights to create a topic"}} {
 		tf.SendText(c.chat, "supergroup", 0, tgAlice, "@herald_bot look at this in its own thread")
-		tg.waitDelivered(t, 4+2*(i+1)) // the reply and the announce
+		tg.waitDelivered(t, 6+2*(i+1)) // the reply and the announce
 		var reply, announce bool
 		for _, s := range tf.Sent() {
 			if s.ChatID != c.chat {

@@ -315,7 +315,7 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 		if !opts.Common().Enabled {
 			return nil, nil
 		}
-		a, err := m.New(channels.Deps{Options: opts, Logger: log, State: g.channelState(name), SQL: g.stateSQL})
+		a, err := m.New(channels.Deps{Options: opts, Logger: log, State: g.channelState(name), SQL: g.stateSQL, Bound: g.threadBound})
 		if err != nil {
 			return nil, fmt.Errorf("channels.%s: %w", name, err)
 		}

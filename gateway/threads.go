@@ -173,3 +173,15 @@ func (g *Gateway) startThread(ctx context.Context, requester channels.Origin, t 
 	}
 	return ts.StartThread(ctx, requester, t)
 }
+
+// threadBound reports whether the thread at o is bound to a sub-agent:
+// adapters count it as a thread the bot is in (channels.Deps.Bound).
+func (g *Gateway) threadBound(ctx context.Context, o channels.Origin) bool {
+	if o.ThreadID == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := g.db.ThreadBinding(ctx, o, g.clock.Now())
+	return err == nil
+}

@@ -91,7 +91,7 @@ func init() {
 				SigningSecret: c.SigningSecret.Value(), Mode: c.Mode, APIURL: c.APIURL,
 				WebhookPath: c.WebhookPath, ReplyToMode: c.ReplyToMode, Access: channels.AccessOf(c.Access),
 				ThreadContext: config.ThreadContextOr(c.ThreadContext),
-				Replays:       replays, Logger: d.Logger, HTTPClient: d.HTTPClient})
+				Replays:       replays, Logger: d.Logger, HTTPClient: d.HTTPClient, Bound: d.Bound})
 		},
 		Init: &channels.Init{
 			Title: "Slack",

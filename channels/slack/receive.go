@@ -210,6 +210,9 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) error {
 	if threadTS == "" && chatType == channels.ChatGroup && replyTo != ReplyToOff {
 		origin.ThreadID = m.ts // the reply starts a thread under the message
 	}
+	if !mentioned && threadTS != "" && chatType == channels.ChatGroup && a.opts.Bound != nil && a.opts.Bound(ctx, origin) {
+		mentioned = true // a thread bound to a sub-agent (SPEC §24)
+	}
 	if !a.opts.Access.Admit(chatType, m.channel, m.user, mentioned) {
 		a.log.Debug("slack message not admitted", zap.String("origin", origin.String()),
 			zap.String("senderId", m.user), zap.Bool("mentioned", mentioned))

@@ -43,6 +43,9 @@ const Name channels.Name = "slack"
 
 // Options configures the adapter. Zero values take the documented defaults.
 type Options struct {
+	// Bound, if set, reports whether a thread is bound to a sub-agent
+	// (channels.Deps.Bound): a thread the bot is in.
+	Bound         func(ctx context.Context, o channels.Origin) bool
 	BotToken      string // xoxb-…, required
 	AppToken      string // xapp-…, required in socket mode
 	SigningSecret string // required in http mode

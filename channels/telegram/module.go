@@ -69,7 +69,7 @@ func init() {
 			if d.State != nil {
 				offsets = kvOffsets{d.State}
 			}
-			return New(Options{BotToken: c.BotToken.Value(), APIURL: c.APIURL,
+			return New(Options{Bound: d.Bound, BotToken: c.BotToken.Value(), APIURL: c.APIURL,
 				WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret.Value(),
 				WebhookPath: c.WebhookPath, Access: channels.AccessOf(c.Access), Offsets: offsets,
 				Logger: d.Logger, HTTPClient: d.HTTPClient})

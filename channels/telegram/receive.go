@@ -165,7 +165,7 @@ func (a *Adapter) handle(ctx context.Context, raws ...json.RawMessage) int {
 			files = append(files, a.attachments(m)...)
 		}
 	}
-	in, ok := a.inbound(msgs[lead], extras[lead], files)
+	in, ok := a.inbound(ctx, msgs[lead], extras[lead], files)
 	if !ok {
 		return last
 	}
@@ -225,7 +225,7 @@ const notTaken = -2
 // album) to an Inbound; ok is false for messages Herald ignores (neither
 // text nor files, from a bot, a channel post, a command for another bot,
 // or not admitted by the access rules).
-func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields, files []channels.Attachment) (channels.Inbound, bool) {
+func (a *Adapter) inbound(ctx context.Context, m *tgbotapi.Message, extra topicFields, files []channels.Attachment) (channels.Inbound, bool) {
 	if m == nil || m.Chat == nil || m.From == nil || m.From.IsBot {
 		return channels.Inbound{}, false
 	}
@@ -281,6 +281,9 @@ func (a *Adapter) inbound(m *tgbotapi.Message, extra topicFields, files []channe
 	}
 	if threadID != 0 {
 		o.ThreadID = strconv.Itoa(threadID)
+		if !mentioned && chatType == channels.ChatGroup && a.opts.Bound != nil && a.opts.Bound(ctx, o) {
+			mentioned = true // a topic bound to a sub-agent (SPEC §24)
+		}
 	}
 	if !a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, mentioned) {
 		a.log.Debug("telegram message not admitted", zap.String("origin", o.String()), zap.String("senderId", o.SenderID), zap.Bool("mentioned", mentioned))

@@ -40,6 +40,9 @@ const (
 
 // Options configure an Adapter.
 type Options struct {
+	// Bound, if set, reports whether a topic is bound to a sub-agent
+	// (channels.Deps.Bound): a topic the bot is in.
+	Bound    func(ctx context.Context, o channels.Origin) bool
 	BotToken string
 	// APIURL is the Bot API server, default https://api.telegram.org (or a
 	// self-hosted server); requests go to <APIURL>/bot<token>/<method>.
