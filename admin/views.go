@@ -81,7 +81,9 @@ type Run struct {
 	TokensIn  int64     `json:"tokensIn"`
 	TokensOut int64     `json:"tokensOut"`
 	CostUSD   float64   `json:"costUSD"`
-	Children  []Run     `json:"children"`
+	// Resumes: times the run resumed after its gateway stopped (SPEC §25).
+	Resumes  int   `json:"resumes,omitempty"`
+	Children []Run `json:"children"`
 }
 
 // running reports whether the run can still be stopped or steered.
@@ -126,7 +128,7 @@ func RunTree(runs []store.Run, now time.Time, keep func(*store.Run) bool) []Run 
 		v := Run{RunID: r.ID, ParentRunID: parent, SessionKey: r.ChildKey, Requester: r.RequesterKey, AgentID: r.AgentID,
 			Label: r.Label, Task: r.Task, Status: subagent.DisplayStatus(r), State: r.Status, Outcome: r.Outcome,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, RuntimeMs: subagent.Runtime(r, now).Milliseconds(),
-			TokensIn: r.TokensIn, TokensOut: r.TokensOut, CostUSD: max(r.CostUSD, 0), Children: []Run{}}
+			TokensIn: r.TokensIn, TokensOut: r.TokensOut, CostUSD: max(r.CostUSD, 0), Resumes: r.Resumes, Children: []Run{}}
 		if depth < 64 { // a cycle cannot happen (a child session is new), but bound it
 			cs := kids[r.ID]
 			slices.SortFunc(cs, func(a, b *store.Run) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID)) })

@@ -88,6 +88,7 @@ type runJSON struct {
 	TokensIn            int64           `json:"tokensIn"`
 	TokensOut           int64           `json:"tokensOut"`
 	CostUSD             *float64        `json:"costUsd,omitempty"` // absent when no cost is configured
+	Resumes             int             `json:"resumes,omitempty"` // times resumed after the gateway stopped (SPEC §25)
 }
 
 func runsJSON(runs []store.Run, now time.Time) []runJSON {
@@ -98,7 +99,7 @@ func runsJSON(runs []store.Run, now time.Time) []runJSON {
 			AgentID: r.AgentID, Model: r.Model, Label: r.Label, Task: r.Task, Status: subagent.DisplayStatus(r), State: r.Status,
 			Outcome: r.Outcome, Note: r.Note, Depth: r.Depth, Origin: r.Origin, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 			EndedAt: r.EndedAt, RuntimeMs: subagent.Runtime(r, now).Milliseconds(), Tokens: r.TokensIn + r.TokensOut,
-			TokensIn: r.TokensIn, TokensOut: r.TokensOut}
+			TokensIn: r.TokensIn, TokensOut: r.TokensOut, Resumes: r.Resumes}
 		if r.CostUSD >= 0 {
 			j.CostUSD = &r.CostUSD
 		}

@@ -514,6 +514,9 @@ func runInfo(ctx context.Context, db interface {
 		r.ChildSessionID, r.RequesterKey, r.Origin.String(), cmp.Or(db.FindTranscript(ctx, db.TranscriptPath(r.AgentID, r.ChildSessionID)), db.TranscriptPath(r.AgentID, r.ChildSessionID)+" (gone)"),
 		ts(r.CreatedAt), ts(r.StartedAt), ts(r.EndedAt), subagent.FormatRuntime(subagent.Runtime(r, time.Now())),
 		r.TokensIn, r.TokensOut, r.Cleanup, ts(r.ArchiveAt), cmp.Or(r.Note, "-"))
+	if r.Resumes > 0 {
+		fmt.Fprintf(w, "Resumed:    %d× after the gateway stopped\n", r.Resumes)
+	}
 	return nil
 }
 
