@@ -218,6 +218,8 @@ type Cost struct {
 	Output     float64 `json:"output"`
 	CacheRead  float64 `json:"cacheRead"`
 	CacheWrite float64 `json:"cacheWrite"`
+	// PerMinute prices audio a transcription model hears (USD a minute).
+	PerMinute float64 `json:"perMinute"`
 }
 
 // Agents holds the defaults and the list of agents.

@@ -209,6 +209,7 @@ type transcriber struct {
 	mu          sync.Mutex
 	model, name string
 	audio       []byte
+	calls       int
 }
 
 func newTranscriber(t *testing.T, text string) *transcriber {
@@ -227,12 +228,21 @@ func newTranscriber(t *testing.T, text string) *transcriber {
 		b, _ := io.ReadAll(f)
 		s.mu.Lock()
 		s.model, s.name, s.audio = r.FormValue("model"), fh.Filename, b
+		s.calls++
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]string{"text": text})
+		// One minute of audio, as OpenAI reports it.
+		_ = json.NewEncoder(w).Encode(map[string]any{"text": text, "usage": map[string]any{"type": "duration", "seconds": 60}})
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+// count is how many files it transcribed.
+func (s *transcriber) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
 }
 
 // got is the last request: the model, the file's name and its bytes.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -179,5 +180,36 @@ func TestE2EModelAllowlist(t *testing.T) {
 		if got := waitWeb(t, tg, c.client, posted.Seq, "system", func(string) bool { return true }).Text; got != c.want {
 			t.Errorf("%s: %s answered %q, want %q", c.client, c.cmd, got, c.want)
 		}
+	}
+}
+
+// TestE2EVoiceTranscriptionIsSpend (issue 35): transcribing a voice
+// message costs money, so it is checked against the budgets before and
+// counted after (models[].cost.perMinute). One minute at $0.06 passes the
+// conversation's $0.05 a day: that turn answers with the 💸 line instead
+// of calling the model, and the next voice message is not even sent to
+// the transcription server.
+func TestE2EVoiceTranscriptionIsSpend(t *testing.T) {
+	stt := newTranscriber(t, "remind me to call Ana at five")
+	cfg := strings.Replace(stt.config(fileChanConfig), `{ id: "whisper-large-v3" }`, `{ id: "whisper-large-v3", cost: { perMinute: 0.06 } }`, 1)
+	cfg = strings.Replace(cfg, "agents:", "budgets: { conversation: { dailyUSD: 0.05 } },\n  agents:", 1)
+	tg, fc := newFileChanGateway(t, cfg, llmtest.Text("noted"))
+	voice := append([]byte("OggS\x00\x02"), bytes.Repeat([]byte{1}, 200)...)
+	reached := func() int {
+		return strings.Count(strings.Join(fc.posts(), "\n"), "💸 Budget reached: conversation $0.06 of $0.05")
+	}
+	for i, name := range []string{"voice.ogg", "voice2.ogg"} {
+		if err := fc.deliver(t, fmt.Sprintf("v%d", i), "", bytesAttachment(name, "audio/ogg", channels.KindVoice, append(voice, byte(i)), nil)); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(e2eWait, func() bool { return reached() == i+1 }) {
+			t.Fatalf("voice message %d: posts %q lack the 💸 line for the transcription's spend", i+1, fc.posts())
+		}
+	}
+	if n := stt.count(); n != 1 {
+		t.Errorf("the transcription server was asked %d times, want once (the second is over the budget)", n)
+	}
+	if n := tg.LLM.Count(); n != 0 {
+		t.Errorf("the model was called %d times, want never (the transcription spent the budget)", n)
 	}
 }

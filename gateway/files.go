@@ -360,9 +360,27 @@ func (g *Gateway) transcribeInto(ctx context.Context, it store.Intake, r store.F
 		return text
 	}
 	defer rc.Close()
+	// Transcription is spend (issue 35): checked against the budgets
+	// before, counted after at models[].cost.perMinute.
+	call := turnSpend(it.SessionKey, it.AgentID, it.ID, it.Text)
+	if err := g.spend.Check(call); err != nil {
+		log.Info("voice message not transcribed: a budget is reached", zap.Error(err))
+		return text + "\n(" + r.Name + " was not transcribed: " + err.Error() + ")"
+	}
 	tctx, cancel := context.WithTimeout(ctx, AttachmentDeadline)
 	defer cancel()
-	transcript, err := providers.Transcribe(tctx, g.provOpts.HTTPClient, p, conf.Model, r.Name, r.MIME, rc)
+	transcript, secs, err := providers.Transcribe(tctx, g.provOpts.HTTPClient, p, conf.Model, r.Name, r.MIME, rc)
+	if err == nil {
+		if secs <= 0 {
+			secs = float64(r.Size) / (16_000 / 8) // unknown length: 16 kbit/s, a voice note's rate
+		}
+		ref := conf.Provider + "/" + conf.Model
+		perMinute := 0.0
+		if _, _, m, ok := g.cfg().LookupModel(ref); ok && m.Cost != nil {
+			perMinute = m.Cost.PerMinute
+		}
+		g.spend.Record(context.WithoutCancel(ctx), call, ref, perMinute*secs/60, agent.Usage{})
+	}
 	if err != nil {
 		log.Warn("voice message not transcribed", zap.String("file", r.Name), zap.Error(err))
 		return text + "\n(" + r.Name + " could not be transcribed: " + err.Error() + ")"
