@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 
 // fakeJob is a Job running this test binary as the fake agent in mode,
 // in a fresh workspace, with its transcript in a temp file.
-func fakeJob(t *testing.T, mode string) (Job, string) {
+func fakeJob(t testing.TB, mode string) (Job, string) {
 	t.Helper()
 	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
 		t.Skipf("no sandbox here: %v", err)
@@ -51,7 +51,7 @@ func fakeJob(t *testing.T, mode string) (Job, string) {
 // EnvModeKV is the runtime.env entry that picks the fake's mode.
 func EnvModeKV(mode string) string { return acptest.EnvMode + "=" + mode }
 
-func transcript(t *testing.T, path string) []store.TranscriptEntry {
+func transcript(t testing.TB, path string) []store.TranscriptEntry {
 	t.Helper()
 	_, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
 	if err != nil {
@@ -243,6 +243,8 @@ func TestRunBadAgents(t *testing.T) {
 // TestProbe: doctor's initialize names the agent and its capabilities.
 func TestProbe(t *testing.T) {
 	j, _ := fakeJob(t, "work")
+	mech, _ := sandbox.Probe().Pick(sandbox.Auto, "test")
+	t.Logf("sandbox: %s", mech)
 	info, err := Probe(context.Background(), j.Spec)
 	if err != nil || info.String() != "acpfake 0.1.0 · capabilities: loadSession" {
 		t.Fatalf("Probe = %q, %v", info, err)
