@@ -70,13 +70,14 @@ func line(t *testing.T, role, content string, calls []agent.ToolCall, results []
 }
 
 // restart plays the restarted gateway: a second Manager on the same store.
-func (h *harness) restart() {
+func (h *harness) restart() *Manager {
 	h.t.Helper()
 	m2 := New(h.m.d)
 	if err := m2.Start(context.Background()); err != nil {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() { m2.Shutdown(context.Background()) })
+	return m2
 }
 
 // A run cut mid-batch resumes from its transcript: the recorded result is
@@ -212,5 +213,28 @@ func TestResumeRefusals(t *testing.T) {
 	if n := h.llm.Count(); n != 1 {
 		// Only the timed-out run's announce step calls the model.
 		t.Errorf("%d model calls, want 1", n)
+	}
+}
+
+// A resumed run is live again: /stop (Manager.Stop) reaches it and it ends
+// stopped, not announced.
+func TestStopReachesAResumedRun(t *testing.T) {
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		return llmtest.Reply{Text: "never", Delay: 10 * time.Minute}
+	})
+	r := h.crashedRun("00000000-stop", store.StatusRunning, nil, line(t, "user", "crashy 00000000-stop", nil, nil, nil))
+	m2 := h.restart()
+	deadline := time.Now().Add(20 * time.Second)
+	for h.llm.Count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the resumed run never called its model")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := m2.Stop(context.Background(), r.ID); n != 1 {
+		t.Fatalf("Stop of the resumed run stopped %d runs, want 1", n)
+	}
+	if got := h.waitDone(r.ID); got.Outcome != store.OutcomeStopped || got.Resumes != 1 {
+		t.Errorf("resumed run after /stop: outcome %s, resumes %d; want stopped, 1", got.Outcome, got.Resumes)
 	}
 }
