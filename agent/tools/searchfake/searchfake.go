@@ -129,14 +129,10 @@ func (s *Server) brave(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	web := doc["web"].(map[string]any)
-	list := web["results"].([]any)
-	if results != nil {
-		list = list[:0]
-		for _, rs := range results {
-			list = append(list, map[string]any{"title": rs.Title, "url": rs.URL, "description": rs.Snippet,
-				"type": "search_result", "language": "en", "family_friendly": true})
-		}
-	}
+	list := replaced(web["results"].([]any), results, func(_ int, rs Result) map[string]any {
+		return map[string]any{"title": rs.Title, "url": rs.URL, "description": rs.Snippet,
+			"type": "search_result", "language": "en", "family_friendly": true}
+	})
 	web["results"] = capped(list, count)
 	doc["query"].(map[string]any)["original"] = q.Get("q")
 	writeJSON(w, http.StatusOK, doc)
@@ -175,14 +171,10 @@ func (s *Server) tavily(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	list := doc["results"].([]any)
-	if results != nil {
-		list = list[:0]
-		for i, rs := range results {
-			list = append(list, map[string]any{"title": rs.Title, "url": rs.URL, "content": rs.Snippet,
-				"score": 0.9 - float64(i)*0.05, "raw_content": nil})
-		}
-	}
+	list := replaced(doc["results"].([]any), results, func(i int, rs Result) map[string]any {
+		return map[string]any{"title": rs.Title, "url": rs.URL, "content": rs.Snippet,
+			"score": 0.9 - float64(i)*0.05, "raw_content": nil}
+	})
 	doc["results"] = capped(list, n)
 	doc["query"] = body.Query
 	writeJSON(w, http.StatusOK, doc)
@@ -206,18 +198,26 @@ func (s *Server) searxng(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	list := doc["results"].([]any)
-	if results != nil {
-		list = list[:0]
-		for i, rs := range results {
-			list = append(list, map[string]any{"title": rs.Title, "url": rs.URL, "content": rs.Snippet,
-				"engine": "duckduckgo", "engines": []string{"duckduckgo"}, "positions": []int{i + 1},
-				"score": 1.0 / float64(i+1), "category": "general", "template": "default.html"})
-		}
-	}
+	list := replaced(doc["results"].([]any), results, func(i int, rs Result) map[string]any {
+		return map[string]any{"title": rs.Title, "url": rs.URL, "content": rs.Snippet,
+			"engine": "duckduckgo", "engines": []string{"duckduckgo"}, "positions": []int{i + 1},
+			"score": 1.0 / float64(i+1), "category": "general", "template": "default.html"}
+	})
 	doc["results"] = list
 	doc["query"] = q.Get("q")
 	writeJSON(w, http.StatusOK, doc)
+}
+
+// replaced is recorded, or results in the service's shape (row) when set.
+func replaced(recorded []any, results []Result, row func(i int, r Result) map[string]any) []any {
+	if results == nil {
+		return recorded
+	}
+	out := make([]any, 0, len(results))
+	for i, r := range results {
+		out = append(out, row(i, r))
+	}
+	return out
 }
 
 func capped(list []any, n int) []any {
