@@ -22,6 +22,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/devtools/harness"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -328,16 +329,15 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// buildHerald is the herald binary of this tree, built once for the
+// package's tests (harness.BuildOnce).
 func buildHerald(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := harness.BuildOnce(ctx)
 	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "herald")
-	cmd := exec.Command(goBin, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/agent/acp/acptest"
+	"github.com/heraldhq/herald/devtools/harness"
 	"github.com/heraldhq/herald/devtools/hermetic"
 	"github.com/heraldhq/herald/devtools/pgtest"
 )
@@ -19,6 +20,7 @@ func TestMain(m *testing.M) {
 	}
 	done := hermetic.Setup()
 	code := pgtest.Main(m)
+	harness.RemoveBuilt()
 	done()
 	os.Exit(code)
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/heraldhq/herald/devtools/harness"
 	"github.com/heraldhq/herald/devtools/hermetic"
 )
 
@@ -12,6 +13,7 @@ import (
 func TestMain(m *testing.M) {
 	done := hermetic.Setup()
 	code := m.Run()
+	harness.RemoveBuilt()
 	done()
 	os.Exit(code)
 }

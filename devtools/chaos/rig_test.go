@@ -35,7 +35,7 @@ func newRig(t *testing.T, latency time.Duration, cfg harness.Config) *rig {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	bin, err := harness.BuildHerald(ctx, dir)
+	bin, err := harness.BuildOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

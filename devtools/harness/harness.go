@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -47,6 +48,33 @@ func BuildHerald(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/herald: %v\n%s", err, b)
 	}
 	return bin, nil
+}
+
+// built is the binary BuildOnce built, in a temp dir of its own.
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// BuildOnce is BuildHerald once per process: go build links an 80 MB
+// binary, seconds of CPU each time, so a test package's tests share one.
+// The binary is in a temp dir of its own that RemoveBuilt deletes (a
+// TestMain calls it after m.Run).
+func BuildOnce(ctx context.Context) (string, error) {
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "herald-bin-"); built.err == nil {
+			built.path, built.err = BuildHerald(ctx, built.dir)
+		}
+	})
+	return built.path, built.err
+}
+
+// RemoveBuilt deletes what BuildOnce built.
+func RemoveBuilt() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.
