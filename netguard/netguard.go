@@ -42,6 +42,20 @@ var blocked = []struct {
 	{netip.MustParsePrefix("fc00::/7"), "private (RFC 4193)"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible IPv6 (deprecated)"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+}
+
+// embedding are IPv6 ranges that carry an IPv4 address the host may reach
+// through a translator or tunnel: the IPv4 address inside is checked like
+// one dialled directly (issue 35).
+var embedding = []struct {
+	prefix netip.Prefix
+	at     int // byte offset of the IPv4 address
+	kind   string
+}{
+	{netip.MustParsePrefix("64:ff9b::/96"), 12, "NAT64"},
+	{netip.MustParsePrefix("2002::/16"), 2, "6to4"},
 }
 
 // Refused is the error of a connection the policy did not allow.
@@ -132,6 +146,16 @@ func (p *Policy) Check(host string, addr netip.Addr) error {
 		for _, n := range p.nets {
 			if n.Contains(addr) {
 				return nil
+			}
+		}
+	}
+	for _, e := range embedding {
+		if e.prefix.Contains(addr) {
+			b := addr.As16()
+			inner := netip.AddrFrom4([4]byte(b[e.at : e.at+4]))
+			if err := p.Check("", inner); err != nil {
+				r, _ := AsRefused(err)
+				return &Refused{Host: host, Addr: addr, Kind: r.Kind + " (" + inner.String() + " through " + e.kind + ")"}
 			}
 		}
 	}

@@ -28,6 +28,12 @@ func TestCheckRefusesInternalRanges(t *testing.T) {
 		"::":               "unspecified",
 		"224.0.0.1":        "multicast",
 		"255.255.255.255":  "broadcast",
+		// IPv6 that reaches an IPv4 address (issue 35).
+		"64:ff9b::7f00:1":    "loopback (127.0.0.1 through NAT64)",
+		"64:ff9b::a9fe:a9fe": "link-local (169.254.169.254 through NAT64)",
+		"2002:a00:1::1":      "private (RFC 1918) (10.0.0.1 through 6to4)",
+		"::7f00:1":           "IPv4-compatible IPv6 (deprecated)",
+		"64:ff9b:1::a00:1":   "local-use NAT64",
 	}
 	for a, kind := range refused {
 		err := strict.Check("", netip.MustParseAddr(a))
@@ -36,7 +42,7 @@ func TestCheckRefusesInternalRanges(t *testing.T) {
 			t.Errorf("Check(%s) = %v, want refused as %s", a, err, kind)
 		}
 	}
-	for _, a := range []string{"93.184.215.14", "1.1.1.1", "2606:4700::1111", "172.32.0.1", "100.128.0.1"} {
+	for _, a := range []string{"93.184.215.14", "1.1.1.1", "2606:4700::1111", "172.32.0.1", "100.128.0.1", "64:ff9b::101:101", "2002:101:101::1"} {
 		if err := strict.Check("", netip.MustParseAddr(a)); err != nil {
 			t.Errorf("Check(%s) = %v, want allowed (public)", a, err)
 		}
