@@ -269,6 +269,12 @@ func (a *Adapter) handleFile(w http.ResponseWriter, r *http.Request) {
 	if !ok || a.refuseClient(w, r, o, client) {
 		return
 	}
+	if o == unclaimed && a.offLoopback(r) {
+		// Like its messages: a client with no secret yet (a conversation
+		// from before client secrets) is shown to no one off loopback.
+		writeError(w, http.StatusForbidden, "client "+client+" has no clientSecret yet: its files are served only to the browser that owns it")
+		return
+	}
 	if a.opts.Files == nil {
 		writeError(w, http.StatusNotFound, ErrNoFile.Error())
 		return

@@ -160,6 +160,12 @@ func (oneFile) OpenFile(_ context.Context, client, id string) (io.ReadCloser, we
 func TestFileNeedsClientSecretOffLoopback(t *testing.T) {
 	h := newHarness(t, web.Options{Token: "t", OffLoopback: true, Files: oneFile{}}, nil)
 	auth := map[string]string{"Authorization": "Bearer t"}
+	// A client with no secret yet (a conversation from before client
+	// secrets, or none): its files are served to no one off loopback, as
+	// its messages are not (issue 35).
+	if r := h.do(t, "GET", "/api/files/"+strings.Repeat("a", 64)+"?client=off", "", auth); r.status != http.StatusForbidden {
+		t.Errorf("GET a file of a client with no secret yet: %d %q, want 403", r.status, r.raw)
+	}
 	r := h.do(t, "POST", "/api/messages", `{"client":"off","text":"hi"}`, auth)
 	secret, _ := r.body["clientSecret"].(string)
 	if secret == "" {
