@@ -156,10 +156,14 @@ func loopbackHost(host string) bool {
 }
 
 // setCookie sets an HttpOnly SameSite=Strict cookie for the whole site,
-// Secure when the request came over TLS.
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string) {
+// Secure when the request came over TLS, behind a proxy
+// (gateway.http.behindProxy: the proxy is where TLS ends, as with the
+// console's cookie) or through one that says the client used https.
+func (a *Adapter) setCookie(w http.ResponseWriter, r *http.Request, name, value string) {
+	secure := r.TLS != nil || a.opts.BehindProxy || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") ||
+		strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 400 * 24 * 3600})
+		SameSite: http.SameSiteStrictMode, Secure: secure, MaxAge: 400 * 24 * 3600})
 }
 
 // handleLogin serves POST /api/login: a request that passed the guard with
@@ -170,7 +174,7 @@ func (a *Adapter) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"token": false})
 		return
 	}
-	setCookie(w, r, TokenCookie, tokenCookieValue(a.opts.Token))
+	a.setCookie(w, r, TokenCookie, tokenCookieValue(a.opts.Token))
 	writeJSON(w, http.StatusOK, map[string]bool{"token": true})
 }
 

@@ -323,7 +323,7 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 			}
 			secret = ""
 		} else {
-			setCookie(w, r, clientCookiePrefix+req.Client, secret)
+			a.setCookie(w, r, clientCookiePrefix+req.Client, secret)
 		}
 	}
 	e := &Entry{Role: RoleUser, Text: req.Text, At: now}

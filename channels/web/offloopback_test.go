@@ -227,3 +227,44 @@ func TestJSONFilesBoundedToOneFile(t *testing.T) {
 		t.Fatal("the multipart post never reached the gateway")
 	}
 }
+
+// TestCookiesSecureBehindProxy (issue 35): behind a reverse proxy TLS ends
+// at the proxy, so the request Herald sees is plain HTTP; the token and
+// client-secret cookies are Secure anyway (gateway.http.behindProxy), and
+// when a proxy says the client used https. Without either they are not
+// (a plain-HTTP loopback page must still get them back).
+func TestCookiesSecureBehindProxy(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   web.Options
+		hdr    map[string]string
+		secure bool
+	}{
+		{"behindProxy", web.Options{Token: "t", OffLoopback: true, BehindProxy: true}, nil, true},
+		{"X-Forwarded-Proto https", web.Options{Token: "t", OffLoopback: true}, map[string]string{"X-Forwarded-Proto": "https"}, true},
+		{"plain http", web.Options{Token: "t", OffLoopback: true}, nil, false},
+	} {
+		h := newHarness(t, c.opts, nil)
+		for _, req := range []struct{ path, body string }{{"/api/login", ""}, {"/api/messages", `{"client":"cookie-c","text":"hi"}`}} {
+			r, _ := http.NewRequest("POST", h.srv.URL+req.path, strings.NewReader(req.body))
+			r.Header.Set("Authorization", "Bearer t")
+			r.Header.Set("Content-Type", "application/json")
+			for k, v := range c.hdr {
+				r.Header.Set(k, v)
+			}
+			res, err := h.srv.Client().Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if len(res.Cookies()) == 0 {
+				t.Fatalf("%s: POST %s set no cookie (%s)", c.name, req.path, res.Status)
+			}
+			for _, ck := range res.Cookies() {
+				if ck.Secure != c.secure {
+					t.Errorf("%s: POST %s cookie %s Secure=%v, want %v", c.name, req.path, ck.Name, ck.Secure, c.secure)
+				}
+			}
+		}
+	}
+}
