@@ -87,6 +87,7 @@ func TestE2EBrowserConsole(t *testing.T) {
 			t.Errorf("alpha after Stop: %s/%s", r.Status, r.Outcome)
 		}
 	}
+	hold.open() // the fake model's call for alpha may still wait: let it end
 
 	// The dead letter: its HTML is text; Retry makes it pending.
 	if _, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(`#tabs button[data-v="outbox"]`))); err != nil {
