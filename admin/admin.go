@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
@@ -189,7 +189,7 @@ func (c *Console) Routes() map[string]http.Handler {
 func (c *Console) authorize(r *http.Request) (string, bool) {
 	token := c.token()
 	if token == "" {
-		if c.opts.OffLoopback || forwarded(r) || !loopbackHost(r.Host) {
+		if c.opts.OffLoopback || channels.Forwarded(r) || !channels.LoopbackHost(r.Host) {
 			return "", false
 		}
 		return "loopback", true
@@ -267,30 +267,6 @@ func (c *Console) acted(r *http.Request, actor, action, target string, err error
 		return
 	}
 	c.log.Info("console action", fields...)
-}
-
-// forwarded reports whether r came through a proxy (SPEC §17's headers).
-func forwarded(r *http.Request) bool {
-	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"} {
-		if len(r.Header.Values(h)) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// loopbackHost reports whether a Host header names this machine's
-// loopback (no DNS rebinding onto a console without a token).
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
 )
 
 // Names of what the page and scripts present (SPEC §17).
@@ -45,20 +47,8 @@ type Guard struct {
 	OffLoopback bool // the listener is not loopback (then Token is set)
 }
 
-// Forwarded reports whether r came through a proxy: it carries a
-// Forwarded, X-Forwarded-For, X-Forwarded-Host or X-Real-IP header. Such a
-// request is treated as off loopback whatever the listener is (a local
-// reverse proxy connects from 127.0.0.1 for everyone). Only the strict side
-// trusts the header: sending one never loosens a check, leaving it out is
-// the plain listener's rule.
-func Forwarded(r *http.Request) bool {
-	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"} {
-		if len(r.Header.Values(h)) > 0 {
-			return true
-		}
-	}
-	return false
-}
+// Forwarded reports whether r came through a proxy (channels.Forwarded).
+func Forwarded(r *http.Request) bool { return channels.Forwarded(r) }
 
 // offLoopback reports whether the off-loopback rules apply to r: the
 // listener is not loopback, or r came through a proxy.
@@ -76,7 +66,7 @@ func (g Guard) Check(r *http.Request) (int, string) {
 		if Forwarded(r) {
 			return http.StatusForbidden, proxiedWithoutToken
 		}
-		if !loopbackHost(r.Host) {
+		if !channels.LoopbackHost(r.Host) {
 			return http.StatusForbidden, "this web chat has no token and answers only on localhost; use http://127.0.0.1:<port>/ or set channels.web.token"
 		}
 		return 0, ""
@@ -139,20 +129,6 @@ func tokenCookieValue(token string) string {
 	mac := hmac.New(sha256.New, []byte(token))
 	mac.Write([]byte("herald web token cookie v1"))
 	return hex.EncodeToString(mac.Sum(nil))
-}
-
-// loopbackHost reports whether a Host header names this machine's loopback:
-// localhost (and *.localhost), 127.0.0.0/8 or ::1.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // setCookie sets an HttpOnly SameSite=Strict cookie for the whole site,
