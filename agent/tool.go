@@ -41,10 +41,14 @@ type CallContext struct {
 	// folders of skills.paths (SPEC §28).
 	ReadOnlyDirs []string
 	Origin       channels.Origin
-	Model        string   // "provider/model" the caller runs on
-	Thinking     string   // the caller's thinking level ("" = none)
-	CallID       string   // the id of the tool call being run (set per call)
-	Tools        []string // names of the tools the caller has in this turn
+	Model        string // "provider/model" the caller runs on
+	Thinking     string // the caller's thinking level ("" = none)
+	CallID       string // the id of the tool call being run (set per call)
+	// Turn names the turn making the call ("intake:<id>" for a top-level
+	// turn, "run:<id>" for a sub-agent run): the children it spawns with
+	// announce "parent" form one group that wakes it once (SPEC §23).
+	Turn  string
+	Tools []string // names of the tools the caller has in this turn
 }
 
 // Repeatable is implemented by tools whose call may be made again when a

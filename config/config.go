@@ -254,6 +254,7 @@ type Subagents struct {
 	MaxIterations         *int         `json:"maxIterations"`         // default 30
 	ThreadIdleMinutes     *int         `json:"threadIdleMinutes"`     // default 1440: a thread binding ends this long after its last message
 	MaxResumes            *int         `json:"maxResumes"`            // default 2 (SPEC §25)
+	GroupTimeoutSeconds   *int         `json:"groupTimeoutSeconds"`   // unset or 0: the longest child's runTimeoutSeconds (SPEC §23)
 	Model                 ModelSetting `json:"model"`
 	Thinking              string       `json:"thinking"`
 	AllowAgents           []string     `json:"allowAgents"` // ["*"] = any; default: own id only

@@ -370,7 +370,7 @@ func TestDefaultsApplied(t *testing.T) {
 		{"matrix threads", chOpt(t, cfg, "matrix", "ThreadReplies"), "inbound"},
 		{"agent", cfg.DefaultAgentID(), "main"},
 		{"model", cfg.AgentModel("main"), "demo/demo"},
-		{"limits", cfg.SubagentLimits("main"), Limits{8, 1, 5, 20, 300, 60, 30, 1440, 2, "", "", []string{"main"}}},
+		{"limits", cfg.SubagentLimits("main"), Limits{8, 1, 5, 20, 300, 60, 30, 1440, 2, 0, "", "", []string{"main"}}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

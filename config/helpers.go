@@ -84,6 +84,7 @@ type Limits struct {
 	MaxIterations         int
 	ThreadIdleMinutes     int      // a thread binding's life after its last message (SPEC §24)
 	MaxResumes            int      // times a run is resumed after its gateway stopped (SPEC §25)
+	GroupTimeoutSeconds   int      // a parent's wait for its announce-parent children; 0 = the longest child's runTimeoutSeconds (SPEC §23)
 	Model                 string   // the primary of the sub-agent model setting; "" = the caller's model
 	Thinking              string   // "" = the caller's thinking level
 	AllowAgents           []string // ["*"] = any agent
@@ -126,6 +127,7 @@ func (c *Config) SubagentLimits(agentID string) Limits {
 		MaxIterations:         pick(o.MaxIterations, d.MaxIterations, DefaultSubagentMaxIterations),
 		ThreadIdleMinutes:     pick(o.ThreadIdleMinutes, d.ThreadIdleMinutes, DefaultThreadIdleMinutes),
 		MaxResumes:            pick(o.MaxResumes, d.MaxResumes, DefaultMaxResumes),
+		GroupTimeoutSeconds:   pick(o.GroupTimeoutSeconds, d.GroupTimeoutSeconds, 0),
 		Model:                 cmp.Or(o.Model.Primary, d.Model.Primary),
 		Thinking:              cmp.Or(o.Thinking, d.Thinking),
 	}

@@ -274,6 +274,7 @@ func (v *validator) subagents(path string, s Subagents, isDefaults bool, agentID
 		{"runTimeoutSeconds", s.RunTimeoutSeconds},
 		{"archiveAfterMinutes", s.ArchiveAfterMinutes},
 		{"maxResumes", s.MaxResumes},
+		{"groupTimeoutSeconds", s.GroupTimeoutSeconds},
 	} {
 		if f.n != nil {
 			v.nonNegative(path+"."+f.k, *f.n)

@@ -263,6 +263,14 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		return
 	}
 	defer g.release(s)
+	if it.Kind == store.IntakeWake && it.SessionID != "" && it.SessionID != s.row.ID {
+		// The conversation was started again with /new: the results stay
+		// with the old session, and nothing is posted (SPEC §23).
+		outcome = "done"
+		log.Info("wake for a session started again with /new; nothing to answer", zap.Int64("intakeId", it.ID))
+		g.complete(laneCtx, it, channels.KindReply, "", log)
+		return
+	}
 	modelRef, thinking, err := g.effective(laneCtx, ag, key)
 	if err != nil {
 		if laneCtx.Err() != nil {
@@ -319,7 +327,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		log.Warn("could not create the conversation workspace", zap.Error(err))
 	}
 	text, files := g.turnFiles(ctx, it, cws, log)
-	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0,
+	cc := agent.CallContext{SessionKey: key, SessionID: s.row.ID, RootKey: key, AgentID: agentID, Depth: 0, Turn: fmt.Sprintf("intake:%d", it.ID),
 		Workspace: cws, AgentWorkspace: aws, ReadOnlyDirs: g.skillDirs(cfg), Origin: origin, Model: model.Ref, Thinking: thinking, Tools: reg.Names()}
 	if len(s.sess.History) == 0 && !resume {
 		text = g.threadContext(ctx, in.Origin, text, log)
@@ -410,8 +418,12 @@ func (g *Gateway) startTurn(ctx context.Context, s *sessionState, it store.Intak
 		}
 		return nil
 	}
+	input := ""
+	if it.Kind == store.IntakeWake {
+		input = it.Text // a wake's input is its group's last result
+	}
 	n, err := subagent.Fold(wctx, g.db, s.sess, store.Fold{SessionKey: it.SessionKey, SessionID: s.row.ID,
-		By: fmt.Sprintf("intake:%d", it.ID), IntakeID: it.ID, At: g.clock.Now()}, g.clock)
+		By: fmt.Sprintf("intake:%d", it.ID), IntakeID: it.ID, At: g.clock.Now()}, g.clock, input)
 	if err != nil {
 		if !storeFailed(err) && !errors.Is(err, agent.ErrTranscript) {
 			log.Error("could not take the sub-agents' results into the history", zap.Error(err))

@@ -42,16 +42,26 @@ type Intake struct {
 	// Files are the message's stored files (PutFile), written with the row
 	// (AddIntake) and read back with IntakeFiles.
 	Files []FileRef
+	// Kind is "" for a message from a person, IntakeWake for the wake of
+	// a parent whose sub-agents ended (SPEC §23).
+	Kind string
+	// SessionID is the requester session id a wake is for ("" = any): a
+	// conversation started again with /new is not woken for the old one.
+	SessionID string
 }
 
-const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref, claimed_by, trace_parent`
+// IntakeWake is the Kind of an owed turn that wakes a parent session
+// with its sub-agents' results (SPEC §23).
+const IntakeWake = "wake"
+
+const intakeCols = `id, session_key, agent_id, platform_id, origin, sender_name, text, mentioned, created_at, started_at, done_at, draft_ref, claimed_by, trace_parent, kind, session_id`
 
 func scanIntake(rows *sql.Rows, in *Intake) error {
 	var pid sql.NullString
 	var origin string
 	var created, started, done sql.NullInt64
 	if err := rows.Scan(&in.ID, &in.SessionKey, &in.AgentID, &pid, &origin, &in.SenderName, &in.Text, &in.Mentioned,
-		&created, &started, &done, &in.DraftRef, &in.ClaimedBy, &in.TraceParent); err != nil {
+		&created, &started, &done, &in.DraftRef, &in.ClaimedBy, &in.TraceParent, &in.Kind, &in.SessionID); err != nil {
 		return err
 	}
 	in.PlatformID = pid.String
@@ -77,41 +87,84 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 	}
 	holder := in.ClaimedBy
 	err = d.tx(ctx, func(c conn) error {
-		in.ClaimedBy = ""
-		// Messages of one session are stored one at a time, so ids grow in
-		// the order the session's turns run.
-		if err := c.lock("session:" + in.SessionKey); err != nil {
-			return err
-		}
-		id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at, trace_parent)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id`,
-			in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
-			in.Mentioned, in.CreatedAt.UnixMilli(), in.TraceParent)
-		if errors.Is(err, ErrNotFound) {
-			return c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
-				`SELECT id FROM intake WHERE channel = $1 AND platform_id = $2`, string(in.Origin.Channel), in.PlatformID)
-		}
-		if err != nil {
-			return err
-		}
-		added, in.ID = true, id
-		if err := insertFiles(c, "intake_files", "intake_id", id, in.SessionKey, in.Files, in.CreatedAt.UnixMilli()); err != nil {
-			return err
-		}
-		if holder == "" {
-			return nil
-		}
-		n, err := c.execN(`UPDATE intake SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
-			SELECT 1 FROM intake e WHERE e.session_key = $3 AND e.id < $4 AND e.done_at IS NULL)`, holder, id, in.SessionKey, id)
-		if n == 1 {
-			in.ClaimedBy = holder
-		}
+		var err error
+		in.ClaimedBy = holder
+		added, err = addIntake(c, in, origin)
 		return err
 	})
 	if err != nil {
 		return false, d.wrap("add intake", err)
 	}
 	return added, nil
+}
+
+// addIntake is AddIntake's transaction body (origin: in.Origin encoded).
+func addIntake(c conn, in *Intake, origin string) (added bool, err error) {
+	holder := in.ClaimedBy
+	in.ClaimedBy = ""
+	// Messages of one session are stored one at a time, so ids grow in
+	// the order the session's turns run.
+	if err := c.lock("session:" + in.SessionKey); err != nil {
+		return false, err
+	}
+	id, err := c.insertID(`INSERT INTO intake (session_key, agent_id, channel, platform_id, origin, sender_name, text, mentioned, created_at, trace_parent, kind, session_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING id`,
+		in.SessionKey, in.AgentID, string(in.Origin.Channel), nullString(in.PlatformID), origin, in.SenderName, in.Text,
+		in.Mentioned, in.CreatedAt.UnixMilli(), in.TraceParent, in.Kind, in.SessionID)
+	if errors.Is(err, ErrNotFound) {
+		return false, c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&in.ID) },
+			`SELECT id FROM intake WHERE channel = $1 AND platform_id = $2`, string(in.Origin.Channel), in.PlatformID)
+	}
+	if err != nil {
+		return false, err
+	}
+	in.ID = id
+	if err := insertFiles(c, "intake_files", "intake_id", id, in.SessionKey, in.Files, in.CreatedAt.UnixMilli()); err != nil {
+		return true, err
+	}
+	if holder == "" {
+		return true, nil
+	}
+	n, err := c.execN(`UPDATE intake SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
+		SELECT 1 FROM intake e WHERE e.session_key = $3 AND e.id < $4 AND e.done_at IS NULL)`, holder, id, in.SessionKey, id)
+	if n == 1 {
+		in.ClaimedBy = holder
+	}
+	return true, err
+}
+
+// addWake adds the wake w of the run r's spawn group in the transaction
+// that ends r, unless another run of the group is still live (RunEnd.Wake).
+func addWake(c conn, r *Run, w *Intake) error {
+	if r.SpawnGroup != "" {
+		if err := c.lock("group:" + r.SpawnGroup); err != nil {
+			return err
+		}
+		var n int
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
+			`SELECT COUNT(*) FROM runs WHERE spawn_group = $1 AND id <> $2 AND status IN ($3, $4, $5)`,
+			r.SpawnGroup, r.ID, StatusQueued, StatusRunning, StatusAnnouncing); err != nil {
+			return err
+		}
+		if n > 0 {
+			w.ID = 0
+			return nil
+		}
+	}
+	origin, err := originJSON(w.Origin)
+	if err != nil {
+		return err
+	}
+	w.Kind = IntakeWake
+	w.CreatedAt = truncMS(w.CreatedAt)
+	if w.CreatedAt.IsZero() {
+		w.CreatedAt = nowMS()
+	}
+	added, err := addIntake(c, w, origin)
+	if !added {
+		w.ID, w.ClaimedBy = 0, ""
+	}
+	return err
 }
 
 // StartIntake records that the turn of an owed message started (once; a

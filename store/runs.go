@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -17,22 +18,22 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at, announce, spawn_group, group_deadline`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
 	var origin string
-	var created, started, ended, archiveAt, archivedAt, due, stretch sql.NullInt64
+	var created, started, ended, archiveAt, archivedAt, due, stretch, groupDeadline sql.NullInt64
 	var ranMS int64
 	if err := rows.Scan(&r.ID, &r.ChildKey, &r.ChildSessionID, &r.RequesterKey, &r.RootKey, &r.Depth,
 		&r.AgentID, &r.Task, &r.Label, &r.Model, &r.Thinking, &r.Cleanup, &r.TimeoutSeconds,
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
 		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent, &r.RequesterSessionID,
-		&r.Resumes, &ranMS, &stretch); err != nil {
+		&r.Resumes, &ranMS, &stretch, &r.Announce, &r.SpawnGroup, &groupDeadline); err != nil {
 		return err
 	}
-	r.ScheduleDue = fromMS(due)
+	r.ScheduleDue, r.GroupDeadline = fromMS(due), fromMS(groupDeadline)
 	r.Ran, r.StretchAt = time.Duration(ranMS)*time.Millisecond, fromMS(stretch)
 	r.CreatedAt, r.StartedAt, r.EndedAt = fromMS(created), fromMS(started), fromMS(ended)
 	r.ArchiveAt, r.ArchivedAt = fromMS(archiveAt), fromMS(archivedAt)
@@ -183,13 +184,13 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
 		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID,
-		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt))
+		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), cmp.Or(r.Announce, AnnounceChat), r.SpawnGroup, msOrNull(r.GroupDeadline))
 	return err
 }
 
@@ -354,6 +355,13 @@ type RunEnd struct {
 	// §23; nil: none). RunID defaults to the run's; a result already
 	// stored for the run is kept and no second one is added.
 	Result *Result
+	// Wake, when set, is the owed intake (Kind IntakeWake) that wakes the
+	// requester once the run's spawn group (r.SpawnGroup) has no other
+	// queued, running or announcing run (SPEC §23). It is added like
+	// AddIntake (claimed for Wake.ClaimedBy when it is its session's oldest
+	// owed message); Wake.ID is set when it was added, 0 when the group
+	// still runs or its wake is already stored (its PlatformID).
+	Wake *Intake
 }
 
 // EndRun is FinishRun with everything a run's end writes (RunEnd): the
@@ -361,6 +369,10 @@ type RunEnd struct {
 // one transaction.
 func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 	announce := end.Announce
+	var wakeHolder string
+	if end.Wake != nil {
+		wakeHolder = end.Wake.ClaimedBy
+	}
 	if r.Status == "" {
 		r.Status = StatusDone
 	}
@@ -410,6 +422,12 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		if end.Result != nil {
 			if err := insertResult(c, r, end.Result); err != nil {
 				return fmt.Errorf("result: %w", err)
+			}
+		}
+		if end.Wake != nil {
+			end.Wake.ClaimedBy = wakeHolder
+			if err := addWake(c, r, end.Wake); err != nil {
+				return fmt.Errorf("wake: %w", err)
 			}
 		}
 		// After the announce, so a pause notice follows the run it is about.
@@ -468,6 +486,9 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 		esc := likeEscape(f.Chat)
 		where = append(where, "(root_key LIKE "+args.add("agent:%:"+esc)+` ESCAPE '\' OR root_key LIKE `+
 			args.add("agent:%:"+esc+":thread:%")+` ESCAPE '\')`)
+	}
+	if f.SpawnGroup != "" {
+		where = append(where, "spawn_group = "+args.add(f.SpawnGroup))
 	}
 	if len(f.Statuses) > 0 {
 		where = append(where, "status IN ("+list(&args, f.Statuses)+")")

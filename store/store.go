@@ -80,6 +80,13 @@ const (
 	OutcomeStopped = "stopped"
 )
 
+// Where a run's announce goes (SPEC §23 sessions_spawn announce).
+const (
+	AnnounceChat   = "chat"   // the §6 announce in the requester's chat
+	AnnounceParent = "parent" // no post; the parent is woken with the results
+	AnnounceSilent = "silent" // only the parent's history
+)
+
 // Run is one sub-agent run.
 type Run struct {
 	ID             string // uuid
@@ -90,6 +97,17 @@ type Run struct {
 	// spawn: the run's result is folded into that session's history only
 	// (SPEC §23; a conversation started again with /new does not take it).
 	RequesterSessionID string
+	// Announce is where the run's announce goes (SPEC §23): AnnounceChat,
+	// AnnounceParent or AnnounceSilent.
+	Announce string
+	// SpawnGroup names the turn that spawned the run ("" = none): the
+	// requester is woken once, when the last run of its group with
+	// Announce parent ended, or at GroupDeadline (zero = none).
+	SpawnGroup    string
+	GroupDeadline time.Time
+	// WaitingFor (not stored) is how many children spawned with announce
+	// parent a running run waits for before it goes on (SPEC §23).
+	WaitingFor int
 	// SpawnCallID is the sessions_spawn tool call that made the run (kept
 	// in spawn_calls, not read back by ListRuns/GetRun).
 	SpawnCallID    string
@@ -145,6 +163,7 @@ type Run struct {
 // RunFilter selects runs for ListRuns. Empty fields match anything.
 type RunFilter struct {
 	RequesterKey string // direct children of this session
+	SpawnGroup   string // the runs of one spawn group
 	RootKey      string // every run under this top-level session
 	// Chat, "<channel>:<chatType>:<chatId>", selects the runs under every
 	// conversation of one chat (any agent, any thread): root keys

@@ -85,6 +85,7 @@ func (m *Manager) overlay(runs []store.Run) {
 		runs[i].StartedAt = lr.run.StartedAt
 		runs[i].Note = lr.run.Note
 		runs[i].TokensIn, runs[i].TokensOut = lr.usage.Input, lr.usage.Output
+		runs[i].WaitingFor = lr.waiting
 	}
 }
 

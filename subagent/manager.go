@@ -39,6 +39,8 @@ const LaneName = "subagent"
 type Store interface {
 	store.Runs
 	store.Results
+	// AddIntake adds the wake of a spawn group at its deadline (SPEC §23).
+	AddIntake(ctx context.Context, in *store.Intake) (added bool, err error)
 	store.Sessions
 	store.Outbox
 	store.Transcripts
@@ -106,6 +108,10 @@ type Deps struct {
 	// requester for a child spawned with thread: true (SPEC §24); an error
 	// wrapping channels.ErrNoThreads says the chat has none.
 	StartThread func(ctx context.Context, requester channels.Origin, t channels.NewThread) (channels.Thread, error)
+	// Wake, if set, runs the owed turn of a wake this replica claimed
+	// (SPEC §23: the requester of announce "parent" children, woken once
+	// with their results) on the gateway's main lane.
+	Wake func(store.Intake)
 }
 
 // Peers are the other replicas of a PostgreSQL state (SPEC §14): a run
@@ -135,6 +141,10 @@ type Manager struct {
 
 	spawned atomic.Int64 // runs spawned since start
 
+	groupTimers   map[string]*time.Timer // by spawn group: its groupTimeoutSeconds wake; nil after Shutdown; guarded by mu
+	groupDeadline map[string]time.Time   // the deadline each timer is set for; guarded by mu
+	ended         chan struct{}          // closed and replaced when a run ends (runs waiting for children); guarded by mu
+
 	archiveWake chan struct{}
 	bg          sync.WaitGroup // archiver and one-more-turn goroutines
 	stopBG      context.CancelFunc
@@ -154,6 +164,7 @@ type liveRun struct {
 	calls    int        // model calls counted by onCall; guarded by Manager.mu
 	cost     float64    // their USD at the cost of the model that answered each; guarded by Manager.mu
 	priced   bool       // some call's model had a cost; guarded by Manager.mu
+	waiting  int        // children spawned with announce parent it waits for; guarded by Manager.mu
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -182,7 +193,9 @@ func New(d Deps) *Manager {
 		live:        make(map[string]*liveRun),
 		turnLocks:   make(map[string]*turnLock),
 		archiveWake: make(chan struct{}, 1),
-		bgCtx:       ctx, stopBG: cancel,
+		groupTimers: map[string]*time.Timer{}, groupDeadline: map[string]time.Time{},
+		ended: make(chan struct{}),
+		bgCtx: ctx, stopBG: cancel,
 	}
 	m.conf.Store(d.Config)
 	return m
@@ -236,6 +249,7 @@ func (m *Manager) adopt(ctx context.Context, c store.Claim) (int, error) {
 	}
 	for i := range runs {
 		r := runs[i]
+		m.armGroup(&r)
 		if r.Status == store.StatusQueued {
 			m.enqueue(&r)
 			continue
@@ -274,11 +288,18 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = usage.Input, usage.Output, usage.CacheRead, usage.CacheWrite
 	m.setCost(r, usage)
 	m.setArchive(r)
-	item := m.announceItem(r, r.Result, r.Note, store.OutcomeUnknown)
-	item.TraceParent = telemetry.Traceparent(ctx)
-	if err := m.d.Store.EndRun(ctx, r, store.RunEnd{Announce: item, Result: resultOf(r, store.OutcomeUnknown, r.Result, r.Note)}); err != nil {
+	var item *store.OutboxItem
+	if announcesInChat(r) {
+		item = m.announceItem(r, r.Result, r.Note, store.OutcomeUnknown)
+		item.TraceParent = telemetry.Traceparent(ctx)
+	}
+	res := resultOf(r, store.OutcomeUnknown, r.Result, r.Note)
+	wake := m.wakeOf(r, store.OutcomeUnknown, resultText(res))
+	if err := m.d.Store.EndRun(ctx, r, store.RunEnd{Announce: item, Result: res, Wake: wake}); err != nil {
 		return fmt.Errorf("recover run %s: %w", r.ID, err)
 	}
+	m.handWake(wake)
+	m.runEnded()
 	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
 	return nil
 }
@@ -287,6 +308,7 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 // start after the next Start) and the archiver.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.lane.Shutdown(ctx)
+	m.stopGroupTimers()
 	m.stopBG()
 	m.bg.Wait()
 }
@@ -310,6 +332,13 @@ type SpawnParams struct {
 	Attachments []string `json:"attachments,omitempty"`
 	// Thread gives the child a chat thread of its own (SPEC §24).
 	Thread bool `json:"thread,omitempty"`
+	// Announce is where the result goes (SPEC §23): "chat", "parent" or
+	// "silent"; default chat for a top-level caller, parent deeper down.
+	Announce string `json:"announce,omitempty"`
+	// GroupTimeoutSeconds bounds how long the caller waits for its
+	// announce "parent" children of one turn (0: the config's, else the
+	// longest child's runTimeoutSeconds).
+	GroupTimeoutSeconds *int `json:"groupTimeoutSeconds,omitempty"`
 }
 
 // SpawnResult is sessions_spawn's result.
@@ -381,6 +410,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		m.bindThread(ctx, cc, run, thread)
 	}
 	m.enqueue(run)
+	m.armGroup(run)
 	m.changed(run.RootKey)
 	m.spawned.Add(1)
 	m.runLog(run).Info("sub-agent spawned", zap.String("model", model), zap.Int("depth", run.Depth))
@@ -487,6 +517,10 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 	if p.RunTimeoutSeconds != nil && *p.RunTimeoutSeconds > 0 {
 		timeout = *p.RunTimeoutSeconds
 	}
+	announce, groupTimeout, fail := announceOf(p, cc, lim, timeout)
+	if fail != nil {
+		return nil, nil, "", fail
+	}
 	rootKey := cc.RootKey
 	if rootKey == "" {
 		rootKey = cc.SessionKey
@@ -500,6 +534,7 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		ChildSessionID:     childID,
 		RequesterKey:       cc.SessionKey,
 		RequesterSessionID: cc.SessionID,
+		Announce:           announce,
 		SpawnCallID:        cc.CallID,
 		RootKey:            rootKey,
 		Depth:              cc.Depth + 1,
@@ -517,6 +552,12 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		CreatedAt:          now,
 		CostUSD:            -1,
 		Owner:              m.d.Replica,
+	}
+	if announce == store.AnnounceParent {
+		run.SpawnGroup = cmp.Or(cc.Turn, cc.SessionKey)
+		if groupTimeout > 0 {
+			run.GroupDeadline = now.Add(time.Duration(groupTimeout) * time.Second)
+		}
 	}
 	child = &store.Session{
 		Key: run.ChildKey, ID: childID, AgentID: target, Kind: store.KindSubagent,
@@ -703,6 +744,20 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	if res.Fallback != "" {
 		m.noteFallback(lr, res.Fallback)
 	}
+	// Children spawned with announce "parent" are waited for; their
+	// results are the input of the run's next turn (SPEC §23).
+	turn.Files = nil
+	for runErr == nil && !rc.Stopped() {
+		input, err := m.awaitChildren(runCtx, rc, sess)
+		if err != nil || input == "" {
+			runErr = err
+			break
+		}
+		res, runErr = sess.Run(runCtx, turn, input)
+		if res.Fallback != "" {
+			m.noteFallback(lr, res.Fallback)
+		}
+	}
 
 	outcome, note := store.OutcomeSuccess, ""
 	switch {
@@ -856,7 +911,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 	sc := spend.Call{Conversation: run.RootKey, AgentID: run.AgentID, RunID: run.ID, Label: TaskTitle(run.Label, run.Task)}
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
-		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth,
+		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth, Turn: "run:" + run.ID,
 		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, ReadOnlyDirs: m.readOnlyDirs(cfg), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
 	}
 	return agent.Turn{
@@ -1058,7 +1113,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	m.mu.Lock()
 	span := lr.span
 	m.mu.Unlock()
-	if announce {
+	if announce && announcesInChat(&r) {
 		item = m.announceItem(&r, result, note, outcome)
 		if span != nil {
 			item.TraceParent = telemetry.FormatTraceparent(span.SpanContext())
@@ -1080,10 +1135,12 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	// context; a store that does not take it is retried (an outage), so
 	// the announce is not left for a restart.
 	log := m.runLog(&r)
+	res := resultOf(&r, outcome, result, note)
+	wake := m.wakeOf(&r, outcome, resultText(res))
 	finish := func(ctx context.Context) error {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return m.d.Store.EndRun(wctx, &r, store.RunEnd{Announce: item, Result: resultOf(&r, outcome, result, note)})
+		return m.d.Store.EndRun(wctx, &r, store.RunEnd{Announce: item, Result: res, Wake: wake})
 	}
 	var err error
 	if m.d.RetryWrite != nil {
@@ -1095,11 +1152,14 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
 	} else {
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
-			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil))
+			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil),
+			zap.Bool("wakes", wake != nil && wake.ID != 0))
+		m.handWake(wake)
 	}
 	m.mu.Lock()
 	m.forgetLocked(r.ID)
 	m.mu.Unlock()
+	m.runEnded()
 	if item != nil {
 		m.d.Notify()
 	}

@@ -251,7 +251,7 @@ func TestDepthRemovesSessionToolsAndFilters(t *testing.T) {
 	h := newHarness(t, "maxDepth: 2", `tools: { subagents: { tools: { deny: ["exec"] } } },`, func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.System, "Sub-agent context") && strings.Contains(c.System, "- Task: outer") && len(c.Messages) == 1 {
 			if spawned.CompareAndSwap(false, true) {
-				return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: []byte(`{"task":"inner"}`)}}}
+				return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: []byte(`{"task":"inner","announce":"chat"}`)}}}
 			}
 		}
 		return standard(c)
@@ -575,7 +575,7 @@ func TestSpawnNeverWidensTheCallersTools(t *testing.T) {
 	var spawned atomic.Bool
 	h := newHarness(t, "maxDepth: 2", "", func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.System, "- Task: outer") && len(c.Messages) == 1 && spawned.CompareAndSwap(false, true) {
-			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: []byte(`{"task":"inner"}`)}}}
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: []byte(`{"task":"inner","announce":"chat"}`)}}}
 		}
 		return standard(c)
 	})

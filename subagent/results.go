@@ -18,7 +18,7 @@ const ResultPrefix = "[sub-agent result]"
 // ResultNote is what the parent's model is told about results, for the
 // system prompts of sessions that may spawn (SPEC §23).
 const ResultNote = "When a sub-agent you started ends, its result is added to this conversation as a user message beginning with \"" +
-	ResultPrefix + "\" (label, run id, Status, Result, Notes); you see it on your next turn. Do not poll for it with tools."
+	ResultPrefix + "\" (label, run id, Status, Result, Notes); you see it on your next turn. With sessions_spawn announce \"parent\" nothing is posted to the chat and you are woken once, with the results of all the children you spawned that way in one turn, to answer for them. Do not poll for results with tools."
 
 // ResultMessage renders a run's result for its requester's history:
 //
@@ -57,12 +57,13 @@ func resultOf(r *store.Run, outcome, result, notes string) *store.Result {
 
 // Fold takes the results of f's session that no turn took yet into sess's
 // history, oldest first, as user messages (SPEC §23), and returns how many
-// it added. The results are marked as taken by f.By in one write (with
+// it added. A result whose text is input is left out: the turn adds it as
+// its input (a wake's). The results are marked as taken by f.By in one write (with
 // f.IntakeID, the turn's start write), then written to the transcript; a
 // result the history already holds — the same turn resumed after a crash
 // between the two — is not added again. While sess has tool calls of a
 // cut turn pending nothing is taken: the next turn takes them.
-func Fold(ctx context.Context, st store.Results, sess *agent.Session, f store.Fold, clock agent.Clock) (int, error) {
+func Fold(ctx context.Context, st store.Results, sess *agent.Session, f store.Fold, clock agent.Clock, input string) (int, error) {
 	if sess.PendingCalls() {
 		return 0, nil
 	}
@@ -72,7 +73,7 @@ func Fold(ctx context.Context, st store.Results, sess *agent.Session, f store.Fo
 	}
 	added := 0
 	for _, res := range results {
-		if holdsResult(sess.History, res.Text) {
+		if res.Text == input || holdsResult(sess.History, res.Text) {
 			continue
 		}
 		if err := sess.AddUser(ctx, res.Text, clock); err != nil {
@@ -101,7 +102,7 @@ func holdsResult(history []agent.Message, text string) bool {
 // next one.
 func (m *Manager) fold(ctx context.Context, sess *agent.Session, run *store.Run) {
 	n, err := Fold(ctx, m.d.Store, sess, store.Fold{SessionKey: run.ChildKey, SessionID: run.ChildSessionID,
-		By: "run:" + run.ID, At: m.d.Clock.Now()}, m.d.Clock)
+		By: "run:" + run.ID, At: m.d.Clock.Now()}, m.d.Clock, "")
 	if err != nil {
 		m.runLog(run).Warn("could not take the results of the run's sub-agents into its history", zap.Error(err))
 	}

@@ -75,11 +75,11 @@ func TestEveryEndLeavesOneResult(t *testing.T) {
 	}
 	defer sess.Close()
 	for i, want := range []int{3, 0} {
-		if n, err := Fold(ctx, h.db, sess, fold, nil); err != nil || n != want {
+		if n, err := Fold(ctx, h.db, sess, fold, nil, ""); err != nil || n != want {
 			t.Errorf("fold %d added %d results, %v; want %d", i+1, n, err, want)
 		}
 	}
-	if n, _ := Fold(ctx, h.db, sess, store.Fold{SessionKey: cc.SessionKey, SessionID: cc.SessionID, By: "intake:8"}, nil); n != 0 {
+	if n, _ := Fold(ctx, h.db, sess, store.Fold{SessionKey: cc.SessionKey, SessionID: cc.SessionID, By: "intake:8"}, nil, ""); n != 0 {
 		t.Errorf("the next turn folded %d results again", n)
 	}
 	if len(sess.History) != 3 || !strings.HasPrefix(sess.History[0].Text, ResultPrefix) {
@@ -97,4 +97,47 @@ func waitUntil(cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// TestSpawnRefusesBadAnnounce: an unknown announce or a negative
+// groupTimeoutSeconds is an error naming the field; nothing is spawned.
+func TestSpawnRefusesBadAnnounce(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	ctx := context.Background()
+	minus := -1
+	for _, c := range []struct {
+		p    SpawnParams
+		want string
+	}{
+		{SpawnParams{Task: "x", Announce: "loud"}, `announce must be "chat", "parent" or "silent", not "loud"`},
+		{SpawnParams{Task: "x", Announce: "parent", GroupTimeoutSeconds: &minus}, "groupTimeoutSeconds must be 0 or more"},
+	} {
+		res := h.m.Spawn(ctx, caller("1"), c.p)
+		if res.Status != "error" || !strings.Contains(res.Error, c.want) {
+			t.Errorf("spawn %+v = %+v, want an error naming %q", c.p, res, c.want)
+		}
+	}
+	if runs, _ := h.db.ListRuns(ctx, store.RunFilter{}); len(runs) != 0 {
+		t.Errorf("%d runs spawned from bad input", len(runs))
+	}
+}
+
+// TestSilentChildPostsNothing: announce "silent" puts the result into the
+// parent's history only: no post, no wake.
+func TestSilentChildPostsNothing(t *testing.T) {
+	h := newHarness(t, "", "", standard)
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "hush", Announce: "silent"})
+	if r := h.waitDone(res.RunID); r.Announce != store.AnnounceSilent {
+		t.Fatalf("announce %q, want silent", r.Announce)
+	}
+	if items, _ := h.db.PendingOutbox(ctx, 10); len(items) != 0 {
+		t.Errorf("a silent child posted %d messages", len(items))
+	}
+	if owed, _ := h.db.OwedIntake(ctx); len(owed) != 0 {
+		t.Errorf("a silent child woke its parent: %+v", owed)
+	}
+	if pending, _ := h.db.PendingResults(ctx, caller("1").SessionKey, ""); len(pending) != 1 {
+		t.Errorf("a silent child left %d results for its parent, want 1", len(pending))
+	}
 }

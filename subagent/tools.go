@@ -75,7 +75,7 @@ func (m *Manager) spawnTool() agent.Tool {
 
 func (m *Manager) spawnToolDef() agent.Tool {
 	return tool("sessions_spawn",
-		"Start a background sub-agent on a task. Returns at once with a runId; the sub-agent's result is announced to the requester's chat when it finishes. Use it for research, long work or slow tools in parallel.",
+		"Start a background sub-agent on a task. Returns at once with a runId; when it finishes its result is added to your history as a \"[sub-agent result]\" message and, with announce chat, posted to the chat. Use it for research, long work or slow tools in parallel.",
 		`{"type":"object","properties":{
 "task":{"type":"string","description":"what the sub-agent should do"},
 "label":{"type":"string","description":"short name shown to people"},
@@ -89,7 +89,9 @@ func (m *Manager) spawnToolDef() agent.Tool {
 "allowed_tools":{"type":"array","items":{"type":"string"}},
 "action":{"type":"string","enum":["spawn","history","steer"]},
 "sessionKey":{"type":"string"},"message":{"type":"string"},
-"attachments":{"type":"array","items":{"type":"string"},"description":"workspace files to hand to the sub-agent, e.g. [\"attachments/chart.png\"]"}},"required":["task"]}`,
+"attachments":{"type":"array","items":{"type":"string"},"description":"workspace files to hand to the sub-agent, e.g. [\"attachments/chart.png\"]"},
+"announce":{"type":"string","enum":["chat","parent","silent"],"description":"chat: the result is posted to the chat (default at the top level); parent: nothing is posted, you are woken once with the results of all children spawned this way in this turn (default below); silent: only your history gets it"},
+"groupTimeoutSeconds":{"type":"integer","minimum":0,"description":"with announce parent: wake with the results so far after this long (default: the longest child's runTimeoutSeconds)"}},"required":["task"]}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
 			var p SpawnParams
 			if err := decode("sessions_spawn", args, &p); err != nil {
@@ -169,10 +171,13 @@ type SessionInfo struct {
 }
 
 // DisplayStatus is a run's status as people see it: queued, running,
-// announcing, or its outcome once done.
+// "waiting (N children)" (SPEC §23), announcing, or its outcome once done.
 func DisplayStatus(r *store.Run) string {
 	if r.Status == store.StatusDone {
 		return r.Outcome
+	}
+	if r.Status == store.StatusRunning && r.WaitingFor > 0 {
+		return Waiting(r.WaitingFor)
 	}
 	return r.Status
 }
@@ -185,6 +190,28 @@ func ResumedTag(r *store.Run) string {
 		return ""
 	}
 	return fmt.Sprintf("resumed %d×", r.Resumes)
+}
+
+// Waiting is how a parent that waits for n children spawned with announce
+// "parent" shows: "waiting (N children)", "waiting (1 child)".
+func Waiting(n int) string {
+	if n == 1 {
+		return "waiting (1 child)"
+	}
+	return fmt.Sprintf("waiting (%d children)", n)
+}
+
+// WaitingFor counts the runs of runs that sessionKey spawned with announce
+// "parent" and that have not ended: what it waits for (SPEC §23).
+func WaitingFor(runs []store.Run, sessionKey string) int {
+	n := 0
+	for i := range runs {
+		r := &runs[i]
+		if r.RequesterKey == sessionKey && r.Announce == store.AnnounceParent && r.Status != store.StatusDone {
+			n++
+		}
+	}
+	return n
 }
 
 func (m *Manager) listTool() agent.Tool {
@@ -313,11 +340,14 @@ type StatusView struct {
 	Outcome string `json:"outcome,omitempty"`
 	Note    string `json:"note,omitempty"`
 	// Result is what an ended run reported (its announce's Result).
-	Result    string `json:"result,omitempty"`
-	StartedAt string `json:"startedAt,omitempty"`
-	EndedAt   string `json:"endedAt,omitempty"`
-	RuntimeMs int64  `json:"runtimeMs"`
-	Tokens    struct {
+	Result string `json:"result,omitempty"`
+	// WaitingFor is how many children spawned with announce "parent" a
+	// run with status "waiting" waits for.
+	WaitingFor int    `json:"waitingFor,omitempty"`
+	StartedAt  string `json:"startedAt,omitempty"`
+	EndedAt    string `json:"endedAt,omitempty"`
+	RuntimeMs  int64  `json:"runtimeMs"`
+	Tokens     struct {
 		Input  int64 `json:"input"`
 		Output int64 `json:"output"`
 		Total  int64 `json:"total"`
@@ -330,6 +360,9 @@ func (m *Manager) Status(r *store.Run) StatusView {
 	v.Status, v.Outcome, v.Note = r.Status, r.Outcome, r.Note
 	if r.Status == store.StatusDone {
 		v.Result = r.Result
+	}
+	if r.Status == store.StatusRunning && r.WaitingFor > 0 {
+		v.Status, v.WaitingFor = "waiting", r.WaitingFor
 	}
 	v.StartedAt, v.EndedAt = rfc3339(r.StartedAt), rfc3339(r.EndedAt)
 	v.RuntimeMs = Runtime(r, m.d.Clock.Now()).Milliseconds()

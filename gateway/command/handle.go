@@ -267,6 +267,9 @@ func (h handler) list(ctx context.Context) string {
 	now := h.env.Now()
 	var b strings.Builder
 	fmt.Fprintf(&b, "🧭 Subagents (current session)\nActive: %d · Done: %d", active, done)
+	if n := subagent.WaitingFor(runs, h.req.SessionKey); n > 0 {
+		fmt.Fprintf(&b, "\nThis conversation: %s", subagent.Waiting(n))
+	}
 	var bound map[string]bool
 	if h.env.Threads != nil {
 		keys := make([]string, len(runs))

@@ -68,3 +68,48 @@ func testResults(t *testing.T, s Store) {
 		t.Errorf("left unfolded = %+v, want the old session's one", left)
 	}
 }
+
+// A spawn group's wake is added with the end of its last live run, once:
+// not while another run of the group is live, and not again when the end
+// is written a second time. It is an owed intake of kind wake, claimed
+// like a message, naming the session it is for.
+func testWakes(t *testing.T, s Store) {
+	ctx := context.Background()
+	var runs []*store.Run
+	for _, id := range []string{"w1", "w2"} {
+		r, child := newRun(id)
+		r.Announce, r.SpawnGroup, r.GroupDeadline = store.AnnounceParent, "intake:9", t0.Add(time.Hour)
+		if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	if got, _ := s.ListRuns(ctx, store.RunFilter{SpawnGroup: "intake:9"}); len(got) != 2 || got[0].Announce != store.AnnounceParent ||
+		!got[0].GroupDeadline.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("ListRuns(group) = %+v", got)
+	}
+	end := func(r *store.Run) *store.Intake {
+		t.Helper()
+		r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute)
+		w := &store.Intake{SessionKey: convKey, AgentID: "main", Origin: origin, Text: "results of " + r.ID, PlatformID: "wake:intake:9",
+			SessionID: "s-1", ClaimedBy: "replica-a", CreatedAt: r.EndedAt}
+		if err := s.EndRun(ctx, r, store.RunEnd{Result: &store.Result{Text: "[sub-agent result] " + r.ID}, Wake: w}); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	if w := end(runs[0]); w.ID != 0 {
+		t.Errorf("a wake was added while w2 still runs: %+v", w)
+	}
+	w := end(runs[1])
+	if w.ID == 0 || w.ClaimedBy != "replica-a" {
+		t.Fatalf("the last run's end added no claimed wake: %+v", w)
+	}
+	if again := end(runs[1]); again.ID != 0 {
+		t.Errorf("a second end of the last run added another wake: %+v", again)
+	}
+	owed, err := s.OwedIntake(ctx)
+	if err != nil || len(owed) != 1 || owed[0].Kind != store.IntakeWake || owed[0].SessionID != "s-1" || owed[0].Text != "results of w2" {
+		t.Errorf("owed intake = %+v, %v; want the one wake", owed, err)
+	}
+}

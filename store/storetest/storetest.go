@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"OutboxDeadLetters", testOutboxDeadLetters},
 		{"Runs", testRuns},
 		{"Results", testResults},
+		{"Wakes", testWakes},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
 		{"KV", testKV},
