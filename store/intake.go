@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/channels"
@@ -137,6 +139,10 @@ func addIntake(c conn, in *Intake, origin string) (added bool, err error) {
 // that ends r, unless another run of the group is still live (RunEnd.Wake).
 func addWake(c conn, r *Run, w *Intake) error {
 	if r.SpawnGroup != "" {
+		// Locks in the order CompleteIntake takes them: session, group.
+		if err := c.lock("session:" + w.SessionKey); err != nil {
+			return err
+		}
 		if err := c.lock("group:" + r.SpawnGroup); err != nil {
 			return err
 		}
@@ -145,6 +151,16 @@ func addWake(c conn, r *Run, w *Intake) error {
 			`SELECT COUNT(*) FROM runs WHERE spawn_group = $1 AND id <> $2 AND status IN ($3, $4, $5)`,
 			r.SpawnGroup, r.ID, StatusQueued, StatusRunning, StatusAnnouncing); err != nil {
 			return err
+		}
+		if n == 0 {
+			// The turn that spawned the group may still spawn into it: its
+			// completion adds the wake then (addTurnWake).
+			if turn, err := strconv.ParseInt(strings.TrimPrefix(r.SpawnGroup, "intake:"), 10, 64); err == nil && strings.HasPrefix(r.SpawnGroup, "intake:") {
+				if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
+					`SELECT COUNT(*) FROM intake WHERE id = $1 AND done_at IS NULL`, turn); err != nil {
+					return err
+				}
+			}
 		}
 		if n > 0 {
 			w.ID = 0
@@ -164,6 +180,43 @@ func addWake(c conn, r *Run, w *Intake) error {
 	if !added {
 		w.ID, w.ClaimedBy = 0, ""
 	}
+	return err
+}
+
+// addTurnWake adds, in the transaction that completes the owed turn id,
+// the wake of the children it spawned with announce "parent" when all of
+// them ended while it ran (their last end could not: the turn might still
+// have spawned more). Unclaimed, it is the session's next owed turn. A
+// group whose last run was stopped wakes no one.
+func addTurnWake(c conn, id int64, agentID string) error {
+	group := fmt.Sprintf("intake:%d", id)
+	if err := c.lock("group:" + group); err != nil {
+		return err
+	}
+	var live, all int
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&all, &live) },
+		`SELECT COUNT(*), COALESCE(SUM(CASE WHEN status IN ($2, $3, $4) THEN 1 ELSE 0 END), 0) FROM runs
+			WHERE spawn_group = $1 AND announce = $5`, group, StatusQueued, StatusRunning, StatusAnnouncing, AnnounceParent); err != nil {
+		return err
+	}
+	if all == 0 || live > 0 {
+		return nil
+	}
+	var w Intake
+	var outcome, origin string
+	err := c.queryRow(func(rows *sql.Rows) error {
+		return rows.Scan(&w.SessionKey, &origin, &w.SessionID, &w.TraceParent, &outcome, &w.Text)
+	}, `SELECT r.requester_key, r.origin, r.requester_session_id, r.trace_parent, r.outcome, COALESCE(s.text, '')
+		FROM runs r LEFT JOIN results s ON s.run_id = r.id
+		WHERE r.spawn_group = $1 AND r.announce = $2 ORDER BY r.ended_at DESC, r.id DESC LIMIT 1`, group, AnnounceParent)
+	if err != nil || outcome == OutcomeStopped {
+		return err
+	}
+	if err := parseOrigin(origin, &w.Origin); err != nil {
+		return err
+	}
+	w.AgentID, w.PlatformID, w.Kind, w.CreatedAt = agentID, "wake:"+group, IntakeWake, nowMS()
+	_, err = addIntake(c, &w, origin)
 	return err
 }
 
@@ -230,6 +283,14 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 			if outID, err = row.insert(c); err != nil {
 				return err
 			}
+		}
+		var agentID string
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&agentID) },
+			`SELECT agent_id FROM intake WHERE id = $1`, id); err != nil {
+			return err
+		}
+		if err := addTurnWake(c, id, agentID); err != nil {
+			return fmt.Errorf("wake: %w", err)
 		}
 		if holder == "" {
 			return nil

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,5 +112,39 @@ func testWakes(t *testing.T, s Store) {
 	owed, err := s.OwedIntake(ctx)
 	if err != nil || len(owed) != 1 || owed[0].Kind != store.IntakeWake || owed[0].SessionID != "s-1" || owed[0].Text != "results of w2" {
 		t.Errorf("owed intake = %+v, %v; want the one wake", owed, err)
+	}
+}
+
+// A group whose runs all end while the turn that spawned them still runs
+// is woken when that turn completes, in its transaction: the wake is the
+// session's next owed turn, with the last run's result as its text.
+func testTurnWake(t *testing.T, s Store) {
+	ctx := context.Background()
+	it := &store.Intake{SessionKey: convKey, AgentID: "main", Origin: origin, Text: "spawn two", CreatedAt: t0, ClaimedBy: "replica-a"}
+	if _, err := s.AddIntake(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	group := fmt.Sprintf("intake:%d", it.ID)
+	for i, id := range []string{"tw1", "tw2"} {
+		r, child := newRun(id)
+		r.Announce, r.SpawnGroup, r.RequesterSessionID = store.AnnounceParent, group, "s-1"
+		if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+			t.Fatal(err)
+		}
+		r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Duration(i+1)*time.Minute)
+		w := &store.Intake{SessionKey: convKey, AgentID: "main", Origin: origin, Text: "x", PlatformID: "wake:" + group, ClaimedBy: "replica-a"}
+		if err := s.EndRun(ctx, r, store.RunEnd{Result: &store.Result{Text: "[sub-agent result] " + id}, Wake: w}); err != nil {
+			t.Fatal(err)
+		}
+		if w.ID != 0 {
+			t.Errorf("run %s woke the requester while the turn that spawned it still runs", id)
+		}
+	}
+	_, next, err := s.CompleteIntake(ctx, it.ID, nil, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == nil || next.Kind != store.IntakeWake || next.Text != "[sub-agent result] tw2" || next.SessionID != "s-1" || next.ClaimedBy != "replica-a" {
+		t.Fatalf("next owed turn after the spawning turn = %+v, want the group's wake", next)
 	}
 }

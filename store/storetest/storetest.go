@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Runs", testRuns},
 		{"Results", testResults},
 		{"Wakes", testWakes},
+		{"TurnWake", testTurnWake},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
 		{"KV", testKV},
