@@ -746,7 +746,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	}
 	// Children spawned with announce "parent" are waited for; their
 	// results are the input of the run's next turn (SPEC §23).
-	turn.Files = nil
+	turn.Files, turn.Resume, turn.Used = nil, false, 0
 	for runErr == nil && !rc.Stopped() {
 		input, err := m.awaitChildren(runCtx, rc, sess)
 		if err != nil || input == "" {
