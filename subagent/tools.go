@@ -569,7 +569,7 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 	system := a.SystemPrompt
 	dc := agent.CallContext{SessionKey: key, SessionID: id, RootKey: cmp.Or(cc.RootKey, cc.SessionKey), AgentID: agentID,
 		RunID: cc.RunID, Depth: cc.Depth + 1, Workspace: cc.Workspace, AgentWorkspace: m.d.Workspace(cfg, agentID),
-		Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
+		ReadOnlyDirs: m.readOnlyDirs(cfg), Origin: cc.Origin, Model: model.Ref, Tools: reg.Names()}
 	if dc.Workspace == "" {
 		dc.Workspace = m.conversationWorkspace(cfg, dc.RootKey, cc.AgentID)
 	}
