@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,5 +182,27 @@ func TestResumeCountsUsedIterations(t *testing.T) {
 	}
 	if n := srv.Count(); n != 2 {
 		t.Errorf("%d model calls after the resume, want 2 (5 less the 3 made before)", n)
+	}
+}
+
+// The loop reads the Repeatable mark only: a tool still declaring the old
+// ResumeSafe() method would silently stop being repeated on resume.
+func TestNoToolUsesTheOldResumeSafeMark(t *testing.T) {
+	old := ") Resume" + "Safe() bool" // split, so this file does not match
+	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), old) {
+			t.Errorf("%s declares ResumeSafe(); the mark is Repeatable() (agent.Repeatable)", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
