@@ -353,12 +353,7 @@ func TestE2EMatrixFilesRoundTrip(t *testing.T) {
 	model := &fileEcho{}
 	newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`matrix: { enabled: true, homeserver: %q, userId: %q, accessToken: %q, autoJoin: true, groupPolicy: "open" }`,
 		hs.URL, bot.UserID, bot.AccessToken)), model.handle)
-	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
-	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
-		t.Fatal(err)
-	}
-	matrixtest.WaitJoined(t, alice, room, carol.UserID)
-	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+	room := groupRoom(t, alice, carol, bot.UserID)
 
 	shot := filePNG(t, 50, 40)
 	root := matrixtest.Post(t, alice, room, "the dashboard looks off")

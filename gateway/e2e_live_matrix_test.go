@@ -73,12 +73,7 @@ func TestE2EMatrixStreamsByEditing(t *testing.T) {
 		}}
 	})
 	startMatrixGateway(t, hs, bot, llm)
-	room = matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
-	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
-		t.Fatal(err)
-	}
-	matrixtest.WaitJoined(t, alice, room, carol.UserID)
-	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+	room = groupRoom(t, alice, carol, bot.UserID)
 	root := matrixtest.Post(t, alice, room, "a thread")
 	matrixtest.PostInThread(t, alice, room, root, "herald: answer slowly", bot.UserID)
 	wait("the final edit", func(_, e []*event.MessageEventContent) bool {

@@ -137,6 +137,20 @@ func spawningModel(c llmtest.Call) llmtest.Reply {
 	return llmtest.Reply{Text: "plain answer to: " + last}
 }
 
+// groupRoom is a room alice made with carol and the bot in it (a third
+// member makes it a group), once both have joined (the gateway auto-joins
+// on invite).
+func groupRoom(t *testing.T, alice, carol *mautrix.Client, bot id.UserID) id.RoomID {
+	t.Helper()
+	room := matrixtest.CreateRoomWith(t, alice, bot, carol.UserID)
+	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
+		t.Fatalf("carol joins %s: %v", room, err)
+	}
+	matrixtest.WaitJoined(t, alice, room, carol.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot)
+	return room
+}
+
 func matrixBody(evt *event.Event) string {
 	if msg, ok := evt.Content.Parsed.(*event.MessageEventContent); ok {
 		return msg.Body
@@ -158,12 +172,7 @@ func TestE2EMatrixThreads(t *testing.T) {
 	proxied, relationReads := relationsCounter(t, hs)
 	g := startMatrixGateway(t, proxied, bot, llm)
 
-	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
-	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
-		t.Fatalf("carol joins %s: %v", room, err)
-	}
-	matrixtest.WaitJoined(t, alice, room, carol.UserID)
-	matrixtest.WaitJoined(t, alice, room, bot.UserID) // the gateway auto-joins on invite
+	room := groupRoom(t, alice, carol, bot.UserID)
 
 	// Thread 1: a root nobody addresses to the bot, then a mention in its thread.
 	root1 := matrixtest.Post(t, alice, room, "planning thread")

@@ -342,12 +342,7 @@ func TestE2EMatrixSpawnThread(t *testing.T) {
 	carol := hs.RegisterUser(t, "carol")
 	bot := hs.RegisterUser(t, "herald")
 	startMatrixGateway(t, hs, bot, llmtest.NewAnthropic(t, threadModel()))
-	room := matrixtest.CreateRoomWith(t, alice, bot.UserID, carol.UserID)
-	if _, err := carol.JoinRoomByID(t.Context(), room); err != nil {
-		t.Fatal(err)
-	}
-	matrixtest.WaitJoined(t, alice, room, carol.UserID)
-	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+	room := groupRoom(t, alice, carol, bot.UserID)
 
 	root := matrixtest.Post(t, alice, room, "planning")
 	matrixtest.PostInThread(t, alice, room, root, "herald: look at this in its own thread", bot.UserID)
