@@ -363,3 +363,73 @@ func TestE2EMatrixSpawnThread(t *testing.T) {
 		t.Fatalf("answer in alpha's thread = %q", b)
 	}
 }
+
+// TestE2ESlackThreadApproval: a child in its own thread asks for approval
+// there (not in the requester's thread); the person who asked answers
+// /approve in the child's thread, the tool runs, and the announce follows
+// in that thread.
+func TestE2ESlackThreadApproval(t *testing.T) {
+	sf := slackfake.New(t)
+	cfg := strings.Replace(fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()),
+		`channels: {`, `security: { toolPolicy: { default: "allow", tools: { write_file: "supervised" } } },
+  channels: {`, 1)
+	model := threadModel()
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && !strings.Contains(c.LastUser(), "Announce step") {
+			if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+				return llmtest.Reply{Text: "wrote: " + c.Messages[n-1].ToolResults[0].Content}
+			}
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "write_file", Args: json.RawMessage(`{"path":"notes.txt","content":"release notes"}`)}}}
+		}
+		return model(c)
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	var starter, request slackfake.Post
+	if !waitFor(e2eWait, func() bool {
+		for _, p := range sf.Posted() {
+			if strings.HasPrefix(p.Text, "🧵 alpha\n") {
+				starter = p
+			}
+			if strings.HasPrefix(p.Text, "🔐 Approval needed") {
+				request = p
+			}
+		}
+		return request.TS != ""
+	}) {
+		t.Fatalf("no approval request; posts %+v", sf.Posted())
+	}
+	if request.ThreadTS != starter.TS || starter.TS == "" {
+		t.Fatalf("approval request in thread %q, want alpha's thread %q", request.ThreadTS, starter.TS)
+	}
+	m := approvalCode.FindStringSubmatch(request.Text)
+	if m == nil {
+		t.Fatalf("approval request without a code: %q", request.Text)
+	}
+	sf.SendMessage("C1", slackfake.UserID, "/approve "+m[1], starter.TS)
+	tg.waitDelivered(t, 5) // link, reply, request, the /approve answer, the announce
+	var announce string
+	for _, p := range sf.Posted() {
+		if strings.HasPrefix(p.Text, "Status: ") {
+			if p.ThreadTS != starter.TS {
+				t.Errorf("announce in thread %q, want alpha's", p.ThreadTS)
+			}
+			announce = p.Text
+		}
+		if p.ThreadTS == slackT1 && (strings.Contains(p.Text, "Approval") || strings.Contains(p.Text, "Approved")) {
+			t.Errorf("approval traffic in the requester's thread: %+v", p)
+		}
+	}
+	if !strings.HasPrefix(announce, "Status: success\nTask: alpha") {
+		t.Errorf("announce = %q", announce)
+	}
+	approved := false
+	for _, p := range sf.Posted() {
+		approved = approved || p.ThreadTS == starter.TS && strings.HasPrefix(p.Text, "✅ Approved "+m[1]+": write_file will run.")
+	}
+	if !approved {
+		t.Errorf("no '✅ Approved' in alpha's thread: %+v", sf.Posted())
+	}
+}

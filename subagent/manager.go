@@ -380,6 +380,9 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		// output, approvals and announce go there (SPEC §24).
 		var w string
 		if thread, w = m.openThread(ctx, cc, run); thread != nil {
+			// The person who asked stays on record: they may answer the
+			// child's approval requests (SPEC §17).
+			thread.Origin.SenderID, thread.Origin.SenderName = cc.Origin.SenderID, cc.Origin.SenderName
 			run.Origin, child.Origin = thread.Origin, thread.Origin
 		}
 		warning = strings.TrimPrefix(warning+"; "+w, "; ")
