@@ -213,3 +213,24 @@ func TestE2EVoiceTranscriptionIsSpend(t *testing.T) {
 		t.Errorf("the model was called %d times, want never (the transcription spent the budget)", n)
 	}
 }
+
+// TestE2EMetricsRefusesForeignHost (issue 35): on a loopback listener
+// /metrics answers only loopback Hosts, so a page of another site whose
+// name it rebinds to 127.0.0.1 cannot read it (DNS rebinding).
+func TestE2EMetricsRefusesForeignHost(t *testing.T) {
+	tg := newTestGateway(t, filesE2EConfig, llmtest.Text("ok"))
+	for host, want := range map[string]int{"": http.StatusOK, "localhost": http.StatusOK, "rebind.example": http.StatusForbidden, "rebind.example:80": http.StatusForbidden} {
+		req, _ := http.NewRequest("GET", tg.URL+"/metrics", nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /metrics with Host %q: %s, want %d", host, resp.Status, want)
+		}
+	}
+}

@@ -129,6 +129,12 @@ func (g *Gateway) metricsAuth(h http.Handler) http.Handler {
 	loopback := g.cfg().ListenerIsLoopback()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if loopback && !web.Forwarded(r) {
+			if !channels.LoopbackHost(r.Host) {
+				// DNS rebinding: a page of another site whose name now
+				// resolves to 127.0.0.1 sends its own Host (issue 35).
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "/metrics on a loopback listener answers only Host localhost, 127.0.0.1 or [::1]"})
+				return
+			}
 			h.ServeHTTP(w, r)
 			return
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/channels"
 )
 
 // startPprof serves net/http/pprof on addr for profiling a running gateway
@@ -34,7 +36,16 @@ func startPprof(addr string, log *zap.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Only loopback Hosts: a page of another site that rebinds its name
+	// to 127.0.0.1 (DNS rebinding) sends its own Host (issue 35).
+	guarded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !channels.LoopbackHost(r.Host) {
+			http.Error(w, "pprof answers only Host localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: guarded, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
