@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -201,4 +203,77 @@ func panelActivity(events <-chan sseEvent) (saw func(want string) bool, shown *[
 		}
 	}
 	return saw, &lines
+}
+
+// TestE2ERealClaudeAgent: the real @zed-industries/claude-agent-acp
+// (Claude Code over ACP, installed by scripts/acp-agents.sh) as a
+// sub-agent of the whole gateway, both it and the main agent answered by
+// the fake Anthropic API: spawned by the model, its Write permission is
+// approved with /approve, the file lands in the conversation workspace and
+// the announce is success with its final message.
+func TestE2ERealClaudeAgent(t *testing.T) {
+	if pgtest.OnPostgres() {
+		t.Skip("the real agent meets the store only through the runner: it runs once, on SQLite")
+	}
+	prefix := os.Getenv("HERALD_ACP_NPM")
+	if prefix == "" {
+		t.Skip("HERALD_ACP_NPM is not set: scripts/acp-agents.sh (run by make test when npm is present) installs the real agent")
+	}
+	bin := filepath.Join(prefix, "node_modules", ".bin", "claude-agent-acp")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("claude-agent-acp is not installed under %s: %v", prefix, err)
+	}
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	const client = "real-claude"
+	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
+	model := func(c llmtest.Call) llmtest.Reply {
+		last := c.Messages[len(c.Messages)-1]
+		answered := last.Role == agent.RoleTool || len(last.ToolResults) > 0
+		switch {
+		case slices.Contains(c.Tools, "Write"): // Claude Code
+			if answered {
+				return llmtest.Reply{Text: "I wrote hello.txt."}
+			}
+			args, _ := json.Marshal(map[string]string{"file_path": filepath.Join(conv, "hello.txt"), "content": "hello from claude"})
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "Write", Args: args}}}
+		case answered:
+			return llmtest.Reply{Text: "Started Claude Code; its result will follow here."}
+		case strings.Contains(c.LastUser(), "code: claude"):
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+				Args: json.RawMessage(`{"agentId":"claude","task":"write hello.txt","label":"claude"}`)}}}
+		}
+		return llmtest.Reply{Text: "hello"}
+	}
+	cfg := fmt.Sprintf(`{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %q },
+    { id: "claude", runtime: { type: "acp", command: %q, network: true, readPaths: [%q],
+        env: { PATH: "/usr/local/bin:/usr/bin:/bin", ANTHROPIC_BASE_URL: "{{llm}}", ANTHROPIC_API_KEY: "sk-test",
+               DISABLE_TELEMETRY: "1", DISABLE_ERROR_REPORTING: "1", DISABLE_AUTOUPDATER: "1" } } }] },
+  security: { toolPolicy: { groups: { acp: "supervised" } } },
+  channels: { web: { enabled: true } },
+}`, ws, bin, filepath.Join(prefix, "node_modules"))
+	tg := newTestGateway(t, cfg, model)
+	webPost(t, tg.URL, client, "code: claude")
+	req := waitText(t, tg, client, "🔐 Approval needed")
+	if !strings.Contains(req, "wants to run acp") || !strings.Contains(req, "hello.txt") {
+		t.Errorf("approval request:\n%s", req)
+	}
+	m := approvalCode.FindStringSubmatch(req)
+	if m == nil {
+		t.Fatalf("no code in %q", req)
+	}
+	webPost(t, tg.URL, client, "/approve "+m[1])
+	ann := waitText(t, tg, client, "Task: claude")
+	if !strings.HasPrefix(ann, "Status: success\nTask: claude\n\nResult:\nI wrote hello.txt.\n") {
+		t.Errorf("announce:\n%s", ann)
+	}
+	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from claude" {
+		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
+	}
 }
