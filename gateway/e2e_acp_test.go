@@ -87,12 +87,7 @@ func TestE2EACPAgent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(conv, "hello.txt")); !os.IsNotExist(err) {
 		t.Fatalf("hello.txt exists before the approval: %v", err)
 	}
-	m := approvalCode.FindStringSubmatch(req)
-	if m == nil {
-		t.Fatalf("no code in %q", req)
-	}
-	webPost(t, tg.URL, client, "/approve "+m[1])
-	ann := waitText(t, tg, client, "Status: ")
+	ann := approveFor(t, tg, client, req, "Task: codex")
 	if !strings.HasPrefix(ann, "Status: success\nTask: codex\n\nResult:\nWrote hello.txt with a greeting.\n\nNotes:\n(none)\n\nStats: runtime ") ||
 		!strings.Contains(ann, "tokens 1.5k (in 1.2k / out 300)") || strings.Contains(ann, "est $") {
 		t.Errorf("announce:\n%s", ann)
@@ -264,16 +259,23 @@ func TestE2ERealClaudeAgent(t *testing.T) {
 	if !strings.Contains(req, "wants to run acp") || !strings.Contains(req, "hello.txt") {
 		t.Errorf("approval request:\n%s", req)
 	}
-	m := approvalCode.FindStringSubmatch(req)
-	if m == nil {
-		t.Fatalf("no code in %q", req)
-	}
-	webPost(t, tg.URL, client, "/approve "+m[1])
-	ann := waitText(t, tg, client, "Task: claude")
+	ann := approveFor(t, tg, client, req, "Task: claude")
 	if !strings.HasPrefix(ann, "Status: success\nTask: claude\n\nResult:\nI wrote hello.txt.\n") {
 		t.Errorf("announce:\n%s", ann)
 	}
 	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from claude" {
 		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
 	}
+}
+
+// approveFor answers the approval request req with /approve and waits for
+// the client's message containing announced.
+func approveFor(t *testing.T, tg *testGW, client, req, announced string) string {
+	t.Helper()
+	m := approvalCode.FindStringSubmatch(req)
+	if m == nil {
+		t.Fatalf("no code in %q", req)
+	}
+	webPost(t, tg.URL, client, "/approve "+m[1])
+	return waitText(t, tg, client, announced)
 }
