@@ -517,7 +517,7 @@ func (g *Gateway) workspaceFile(ctx context.Context, ws, path string) (agent.Fil
 	if !fi.Mode().IsRegular() {
 		return agent.File{}, errors.New("not a regular file")
 	}
-	f, err := root.Open(rel)
+	f, _, err := tools.OpenRegular(root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return agent.File{}, err
 	}

@@ -68,7 +68,7 @@ func readBootstrapFile(root *os.Root, name string, max int64) (string, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
 	}
-	f, err := root.Open(name)
+	f, _, err := OpenRegular(root, name, os.O_RDONLY, 0)
 	if err != nil {
 		return "", err
 	}

@@ -112,7 +112,7 @@ func (t *readFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s: %q is not a regular file (%s); only regular files can be read", ReadFileName, p, fi.Mode().Type())
 	}
-	f, err := root.Open(rel)
+	f, _, err := OpenRegular(root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return "", fsErr(ReadFileName, "read", p, err)
 	}
@@ -254,7 +254,7 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 	if appendMode {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	}
-	f, err := root.OpenFile(rel, flags, FileMode)
+	f, _, err := OpenRegular(root, rel, flags, FileMode)
 	if err != nil {
 		return "", fsErr(WriteFileName, "write", p, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/heraldhq/herald/agent"
 )
@@ -66,7 +67,7 @@ func (t *sendFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawM
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s: %q is not a regular file; only files can be sent", SendFileName, p)
 	}
-	f, err := root.Open(rel)
+	f, _, err := OpenRegular(root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return "", fmt.Errorf("%s: open %q: %w", SendFileName, p, err)
 	}

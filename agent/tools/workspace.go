@@ -323,3 +323,28 @@ func statLayered(tool string, cc agent.CallContext, rel string, lay layer, shown
 	}
 	return root, fi, agentLayer, nil
 }
+
+// ErrNotRegular is a path that is not a regular file where one is read or
+// written (a FIFO, a device, a folder).
+var ErrNotRegular = errors.New("not a regular file")
+
+// OpenRegular opens name in root with flag, never blocking on what is
+// there: the open is non-blocking (a FIFO a tool swapped in after the
+// caller's Stat neither hangs a read nor a write) and the opened file
+// itself must be a regular file (fstat), else ErrNotRegular.
+func OpenRegular(root *os.Root, name string, flag int, perm os.FileMode) (*os.File, os.FileInfo, error) {
+	f, err := root.OpenFile(name, flag|syscall.O_NONBLOCK, perm)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w (%s)", ErrNotRegular, fi.Mode().Type())
+	}
+	return f, fi, nil
+}
