@@ -17,8 +17,8 @@ import (
 // same objects as the API — "overview", "runs" and "outbox" — each sent
 // when it differs from what the stream last sent. It looks when the gateway
 // says something changed here (Live.Changed, at most every settle) and
-// every poll for what other replicas changed; at idle it only sends a
-// comment every keepAlive.
+// every poll for what other replicas changed (rebuilding only when a cheap
+// fingerprint moved); at idle it only sends a comment every keepAlive.
 const (
 	settle    = 250 * time.Millisecond
 	poll      = 5 * time.Second
@@ -44,6 +44,34 @@ func (c *Console) snapshot(ctx context.Context) (map[string]any, error) {
 		items = append(items, part...)
 	}
 	return map[string]any{"overview": o, "runs": map[string]any{"runs": tree}, "outbox": map[string]any{"items": OutboxItems(items)}}, nil
+}
+
+// fingerprint is a cheap summary of what the snapshot shows, for the
+// stream's periodic look: the backlog, the owed turns and the active runs.
+// While a run is active the snapshot is rebuilt anyway (its runtime grows);
+// "" means: rebuild.
+func (c *Console) fingerprint(ctx context.Context) string {
+	active, err := c.opts.Store.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusQueued, store.StatusRunning, store.StatusAnnouncing}})
+	if err != nil || len(active) > 0 {
+		return ""
+	}
+	b, err := c.opts.Store.Backlog(ctx)
+	if err != nil {
+		return ""
+	}
+	owed, err := c.opts.Store.OwedIntake(ctx)
+	if err != nil {
+		return ""
+	}
+	newest, err := c.opts.Store.ListRuns(ctx, store.RunFilter{Limit: 1}) // a run that started and ended between two looks
+	if err != nil {
+		return ""
+	}
+	last := ""
+	if len(newest) > 0 {
+		last = newest[0].ID + "/" + newest[0].Status
+	}
+	return fmt.Sprintf("%d/%d/%d/%d/%d/%s", b.Pending, b.Failed, b.Dead, b.OldestAt.UnixMilli(), len(owed), last)
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
@@ -111,6 +139,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 	if !send() {
 		return
 	}
+	seen := c.fingerprint(ctx)
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	alive := time.NewTicker(keepAlive)
@@ -128,7 +157,15 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 			fl.Flush()
 			continue
 		case <-tick.C:
+			// Another replica's changes: rebuild only when the summary moved
+			// (an idle stream costs four small queries a look).
+			if f := c.fingerprint(ctx); f != "" && f == seen {
+				continue
+			} else {
+				seen = f
+			}
 		case <-changed:
+			seen = ""
 			// Let a burst of changes settle into one look.
 			t := time.NewTimer(settle)
 			select {
