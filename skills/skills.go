@@ -200,6 +200,9 @@ func Prompt(list []Skill) string {
 type AgentSkills struct {
 	ID     string  `json:"id"`
 	Skills []Skill `json:"skills"`
+	// Dirs are the folders looked in, in order (the agent workspace's
+	// skills/ first, then skills.paths).
+	Dirs []string `json:"dirs"`
 }
 
 // Report is `herald skills list --json`: every agent's skills and the
@@ -214,11 +217,15 @@ func NewReport(agentIDs []string, dirs func(agentID string) []string) Report {
 	r := Report{Agents: []AgentSkills{}, Problems: []Problem{}}
 	seen := map[string]bool{}
 	for _, id := range agentIDs {
-		list, probs := Load(dirs(id))
+		ds := dirs(id)
+		list, probs := Load(ds)
 		if list == nil {
 			list = []Skill{}
 		}
-		r.Agents = append(r.Agents, AgentSkills{ID: id, Skills: list})
+		if ds == nil {
+			ds = []string{}
+		}
+		r.Agents = append(r.Agents, AgentSkills{ID: id, Skills: list, Dirs: ds})
 		for _, p := range probs {
 			if !seen[p.Path] {
 				seen[p.Path] = true

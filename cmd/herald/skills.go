@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
@@ -24,7 +25,16 @@ func skillsList(f *flags, stdout, stderr io.Writer) int {
 		return 0
 	}
 	for _, a := range r.Agents {
-		fmt.Fprintf(stdout, "agent %s: %d skills\n", a.ID, len(a.Skills))
+		switch len(a.Skills) {
+		case 0:
+			// Say where a skill would be found: "0 skills" alone leaves a
+			// newcomer guessing where to put one.
+			fmt.Fprintf(stdout, "agent %s: no skills (a skill is a folder with a SKILL.md in %s)\n", a.ID, strings.Join(a.Dirs, " or "))
+		case 1:
+			fmt.Fprintf(stdout, "agent %s: 1 skill\n", a.ID)
+		default:
+			fmt.Fprintf(stdout, "agent %s: %d skills\n", a.ID, len(a.Skills))
+		}
 		for _, s := range a.Skills {
 			fmt.Fprintf(stdout, "  %s — %s\n    %s\n", s.Name, s.Description, s.Path)
 		}

@@ -31,6 +31,7 @@ func TestSkillsList(t *testing.T) {
 		Agents []struct {
 			ID     string
 			Skills []struct{ Name, Description, Path string }
+			Dirs   []string
 		}
 		Problems []struct{ Path, Error string }
 	}
@@ -48,5 +49,19 @@ func TestSkillsList(t *testing.T) {
 	if code := run([]string{"skills", "list", "--config", cfgPath, "--state-dir", dir}, &out, &errb); code != 0 ||
 		!strings.Contains(out.String(), "pdf — Reads PDFs.") || !strings.Contains(out.String(), "skipped "+filepath.Join(dir, "team/bad/SKILL.md")) {
 		t.Errorf("skills list: %d\n%s", code, out.String())
+	}
+	if len(r.Agents) == 2 && (len(r.Agents[1].Dirs) != 2 || r.Agents[1].Dirs[0] != filepath.Join(dir, "workspace/ops/skills")) {
+		t.Errorf("ops dirs = %v", r.Agents[1].Dirs)
+	}
+	if !strings.Contains(out.String(), "agent ops: 1 skill\n") {
+		t.Errorf("one skill is not counted as '1 skill':\n%s", out.String())
+	}
+
+	// An agent with no skills is told where a skill would be found.
+	os.RemoveAll(filepath.Join(dir, "team"))
+	out.Reset()
+	want := "agent ops: no skills (a skill is a folder with a SKILL.md in " + filepath.Join(dir, "workspace/ops/skills") + " or " + filepath.Join(dir, "team") + ")"
+	if code := run([]string{"skills", "list", "--config", cfgPath, "--state-dir", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), want) {
+		t.Errorf("skills list with none: %d\n%s\nwant %q", code, out.String(), want)
 	}
 }
