@@ -203,6 +203,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return nil
 		})
 	case cmd == "outbox" && len(rest) == 1 && rest[0] == "list":
+		if n := countTrue(f.pending, f.failed, f.dead); n > 1 {
+			// One state at a time: two used to list the first silently.
+			fmt.Fprintln(stderr, "herald: outbox list takes one of --pending, --failed and --dead (none lists every state)")
+			return 2
+		}
 		return withStore(f, stderr, func(ctx context.Context, db *store.DB) error { return listOutbox(ctx, db, f, stdout) })
 	case cmd == "outbox" && len(rest) == 2 && (rest[0] == "retry" || rest[0] == "drop"):
 		return withConfigStore(f, stderr, func(ctx context.Context, cfg *config.Config, db *store.DB) error {
@@ -535,4 +540,15 @@ func listSessions(ctx context.Context, db store.Sessions, f *flags, w io.Writer)
 			subagent.FormatTokens(s.TokensIn+s.TokensOut), s.TranscriptPath)
 	}
 	return tw.Flush()
+}
+
+// countTrue is how many of bs are true (flags that exclude each other).
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

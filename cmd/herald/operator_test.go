@@ -62,6 +62,9 @@ func TestDeadLettersAndIntakeCommands(t *testing.T) {
 		return items
 	}
 	dead := list("--dead")
+	if out, errs, code := herald("outbox", "list", "--dead", "--failed"); code != 2 || out != "" || !strings.Contains(errs, "one of --pending, --failed and --dead") {
+		t.Errorf("outbox list --dead --failed = %d %q %q, want a usage error", code, out, errs)
+	}
 	if len(dead) != 1 || dead[0].State != "dead" || dead[0].Destination != "telegram:dm:42" || dead[0].Channel != "telegram" {
 		t.Fatalf("outbox list --dead = %+v", dead)
 	}
