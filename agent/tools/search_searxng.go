@@ -15,14 +15,6 @@ type searxng struct{ c SearchConfig }
 
 func newSearXNG(c SearchConfig) SearchProvider { return &searxng{c: c} }
 
-type searxngAnswer struct {
-	Results []struct {
-		Title   string `json:"title"`
-		URL     string `json:"url"`
-		Content string `json:"content"`
-	} `json:"results"`
-}
-
 func (s *searxng) Search(ctx context.Context, query string, count int) ([]SearchResult, error) {
 	q := url.Values{"q": {query}, "format": {"json"}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.c.BaseURL+"search?"+q.Encode(), nil)
@@ -34,7 +26,7 @@ func (s *searxng) Search(ctx context.Context, query string, count int) ([]Search
 	if err != nil {
 		return nil, err
 	}
-	var a searxngAnswer
+	var a contentAnswer
 	if err := readSearchJSON(resp, &a, func(b []byte) string {
 		if resp.StatusCode == http.StatusForbidden {
 			return "the instance does not serve format=json; enable json under search.formats in its settings.yml"
@@ -43,12 +35,5 @@ func (s *searxng) Search(ctx context.Context, query string, count int) ([]Search
 	}); err != nil {
 		return nil, err
 	}
-	out := make([]SearchResult, 0, min(len(a.Results), count))
-	for _, r := range a.Results {
-		if len(out) == count { // SearXNG has no count parameter
-			break
-		}
-		out = append(out, SearchResult{Title: r.Title, URL: r.URL, Snippet: r.Content})
-	}
-	return out, nil
+	return a.first(count), nil // SearXNG has no count parameter
 }

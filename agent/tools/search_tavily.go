@@ -16,14 +16,6 @@ type tavily struct{ c SearchConfig }
 
 func newTavily(c SearchConfig) SearchProvider { return &tavily{c: c} }
 
-type tavilyAnswer struct {
-	Results []struct {
-		Title   string `json:"title"`
-		URL     string `json:"url"`
-		Content string `json:"content"`
-	} `json:"results"`
-}
-
 func (t *tavily) Search(ctx context.Context, query string, count int) ([]SearchResult, error) {
 	body, err := json.Marshal(map[string]any{"query": query, "max_results": count, "search_depth": "basic"})
 	if err != nil {
@@ -39,15 +31,11 @@ func (t *tavily) Search(ctx context.Context, query string, count int) ([]SearchR
 	if err != nil {
 		return nil, err
 	}
-	var a tavilyAnswer
+	var a contentAnswer
 	if err := readSearchJSON(resp, &a, tavilyDetail); err != nil {
 		return nil, err
 	}
-	out := make([]SearchResult, 0, len(a.Results))
-	for _, r := range a.Results {
-		out = append(out, SearchResult{Title: r.Title, URL: r.URL, Snippet: r.Content})
-	}
-	return out, nil
+	return a.first(count), nil
 }
 
 // tavilyDetail reads {"detail":{"error":"…"}}.

@@ -283,6 +283,25 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// contentAnswer is the answer of Tavily and SearXNG alike: results with
+// title, url and content (the snippet).
+type contentAnswer struct {
+	Results []struct {
+		Title   string `json:"title"`
+		URL     string `json:"url"`
+		Content string `json:"content"`
+	} `json:"results"`
+}
+
+// first is the first n results as SearchResults.
+func (a contentAnswer) first(n int) []SearchResult {
+	out := make([]SearchResult, 0, min(len(a.Results), n))
+	for _, r := range a.Results[:min(len(a.Results), n)] {
+		out = append(out, SearchResult{Title: r.Title, URL: r.URL, Snippet: r.Content})
+	}
+	return out
+}
+
 // readSearchJSON decodes a provider's 2xx JSON body into v, or turns any
 // other status into a *SearchError with detail(body).
 func readSearchJSON(resp *http.Response, v any, detail func([]byte) string) error {
