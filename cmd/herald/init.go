@@ -72,7 +72,13 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "herald: --provider %q: want one of %s\n", provider, strings.Join(initProviders, ", "))
 		return 2
 	}
-	text, secrets := starterConfig(chans, provider)
+	for _, c := range f.coding {
+		if !slices.Contains(initCodingAgents, c) {
+			fmt.Fprintf(stderr, "herald: --coding-agent %q: want one of %s\n", c, strings.Join(initCodingAgents, ", "))
+			return 2
+		}
+	}
+	text, secrets := starterConfig(chans, provider, f.coding)
 	// Validate what we write: with the secrets' variables standing in for
 	// themselves, the file must load and validate.
 	cfg, err := config.Parse(path, []byte(text), func(name string) (string, bool) { return "placeholder-" + name, true })
@@ -198,7 +204,7 @@ type secretVar struct{ name, what string }
 
 // starterConfig is the commented JSON5 for the chosen channels and
 // provider, and the environment variables its secrets come from.
-func starterConfig(chans []string, provider string) (string, []secretVar) {
+func starterConfig(chans []string, provider string, coding []string) (string, []secretVar) {
 	var b strings.Builder
 	var secrets []secretVar
 	on := func(c string) bool { return slices.Contains(chans, c) }
@@ -267,19 +273,19 @@ func starterConfig(chans []string, provider string) (string, []secretVar) {
     defaults: {
       model: %q,
       maxConcurrent: 4, // top-level turns at once
-      subagents: { maxConcurrent: 8, maxDepth: 1, archiveAfterMinutes: 60 },
+      subagents: { maxConcurrent: 8, maxDepth: 1, archiveAfterMinutes: 60%s },
     },
     list: [
       { id: "main" }, // workspace: <state dir>/workspace/main unless you set one
-    ],
+%s    ],
   },
 
   // Tools the model may use: allow, deny, or supervised (a person approves
   // each call with /approve CODE in the chat).
-  security: { toolPolicy: { default: "allow", tools: { exec: "supervised" } } },
+  security: { toolPolicy: { default: "allow", tools: { exec: "supervised" }%s } },
 
   channels: {
-`, model)
+`, model, codingAllow(coding), codingEntries(coding, &secrets), codingPolicy(coding))
 	w(`    web: { enabled: %t }, // the local web chat at http://%s/
 `, on("web"), config.DefaultListen)
 	for _, m := range channels.Modules() {
@@ -294,4 +300,56 @@ func starterConfig(chans []string, provider string) (string, []secretVar) {
 }
 `)
 	return b.String(), secrets
+}
+
+// initCodingAgents are the coding agents `herald init --coding-agent` adds
+// as ACP sub-agents (SPEC §26, docs/acp.md).
+var initCodingAgents = []string{"codex", "claude"}
+
+// codingAgent is one coding agent init can add.
+type codingAgent struct {
+	id, name, command, pkg string
+	key                    secretVar
+}
+
+var codingAgents = map[string]codingAgent{
+	"codex": {"codex", "Codex", "codex-acp", "@zed-industries/codex-acp",
+		secretVar{"OPENAI_API_KEY", "platform.openai.com → API keys (for Codex)"}},
+	"claude": {"claude", "Claude Code", "claude-agent-acp", "@zed-industries/claude-agent-acp",
+		secretVar{"ANTHROPIC_API_KEY", "console.anthropic.com → API keys (for Claude Code)"}},
+}
+
+// codingEntries are the agents.list entries of the coding agents; their
+// keys join secrets once.
+func codingEntries(coding []string, secrets *[]secretVar) string {
+	var b strings.Builder
+	for _, id := range coding {
+		a := codingAgents[id]
+		if !slices.ContainsFunc(*secrets, func(s secretVar) bool { return s.name == a.key.name }) {
+			*secrets = append(*secrets, a.key)
+		}
+		fmt.Fprintf(&b, `      // %s over ACP, a sub-agent main may spawn: npm install -g %s
+      // (herald doctor checks it). It runs in the exec sandbox, in the
+      // conversation's workspace, with only this env (docs/acp.md).
+      { id: %q, name: %q, runtime: { type: "acp", command: %q, network: true,
+          env: { %s: "${%s}", PATH: "/usr/local/bin:/usr/bin:/bin" } } },
+`, a.name, a.pkg, a.id, a.name, a.command, a.key.name, a.key.name)
+	}
+	return b.String()
+}
+
+// codingAllow lets main spawn the coding agents.
+func codingAllow(coding []string) string {
+	if len(coding) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`, allowAgents: ["%s"]`, strings.Join(coding, `", "`))
+}
+
+// codingPolicy makes the coding agents' permission requests supervised.
+func codingPolicy(coding []string) string {
+	if len(coding) == 0 {
+		return ""
+	}
+	return `, groups: { acp: "supervised" }`
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,5 +227,36 @@ func TestInitWithoutTerminalNamesTheFlags(t *testing.T) {
 	defer null.Close()
 	if isTerminal(null) {
 		t.Error("isTerminal(/dev/null) = true; nobody answers there")
+	}
+}
+
+// TestInitCodingAgents: --coding-agent adds Codex and Claude Code as ACP
+// sub-agents main may spawn, with their keys from the environment; an
+// unknown one is refused.
+func TestInitCodingAgents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.json5")
+	var out, errOut bytes.Buffer
+	if code := run([]string{"init", "--config", path, "--provider", "anthropic", "--coding-agent", "codex,claude"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	cfg, err := config.Load(path, func(name string) (string, bool) { return "value-of-" + name, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.ACPAgents(); !slices.Equal(got, []string{"codex", "claude"}) {
+		t.Errorf("ACP agents %v", got)
+	}
+	if rt, _ := cfg.ACP("claude"); rt.Command != "claude-agent-acp" || rt.Env["ANTHROPIC_API_KEY"].Value() != "value-of-ANTHROPIC_API_KEY" || !rt.Network {
+		t.Errorf("claude runtime %+v", rt)
+	}
+	if lim := cfg.SubagentLimits("main"); !lim.AllowsAgent("codex") || !lim.AllowsAgent("claude") {
+		t.Errorf("main may not spawn them: %+v", lim.AllowAgents)
+	}
+	if strings.Count(out.String(), "export ANTHROPIC_API_KEY") != 1 || !strings.Contains(out.String(), "export OPENAI_API_KEY") {
+		t.Errorf("next steps:\n%s", out.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"init", "--config", path, "--force", "--provider", "demo", "--coding-agent", "aider"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--coding-agent "aider": want one of codex, claude`) {
+		t.Errorf("unknown coding agent: exit %d, %s", code, errOut.String())
 	}
 }

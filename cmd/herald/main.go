@@ -51,7 +51,8 @@ const usage = `Usage: herald <command> [flags]
 Commands:
   init                    write a commented starter config (asks on a terminal; else
                           --channel web,{{channels}} --provider anthropic|openai|
-                          openai-compatible|demo); --force overwrites an existing file
+                          openai-compatible|demo) [--coding-agent codex,claude];
+                          --force overwrites an existing file
   gateway                 run the daemon (web chat on gateway.http.listen, default 127.0.0.1:8790)
   version                 print the module version, VCS revision and time, and the Go version
   config validate         check the config file and print every problem
@@ -101,6 +102,7 @@ type flags struct {
 	failed, dead, owed                    bool     // outbox list: failed or dead only; intake list: owed only
 	channels                              listFlag // init: channels to configure
 	provider                              string   // init: model provider
+	coding                                listFlag // init: ACP coding agents to add
 	force                                 bool     // init: overwrite an existing config
 	follow                                bool     // transcripts tail: keep printing
 }
@@ -138,6 +140,7 @@ func parse(name string, args []string, stderr io.Writer) (*flags, []string, erro
 	fs.Var(&f.channels, "channel", "init: a channel to configure (web or a registered one: "+strings.Join(channelNames(), ", ")+"); repeat or comma-separate")
 	fs.StringVar(&f.provider, "provider", "", "init: the model provider (anthropic, openai, openai-compatible, demo)")
 	fs.BoolVar(&f.force, "force", false, "init: overwrite an existing config file")
+	fs.Var(&f.coding, "coding-agent", "init: add a coding agent as a sub-agent over ACP ("+strings.Join(initCodingAgents, ", ")+"); repeat or comma-separate")
 	fs.BoolVar(&f.follow, "f", false, "transcripts tail: keep printing lines as they are appended")
 	fs.BoolVar(&f.follow, "follow", false, "transcripts tail: keep printing lines as they are appended")
 	// Accept flags before and after positional words.
