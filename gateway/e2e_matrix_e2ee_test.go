@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
 	"github.com/heraldhq/herald/agent/llmtest"
@@ -341,4 +342,39 @@ func spawnAnswered(posts []matrixtest.Decrypted, texts map[id.EventID]string) bo
 		beta = beta || strings.HasPrefix(b, "Status: success\nTask: beta\n") && strings.Contains(b, "findings for B: look at the second half")
 	}
 	return reply && alpha && beta
+}
+
+// TestE2EMatrixPlaintextInEncryptedRoomRefused (issue 35): in an
+// encrypted room a plaintext m.room.message is not the room's (anyone the
+// homeserver lets send can put it there, and clients show it as
+// unencrypted); the gateway refuses it, and answers the encrypted one.
+func TestE2EMatrixPlaintextInEncryptedRoomRefused(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := matrixtest.NewE2EE(t, hs.RegisterUser(t, "alice"))
+	bot := hs.RegisterUser(t, "herald")
+	llm := llmtest.NewAnthropic(t, spawningModel)
+	runE2EEGateway(t, t.TempDir(), hs, bot, llm)
+
+	room := alice.CreateEncryptedRoom(t, bot.UserID)
+	alice.WaitMember(t, room, bot.UserID)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	// The same account without its crypto machine: the event goes out as
+	// plaintext m.room.message.
+	plain, err := mautrix.NewClient(alice.Client.HomeserverURL.String(), alice.Client.UserID, alice.Client.AccessToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.SendMessageEvent(ctx, room, event.EventMessage, &event.MessageEventContent{MsgType: event.MsgText, Body: "forged in clear text"}); err != nil {
+		t.Fatal(err)
+	}
+	alice.PostEncrypted(t, room, "", "hello there")
+	alice.WaitMessages(t, room, bot.UserID, 1, func(m matrixtest.Decrypted) bool {
+		return m.Body() == "plain answer to: hello there"
+	})
+	for _, c := range llm.Requests() {
+		if strings.Contains(c.LastUser(), "forged in clear text") {
+			t.Fatalf("a plaintext message in the encrypted room reached the model: %q", c.LastUser())
+		}
+	}
 }

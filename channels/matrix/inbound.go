@@ -112,6 +112,14 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 	if evt.Sender == a.client.UserID {
 		return
 	}
+	if !evt.Mautrix.WasEncrypted && a.roomEncrypted(ctx, evt.RoomID) {
+		// Plaintext in an encrypted room: anyone with the homeserver's
+		// ear can put it there, and the people in the room never see it
+		// as the room's (issue 35).
+		a.log.Warn("matrix plaintext message in an encrypted room refused", zap.String("roomId", string(evt.RoomID)),
+			zap.String("sender", string(evt.Sender)))
+		return
+	}
 	var files []channels.Attachment
 	if isMedia(content.MsgType) {
 		// m.image, m.file, m.audio, m.video (files.go): the body is the
