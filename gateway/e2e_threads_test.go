@@ -433,3 +433,42 @@ func TestE2ESlackThreadApproval(t *testing.T) {
 		t.Errorf("no '✅ Approved' in alpha's thread: %+v", sf.Posted())
 	}
 }
+
+// TestE2ESlackThreadWakesParentInItsThread: a child with its own thread
+// spawned with announce "parent" posts no announce; the parent, woken by
+// its result, answers in the requester's thread T1, not in the child's.
+func TestE2ESlackThreadWakesParentInItsThread(t *testing.T) {
+	sf := slackfake.New(t)
+	model := threadModel()
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		if strings.Contains(last, "quietly in its own thread") && !strings.Contains(c.System, "Sub-agent context") {
+			if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+				return llmtest.Reply{Text: "started"}
+			}
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+				Args: json.RawMessage(`{"task":"alpha: dig","label":"alpha","thread":true,"announce":"parent"}`)}}}
+		}
+		if strings.HasPrefix(last, "[sub-agent result]") {
+			return llmtest.Reply{Text: "woken with alpha's result"}
+		}
+		return model(c)
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "work quietly in its own thread", slackT1)
+	tg.waitDelivered(t, 3) // the link line, "started", the woken answer
+	var woken *slackfake.Post
+	for _, p := range sf.Posted() {
+		if strings.HasPrefix(p.Text, "Status: ") {
+			t.Errorf("announce posted with announce parent: %+v", p)
+		}
+		if p.Text == "woken with alpha's result" {
+			woken = &p
+		}
+	}
+	if woken == nil || woken.ThreadTS != slackT1 {
+		t.Fatalf("woken answer = %+v, want it in T1; posts %+v", woken, sf.Posted())
+	}
+}

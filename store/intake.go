@@ -215,6 +215,18 @@ func addTurnWake(c conn, id int64, agentID string) error {
 	if err := parseOrigin(origin, &w.Origin); err != nil {
 		return err
 	}
+	// A child with a thread of its own (SPEC §24) has that thread as its
+	// origin: the wake answers where the turn that spawned it was asked.
+	var asked string
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&asked) },
+		`SELECT origin FROM intake WHERE id = $1`, id); err == nil {
+		var o channels.Origin
+		if parseOrigin(asked, &o) == nil && o.ThreadID != w.Origin.ThreadID {
+			w.Origin, origin = o, asked
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return err
+	}
 	w.AgentID, w.PlatformID, w.Kind, w.CreatedAt = agentID, "wake:"+group, IntakeWake, nowMS()
 	_, err = addIntake(c, &w, origin)
 	return err

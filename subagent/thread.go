@@ -286,3 +286,20 @@ func (m *Manager) threadRefused(ctx context.Context, run *store.Run, err error) 
 		m.d.Notify()
 	}
 }
+
+// requesterOrigin is where the requester of r talks: r's origin, unless r
+// has a thread of its own (SPEC §24), whose origin is the child's thread —
+// then the requester session's (a wake answers there, not in the child's
+// thread).
+func (m *Manager) requesterOrigin(r *store.Run) channels.Origin {
+	if r.Origin.ThreadID == "" {
+		return r.Origin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := m.d.Store.GetSession(ctx, r.RequesterKey)
+	if err != nil || s.Origin.ChatID != r.Origin.ChatID || s.Origin.ThreadID == r.Origin.ThreadID {
+		return r.Origin
+	}
+	return s.Origin
+}

@@ -54,7 +54,7 @@ func (m *Manager) wakeOf(r *store.Run, outcome, text string) *store.Intake {
 	if r.Announce != store.AnnounceParent || outcome == store.OutcomeStopped || r.Depth != 1 || r.ScheduleID != "" {
 		return nil
 	}
-	return &store.Intake{SessionKey: r.RequesterKey, AgentID: ids.SessionKey(r.RequesterKey).AgentID(), Origin: r.Origin,
+	return &store.Intake{SessionKey: r.RequesterKey, AgentID: ids.SessionKey(r.RequesterKey).AgentID(), Origin: m.requesterOrigin(r),
 		Text: text, PlatformID: "wake:" + r.SpawnGroup, SessionID: r.RequesterSessionID, ClaimedBy: m.d.Replica,
 		CreatedAt: r.EndedAt, TraceParent: r.TraceParent, Kind: store.IntakeWake}
 }
