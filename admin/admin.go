@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -179,6 +180,11 @@ func (c *Console) Routes() map[string]http.Handler {
 		"GET /admin/api/spend":                    api(c.spend),
 		"GET /admin/api/approvals":                api(c.approvals),
 		"GET /admin/api/events":                   api(c.events),
+		// Anything else under the API is a JSON 404 naming the request
+		// (after the token check: no probing for paths), not Go's text one.
+		"/admin/api/": api(func(w http.ResponseWriter, r *http.Request, _ string) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no console API %s %s (docs/operations.md lists them)", r.Method, r.URL.Path))
+		}),
 	}
 }
 
