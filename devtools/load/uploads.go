@@ -86,38 +86,34 @@ func Uploads(ctx context.Context, o UploadOptions) (UploadResult, error) {
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	var peakMu sync.Mutex
-	sampler.Go(func() {
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			if p, err := harness.ReadProc(gw.Pid()); err == nil {
-				peakMu.Lock()
-				if p.RSS > res.Peak.RSS {
-					res.Peak = p
+	every := func(d time.Duration, sample func()) {
+		sampler.Go(func() {
+			t := time.NewTicker(d)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
 				}
-				peakMu.Unlock()
+				sample()
 			}
-		}
-	})
-	sampler.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			n := dirBytes(r.state)
+		})
+	}
+	every(20*time.Millisecond, func() {
+		if p, err := harness.ReadProc(gw.Pid()); err == nil {
 			peakMu.Lock()
-			res.PeakDisk = max(res.PeakDisk, n)
+			if p.RSS > res.Peak.RSS {
+				res.Peak = p
+			}
 			peakMu.Unlock()
 		}
+	})
+	every(100*time.Millisecond, func() {
+		n := dirBytes(r.state)
+		peakMu.Lock()
+		res.PeakDisk = max(res.PeakDisk, n)
+		peakMu.Unlock()
 	})
 	defer func() { close(stop); sampler.Wait() }()
 
