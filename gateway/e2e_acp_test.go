@@ -64,6 +64,7 @@ func acpModel(c llmtest.Call) llmtest.Reply {
 // /subagents stop sees session/cancel and ends stopped, unannounced. An
 // agent whose command is missing ends error with a Note naming it.
 func TestE2EACPAgent(t *testing.T) {
+	t.Parallel()
 	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
 		t.Skipf("no sandbox here: %v", err)
 	}

@@ -36,6 +36,7 @@ func toolResultText(c llmtest.Call, name string) string {
 // loopback, which the agent egress guard would refuse to web_fetch) and
 // its announce cites a result's URL.
 func TestE2EWebSearchSubagent(t *testing.T) {
+	t.Parallel()
 	search := searchfake.New(t)
 	search.SetResults(
 		searchfake.Result{Title: "WAL mode, the guide", URL: "https://docs.example.org/wal-guide", Snippet: "Readers do not block writers."},
@@ -134,6 +135,7 @@ func ask(t *testing.T, tg *testGW, client, text string) string {
 // found by A's next turn and by A's sub-agent, not by conversation B; a
 // pinned one is in A's system prompt only; /memory lists and forgets.
 func TestE2EMemoryScopeConversation(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, strings.ReplaceAll(memoryConfig, "{{scope}}", "conversation"), memoryModel)
 	const a, b = "mem-a", "mem-b"
 	if got := ask(t, tg, a, "remember the launch code is 4711"); !strings.Contains(got, `"id":"`) {
@@ -187,6 +189,7 @@ func TestE2EMemoryScopeConversation(t *testing.T) {
 // TestE2EMemoryScopeAgent: with memory.scope "agent" another conversation
 // of the same agent finds the memory.
 func TestE2EMemoryScopeAgent(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, strings.ReplaceAll(memoryConfig, "{{scope}}", "agent"), memoryModel)
 	ask(t, tg, "mem-a", "remember the launch code is 4711")
 	if got := ask(t, tg, "mem-b", "recall launch code"); !strings.Contains(got, "the launch code is 4711") {
@@ -197,6 +200,7 @@ func TestE2EMemoryScopeAgent(t *testing.T) {
 // TestE2EDemoKeywords: with the demo model (make run), "remember",
 // "recall", "skills" and "search" show the new tools at work.
 func TestE2EDemoKeywords(t *testing.T) {
+	t.Parallel()
 	stateDir := t.TempDir()
 	skill := filepath.Join(stateDir, "workspace", "main", "skills", "pdf", "SKILL.md")
 	os.MkdirAll(filepath.Dir(skill), 0o755)

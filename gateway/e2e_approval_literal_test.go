@@ -21,6 +21,7 @@ const disguisedArgs = `{"path":"<https://evil.example/x|echo ls> <!channel> ` + 
 // and no @channel) in a code block, on the web chat as text; on both the
 // right-to-left override is written as \u202e instead of reordering the text.
 func TestE2EApprovalShowsArgumentsLiterally(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	cfg := fmt.Sprintf(`{
   gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 5 },

@@ -67,6 +67,7 @@ func waitText(t *testing.T, tg *testGW, client, want string) string {
 // conversation cannot approve it; /approve lets it run; /deny refuses it;
 // a denied tool never runs.
 func TestE2ESupervisedToolNeedsApproval(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, approvalConfig, approvalModel)
 	ws := filepath.Join(tg.StateDir, "workspace", "main")
 	if err := os.MkdirAll(ws, 0o755); err != nil {

@@ -32,6 +32,7 @@ func poll(t *testing.T, ctx context.Context, what, cond string) {
 // script or event-handler HTML in it does not run. With
 // HERALD_SCREENSHOTS=dir it saves desktop and phone-width screenshots.
 func TestE2EBrowserPanelAndMarkdown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}

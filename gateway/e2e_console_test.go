@@ -46,6 +46,7 @@ func consoleGet(t *testing.T, tg *testGW, path string, v any) {
 // rolled-up tokens and cost, a dead letter retried and dropped, 404 with a
 // one-line reason for unknown ids, and the page's CSP.
 func TestE2EConsoleAPI(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, consoleConfig, echoModel)
 	ctx := context.Background()
 	db := tg.G.Store().(*store.DB)

@@ -24,6 +24,7 @@ var echoModel = llmtest.ByLastUser(func(text string) llmtest.Reply { return llmt
 // reply would wait behind it (and the stuck one would go out once the
 // platform recovered).
 func TestE2EDeadLetterUnblocksItsChat(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	tg := newTestGateway(t, fmt.Sprintf(`{
   gateway: { shutdownGraceSeconds: 5 },
@@ -78,6 +79,7 @@ func TestE2EDeadLetterUnblocksItsChat(t *testing.T) {
 // gets the ⏳ line, no model call — while a fresh one behind it is
 // answered.
 func TestE2EStaleOwedMessageSkipped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := openTestStore(t, dir)
 	old := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond)

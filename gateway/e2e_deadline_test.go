@@ -28,6 +28,7 @@ func hangOn(c llmtest.Call) llmtest.Reply {
 // timeoutSeconds with a line saying so, and a fifth conversation is then
 // answered instead of waiting for a /stop.
 func TestE2EHungProviderDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	cfg := strings.NewReplacer("PROVIDER", "1", "TURN", "600").Replace(deadlineConfig)
 	tg := newTestGateway(t, cfg, hangOn)
 	for _, c := range []string{"h1", "h2", "h3", "h4"} {

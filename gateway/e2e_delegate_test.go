@@ -13,6 +13,7 @@ import (
 // agents.defaults.thinking and agents.defaults.maxIterations when the agent
 // sets neither, like a top-level turn of that agent would.
 func TestE2EDelegateUsesDefaults(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, `{
   gateway: { http: { listen: "127.0.0.1:0" } },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m", maxTokens: 8192 }] } } },

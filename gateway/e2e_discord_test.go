@@ -73,6 +73,7 @@ func dcCount(f *discordfake.Server, channel, text string) int {
 // two sub-agents it spawns announce in that thread, once each, with the
 // stats line last; nothing is posted in the channel itself.
 func TestE2EDiscordMentionOpensThreadAndAnnouncesThere(t *testing.T) {
+	t.Parallel()
 	f := newDiscordFake(t)
 	work := newGate(t)
 	tg := newTestGateway(t, discordConfig(f), researchModel(map[string]*gate{"alpha": work, "beta": work}))
@@ -125,6 +126,7 @@ func TestE2EDiscordMentionOpensThreadAndAnnouncesThere(t *testing.T) {
 // the restart (GET …/messages?after= from the stored cursor) and answered
 // once; nothing answered before is answered again.
 func TestE2EDiscordResumeAndRestartMissNothingAndRepeatNothing(t *testing.T) {
+	t.Parallel()
 	f := newDiscordFake(t)
 	dir := t.TempDir()
 	cfg := discordConfig(f)
@@ -194,6 +196,7 @@ func TestE2EDiscordResumeAndRestartMissNothingAndRepeatNothing(t *testing.T) {
 // file it sends back with send_file arrives in the thread the mention
 // opened, with the same bytes and its caption, after the reply.
 func TestE2EDiscordFilesRoundTrip(t *testing.T) {
+	t.Parallel()
 	f := newDiscordFake(t)
 	model := &fileEcho{}
 	newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`discord: { enabled: true, botToken: %q, apiUrl: %q, groups: { %q: {} } }`,
@@ -225,6 +228,7 @@ func TestE2EDiscordFilesRoundTrip(t *testing.T) {
 // once the gateway took it, and the gateway's reply follows in the channel;
 // /new in the thread of a conversation answers there.
 func TestE2EDiscordApplicationCommand(t *testing.T) {
+	t.Parallel()
 	f := newDiscordFake(t)
 	newTestGateway(t, discordConfig(f), researchModel(nil))
 	dcConnected(t, f)
@@ -263,6 +267,7 @@ func TestE2EDiscordApplicationCommand(t *testing.T) {
 // mention in the thread is not given them again, and the thread's history
 // is not read again for it.
 func TestE2EDiscordThreadContext(t *testing.T) {
+	t.Parallel()
 	f := newDiscordFake(t)
 	tg := newTestGateway(t, discordConfig(f), researchModel(nil))
 	dcConnected(t, f)

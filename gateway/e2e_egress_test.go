@@ -56,6 +56,7 @@ func egressModel(c llmtest.Call) llmtest.Reply {
 // 16) is refused at dial time; nothing of the other conversation reaches
 // any model call; an operator-allowed private range still works.
 func TestE2EWebFetchCannotReachOtherConversations(t *testing.T) {
+	t.Parallel()
 	const victim, attacker, secret = "victim", "attacker", "XYZZY-7431"
 	tg := newTestGateway(t, strings.Replace(egressConfig, "ALLOW", "", 1), egressModel)
 	webPost(t, tg.URL, victim, "my secret is "+secret)

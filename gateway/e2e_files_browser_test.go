@@ -21,6 +21,7 @@ import (
 // from GET /api/files) and the CSV as a download link. With
 // HERALD_SCREENSHOTS=dir it saves a screenshot.
 func TestE2EBrowserFiles(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}

@@ -128,6 +128,7 @@ func checkImageReached(t *testing.T, m *fileEcho, img []byte, name string) {
 // screenshot as an image block; the person gets the 📎 lines for the other
 // two, the reply, and the screenshot back as a Slack upload in the thread.
 func TestE2ESlackFilesRoundTrip(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	model := &fileEcho{}
 	tg := newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } }`,
@@ -174,6 +175,7 @@ func TestE2ESlackFilesRoundTrip(t *testing.T) {
 // comes back by sendPhoto in topic 42; a corrupt photo is answered with the
 // 📎 line.
 func TestE2ETelegramFilesRoundTrip(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	model := &fileEcho{}
 	tg := newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": { requireMention: false } } }`,
@@ -211,6 +213,7 @@ func TestE2ETelegramFilesRoundTrip(t *testing.T) {
 // transcribed through attachments.transcription, and the transcript is
 // the message the model answers, in topic 42.
 func TestE2ETelegramVoiceTranscribed(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	stt := newTranscriber(t, "what is on my calendar tomorrow")
 	tg := newTestGateway(t, stt.config(fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": { requireMention: false } } }`,
@@ -265,6 +268,7 @@ func seedFileOutbox(t *testing.T, to channels.Origin, data []byte, name, mime st
 // share is found by its block's marker and not uploaded again; a file Slack
 // never got is uploaded once.
 func TestE2EUncertainFileOnSlackIsLookedUp(t *testing.T) {
+	t.Parallel()
 	chart := filePNG(t, 20, 20)
 	for _, tc := range []struct {
 		name       string
@@ -303,6 +307,7 @@ func TestE2EUncertainFileOnSlackIsLookedUp(t *testing.T) {
 // whose outcome is unknown follows uncertainDelivery: "resend" sends it
 // again, "skip" does not.
 func TestE2EUncertainFileOnTelegram(t *testing.T) {
+	t.Parallel()
 	chart := filePNG(t, 20, 20)
 	for _, tc := range []struct {
 		setting string
@@ -463,6 +468,7 @@ func spawnFileModel(c llmtest.Call) llmtest.Reply {
 // posted with its announce, in the Slack thread the person asked in, after
 // the announce's text.
 func TestE2ESubagentFileAfterAnnounceOnSlack(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	tg := newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } }`,
 		slackfake.BotToken, slackfake.AppToken, sf.URL())), spawnFileModel)
@@ -502,6 +508,7 @@ func TestE2ESubagentFileAfterAnnounceOnSlack(t *testing.T) {
 // TestE2ESubagentFileAfterAnnounceOnTelegram: the same in a forum topic:
 // the announce text, then the child's file, both in the topic.
 func TestE2ESubagentFileAfterAnnounceOnTelegram(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	tg := newTestGateway(t, fmt.Sprintf(platformFilesConfig, fmt.Sprintf(`telegram: { enabled: true, botToken: %q, apiUrl: %q, groups: { "-100123": { requireMention: false } } }`,
 		tgToken, tf.URL())), spawnFileModel)

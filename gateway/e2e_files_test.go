@@ -94,6 +94,7 @@ func webFileMessages(t *testing.T, base, client string) []webFileEntry {
 // only. A corrupt image and one over attachments.maxBytes are answered with
 // the 📎 line while the message is still answered.
 func TestE2EWebImageReachesModel(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, filesE2EConfig, llmtest.Text("a red dot"))
 	pic := testPNG(t)
 	const client = "files-a"
@@ -176,6 +177,7 @@ func TestE2EWebImageReachesModel(t *testing.T) {
 // TestE2EWebJSONFilesAndHTML: the JSON form with base64 files; an HTML file
 // is stored as text/plain and served as a download, never rendered.
 func TestE2EWebJSONFilesAndHTML(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, filesE2EConfig, llmtest.Text("ok"))
 	const client = "files-json"
 	html := []byte("<html><script>alert(1)</script></html>")
@@ -223,6 +225,7 @@ func base64Hex(b []byte) string {
 // the reply's text and then the file, with its caption, reach the web
 // conversation, and the file is served to that conversation.
 func TestE2EWebSendFile(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, filesE2EConfig, llmtest.Script(
 		llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: json.RawMessage(`{"path": "attachments/chart.png", "caption": "your chart"}`)}}},
 		llmtest.Reply{Text: "Here is the chart back."},
@@ -270,6 +273,7 @@ func TestE2EWebSendFile(t *testing.T) {
 // the child's send_file goes out with its announce, after the announce's
 // text, in the same conversation.
 func TestE2ESpawnHandsFilesToChild(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	childCalls := 0
 	tg := newTestGateway(t, filesE2EConfig, func(c llmtest.Call) llmtest.Reply {

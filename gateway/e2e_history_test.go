@@ -17,6 +17,7 @@ import (
 // line and the model is not called with an empty history; a torn last
 // line (a crash mid-write) is still repaired and the turn answered.
 func TestE2EUnreadableHistoryIsNotAFreshStart(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t) // damages a transcript file
 	const header = `{"type":"session","version":1,"sessionKey":"K","sessionId":"ID","agentId":"main","createdAt":"2026-11-21T20:00:00Z"}` + "\n"
 	const line = `{"type":"message","role":"user","content":"earlier","timestamp":"2026-11-21T20:00:01Z"}` + "\n"

@@ -79,6 +79,7 @@ const testReadTimeoutFor = 200 * time.Millisecond
 // TestE2EMetricsNeedTheTokenOffLoopback: with gateway.http.listen not on
 // loopback, /metrics answers 401 without the web token and 200 with it.
 func TestE2EMetricsNeedTheTokenOffLoopback(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, `{ gateway: { http: { listen: "0.0.0.0:8790" }, admin: { token: "admin-token" } }, channels: { web: { token: "s3cret-token" } } }`, nil)
 	get := func(h string) int {
 		req, _ := http.NewRequest("GET", tg.URL+"/metrics", nil)

@@ -30,6 +30,7 @@ func openTranscripts(t *testing.T, dir string) int {
 // leave memory (their transcripts are not held open at all); the next message loads the
 // history again from the transcript, so the model still sees it.
 func TestE2EIdleSessionsLeaveMemory(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t) // counts open transcript files
 	tg := newTestGateway(t, strings.Replace(sessionCmdConfig, "gateway: {", "session: { idleMinutes: 1 },\n  gateway: {", 1),
 		func(c llmtest.Call) llmtest.Reply { return llmtest.Reply{Text: "answer to " + c.LastUser()} })

@@ -29,6 +29,7 @@ func rawPost(t *testing.T, base, client, text string) (int, string) {
 // Retry-After and a "busy" line in its chat; every message that got a 202
 // is still answered once the model answers again.
 func TestE2EBusyIntakeIsRefusedAndNothingAcknowledgedIsLost(t *testing.T) {
+	t.Parallel()
 	g := newGate(t)
 	var calls atomic.Int32
 	tg := newTestGateway(t, `{
@@ -73,6 +74,7 @@ func TestE2EBusyIntakeIsRefusedAndNothingAcknowledgedIsLost(t *testing.T) {
 // channels.web.rateLimit gets 429 with Retry-After; another client is not
 // held back; refusals are counted.
 func TestE2EWebRateLimitPerClient(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, `{
   gateway: { http: { listen: "127.0.0.1:0" } },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },

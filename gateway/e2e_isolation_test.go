@@ -43,6 +43,7 @@ const isolationAgents = `{
 // no tool the caller lacks; and the caller's own turn has only the session
 // tools its allowedTools name.
 func TestE2EDelegateHonoursAllowAgentsAndAllowedTools(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var mainTools, helperTools []string
 	var adminAsked bool
@@ -149,6 +150,7 @@ func approverModel(c llmtest.Call) llmtest.Reply {
 // may approve it; Alice may deny her own. A padded exec command is shown
 // whole, split over several messages.
 func TestE2EApprovalOnlyRequesterOrApprover(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	tg := newTestGateway(t, fmt.Sprintf(approverConfig, tgToken, tf.URL()), approverModel)
 	ws := filepath.Join(tg.StateDir, "workspace", "main")
@@ -310,6 +312,7 @@ func toolSays(t *testing.T, tg *testGW, client, tool string, args any) string {
 // to every conversation but cannot be written; a sub-agent works in its
 // requester's workspace; folders are 0700 and files 0600.
 func TestE2EConversationWorkspaces(t *testing.T) {
+	t.Parallel()
 	m := &workspaceModel{systems: map[string]string{}}
 	tg := newTestGateway(t, workspaceConfig, m.handle)
 	aws := filepath.Join(tg.StateDir, "workspace", "main")
@@ -414,6 +417,7 @@ const slackHTTPConfig = `{
 // twice within the signature window (the same request replayed) runs one
 // turn; a command signed afterwards runs as usual.
 func TestE2ESlackReplayedSlashCommandRunsOnce(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	asked := map[string]int{}
 	sf := slackfake.New(t)
@@ -473,6 +477,7 @@ func postSlash(t *testing.T, base string, form []byte, at time.Time) {
 // state runs nothing: the commands taken are recorded in the store, which
 // every replica shares.
 func TestE2ESlackReplayAfterRestartRunsNothing(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	asked := map[string]int{}
 	model := func(c llmtest.Call) llmtest.Reply {

@@ -15,6 +15,7 @@ import (
 // ends as that one message with exactly the final text and the outbox
 // metadata (so a re-send after a crash finds it).
 func TestE2ESlackStreamsByEditing(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	const reply = "Here is the Slack answer, written in three pieces so the thread can watch it grow."
 	waitFake := func(what string, ok func() bool) {

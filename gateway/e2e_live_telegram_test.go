@@ -15,6 +15,7 @@ import (
 // grows (a 429 during an edit is waited out) — and ends as that one message
 // with exactly the final text: not a second message.
 func TestE2ETelegramStreamsByEditing(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	const reply = "Here is the answer, written in three pieces so the chat can watch it grow."
 	waitFake := func(what string, ok func() bool) {
@@ -70,6 +71,7 @@ func TestE2ETelegramStreamsByEditing(t *testing.T) {
 // its reply replaces that same draft: one message, with the final text,
 // not a half-written one next to a new one.
 func TestE2ETelegramDraftSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	dir := t.TempDir()
 	cfg := strings.Replace(fmt.Sprintf(telegramE2EConfig, tgToken, tf.URL()), "shutdownGraceSeconds: 5", "shutdownGraceSeconds: 1", 1)

@@ -59,6 +59,7 @@ func openEvents(t *testing.T, base, client string) <-chan sseEvent {
 // reply, then the reply once as a message, then typing ends. With
 // streaming "off" only the message comes.
 func TestE2EWebStreamsTheReply(t *testing.T) {
+	t.Parallel()
 	const reply = "Streaming makes the wait visible: one piece, another piece, and the last piece."
 	for _, mode := range []string{"edit", "off"} {
 		t.Run(mode, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 // Every turn is answered, no error reaches the person, and the transcript
 // holds compaction lines next to every message.
 func TestE2ELongConversationNeverHitsTheWindow(t *testing.T) {
+	t.Parallel()
 	cfg := `{
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k",
     models: [{ id: "small", contextWindow: 8000, maxTokens: 512 }] } } },

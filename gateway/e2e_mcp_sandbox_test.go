@@ -78,6 +78,8 @@ func mcpViaChat(t *testing.T, tg *testGW, tool, text string) (mcpResult, string)
 // person; a plain call still works. With sandbox: false the same calls read
 // them (the contrast: the checks can fail).
 func TestE2EMCPSandboxContainsServer(t *testing.T) {
+	t.Parallel() // its gateway runs in a child process
+	storeIndependent(t)
 	if !inChildWithSecret(t) {
 		return
 	}

@@ -102,6 +102,7 @@ func mcpGateway(t *testing.T, policy string) *testGW {
 // /readyz and is listed as down on GET /mcp. sessions_spawn's allowedTools
 // may name an MCP tool.
 func TestE2EMCPToolThroughSubagent(t *testing.T) {
+	t.Parallel()
 	tg := mcpGateway(t, "")
 	for _, server := range []string{"local", "remote"} {
 		waitMCPUp(t, tg, server)
@@ -152,6 +153,7 @@ func TestE2EMCPToolThroughSubagent(t *testing.T) {
 // wins over the group; tools.subagents.tools.deny removes an MCP tool from
 // sub-agents.
 func TestE2EMCPPolicy(t *testing.T) {
+	t.Parallel()
 	tg := mcpGateway(t, `groups: { mcp: "supervised" }, tools: { mcp__remote__echo: "allow", mcp__local__fail: "deny" }`)
 	waitMCPUp(t, tg, "local")
 	waitMCPUp(t, tg, "remote")
@@ -191,6 +193,7 @@ func TestE2EMCPPolicy(t *testing.T) {
 // with npx by the gateway, called by a sub-agent; the result reaches the
 // announce.
 func TestE2EMCPReferenceServer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: skipping the npm reference server")
 	}
@@ -270,6 +273,7 @@ func jsonEscape(s string) string {
 // attempt — here a stdio server that takes 3 s to answer — and the
 // sub-agent is offered the tool and calls it.
 func TestE2EMCPToolsBeforeOwedTurns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := openTestStore(t, dir)
 	origin := channels.Origin{Channel: "web", ChatID: "ann", ChatType: channels.ChatDM, SenderID: "ann", MessageID: "1"}

@@ -16,6 +16,7 @@ import (
 // by agent and model; the outbox retry and failure counters exist at zero
 // from the start.
 func TestE2ETokenMetricsCountSubagents(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, `{
   gateway: { http: { listen: "127.0.0.1:0" } },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },

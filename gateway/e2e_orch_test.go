@@ -89,6 +89,7 @@ func askSeen(t *testing.T, tg *testGW, client, text string) string {
 // takes no old result, also not of a child of the old session that ends
 // after the /new.
 func TestE2EResultsReachParent(t *testing.T) {
+	t.Parallel()
 	late := newGate(t)
 	tg := newTestGateway(t, orchConfig, orchModel(map[string]*gate{"gamma": late}))
 	const client = "orch"
@@ -119,6 +120,7 @@ func TestE2EResultsReachParent(t *testing.T) {
 // the parent's next turn, and the next turn on a new gateway on the same
 // state holds both results once.
 func TestE2EResultsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := orchModel(nil)
 	tg := newTestGatewayIn(t, dir, orchConfig, h)

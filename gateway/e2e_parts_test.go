@@ -76,6 +76,7 @@ func sentTexts(sent []tgfake.Sent) []string {
 // three-part message is waited out and the message resumes at that part —
 // each part on Telegram once, in order.
 func TestE2EOutboxResumesPartsAfterARateLimit(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	tf.FailNextAfter(1, 1, 429, 1)
 	tg := newTestGatewayIn(t, seedOutbox(t, threeParts, 0, -1), partsConfig(tf, "resend"), nil)
@@ -91,6 +92,7 @@ func TestE2EOutboxResumesPartsAfterARateLimit(t *testing.T) {
 // decides: "resend" sends parts 2 and 3, "skip" only part 3; both are
 // counted in herald_outbox_uncertain_total.
 func TestE2EUncertainPartOnTelegram(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ setting, want string }{{"resend", "bc"}, {"skip", "c"}} {
 		t.Run(tc.setting, func(t *testing.T) {
 			tf := tgfake.New(t, tgToken)
@@ -115,6 +117,7 @@ func TestE2EUncertainPartOnTelegram(t *testing.T) {
 // post is found by its metadata and not posted again; a post Slack never
 // got is sent.
 func TestE2EUncertainPartOnSlackIsLookedUp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		onSlack    bool

@@ -36,6 +36,7 @@ const reloadConfig = `{
 // change and is reconnected (and still answers) when they did, and
 // herald_config_reloads_total counts both results.
 func TestE2EReloadKeepsTurnsAndConnections(t *testing.T) {
+	t.Parallel()
 	hold := newGate(t)
 	var mu sync.Mutex
 	modelOf := map[string]string{} // user text → model that answered it

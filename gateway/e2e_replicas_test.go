@@ -108,6 +108,7 @@ func waitSeen(t *testing.T, seen <-chan string, want string) {
 // conversation answers its next message at once), the runs end stopped
 // and are counted in the reply, the approved tool runs.
 func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
+	t.Parallel()
 	seen := make(chan string, 64)
 	gws := startReplicas(t, 2, replicaModel(seen))
 	a, b := gws[0], gws[1]
@@ -185,6 +186,7 @@ func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
 // their config reloads apart, so `herald reload` reports what the replica
 // it signalled did, not another's.
 func TestE2EReplicasRecordTheirOwnReloads(t *testing.T) {
+	t.Parallel()
 	gws := startReplicas(t, 2, replicaModel(make(chan string, 64)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

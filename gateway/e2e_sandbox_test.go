@@ -125,6 +125,8 @@ func workingMechanisms(t *testing.T) []string {
 // each sandbox mechanism every one is contained, and a plain command still
 // works in its workspace.
 func TestE2ESandboxContainsAttacks(t *testing.T) {
+	t.Parallel() // its gateway runs in a child process
+	storeIndependent(t)
 	if !inChildWithSecret(t) {
 		return
 	}
@@ -280,6 +282,8 @@ func TestE2ESandboxContainsAttacks(t *testing.T) {
 // command reach the host's network (the check of "network is off" above
 // can fail).
 func TestE2ESandboxNetworkWhenAllowed(t *testing.T) {
+	t.Parallel()
+	storeIndependent(t)
 	for _, mech := range workingMechanisms(t) {
 		t.Run(mech, func(t *testing.T) {
 			tg := newTestGateway(t, strings.NewReplacer("MECH", strconv.Quote(mech), "NET", "true").Replace(sandboxConfig), execModel)
@@ -295,6 +299,7 @@ func TestE2ESandboxNetworkWhenAllowed(t *testing.T) {
 // exec is refused with a result naming tools.exec.sandbox, and the turn is
 // still answered.
 func TestE2ESandboxUnavailableRefusesExec(t *testing.T) {
+	storeIndependent(t)
 	restore := sandbox.OverrideProbe(sandbox.Report{
 		Bwrap:    sandbox.Status{Detail: "test: bwrap is not installed"},
 		Landlock: sandbox.Status{Detail: "test: the kernel has no Landlock"},

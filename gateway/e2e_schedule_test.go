@@ -102,6 +102,7 @@ func checkOncePerDue(t *testing.T, dues []time.Time) {
 // field; /status shows the next firing; pause stops it; list, remove and
 // every kind of bad input answer as SPEC §19 says.
 func TestE2EScheduleEveryThroughWebAPI(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, scheduleConfig, scheduleModel())
 	const client = "sched"
 
@@ -208,6 +209,7 @@ func TestE2EScheduleEveryThroughWebAPI(t *testing.T) {
 // ANNOUNCE_SKIP posts nothing; failed runs are announced Status: error,
 // and after three in a row the schedule pauses and says so.
 func TestE2EScheduleSkipAndFailures(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, scheduleConfig, scheduleModel())
 	const client = "sched-fail"
 	ctx := context.Background()
@@ -279,6 +281,7 @@ func seedSchedule(t *testing.T, catchUp string, behind time.Duration) string {
 // how many were missed, then on time again; all runs each missed due time,
 // in order, once.
 func TestE2EScheduleCatchUpAfterDowntime(t *testing.T) {
+	t.Parallel()
 	t.Run("latest", func(t *testing.T) {
 		tg := newTestGatewayIn(t, seedSchedule(t, "latest", 10*time.Second), scheduleConfig, scheduleModel())
 		var texts []string
@@ -312,6 +315,7 @@ func TestE2EScheduleCatchUpAfterDowntime(t *testing.T) {
 // TestE2EScheduleTwoReplicas: two gateways on one PostgreSQL state fire
 // each due time of a 1 s schedule once between them.
 func TestE2EScheduleTwoReplicas(t *testing.T) {
+	t.Parallel()
 	gws := startReplicas(t, 2, scheduleModel())
 	err := gws[0].G.Store().AddSchedule(context.Background(), &store.Schedule{ID: "shared", SessionKey: "agent:main:web:dm:r1",
 		AgentID: "main", Kind: store.ScheduleEvery, Expr: "1s", Timezone: "UTC", Task: "check the status page",
@@ -334,6 +338,7 @@ func TestE2EScheduleTwoReplicas(t *testing.T) {
 // TestE2EBrowserSchedulePanel: the web chat's panel lists the
 // conversation's schedules; Pause and Remove act on them.
 func TestE2EBrowserSchedulePanel(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
@@ -370,6 +375,7 @@ func TestE2EBrowserSchedulePanel(t *testing.T) {
 // in the conversation ("remind me"), which fires once and is announced
 // there; a toolPolicy deny keeps the model from it.
 func TestE2EScheduleTool(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, scheduleConfig, scheduleModel())
 	seq := webPost(t, tg.URL, "tool", "remind me in a second to stretch")
 	reply := waitWeb(t, tg, "tool", seq, "assistant", func(string) bool { return true })
@@ -404,6 +410,7 @@ func TestE2EScheduleTool(t *testing.T) {
 // topic 42 and one made with /schedule in topic 43 are announced each in
 // its own topic, in order, once per due time.
 func TestE2EScheduleTelegramTopics(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	cfg := fmt.Sprintf(`{
   gateway: { shutdownGraceSeconds: 5 },
@@ -464,6 +471,7 @@ func TestE2EScheduleTelegramTopics(t *testing.T) {
 // error without a model call, and after three the schedule pauses — a
 // runaway schedule is stopped by the budget, not by the bill.
 func TestE2EScheduleStoppedByBudget(t *testing.T) {
+	t.Parallel()
 	cfg := `{
   gateway: { http: { listen: "127.0.0.1:0" } },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m", cost: { input: 100, output: 100 } }] } } },
@@ -537,6 +545,7 @@ func TestE2EScheduleStoppedByBudget(t *testing.T) {
 // (reported as changed); one whose id a chat schedule has is rejected and
 // the old config stays.
 func TestE2EScheduleReload(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, scheduleConfig, scheduleModel())
 	ctx := context.Background()
 	seq := webPost(t, tg.URL, "reload", "/schedule every 1h water the plants")

@@ -28,6 +28,7 @@ import (
 // prompt of every conversation of the agent); the person gets the 📎 line
 // instead, and the turn still runs.
 func TestE2EUploadDoesNotFollowAttachmentsLink(t *testing.T) {
+	t.Parallel()
 	r := sandbox.Probe()
 	mech := "off"
 	if r.Bwrap.OK || r.Landlock.OK {
@@ -87,6 +88,7 @@ func TestE2EUploadDoesNotFollowAttachmentsLink(t *testing.T) {
 // (the message is still answered) and the state dir's files stay within
 // the total.
 func TestE2EFileQuotas(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(filesE2EConfig, "attachments: { maxBytes: 200000 }", "attachments: { maxBytes: 500000, maxStoredMB: 1, maxTotalMB: 2 }", 1)
 	tg := newTestGateway(t, cfg, llmtest.Text("got it"))
 	file := func(client string, i int) []byte {

@@ -29,6 +29,7 @@ func isSystem(want string) func(string) bool {
 // still announces in the conversation; /model and /think change what the
 // next turn sends; /compact summarises with the model and says by how much.
 func TestE2ESessionCommands(t *testing.T) {
+	t.Parallel()
 	hold := newGate(t)
 	gates := map[string]*gate{"alpha": hold}
 	research := researchModel(gates)

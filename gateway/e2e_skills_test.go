@@ -75,6 +75,7 @@ func skillModel(c llmtest.Call) llmtest.Reply {
 // write them; a skill added while the gateway runs is listed at the next
 // turn; a malformed SKILL.md is skipped.
 func TestE2ESkills(t *testing.T) {
+	t.Parallel()
 	mech := workingMechanisms(t)[0]
 	stateDir, shared := t.TempDir(), t.TempDir()
 	aws := filepath.Join(stateDir, "workspace", "main")

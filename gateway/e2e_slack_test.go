@@ -84,6 +84,7 @@ func slackAnnounces(t *testing.T, tg *testGW, posts []slackfake.Post, requester,
 // nowhere else; a mention in thread T2, sent while the sub-agents still
 // work, is a separate conversation with its own session and reply in T2.
 func TestE2ESlackThreadAnnounces(t *testing.T) {
+	t.Parallel()
 	work := newGate(t)
 	sf, tg := startSlackE2E(t, map[string]*gate{"alpha": work, "beta": work})
 
@@ -127,6 +128,7 @@ func TestE2ESlackThreadAnnounces(t *testing.T) {
 // Retry-After: 1 twice, then 500 twice, while the announces go out; each
 // announce still lands exactly once in its thread and nothing is lost.
 func TestE2ESlackAnnouncesSurviveFaults(t *testing.T) {
+	t.Parallel()
 	alpha, beta := newGate(t), newGate(t)
 	sf, tg := startSlackE2E(t, map[string]*gate{"alpha": alpha, "beta": beta})
 

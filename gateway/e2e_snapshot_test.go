@@ -34,6 +34,7 @@ const snapshotConfig = `{
 // once — already denies the call. The next turn runs wholly on the new
 // config.
 func TestE2EReloadMidTurnKeepsTheTurnsSnapshot(t *testing.T) {
+	t.Parallel()
 	hold := newGate(t)
 	entered := make(chan struct{}, 1)
 	type seen struct {

@@ -14,6 +14,7 @@ import (
 // caller agent's thinking; an invalid thinking is skipped with a warning
 // instead of failing the spawn.
 func TestE2ESpawnOwnAgentAndThinkingChain(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, `{
   gateway: { http: { listen: "127.0.0.1:0" } },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m", maxTokens: 8192 }] } } },

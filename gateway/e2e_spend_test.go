@@ -66,6 +66,7 @@ const fallbackNote = "Answered by openai/gpt-4o: anthropic/claude-sonnet-4-20250
 // conversation is answered by the fallback, and /status says which model
 // answered and why, and that the primary cools down after failing again.
 func TestE2EFallbackAnswers(t *testing.T) {
+	t.Parallel()
 	oa := llmtest.NewOpenAI(t, spawnerModel)
 	tg := newTestGateway(t, spendConfig(oa.URL, "{}", ""), overloaded)
 	const client = "fallback"
@@ -130,6 +131,7 @@ func TestE2EFallbackNoteInAnnounce(t *testing.T) {
 // 💸 line and no model call (the fake counts them); the conversation is
 // warned once.
 func TestE2EBudgetStopsConversation(t *testing.T) {
+	t.Parallel()
 	oa := llmtest.NewOpenAI(t, spawnerModel)
 	tg := newTestGateway(t, spendConfig(oa.URL, `{ conversation: { dailyUSD: 0.10 } }`, ""), spawnerModel)
 	const client = "budget"
@@ -177,6 +179,7 @@ func TestE2EBudgetStopsConversation(t *testing.T) {
 // second gateway on the same state (at the same time on PostgreSQL, after
 // the first stopped on SQLite) refuses what the first one's spend used up.
 func TestE2EBudgetSharedByGateways(t *testing.T) {
+	t.Parallel()
 	oa := llmtest.NewOpenAI(t, spawnerModel)
 	state := t.TempDir()
 	cfg := spendConfig(oa.URL, `{ total: { dailyUSD: 0.10 } }`, "")
@@ -204,6 +207,7 @@ func TestE2EBudgetSharedByGateways(t *testing.T) {
 // TestE2EUsageCommand: /usage after two turns and a sub-agent run matches
 // testdata/usage.golden (the day and the run id normalised).
 func TestE2EUsageCommand(t *testing.T) {
+	t.Parallel()
 	oa := llmtest.NewOpenAI(t, spawnerModel)
 	tg := newTestGateway(t, spendConfig(oa.URL, `{ conversation: { dailyUSD: 5 }, agent: { monthlyUSD: 100 } }`, ""), spawnerModel)
 	const client = "usage"

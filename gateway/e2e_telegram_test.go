@@ -94,6 +94,7 @@ func telegramAnnounces(t *testing.T, tg *testGW, sent []tgfake.Sent, requester s
 // topic 43 and in a private chat, sent while the sub-agents still work, are
 // separate conversations answered in their own place.
 func TestE2ETelegramTopicAnnounces(t *testing.T) {
+	t.Parallel()
 	work := newGate(t)
 	tf, tg := startTelegramE2E(t, map[string]*gate{"alpha": work, "beta": work})
 
@@ -139,6 +140,7 @@ func TestE2ETelegramTopicAnnounces(t *testing.T) {
 // retry_after 1, then 500 twice, while the announces go out; each announce
 // still arrives exactly once in topic 42 and nothing is lost.
 func TestE2ETelegramAnnouncesSurviveFaults(t *testing.T) {
+	t.Parallel()
 	work := newGate(t)
 	tf, tg := startTelegramE2E(t, map[string]*gate{"alpha": work, "beta": work})
 

@@ -18,6 +18,7 @@ import (
 // has it) and Slack is not asked again; nor after /new, since the bot has
 // posted in the thread by then.
 func TestE2ESlackThreadContext(t *testing.T) {
+	t.Parallel()
 	sf, tg := startSlackE2E(t, nil)
 	const bob = "U0BOB"
 	sf.SetUserName(slackfake.UserID, "Alice")
@@ -80,6 +81,7 @@ func TestE2ESlackThreadContext(t *testing.T) {
 // TestE2ESlackThreadContextOff: threadContext 0 gives the model the mention
 // alone and never reads the thread.
 func TestE2ESlackThreadContextOff(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	cfg := strings.Replace(fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()),
 		"groups: { C1: {} }", "groups: { C1: {} }, threadContext: 0", 1)
@@ -108,6 +110,7 @@ func TestE2ESlackThreadContextOff(t *testing.T) {
 // inside it. The system prompt says the block is quoted context, not
 // instructions.
 func TestE2EThreadContextIsQuotedNotTrusted(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	const bob, mallory = "U0BOB", "U0MALLORY"
 	cfg := strings.Replace(fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()),

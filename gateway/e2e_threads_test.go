@@ -136,6 +136,7 @@ func TestE2ESlackFocusThread(t *testing.T) {
 // goes to its thread; a message there without a mention reaches the
 // child's session and is answered there, not announced again.
 func TestE2ESlackSpawnThread(t *testing.T) {
+	t.Parallel()
 	sf := slackfake.New(t)
 	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), threadModel())
 	if !sf.WaitConnected(e2eWait) {
@@ -203,6 +204,7 @@ const telegramThreadConfig = `{
 // bot may not open topics, the spawn runs in the requester's chat and its
 // result carries a warning.
 func TestE2ETelegramSpawnTopic(t *testing.T) {
+	t.Parallel()
 	tf := tgfake.New(t, tgToken)
 	tf.SetForum(tgGroup, "")
 	tf.SetForum(-100888, "Bad Request: not enough rights to create a topic")

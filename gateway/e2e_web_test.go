@@ -27,6 +27,7 @@ const webSpawn = "spawn 3 researchers on Go generics"
 // headless Chromium: the demo agent's reply and three announce cards, each
 // a successful run, appear on the page.
 func TestE2EWebBrowserSpawn(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
@@ -96,6 +97,7 @@ func waitWeb(t *testing.T, tg *testGW, client string, after int64, role string, 
 // request is announced three times; /subagents list and info then show
 // the three runs of that conversation, and another client sees none of them.
 func TestE2EWebAPISubagentCommands(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, webE2EConfig, nil)
 	const a, b = "e2e-api-a", "e2e-api-b"
 

@@ -51,6 +51,7 @@ func webReq(t *testing.T, method, url string, body []byte, header map[string]str
 // client, channels.web.maxStreams in all). /mcp needs the token; /readyz
 // without it tells only whether the gateway is ready.
 func TestE2EWebOffLoopback(t *testing.T) {
+	t.Parallel()
 	tg := newTestGateway(t, webOffConfig, nil)
 	bearer := map[string]string{"Authorization": "Bearer s3cret-token"}
 	post := func(client string, header map[string]string, cookies ...*http.Cookie) (*http.Response, string) {
@@ -190,6 +191,7 @@ func TestE2EWebOffLoopback(t *testing.T) {
 // setting, a request carrying X-Forwarded-For gets the same rules, and
 // one without keeps the loopback rules.
 func TestE2EBehindProxy(t *testing.T) {
+	t.Parallel()
 	const cfg = `{
   gateway: { http: { listen: "127.0.0.1:0", behindProxy: %s }, admin: { token: "admin-token" } },
   models: { providers: { demo: { api: "demo", models: [{ id: "demo" }] } } },

@@ -5,14 +5,16 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,9 +81,11 @@ func newTestGateway(t *testing.T, cfgJSON5 string, h llmtest.Handler) *testGW {
 func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler, edits ...func(*config.Config)) *testGW {
 	t.Helper()
 	// Registered first, so it runs last: after the gateway stopped and the
-	// fake LLM closed.
-	before := gatewayGoroutines()
-	t.Cleanup(func() { checkGoroutines(t, before) })
+	// fake LLM closed. The gateway's goroutines carry a label of its own
+	// (inherited by every goroutine they start), so the check sees only
+	// this gateway's, whatever other tests run meanwhile.
+	label := strconv.FormatInt(gatewaySeq.Add(1), 10)
+	t.Cleanup(func() { checkGoroutines(t, label) })
 
 	tg := &testGW{StateDir: stateDir}
 	if h != nil {
@@ -105,23 +109,28 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	g, err := gateway.New(context.Background(), gateway.Options{
-		Config: cfg, StateDir: tg.StateDir, Listener: ln,
-		Logger:          cmp.Or(testLogger, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))),
-		Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
-		HTTPReadTimeout: testReadTimeout,
-		Channels:        testChannels,
-		Clock:           testClock,
+	var g *gateway.Gateway
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	pprof.Do(context.Background(), pprof.Labels(gatewayLabel, label), func(context.Context) {
+		g, err = gateway.New(context.Background(), gateway.Options{
+			Config: cfg, StateDir: tg.StateDir, Listener: ln,
+			Logger:          cmp.Or(testLogger, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))),
+			Providers:       providers.Options{BackoffBase: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+			HTTPReadTimeout: testReadTimeout,
+			Channels:        testChannels,
+			Clock:           testClock,
+		})
+		if err == nil {
+			go func() { done <- g.Run(ctx) }()
+		}
 	})
 	if err != nil {
+		cancel()
 		ln.Close()
 		t.Fatalf("gateway.New: %v", err)
 	}
 	tg.G, tg.URL = g, "http://"+g.Addr()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
 	var stopOnce sync.Once
 	tg.Stop = func() {
 		stopOnce.Do(func() {
@@ -139,6 +148,11 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	t.Cleanup(tg.Stop)
 	if !testNoWaitReady {
 		tg.waitReady(t)
+		// The leak check at cleanup can only fail if it sees the gateway's
+		// goroutines while it runs.
+		if len(gatewayGoroutines(label)) == 0 {
+			t.Fatalf("no goroutine labelled %s=%s runs gateway code: the goroutine check would see nothing", gatewayLabel, label)
+		}
 	}
 	return tg
 }
@@ -298,27 +312,34 @@ func checkAnnounce(t *testing.T, text, label string) {
 	}
 }
 
-// gatewayGoroutines returns the stacks of the goroutines running Herald
-// code (but not test fakes or tests) or the chat libraries' clients, by
-// goroutine id.
-func gatewayGoroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
+// gatewayLabel is the pprof label newTestGatewayIn gives a gateway's
+// goroutines; gatewaySeq numbers the gateways.
+const gatewayLabel = "herald-test-gateway"
+
+var gatewaySeq atomic.Int64
+
+// gatewayGoroutines returns the stacks of the goroutines of the gateway
+// labelled label that run Herald code (but not test fakes or tests) or the
+// chat libraries' clients (goroutine profile records: a count and a stack).
+func gatewayGoroutines(label string) []string {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		return []string{err.Error()}
 	}
-	out := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		id, _, _ := strings.Cut(g, " [")
-		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "_test.go") {
+	want := fmt.Sprintf("%q:%q", gatewayLabel, label)
+	var out []string
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if !strings.Contains(g, "# labels: {") || !strings.Contains(g, want) || strings.Contains(g, "testing.tRunner") || strings.Contains(g, "_test.go") {
 			continue
 		}
 		ours := false
-		for _, frame := range strings.Split(g, "\n") {
+		for _, line := range strings.Split(g, "\n") {
+			// #	0x4f5e2a	github.com/heraldhq/herald/gateway.(*Gateway).Run+0x2a	/…/gateway.go:123
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "#" || !strings.HasPrefix(f[1], "0x") {
+				continue
+			}
+			frame := f[2]
 			switch {
 			case strings.Contains(frame, "/slackfake.") || strings.Contains(frame, "/tgfake.") ||
 				strings.Contains(frame, "/llmtest.") || strings.Contains(frame, "/webtest.") ||
@@ -339,31 +360,26 @@ func gatewayGoroutines() map[string]string {
 			}
 		}
 		if ours {
-			out[id] = g
+			out = append(out, g)
 		}
 	}
 	return out
 }
 
-// checkGoroutines fails the test when goroutines running gateway code that
-// were not there before it started are still there a few seconds after
-// it stopped.
-func checkGoroutines(t *testing.T, before map[string]string) {
+// checkGoroutines fails the test when goroutines of the gateway labelled
+// label that run gateway code are still there a few seconds after it
+// stopped.
+func checkGoroutines(t *testing.T, label string) {
 	if t.Failed() {
 		return // a failed test may leave work behind on purpose; do not pile on
 	}
 	var left []string
 	waitFor(5*time.Second, func() bool {
-		left = left[:0]
-		for id, stack := range gatewayGoroutines() {
-			if _, ok := before[id]; !ok {
-				left = append(left, stack)
-			}
-		}
+		left = gatewayGoroutines(label)
 		return len(left) == 0
 	})
 	if len(left) > 0 {
-		t.Errorf("%d goroutines of the gateway still run 5s after it stopped:\n%s", len(left), strings.Join(left, "\n\n"))
+		t.Errorf("goroutines of the gateway still run 5s after it stopped:\n%s", strings.Join(left, "\n\n"))
 	}
 }
 
@@ -495,6 +511,15 @@ func openTestStore(t *testing.T, stateDir string) *store.DB {
 func sqliteOnly(t *testing.T) {
 	if pgtest.OnPostgres() {
 		t.Skip("about SQLite's files")
+	}
+}
+
+// storeIndependent skips, in the PostgreSQL run, a test of what the store
+// plays no part in (how the exec sandbox contains a command): it ran on
+// SQLite, and running it again would only double its time.
+func storeIndependent(t *testing.T) {
+	if pgtest.OnPostgres() {
+		t.Skip("the store plays no part in it: it ran on SQLite")
 	}
 }
 
