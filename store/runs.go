@@ -18,7 +18,7 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at, announce, spawn_group, group_deadline`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at, announce, spawn_group, group_deadline, output_schema, output`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
@@ -30,7 +30,7 @@ func scanRun(rows *sql.Rows, r *Run) error {
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
 		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent, &r.RequesterSessionID,
-		&r.Resumes, &ranMS, &stretch, &r.Announce, &r.SpawnGroup, &groupDeadline); err != nil {
+		&r.Resumes, &ranMS, &stretch, &r.Announce, &r.SpawnGroup, &groupDeadline, &r.OutputSchema, &r.Output); err != nil {
 		return err
 	}
 	r.ScheduleDue, r.GroupDeadline = fromMS(due), fromMS(groupDeadline)
@@ -184,13 +184,13 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
 		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID,
-		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), cmp.Or(r.Announce, AnnounceChat), r.SpawnGroup, msOrNull(r.GroupDeadline))
+		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), cmp.Or(r.Announce, AnnounceChat), r.SpawnGroup, msOrNull(r.GroupDeadline), r.OutputSchema, r.Output)
 	return err
 }
 
@@ -393,9 +393,9 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 	err := d.tx(ctx, func(c conn) error {
 		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
 			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
-			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12 WHERE id = $13`,
+			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13 WHERE id = $14`,
 			r.Status, r.Outcome, r.Note, r.Result, msOrNull(r.StartedAt), r.EndedAt.UnixMilli(),
-			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.ID)
+			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.Output, r.ID)
 		if err != nil {
 			return err
 		}

@@ -105,6 +105,10 @@ type Run struct {
 	// Announce parent ended, or at GroupDeadline (zero = none).
 	SpawnGroup    string
 	GroupDeadline time.Time
+	// OutputSchema is the run's sessions_spawn outputSchema (JSON; "" =
+	// none) and Output the JSON value its announce step gave for it,
+	// compact, stored with the run's end (SPEC §23).
+	OutputSchema, Output string
 	// WaitingFor (not stored) is how many children spawned with announce
 	// parent a running run waits for before it goes on (SPEC §23).
 	WaitingFor int

@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -339,6 +340,10 @@ type SpawnParams struct {
 	// announce "parent" children of one turn (0: the config's, else the
 	// longest child's runTimeoutSeconds).
 	GroupTimeoutSeconds *int `json:"groupTimeoutSeconds,omitempty"`
+	// OutputSchema is a JSON Schema the child's result must match
+	// (SPEC §23): its announce step gives one JSON value, stored with the
+	// run as its output.
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 }
 
 // SpawnResult is sessions_spawn's result.
@@ -427,6 +432,17 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 	task := strings.TrimSpace(p.Task)
 	if task == "" {
 		return nil, nil, "", spawnErrorP(`"task" is required: describe what the sub-agent should do`)
+	}
+	var outputSchema string
+	if len(p.OutputSchema) > 0 && string(p.OutputSchema) != "null" {
+		if _, err := resolveSchema(p.OutputSchema); err != nil {
+			return nil, nil, "", spawnErrorP("outputSchema is not a valid JSON Schema: %v", err)
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, p.OutputSchema); err != nil {
+			return nil, nil, "", spawnErrorP("outputSchema is not valid JSON: %v", err)
+		}
+		outputSchema = b.String()
 	}
 	cfg := m.config()
 	lim := cfg.SubagentLimits(cc.AgentID)
@@ -538,6 +554,7 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		RequesterKey:       cc.SessionKey,
 		RequesterSessionID: cc.SessionID,
 		Announce:           announce,
+		OutputSchema:       outputSchema,
 		SpawnCallID:        cc.CallID,
 		RootKey:            rootKey,
 		Depth:              cc.Depth + 1,
@@ -692,7 +709,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.mu.Unlock()
 		return
 	}
-	run.BudgetStopped = out.BudgetStopped
+	run.BudgetStopped, run.Output = out.BudgetStopped, out.Output
 	if out.Skip {
 		m.finishSkip(lr, &run, out.Status, out.Result, out.Note)
 		return
@@ -793,6 +810,12 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	}
 	var annRes agent.Result
 	var annErr error
+	annTurn := agent.Turn{
+		Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
+		Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
+		Fallbacks: turn.Fallbacks, Health: turn.Health, BeforeCall: turn.BeforeCall, OnCall: turn.OnCall,
+		Resume: point.announcing,
+	}
 	if point.announced {
 		// Cut after its announce reply was recorded: that reply is the
 		// announce (SPEC §25).
@@ -804,14 +827,11 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 			// after its prompt was recorded took them already.
 			m.fold(ctx, sess, run)
 		}
-		annCtx, annCancel := context.WithTimeout(ctx, m.d.AnnounceTimeout)
-		annRes, annErr = sess.Run(annCtx, agent.Turn{
-			Model: model, System: turn.System, Thinking: "", MaxIterations: 1,
-			Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
-			Fallbacks: turn.Fallbacks, Health: turn.Health, BeforeCall: turn.BeforeCall, OnCall: turn.OnCall,
-			Resume: point.announcing,
-		}, announcePrompt)
-		annCancel()
+		prompt := announcePrompt
+		if run.OutputSchema != "" {
+			prompt = schemaPrompt(run.OutputSchema)
+		}
+		annRes, annErr = m.announceTurn(ctx, sess, annTurn, prompt)
 	}
 	if annRes.Fallback != "" {
 		m.noteFallback(lr, annRes.Fallback)
@@ -835,6 +855,28 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		note += fmt.Sprintf("The announce step failed (%v); the result is the sub-agent's last reply.", annErr)
 	case strings.TrimSpace(annRes.Text) == AnnounceSkip:
 		return Outcome{Status: outcome, Result: result, Note: note, Skip: true}
+	case run.OutputSchema != "":
+		output, err := checkOutput(run.OutputSchema, annRes.Text)
+		if err != nil {
+			// One correction turn (SPEC §23).
+			annTurn.Resume = false
+			corr, cerr := m.announceTurn(ctx, sess, annTurn, schemaCorrection(err))
+			if corr.Fallback != "" {
+				m.noteFallback(lr, corr.Fallback)
+			}
+			if cerr == nil {
+				output, err = checkOutput(run.OutputSchema, corr.Text)
+			}
+		}
+		if err != nil {
+			if note != "" {
+				note = "\n" + note
+			}
+			note = "output did not match the schema: " + err.Error() + note
+			break
+		}
+		result = fencedJSON(output)
+		return Outcome{Status: outcome, Result: result, Note: m.withFallback(lr, note), Output: output}
 	default:
 		r, n := ParseAnnounce(annRes.Text)
 		if r != "" {
@@ -849,6 +891,14 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		}
 	}
 	return Outcome{Status: outcome, Result: result, Note: m.withFallback(lr, note)}
+}
+
+// announceTurn runs one turn of the announce step (its prompt, or the
+// schema correction) with a fresh deadline.
+func (m *Manager) announceTurn(ctx context.Context, sess *agent.Session, t agent.Turn, prompt string) (agent.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.d.AnnounceTimeout)
+	defer cancel()
+	return sess.Run(ctx, t, prompt)
 }
 
 // onCall counts a call's cost at the model that answered it (a fallback's

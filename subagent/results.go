@@ -18,7 +18,7 @@ const ResultPrefix = "[sub-agent result]"
 // ResultNote is what the parent's model is told about results, for the
 // system prompts of sessions that may spawn (SPEC §23).
 const ResultNote = "When a sub-agent you started ends, its result is added to this conversation as a user message beginning with \"" +
-	ResultPrefix + "\" (label, run id, Status, Result, Notes); you see it on your next turn. With sessions_spawn announce \"parent\" nothing is posted to the chat and you are woken once, with the results of all the children you spawned that way in one turn, to answer for them. Do not poll for results with tools."
+	ResultPrefix + "\" (label, run id, Status, Result, Notes, and Output: the JSON value when you gave an outputSchema); you see it on your next turn. With sessions_spawn announce \"parent\" nothing is posted to the chat and you are woken once, with the results of all the children you spawned that way in one turn, to answer for them. Do not poll for results with tools."
 
 // ResultMessage renders a run's result for its requester's history:
 //
@@ -52,7 +52,7 @@ func resultOf(r *store.Run, outcome, result, notes string) *store.Result {
 		return nil
 	}
 	return &store.Result{RunID: r.ID, SessionKey: r.RequesterKey, SessionID: r.RequesterSessionID,
-		Text: ResultMessage(r, outcome, result, notes, ""), CreatedAt: r.EndedAt}
+		Text: ResultMessage(r, outcome, result, notes, r.Output), CreatedAt: r.EndedAt}
 }
 
 // Fold takes the results of f's session that no turn took yet into sess's

@@ -33,6 +33,9 @@ type Outcome struct {
 	Result, Note string
 	// Skip ends the run without an announce (the child said ANNOUNCE_SKIP).
 	Skip bool
+	// Output is the JSON value (compact) the run gave for its
+	// outputSchema, "" when none (SPEC §23).
+	Output string
 	// BudgetStopped marks a run ended by a spend budget (SPEC §20).
 	BudgetStopped bool
 }

@@ -91,7 +91,8 @@ func (m *Manager) spawnToolDef() agent.Tool {
 "sessionKey":{"type":"string"},"message":{"type":"string"},
 "attachments":{"type":"array","items":{"type":"string"},"description":"workspace files to hand to the sub-agent, e.g. [\"attachments/chart.png\"]"},
 "announce":{"type":"string","enum":["chat","parent","silent"],"description":"chat: the result is posted to the chat (default at the top level); parent: nothing is posted, you are woken once with the results of all children spawned this way in this turn (default below); silent: only your history gets it"},
-"groupTimeoutSeconds":{"type":"integer","minimum":0,"description":"with announce parent: wake with the results so far after this long (default: the longest child's runTimeoutSeconds)"}},"required":["task"]}`,
+"groupTimeoutSeconds":{"type":"integer","minimum":0,"description":"with announce parent: wake with the results so far after this long (default: the longest child's runTimeoutSeconds)"},
+"outputSchema":{"type":"object","description":"a JSON Schema the result must match: the sub-agent ends with one JSON value matching it, given to you as Output"}},"required":["task"]}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
 			var p SpawnParams
 			if err := decode("sessions_spawn", args, &p); err != nil {
@@ -341,6 +342,8 @@ type StatusView struct {
 	Note    string `json:"note,omitempty"`
 	// Result is what an ended run reported (its announce's Result).
 	Result string `json:"result,omitempty"`
+	// Output is the JSON value an ended run gave for its outputSchema.
+	Output json.RawMessage `json:"output,omitempty"`
 	// WaitingFor is how many children spawned with announce "parent" a
 	// run with status "waiting" waits for.
 	WaitingFor int    `json:"waitingFor,omitempty"`
@@ -360,6 +363,9 @@ func (m *Manager) Status(r *store.Run) StatusView {
 	v.Status, v.Outcome, v.Note = r.Status, r.Outcome, r.Note
 	if r.Status == store.StatusDone {
 		v.Result = r.Result
+		if r.Output != "" {
+			v.Output = json.RawMessage(r.Output)
+		}
 	}
 	if r.Status == store.StatusRunning && r.WaitingFor > 0 {
 		v.Status, v.WaitingFor = "waiting", r.WaitingFor

@@ -20,14 +20,14 @@ func testResults(t *testing.T, s Store) {
 	end := func(id, sessionID, text string) {
 		t.Helper()
 		r, child := newRun(id)
-		r.RequesterSessionID = sessionID
+		r.RequesterSessionID, r.OutputSchema = sessionID, `{"type":"object"}`
 		if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.GetRun(ctx, id); err != nil || got.RequesterSessionID != sessionID {
+		if got, err := s.GetRun(ctx, id); err != nil || got.RequesterSessionID != sessionID || got.OutputSchema != r.OutputSchema {
 			t.Fatalf("spawned run = %+v, %v", got, err)
 		}
-		r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute)
+		r.Status, r.Outcome, r.EndedAt, r.Output = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute), `{"n":1}`
 		for range 2 { // a retried end adds nothing twice
 			ann := &store.OutboxItem{Origin: origin, Kind: channels.KindAnnounce, Text: text}
 			if err := s.EndRun(ctx, r, store.RunEnd{Announce: ann, Result: &store.Result{Text: text}}); err != nil {
@@ -36,6 +36,9 @@ func testResults(t *testing.T, s Store) {
 		}
 	}
 	end("res1", "s-old", "[sub-agent result] one")
+	if got, err := s.GetRun(ctx, "res1"); err != nil || got.Output != `{"n":1}` { // outputSchema's value (SPEC §23)
+		t.Errorf("ended run's output = %+v, %v", got, err)
+	}
 	end("res2", "s-new", "[sub-agent result] two")
 	end("res3", "s-new", "[sub-agent result] three")
 
