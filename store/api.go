@@ -126,7 +126,7 @@ type Leases interface {
 // Schedules are recurring and one-off runs (SPEC §19); a due time is
 // claimed in the transaction that records its run (FireDue).
 type Schedules interface {
-	AddSchedule(ctx context.Context, s *Schedule, max int) error // *LimitError, ErrExists
+	AddSchedule(ctx context.Context, s *Schedule, max int) error                  // *LimitError, ErrExists
 	AddScheduleWithin(ctx context.Context, s *Schedule, lim ScheduleLimits) error // *LimitError, ErrExists
 	SyncConfigSchedules(ctx context.Context, list []Schedule) error
 	GetSchedule(ctx context.Context, id string) (*Schedule, error) // ErrNotFound

@@ -229,26 +229,50 @@ func corrupt(path string, detail error) error {
 		path, ErrCorrupt, detail, path, path)
 }
 
-// check opens the writer connection and runs PRAGMA quick_check.
+// check opens the writer connection and runs PRAGMA quick_check. Opening
+// the connection sets journal_mode=WAL, which SQLite can refuse with
+// SQLITE_BUSY without calling the busy handler while another process opens
+// or migrates the same new file (a CLI command as the gateway starts): that
+// is retried for busyTimeout, never taken for damage.
 func (d *DB) check(ctx context.Context) error {
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		problems, err := d.quickCheck(ctx)
+		if err == nil {
+			return d.checkProblems(problems)
+		}
+		var se *sqlite.Error
+		if !errors.As(err, &se) || se.Code()&0xff != sqliteBusy || time.Now().After(deadline) {
+			return d.checkFailed(err)
+		}
+		select {
+		case <-ctx.Done():
+			return d.checkFailed(err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (d *DB) quickCheck(ctx context.Context) ([]string, error) {
 	rows, err := d.w.QueryContext(ctx, "PRAGMA quick_check")
 	if err != nil {
-		return d.checkFailed(err)
+		return nil, err
 	}
 	defer rows.Close()
 	var problems []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			return d.checkFailed(err)
+			return nil, err
 		}
 		if s != "ok" {
 			problems = append(problems, s)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return d.checkFailed(err)
-	}
+	return problems, rows.Err()
+}
+
+func (d *DB) checkProblems(problems []string) error {
 	if len(problems) > 0 {
 		if len(problems) > 3 {
 			problems = append(problems[:3], "...")
@@ -274,6 +298,7 @@ func (d *DB) checkFailed(err error) error {
 // SQLite primary result codes this package tells apart.
 const (
 	sqlitePerm       = 3
+	sqliteBusy       = 5
 	sqliteReadOnly   = 8
 	sqliteCorrupt    = 11
 	sqliteCantOpen   = 14

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -119,6 +118,9 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 	if r.Status == "" {
 		r.Status = StatusQueued
 	}
+	if r.Announce == "" {
+		r.Announce = AnnounceChat
+	}
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = nowMS()
 	}
@@ -190,7 +192,7 @@ func insertRun(c conn, r *Run, tools any, origin string) error {
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
 		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID,
-		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), cmp.Or(r.Announce, AnnounceChat), r.SpawnGroup, msOrNull(r.GroupDeadline), r.OutputSchema, r.Output)
+		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), r.Announce, r.SpawnGroup, msOrNull(r.GroupDeadline), r.OutputSchema, r.Output)
 	return err
 }
 

@@ -333,15 +333,24 @@ func TestDendriteCatchUpAfterRestart(t *testing.T) {
 	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
 	matrixtest.WaitJoined(t, alice, room, bot.UserID)
 	matrixtest.Post(t, alice, room, "first, while running")
-	if got := in.next(t); got.Text != "first, while running" {
-		t.Fatalf("first message: %q", got.Text)
+	first := in.next(t)
+	if first.Text != "first, while running" {
+		t.Fatalf("first message: %q", first.Text)
 	}
 	stop(a)
 
 	matrixtest.Post(t, alice, room, "second, while the gateway is down")
 	a, in = run()
 	defer stop(a)
-	if got := in.next(t); got.Text != "second, while the gateway is down" {
+	got := in.next(t)
+	// A stop that lands after the first message was handed over but before
+	// its batch's token was saved fetches that batch again (by design: the
+	// token moves only after a whole batch); the gateway's intake drops the
+	// same event id, so here it is skipped once, by id.
+	if got.Origin.MessageID == first.Origin.MessageID {
+		got = in.next(t)
+	}
+	if got.Text != "second, while the gateway is down" {
 		t.Fatalf("after the restart: %q, want the message sent while down", got.Text)
 	}
 }
