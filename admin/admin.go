@@ -82,6 +82,15 @@ type Channel struct {
 	Error       string    `json:"error,omitempty"`
 }
 
+// ACPAgent is one configured ACP coding agent (SPEC §26): its id, the
+// command it runs and whether its sandbox has network; `herald doctor`
+// starts it to say more.
+type ACPAgent struct {
+	Name    string `json:"name"`
+	Command string `json:"command"`
+	Network bool   `json:"network"`
+}
+
 // Member is one live replica with the leases it holds.
 type Member struct {
 	ID     string   `json:"id"`

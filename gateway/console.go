@@ -67,6 +67,11 @@ func (l consoleLive) Status(ctx context.Context) admin.Status {
 			st.MCP = append(st.MCP, s)
 		}
 	}
+	cfg := g.cfg()
+	for _, id := range cfg.ACPAgents() {
+		rt, _ := cfg.ACP(id)
+		st.ACP = append(st.ACP, admin.ACPAgent{Name: id, Command: rt.Command, Network: rt.Network})
+	}
 	members, _ := g.db.LiveReplicas(ctx)
 	if !slices.Contains(members, g.cluster.id) {
 		members = append(members, g.cluster.id)

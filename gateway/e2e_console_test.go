@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,7 +21,9 @@ import (
 const consoleConfig = `{
   gateway: { shutdownGraceSeconds: 5, admin: { token: "console-s3cret" } },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "anthropic/m" } },
+  agents: { defaults: { model: "anthropic/m" }, list: [
+    { id: "main", default: true },
+    { id: "coder", runtime: { type: "acp", command: "codex-acp", network: true } }] },
 }`
 
 const consoleToken = "console-s3cret"
@@ -152,6 +155,9 @@ func TestE2EConsoleAPI(t *testing.T) {
 	consoleGet(t, tg, "overview", &ov)
 	if ov.Outbox.Dead != 1 || ov.Version == "" || len(ov.Lanes) != 2 || len(ov.Channels) == 0 || ov.Channels[0].Name != "web" || ov.Channels[0].State != "up" {
 		t.Errorf("overview = %+v", ov)
+	}
+	if len(ov.ACP) != 1 || fmt.Sprint(ov.ACP[0]) != "map[command:codex-acp name:coder network:true]" {
+		t.Errorf("overview's ACP agents = %v, want the configured coder", ov.ACP)
 	}
 	id := strconv.FormatInt(dead.ID, 10)
 	if resp, body := webReq(t, "POST", tg.URL+"/admin/api/outbox/"+id+"/retry", nil, bearer); resp.StatusCode != http.StatusOK {
