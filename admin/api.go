@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,15 +95,8 @@ type Conversation struct {
 
 func conversationOf(s *store.Session) Conversation {
 	return Conversation{SessionKey: s.Key, AgentID: s.AgentID, Channel: string(s.Origin.Channel), Chat: s.Origin.String(),
-		User: firstOf(s.Origin.SenderName, s.Origin.SenderID), Model: s.Model, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		User: cmp.Or(s.Origin.SenderName, s.Origin.SenderID), Model: s.Model, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		Tokens: s.TokensIn + s.TokensOut}
-}
-
-func firstOf(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // conversations serves GET /admin/api/conversations?q=: the top-level

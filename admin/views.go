@@ -11,8 +11,9 @@ import (
 )
 
 // The JSON objects of the console's API (SPEC §27, camelCase like the web
-// chat's). `herald`'s CLI prints the same objects (OutboxItemOf, RunTree,
-// IntakeItemOf), so a script reads one shape from either.
+// chat's). `herald`'s CLI prints the same outbox and intake objects
+// (OutboxItems, IntakeItems), so a script reads one shape from either; its
+// `runs list --json` keeps its own earlier shape.
 
 // OutboxItem is one outbound message.
 type OutboxItem struct {
@@ -87,10 +88,6 @@ type Run struct {
 }
 
 // running reports whether the run can still be stopped or steered.
-func (r *Run) running() bool {
-	return r.State == store.StatusQueued || r.State == store.StatusRunning
-}
-
 // RunTree arranges runs as trees (a run's parent is the run whose child
 // session spawned it), newest root first, children oldest first, with
 // tokens and cost rolled up. With keep set, only the runs it keeps and

@@ -40,7 +40,7 @@ func (g *Gateway) newConsole() *admin.Console {
 
 func (l consoleLive) Status(ctx context.Context) admin.Status {
 	g := l.g
-	st := admin.Status{Version: buildVersion(), Replica: g.cluster.id, Channels: []admin.Channel{}, MCP: []any{}, ACP: []any{},
+	st := admin.Status{Version: version(), Replica: g.cluster.id, Channels: []admin.Channel{}, MCP: []any{}, ACP: []any{},
 		Cluster: []admin.Member{}, Lanes: []admin.Lane{}}
 	chans := g.channelSet()
 	names := make([]string, 0, len(chans))
@@ -54,8 +54,10 @@ func (l consoleLive) Status(ctx context.Context) admin.Status {
 		switch h, ok := chans[channels.Name(n)].(channels.Healther); {
 		case !g.cluster.runs(channels.Name(n)):
 			c.State = "standby"
-		case ok && h.Health() != nil:
-			c.State, c.Error = "down", h.Health().Error()
+		case ok:
+			if err := h.Health(); err != nil {
+				c.State, c.Error = "down", err.Error()
+			}
 		}
 		st.Channels = append(st.Channels, c)
 		if l, err := g.db.GetLease(ctx, "channel:"+n); err == nil && l.ExpiresAt.After(time.Now()) {
@@ -142,6 +144,9 @@ func (w *watchers) changed() {
 		nudge(ch)
 	}
 }
+
+// version is buildVersion, read once: the build info does not change.
+var version = sync.OnceValue(buildVersion)
 
 // buildVersion is the module version and short VCS revision.
 func buildVersion() string {

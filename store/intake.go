@@ -259,9 +259,9 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 	var next *Intake
 	err := d.tx(ctx, func(c conn) error {
 		next = nil
-		var key, holder string
-		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder) },
-			`SELECT session_key, claimed_by FROM intake WHERE id = $1`, id); err != nil {
+		var key, holder, agentID string
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder, &agentID) },
+			`SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id); err != nil {
 			return err
 		}
 		if err := c.lock("session:" + key); err != nil {
@@ -295,11 +295,6 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 			if outID, err = row.insert(c); err != nil {
 				return err
 			}
-		}
-		var agentID string
-		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&agentID) },
-			`SELECT agent_id FROM intake WHERE id = $1`, id); err != nil {
-			return err
 		}
 		if err := addTurnWake(c, id, agentID); err != nil {
 			return fmt.Errorf("wake: %w", err)

@@ -249,6 +249,9 @@ func (m *Manager) awaitChildren(ctx context.Context, rc *RunCtx, sess *agent.Ses
 		}
 		t.Stop()
 	}
+	if len(parentRuns) == 0 {
+		return "", nil // no child reports to this run: nothing to fold in
+	}
 	pending, err := m.d.Store.PendingResults(ctx, run.ChildKey, run.ChildSessionID)
 	if err != nil {
 		return "", err

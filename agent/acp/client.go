@@ -14,6 +14,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/tools"
 )
 
 // ToolName is the tool a permission request is decided as (SPEC §26):
@@ -78,13 +79,16 @@ func (c *client) ReadTextFile(_ context.Context, r sdk.ReadTextFileRequest) (sdk
 		return sdk.ReadTextFileResponse{}, fsError("read", r.Path, err)
 	}
 	defer root.Close()
-	f, err := root.Open(rel)
+	f, _, err := tools.OpenRegular(root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, fsError("read", r.Path, err)
 	}
 	defer f.Close()
-	b := make([]byte, maxFileBytes+1)
-	n, _ := io.ReadFull(f, b)
+	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return sdk.ReadTextFileResponse{}, fsError("read", r.Path, err)
+	}
+	n := len(b)
 	if n > maxFileBytes {
 		return sdk.ReadTextFileResponse{}, fmt.Errorf("read %q: larger than %d MiB; read it with line and limit", r.Path, maxFileBytes>>20)
 	}
@@ -123,7 +127,15 @@ func (c *client) WriteTextFile(_ context.Context, r sdk.WriteTextFileRequest) (s
 			return sdk.WriteTextFileResponse{}, fsError("write", r.Path, err)
 		}
 	}
-	if err := root.WriteFile(rel, []byte(r.Content), 0o600); err != nil {
+	f, _, err := tools.OpenRegular(root, rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return sdk.WriteTextFileResponse{}, fsError("write", r.Path, err)
+	}
+	_, err = f.WriteString(r.Content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return sdk.WriteTextFileResponse{}, fsError("write", r.Path, err)
 	}
 	c.run.activity("✏️ wrote " + rel)

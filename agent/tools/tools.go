@@ -59,7 +59,7 @@ func OptionsFromConfig(c config.Tools) Options {
 	// The search service is the operator's choice, reached by the gateway
 	// itself: not through the agent egress guard. Config validation has
 	// checked the provider and its settings.
-	o.Search, _ = NewWebSearch(c.WebSearch, &http.Client{}, DefaultSearchTimeout)
+	o.Search, _ = NewWebSearch(c.WebSearch, nil, 0) // nil, 0: its own client and DefaultSearchTimeout
 	return o
 }
 
