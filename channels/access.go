@@ -57,6 +57,25 @@ func (a Access) Admit(chatType, chatID, sender string, mentioned bool) bool {
 	return mentioned || !rule.RequireMention
 }
 
+// AdmitInThread is Admit for a group message in a thread, where a thread
+// bound to a sub-agent (SPEC §24) counts as one the bot is in. bound asks
+// the store, so it is called only when its answer decides: for an
+// un-mentioned group message that Admit refuses as it is and would take
+// with a mention. It returns whether to admit the message and whether it
+// counts as mentioned.
+func (a Access) AdmitInThread(chatType, chatID, sender string, mentioned bool, bound func() bool) (admit, asMentioned bool) {
+	if a.Admit(chatType, chatID, sender, mentioned) {
+		return true, mentioned
+	}
+	if mentioned || chatType != ChatGroup || bound == nil || !a.Admit(chatType, chatID, sender, true) {
+		return false, mentioned
+	}
+	if bound() {
+		return true, true
+	}
+	return false, false
+}
+
 // AccessOf is the allowlist of a channel's config section (SPEC §9).
 func AccessOf(a config.Access) Access {
 	groups := make(map[string]GroupRule, len(a.Groups))

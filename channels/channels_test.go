@@ -68,6 +68,40 @@ func TestAccessAdmit(t *testing.T) {
 	}
 }
 
+// TestAdmitInThreadAsksOnlyWhereItDecides: the binding lookup (a store
+// read per message) runs only for an un-mentioned group message that a
+// mention would admit; everywhere else its answer cannot change admission.
+func TestAdmitInThreadAsksOnlyWhereItDecides(t *testing.T) {
+	a := Access{AllowFrom: []string{"u1"}, Groups: map[string]GroupRule{"g1": {RequireMention: true}, "g2": {}}}
+	cases := []struct {
+		name                 string
+		chatType, chat       string
+		sender               string
+		mentioned, bound     bool
+		asked, admit, asMent bool
+	}{
+		{"bound thread, no mention", ChatGroup, "g1", "u1", false, true, true, true, true},
+		{"unbound thread, no mention", ChatGroup, "g1", "u1", false, false, true, false, false},
+		{"mentioned", ChatGroup, "g1", "u1", true, true, false, true, true},
+		{"group needs no mention", ChatGroup, "g2", "u1", false, true, false, true, false},
+		{"sender not allowed", ChatGroup, "g1", "u2", false, true, false, false, false},
+		{"group not listed", ChatGroup, "g9", "u1", false, true, false, false, false},
+		{"dm", ChatDM, "d", "u2", false, true, false, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			asked := false
+			admit, asMent := a.AdmitInThread(c.chatType, c.chat, c.sender, c.mentioned, func() bool { asked = true; return c.bound })
+			if asked != c.asked || admit != c.admit || asMent != c.asMent {
+				t.Errorf("asked %v, admit %v, mentioned %v; want %v, %v, %v", asked, admit, asMent, c.asked, c.admit, c.asMent)
+			}
+		})
+	}
+	if admit, _ := a.AdmitInThread(ChatGroup, "g1", "u1", false, nil); admit {
+		t.Error("no lookup (not a thread) admitted an un-mentioned message")
+	}
+}
+
 func TestKindOf(t *testing.T) {
 	for _, tc := range []struct{ mime, want string }{
 		{"image/png", KindImage},

@@ -210,10 +210,12 @@ func (a *Adapter) handleMessage(ctx context.Context, m inMsg) error {
 	if threadTS == "" && chatType == channels.ChatGroup && replyTo != ReplyToOff {
 		origin.ThreadID = m.ts // the reply starts a thread under the message
 	}
-	if !mentioned && threadTS != "" && chatType == channels.ChatGroup && a.opts.Bound != nil && a.opts.Bound(ctx, origin) {
-		mentioned = true // a thread bound to a sub-agent (SPEC §24)
+	var bound func() bool // a thread bound to a sub-agent (SPEC §24)
+	if threadTS != "" && a.opts.Bound != nil {
+		bound = func() bool { return a.opts.Bound(ctx, origin) }
 	}
-	if !a.opts.Access.Admit(chatType, m.channel, m.user, mentioned) {
+	admit, mentioned := a.opts.Access.AdmitInThread(chatType, m.channel, m.user, mentioned, bound)
+	if !admit {
 		a.log.Debug("slack message not admitted", zap.String("origin", origin.String()),
 			zap.String("senderId", m.user), zap.Bool("mentioned", mentioned))
 		return nil

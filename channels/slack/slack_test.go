@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,6 +205,42 @@ func TestAccess(t *testing.T) {
 		if got := in.next(t); got.Text != want {
 			t.Fatalf("next inbound = %q (from %s in %s), want %q", got.Text, got.Origin.SenderID, got.Origin.ChatID, want)
 		}
+	}
+}
+
+// TestBoundAskedOnlyWhereItDecides: the store's binding lookup runs for an
+// un-mentioned thread message only where a mention would admit it (a listed
+// channel that needs one, an allowed sender); a bound thread is then taken
+// without a mention, an unbound one dropped.
+func TestBoundAskedOnlyWhereItDecides(t *testing.T) {
+	fake := slackfake.New(t)
+	var mu sync.Mutex
+	var asked []string
+	bound := func(_ context.Context, o channels.Origin) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, o.ChatID+"/"+o.ThreadID)
+		return o.ThreadID == "1700000000.000001"
+	}
+	_, in := startSocket(t, fake, slack.Options{Bound: bound, Access: channels.Access{
+		AllowFrom: []string{alice},
+		Groups:    map[string]channels.GroupRule{"C0TEAM": {RequireMention: true}, "C0OPEN": {}},
+	}})
+	const boundTS, otherTS = "1700000000.000001", "1700000000.000002"
+	fake.SendMessage("C0TEAM", bob, "stranger in a bound thread", boundTS)
+	fake.SendMessage("C0OTHER", alice, "unlisted channel", boundTS)
+	fake.SendMessage("C0TEAM", alice, "unbound thread", otherTS)
+	fake.SendMessage("C0OPEN", alice, "no mention needed", otherTS)
+	fake.SendMessage("C0TEAM", alice, "bound thread", boundTS)
+	for _, want := range []string{"no mention needed", "bound thread"} {
+		if got := in.next(t); got.Text != want {
+			t.Fatalf("next inbound = %q, want %q", got.Text, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"C0TEAM/" + otherTS, "C0TEAM/" + boundTS}; !slices.Equal(asked, want) {
+		t.Errorf("binding asked for %q, want only %q", asked, want)
 	}
 }
 

@@ -279,13 +279,15 @@ func (a *Adapter) inbound(ctx context.Context, m *tgbotapi.Message, extra topicF
 		SenderID:  strconv.FormatInt(m.From.ID, 10),
 		MessageID: strconv.Itoa(m.MessageID),
 	}
+	var bound func() bool // a topic bound to a sub-agent (SPEC §24)
 	if threadID != 0 {
 		o.ThreadID = strconv.Itoa(threadID)
-		if !mentioned && chatType == channels.ChatGroup && a.opts.Bound != nil && a.opts.Bound(ctx, o) {
-			mentioned = true // a topic bound to a sub-agent (SPEC §24)
+		if a.opts.Bound != nil {
+			bound = func() bool { return a.opts.Bound(ctx, o) }
 		}
 	}
-	if !a.opts.Access.Admit(o.ChatType, o.ChatID, o.SenderID, mentioned) {
+	admit, mentioned := a.opts.Access.AdmitInThread(o.ChatType, o.ChatID, o.SenderID, mentioned, bound)
+	if !admit {
 		a.log.Debug("telegram message not admitted", zap.String("origin", o.String()), zap.String("senderId", o.SenderID), zap.Bool("mentioned", mentioned))
 		return channels.Inbound{}, false
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,6 +167,39 @@ func TestInboundDecoding(t *testing.T) {
 				t.Errorf("origin %+v does not name chat %d and sender %d", in.Origin, tt.in.ChatID, tt.in.FromID)
 			}
 		})
+	}
+}
+
+// TestBoundAskedOnlyWhereItDecides: the store's binding lookup runs for an
+// un-mentioned topic message only where a mention would admit it; a bound
+// topic is then taken without a mention, an unbound one dropped.
+func TestBoundAskedOnlyWhereItDecides(t *testing.T) {
+	access := channels.Access{AllowFrom: []string{"555"}, Groups: map[string]channels.GroupRule{
+		"-100": {RequireMention: true}, "-200": {}}}
+	var mu sync.Mutex
+	var asked []string
+	bound := func(_ context.Context, o channels.Origin) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, o.ChatID+"/"+o.ThreadID)
+		return o.ThreadID == "7"
+	}
+	_, fake, rec := newAdapter(t, access, func(o *Options) { o.Bound = bound })
+	fake.Queue(tgfake.In{ChatID: -100, ChatType: "supergroup", ThreadID: 7, FromID: 999, Text: "stranger in a bound topic"})
+	fake.Queue(tgfake.In{ChatID: -300, ChatType: "supergroup", ThreadID: 7, FromID: 555, Text: "unlisted group"})
+	fake.Queue(tgfake.In{ChatID: -100, ChatType: "supergroup", ThreadID: 8, FromID: 555, Text: "unbound topic"})
+	fake.Queue(tgfake.In{ChatID: -200, ChatType: "supergroup", ThreadID: 8, FromID: 555, Text: "no mention needed"})
+	fake.Queue(tgfake.In{ChatID: -100, ChatType: "supergroup", FromID: 555, Text: "no topic"})
+	fake.Queue(tgfake.In{ChatID: -100, ChatType: "supergroup", ThreadID: 7, FromID: 555, Text: "bound topic"})
+	for _, want := range []string{"no mention needed", "bound topic"} {
+		if got := rec.next(t); got.Text != want || got.Mentioned != (want == "bound topic") {
+			t.Fatalf("next inbound = %q (mentioned %v), want %q", got.Text, got.Mentioned, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"-100/8", "-100/7"}; !slices.Equal(asked, want) {
+		t.Errorf("binding asked for %q, want only %q", asked, want)
 	}
 }
 
