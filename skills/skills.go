@@ -18,6 +18,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -119,7 +121,26 @@ func Load(dirs []string) ([]Skill, []Problem) {
 	return list, probs
 }
 
-// read parses one SKILL.md.
+// parsed is one SKILL.md's parse, kept while the file's modification time
+// and size stay the same (Load runs every turn; a Stat is cheaper than a
+// read and a YAML parse).
+type parsed struct {
+	mtime time.Time
+	size  int64
+	skill Skill
+	err   error
+}
+
+// maxCached bounds the parse cache; past it the cache starts again.
+const maxCached = 4096
+
+var cache struct {
+	sync.Mutex
+	m map[string]parsed
+}
+
+// read parses one SKILL.md, or returns its parse from the cache when the
+// file's modification time and size are those it was parsed at.
 func read(path string) (Skill, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -131,10 +152,28 @@ func read(path string) (Skill, error) {
 	if fi.Size() > maxFileBytes {
 		return Skill{}, fmt.Errorf("%s is %d bytes; at most %d are read", FileName, fi.Size(), maxFileBytes)
 	}
+	cache.Lock()
+	c, ok := cache.m[path]
+	cache.Unlock()
+	if ok && c.mtime.Equal(fi.ModTime()) && c.size == fi.Size() {
+		return c.skill, c.err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Skill{}, err
 	}
+	s, err := parse(path, b)
+	cache.Lock()
+	if cache.m == nil || len(cache.m) >= maxCached {
+		cache.m = make(map[string]parsed)
+	}
+	cache.m[path] = parsed{mtime: fi.ModTime(), size: fi.Size(), skill: s, err: err}
+	cache.Unlock()
+	return s, err
+}
+
+// parse reads a SKILL.md's front matter.
+func parse(path string, b []byte) (Skill, error) {
 	fm, err := frontMatter(b)
 	if err != nil {
 		return Skill{}, err

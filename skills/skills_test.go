@@ -1,10 +1,12 @@
 package skills
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeSkill(t *testing.T, dir, folder, content string) string {
@@ -77,5 +79,61 @@ func TestDirs(t *testing.T) {
 	want := []string{"/ws/main/skills", "/state/team-skills", "/opt/skills"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Dirs = %v, want %v", got, want)
+	}
+}
+
+// TestLoadParsesOnlyChangedFiles: a SKILL.md whose modification time and
+// size are unchanged is not read again (Load runs every turn); a changed
+// time or size is read at the next Load.
+func TestLoadParsesOnlyChangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	p := writeSkill(t, dir, "s", "---\nname: s\ndescription: one\n---\n")
+	at := time.Now().Add(-time.Hour).Truncate(time.Second)
+	setTime := func(when time.Time) {
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTime(at)
+	desc := func() string {
+		t.Helper()
+		list, probs := Load([]string{dir})
+		if len(list) != 1 || len(probs) != 0 {
+			t.Fatalf("skills %+v, problems %+v", list, probs)
+		}
+		return list[0].Description
+	}
+	if d := desc(); d != "one" {
+		t.Fatalf("description %q, want one", d)
+	}
+	// Same size, same time: the parse is kept.
+	writeSkill(t, dir, "s", "---\nname: s\ndescription: two\n---\n")
+	setTime(at)
+	if d := desc(); d != "one" {
+		t.Errorf("unchanged time and size: description %q, want the kept parse (one)", d)
+	}
+	setTime(at.Add(time.Second))
+	if d := desc(); d != "two" {
+		t.Errorf("after a new modification time: description %q, want two", d)
+	}
+	writeSkill(t, dir, "s", "---\nname: s\ndescription: three!\n---\n")
+	setTime(at.Add(time.Second))
+	if d := desc(); d != "three!" {
+		t.Errorf("after a new size: description %q, want three!", d)
+	}
+}
+
+// BenchmarkLoad: one agent's prompt listing of 20 unchanged skills.
+func BenchmarkLoad(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 20 {
+		p := filepath.Join(dir, fmt.Sprintf("s%d", i), FileName)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: s%d\ndescription: skill number %d does things\n---\n# body\n", i, i)), 0o644)
+	}
+	for b.Loop() {
+		if list, _ := Load([]string{dir}); len(list) != 20 {
+			b.Fatal(len(list))
+		}
 	}
 }
