@@ -131,6 +131,10 @@ type Console struct {
 	mu      sync.Mutex
 	streams int // open event streams
 
+	poll         time.Duration // how often a stream looks for other replicas' changes
+	snapshots    shared[map[string]any]
+	fingerprints shared[string]
+
 	end     chan struct{} // closed by EndStreams
 	endOnce sync.Once
 }
@@ -147,7 +151,7 @@ func New(o Options) *Console {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	return &Console{opts: o, log: o.Log.Named("admin"), cross: http.NewCrossOriginProtection(), end: make(chan struct{})}
+	return &Console{opts: o, log: o.Log.Named("admin"), cross: http.NewCrossOriginProtection(), end: make(chan struct{}), poll: poll}
 }
 
 // CookieName is the login cookie: an HMAC of the token, never the token.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -74,6 +75,56 @@ func (c *Console) fingerprint(ctx context.Context) string {
 	return fmt.Sprintf("%d/%d/%d/%d/%d/%s", b.Pending, b.Failed, b.Dead, b.OldestAt.UnixMilli(), len(owed), last)
 }
 
+// shared is one state read the open streams share: a stream asking for a
+// read started at or after since gets the last one that did (waiting for it
+// if it is still running) instead of making its own.
+type shared[T any] struct {
+	mu   sync.Mutex
+	last *sharedRead[T]
+}
+
+type sharedRead[T any] struct {
+	started time.Time
+	done    chan struct{}
+	val     T
+	err     error
+}
+
+// get returns a read started at or after since, made by read if there is
+// none. A read runs detached from the asking stream (it may end first) but
+// within readTimeout.
+func (s *shared[T]) get(ctx context.Context, since time.Time, read func(context.Context) (T, error)) (T, error) {
+	s.mu.Lock()
+	r := s.last
+	if r == nil || r.started.Before(since) {
+		r = &sharedRead[T]{started: time.Now(), done: make(chan struct{})}
+		s.last = r
+		s.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		r.val, r.err = read(rctx)
+		cancel()
+		close(r.done)
+		return r.val, r.err
+	}
+	s.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.val, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// readTimeout bounds one state read of the stream.
+const readTimeout = 10 * time.Second
+
+// nextPoll is when a stream looks next: on the wall clock's multiples of
+// poll, the same instant for every stream, so that they share the look.
+func nextPoll(poll time.Duration) time.Time {
+	return time.Now().Truncate(poll).Add(poll)
+}
+
 func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -113,16 +164,22 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 	defer stop()
 	ctx := r.Context()
 	last := map[string][]byte{}
-	send := func() bool {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		snap, err := c.snapshot(sctx)
-		cancel()
+	fingerprint := func(since time.Time) string {
+		f, _ := c.fingerprints.get(ctx, since, func(ctx context.Context) (string, error) { return c.fingerprint(ctx), nil })
+		return f
+	}
+	// seen is the fingerprint of the state last sent; it is taken before
+	// the snapshot, so a change in between is seen at the next look.
+	var seen string
+	send := func(since time.Time, f string) bool {
+		snap, err := c.snapshots.get(ctx, since, c.snapshot)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Warn("console events: state not read", zap.Error(err))
 			}
 			return ctx.Err() == nil
 		}
+		seen = f
 		for _, name := range []string{"overview", "runs", "outbox"} {
 			b, err := json.Marshal(snap[name])
 			if err != nil || bytes.Equal(b, last[name]) {
@@ -136,11 +193,11 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 		fl.Flush()
 		return true
 	}
-	if !send() {
+	since := time.Now()
+	if !send(since, fingerprint(since)) {
 		return
 	}
-	seen := c.fingerprint(ctx)
-	tick := time.NewTicker(poll)
+	tick := time.NewTimer(time.Until(nextPoll(c.poll)))
 	defer tick.Stop()
 	alive := time.NewTicker(keepAlive)
 	defer alive.Stop()
@@ -158,14 +215,15 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 			continue
 		case <-tick.C:
 			// Another replica's changes: rebuild only when the summary moved
-			// (an idle stream costs four small queries a look).
-			if f := c.fingerprint(ctx); f != "" && f == seen {
+			// (an idle stream costs four small queries a look, shared by
+			// the streams looking at the same instant).
+			since = time.Now().Truncate(c.poll)
+			tick.Reset(time.Until(nextPoll(c.poll)))
+			if f := fingerprint(since); f != "" && f == seen {
 				continue
-			} else {
-				seen = f
 			}
 		case <-changed:
-			seen = ""
+			since = time.Now()
 			// Let a burst of changes settle into one look.
 			t := time.NewTimer(settle)
 			select {
@@ -178,7 +236,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, actor string) {
 			case <-t.C:
 			}
 		}
-		if !send() {
+		if !send(since, fingerprint(since)) {
 			return
 		}
 	}
