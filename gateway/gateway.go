@@ -206,6 +206,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 		StartThread: g.startThread,
+		Live:        g.runLive,
 		Wake:        func(it store.Intake) { g.enqueueTurn(it, g.turnLog(it)) },
 	})
 	g.sessDeps = sessionDeps{db: db, lock: func(ctx context.Context, agentID, key string, o channels.Origin) (*sessionState, error) {

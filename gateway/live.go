@@ -11,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
 )
 
 // typingEvery repeats a typing notice while a turn runs (Telegram's lasts
@@ -34,10 +35,10 @@ type draftStore interface {
 // call, so a slow platform never holds up the model's stream; drafts are
 // throttled to the channel's DraftEvery and only the latest text is sent.
 type liveReply struct {
-	// drafts records the draft's ref with the owed message, so a turn
-	// resumed after a crash edits the same draft.
-	drafts  draftStore
-	intake  int64 // the owed message whose turn this shows
+	// save records the draft's ref with the owed message (or the run),
+	// so a turn resumed after a crash edits the same draft; nil: kept in
+	// memory only.
+	save    func(ctx context.Context, ref string) error
 	ch      channels.Channel
 	to      channels.Origin
 	log     *zap.Logger
@@ -59,12 +60,20 @@ type liveReply struct {
 // nil when the channel shows nothing live or channels.<name>.streaming is
 // "off". A turn resumed after a crash goes on with the draft it had.
 func (g *Gateway) startLive(cfg *config.Config, it store.Intake, log *zap.Logger) *liveReply {
-	to := it.Origin
+	var drafts draftStore = g.db
+	return g.startLiveAt(cfg, it.Origin, it.DraftRef, func(ctx context.Context, ref string) error {
+		return drafts.SetIntakeDraft(ctx, it.ID, ref)
+	}, log)
+}
+
+// startLiveAt starts showing a turn or run live at to, going on with the
+// draft ref ("" = none); save records a new draft's ref.
+func (g *Gateway) startLiveAt(cfg *config.Config, to channels.Origin, ref string, save func(context.Context, string) error, log *zap.Logger) *liveReply {
 	ch := g.channel(to.Channel)
 	if ch == nil || cfg.ChannelStreaming(string(to.Channel)) == "off" {
 		return nil
 	}
-	l := &liveReply{drafts: g.db, intake: it.ID, ch: ch, to: to, log: log, ref: it.DraftRef,
+	l := &liveReply{save: save, ch: ch, to: to, log: log, ref: ref,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	l.typer, _ = ch.(channels.Typer)
 	l.drafter, _ = ch.(channels.Drafter)
@@ -194,12 +203,34 @@ func (l *liveReply) draft() (backoff time.Duration, failed bool) {
 	l.mu.Lock()
 	l.ref = newRef
 	l.mu.Unlock()
-	if newRef != "" && newRef != ref {
+	if newRef != "" && newRef != ref && l.save != nil {
 		// Kept with the owed message: a turn resumed after a crash edits
 		// this draft, and the final reply replaces it.
-		if err := l.drafts.SetIntakeDraft(ctx, l.intake, newRef); err != nil {
+		if err := l.save(ctx, newRef); err != nil {
 			l.log.Warn("could not record the draft of the reply", zap.Error(err))
 		}
 	}
 	return 0, false
 }
+
+// runLive shows a running sub-agent in its own thread (subagent.Deps.Live,
+// SPEC §16, §24) with the live reply of a top-level turn; nil when the
+// channel shows nothing live.
+func (g *Gateway) runLive(run *store.Run, draftRef string) subagent.Progress {
+	l := g.startLiveAt(g.cfg(), run.Origin, draftRef, nil, g.log.With(zap.String("runId", run.ID)))
+	if l == nil {
+		return nil
+	}
+	return runProgress{l}
+}
+
+// runProgress is a liveReply as a run's subagent.Progress.
+type runProgress struct{ l *liveReply }
+
+func (p runProgress) Text(text string) {
+	if p.l.drafter != nil {
+		p.l.onText(text)
+	}
+}
+
+func (p runProgress) Stop() string { return p.l.stop() }

@@ -53,7 +53,7 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 			input = acpResumePrompt
 		}
 	}
-	res, err := r.m.runACP(runCtx, run, input, rc.Steer, rc.AddUsage)
+	res, err := r.m.runACP(runCtx, run, input, rc.Steer, rc.AddUsage, rc)
 	return r.outcome(runCtx, rc, res, err)
 }
 
@@ -103,7 +103,10 @@ func usageNote(res acp.Result) string {
 // runACP runs one job of run's ACP agent with input as its first prompt:
 // in the requester conversation's workspace, writing the child's
 // transcript. err is set when the job could not be set up.
-func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, steer <-chan agent.Steer, onUsage func(agent.Usage)) (acp.Result, error) {
+//
+// rc, if set, is told the agent's message text and tool calls as they
+// come, to show them live (SPEC §26, §16).
+func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, steer <-chan agent.Steer, onUsage func(agent.Usage), rc *RunCtx) (acp.Result, error) {
 	cfg := m.config()
 	rt, ok := cfg.ACP(run.AgentID)
 	if !ok {
@@ -123,8 +126,17 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, stee
 		Session: sess, Task: input, Steer: steer, Authorize: m.d.Authorize,
 		Call: agent.CallContext{SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey, AgentID: run.AgentID,
 			RunID: run.ID, Depth: run.Depth, Workspace: ws, AgentWorkspace: m.d.Workspace(cfg, run.AgentID), Origin: run.Origin},
-		OnActivity: func(line string) { m.SetNote(run.ID, line) },
-		OnUsage:    onUsage, Clock: m.d.Clock, LoadSession: loadID,
+		OnActivity: func(line string) {
+			m.SetNote(run.ID, line)
+			if strings.HasPrefix(line, acp.ToolActivity) {
+				rc.Activity(line)
+			}
+		},
+		OnText: func(text string) {
+			rc.Activity("") // it writes again: its last tool call is over
+			rc.Text(text)
+		},
+		OnUsage: onUsage, Clock: m.d.Clock, LoadSession: loadID,
 		OnSession: func(id string, loadable bool) {
 			b, _ := json.Marshal(acpSessionLine{ID: id, Load: loadable})
 			e := store.TranscriptEntry{Type: acpSessionType, Content: string(b), Timestamp: m.d.Clock.Now().UTC()}
@@ -200,7 +212,7 @@ func (m *Manager) acpTurn(ctx context.Context, run *store.Run, message string) (
 		if err := m.d.Store.AddRunUsage(context.WithoutCancel(ctx), run.ID, u.Input, u.Output, u.CacheRead, u.CacheWrite); err != nil {
 			m.runLog(run).Warn("could not add the usage of one more prompt to the run", zap.Error(err))
 		}
-	})
+	}, nil)
 	if err != nil {
 		return "", err
 	}

@@ -109,6 +109,12 @@ type Deps struct {
 	// requester for a child spawned with thread: true (SPEC §24); an error
 	// wrapping channels.ErrNoThreads says the chat has none.
 	StartThread func(ctx context.Context, requester channels.Origin, t channels.NewThread) (channels.Thread, error)
+	// Live, if set, shows a running child in its own thread (SPEC §16,
+	// §24): typing, and its text as it writes it, through the streaming a
+	// top-level turn uses. draftRef is the draft an earlier stretch of the
+	// run left ("" = none), to go on with. It returns nil when the channel
+	// shows nothing live.
+	Live func(run *store.Run, draftRef string) Progress
 	// Wake, if set, runs the owed turn of a wake this replica claimed
 	// (SPEC §23: the requester of announce "parent" children, woken once
 	// with their results) on the gateway's main lane.
@@ -166,6 +172,7 @@ type liveRun struct {
 	cost     float64    // their USD at the cost of the model that answered each; guarded by Manager.mu
 	priced   bool       // some call's model had a cost; guarded by Manager.mu
 	waiting  int        // children spawned with announce parent it waits for; guarded by Manager.mu
+	draft    string     // the platform id of the draft its live view left ("" = none); guarded by Manager.mu
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -698,8 +705,12 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
 		return
 	}
-	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx}
+	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(ctx, &run)}
 	out := m.runnerFor(&run).Run(ctx, rc)
+	draft := rc.live.stop()
+	m.mu.Lock()
+	lr.draft = draft
+	m.mu.Unlock()
 	if out.Status == "" {
 		// The gateway is shutting down mid-run: leave the run "running" in
 		// the store; the next Start resumes it (SPEC §25).
@@ -738,6 +749,9 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	defer sess.Close()
 
 	turn := m.childTurn(lr, run, model)
+	if rc.live != nil {
+		turn.OnText = rc.Text // the work, not the announce step, is shown live
+	}
 	problems := &agent.ProblemLog{}
 	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)
 	runCtx := ctx
@@ -1164,10 +1178,13 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	m.setArchive(&r)
 	var item *store.OutboxItem
 	m.mu.Lock()
-	span := lr.span
+	span, draft := lr.span, lr.draft
 	m.mu.Unlock()
 	if announce && announcesInChat(&r) {
 		item = m.announceItem(&r, result, note, outcome)
+		// The run was shown live in its thread: the announce replaces
+		// that draft, so the thread shows it once (SPEC §16, §24).
+		item.DraftRef = draft
 		if span != nil {
 			item.TraceParent = telemetry.FormatTraceparent(span.SpanContext())
 		}

@@ -2,6 +2,8 @@ package subagent
 
 import (
 	"context"
+	"strings"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -51,6 +53,73 @@ type RunCtx struct {
 	m    *Manager
 	lr   *liveRun
 	lane context.Context
+	live *liveView // nil: the run shows nothing live
+}
+
+// Progress shows a running child in its delivery target (SPEC §16, §24):
+// the gateway's live reply of a top-level turn, at the child's own
+// thread. Runners do not see it; they report to RunCtx.Text and
+// RunCtx.Activity.
+type Progress interface {
+	// Text shows text, everything the child has to show so far; it must
+	// not block.
+	Text(text string)
+	// Stop ends the live view (typing off) and returns the platform id of
+	// the draft it shows ("" = none): the announce replaces that draft
+	// instead of posting again.
+	Stop() (draftRef string)
+}
+
+// Text reports the child's message written so far (the current model
+// call's, or the agent's message since its last tool call); "" when a new
+// message starts. Shown live where the run has a thread of its own.
+func (rc *RunCtx) Text(text string) {
+	if rc != nil && rc.live != nil {
+		rc.live.set(&rc.live.text, text)
+	}
+}
+
+// Activity reports a short line of what the child does now (a tool call
+// of an ACP agent), "" when that is done; shown live under its text.
+func (rc *RunCtx) Activity(line string) {
+	if rc != nil && rc.live != nil {
+		rc.live.set(&rc.live.activity, line)
+	}
+}
+
+// liveView puts a run's text and activity together for its Progress.
+type liveView struct {
+	p        Progress
+	mu       sync.Mutex
+	text     string // the message so far; guarded by mu
+	activity string // what it does now; guarded by mu
+}
+
+// set changes one of the view's fields and shows the view. A message
+// that starts again ("") keeps the last one shown until it writes.
+func (v *liveView) set(field *string, s string) {
+	v.mu.Lock()
+	if field == &v.text && s == "" {
+		v.mu.Unlock()
+		return
+	}
+	*field = s
+	show := strings.TrimSpace(v.text)
+	if v.activity != "" {
+		show = strings.TrimSpace(show + "\n\n" + v.activity)
+	}
+	v.mu.Unlock()
+	if show != "" {
+		v.p.Text(show)
+	}
+}
+
+// stop ends the live view; "" when there was none.
+func (v *liveView) stop() string {
+	if v == nil {
+		return ""
+	}
+	return v.p.Stop()
 }
 
 // Stopped reports whether a person or a cascade stopped the run.

@@ -303,3 +303,18 @@ func (m *Manager) requesterOrigin(r *store.Run) channels.Origin {
 	}
 	return s.Origin
 }
+
+// startLive starts showing run live in its own thread (SPEC §16, §24):
+// typing while it runs and its text as it writes it. nil when the run
+// has no thread of its own (a child without one shows its progress in
+// the web chat's panel, §16) or its channel shows nothing live.
+func (m *Manager) startLive(ctx context.Context, run *store.Run) *liveView {
+	if m.d.Live == nil || run.Origin.ThreadID == "" || m.requesterOrigin(run).ThreadID == run.Origin.ThreadID {
+		return nil
+	}
+	p := m.d.Live(run, "")
+	if p == nil {
+		return nil
+	}
+	return &liveView{p: p}
+}

@@ -37,6 +37,11 @@ type Job struct {
 	// OnActivity, if set, is told a short line of what the agent does now
 	// (shown live), one call at a time; it must not block.
 	OnActivity func(line string)
+	// OnText, if set, is told the agent's message text so far as its
+	// agent_message_chunk updates arrive: each message (the text between
+	// two tool calls) starts again from the first chunk. It must not
+	// block.
+	OnText func(text string)
 	// OnUsage, if set, is told the usage a prompt reported.
 	OnUsage func(agent.Usage)
 	Clock   agent.Clock
@@ -370,6 +375,10 @@ func (r *runner) prompt(ctx context.Context, p *process, sid sdk.SessionId, text
 	return a.resp.StopReason, a.resp.Usage, nil
 }
 
+// ToolActivity begins the OnActivity line of a tool call:
+// "🔧 <title> (<status>)".
+const ToolActivity = "🔧 "
+
 // activity shows what the agent does now. Calls come from the update
 // stream and from client requests: they are serialised.
 func (r *runner) activity(line string) {
@@ -444,6 +453,9 @@ func (r *runner) update(_ context.Context, u sdk.SessionUpdate) {
 	case u.AgentMessageChunk != nil:
 		if t := u.AgentMessageChunk.Content.Text; t != nil {
 			r.text.WriteString(t.Text)
+			if r.j.OnText != nil {
+				r.j.OnText(r.text.String())
+			}
 			r.activity("💬 " + lastLine(r.text.String()))
 		}
 	case u.AgentThoughtChunk != nil:
@@ -454,7 +466,7 @@ func (r *runner) update(_ context.Context, u sdk.SessionUpdate) {
 		call := agent.ToolCall{ID: string(tc.ToolCallId), Name: ToolName, Args: args}
 		r.open[call.ID] = call
 		r.flushTextLocked([]agent.ToolCall{call})
-		r.activity(fmt.Sprintf("🔧 %s (%s)", tc.Title, cmp.Or(string(tc.Status), "pending")))
+		r.activity(fmt.Sprintf(ToolActivity+"%s (%s)", tc.Title, cmp.Or(string(tc.Status), "pending")))
 		if tc.Status == sdk.ToolCallStatusCompleted || tc.Status == sdk.ToolCallStatusFailed {
 			r.toolEndLocked(call.ID, string(tc.Status), tc.Title, tc.Content, tc.RawOutput)
 		}
@@ -473,7 +485,7 @@ func (r *runner) update(_ context.Context, u sdk.SessionUpdate) {
 		if tu.Status == nil {
 			return
 		}
-		r.activity(fmt.Sprintf("🔧 %s (%s)", cmp.Or(title, id), *tu.Status))
+		r.activity(fmt.Sprintf(ToolActivity+"%s (%s)", cmp.Or(title, id), *tu.Status))
 		if open && (*tu.Status == sdk.ToolCallStatusCompleted || *tu.Status == sdk.ToolCallStatusFailed) {
 			r.toolEndLocked(id, string(*tu.Status), title, tu.Content, tu.RawOutput)
 		}

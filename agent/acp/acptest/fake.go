@@ -34,6 +34,9 @@ import (
 //	terminal   asks for a terminal; reports the error
 //	nousage    like work without permission, and reports no usage
 //	auth       refuses session/new: authentication required
+//	live       a message and a tool call in progress, then waits for go.txt
+//	           in its cwd; then the call completes and a final message in
+//	           two chunks (a test watches it live)
 const EnvMode = "HERALD_ACPFAKE"
 
 // Main runs the fake agent when EnvMode is set and returns false
@@ -175,6 +178,25 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 	case "terminal":
 		_, err := a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "ls"})
 		a.say(ctx, sid, fmt.Sprintf("terminal: %v", err))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+	case "live":
+		a.say(ctx, sid, "Reading the code.")
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.StartToolCall("call_1", "Read main.go",
+			sdk.WithStartKind(sdk.ToolKindRead), sdk.WithStartStatus(sdk.ToolCallStatusInProgress))})
+		for {
+			if _, err := os.Stat(filepath.Join(a.cwd, "go.txt")); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdateToolCall("call_1",
+			sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted))})
+		a.say(ctx, sid, "All done: ")
+		a.say(ctx, sid, "main.go is fine.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	case "nousage":
 		a.say(ctx, sid, "Done without counting.")

@@ -1,0 +1,146 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/acp/acptest"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/sandbox"
+	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels/slack/slackfake"
+)
+
+// childThreadPosts are the posts in the thread of the first top-level
+// post of C1 (the starter of a child's thread), and the starter.
+func childThreadPosts(sf *slackfake.Server) (starter slackfake.Post, in []slackfake.Post) {
+	for _, p := range sf.Posted() {
+		switch {
+		case starter.TS == "" && p.Channel == "C1" && p.ThreadTS == "":
+			starter = p
+		case starter.TS != "" && p.ThreadTS == starter.TS:
+			in = append(in, p)
+		}
+	}
+	return starter, in
+}
+
+// TestE2ESlackThreadLive: a child spawned with thread: true shows its
+// work live in its own thread (SPEC §16, §24) — its text is posted as a
+// draft there while its model writes it and updated as it grows — and its
+// announce then replaces that draft: the thread holds one message, the
+// announce, with the outbox metadata; the requester's thread sees nothing
+// of the child's text.
+func TestE2ESlackThreadLive(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	const work = "alpha at work: reading the release notes, then the changelog, then writing it up."
+	base := threadModel()
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && strings.HasPrefix(c.LastUser(), "alpha: dig") {
+			return llmtest.Reply{Text: work, BeforePiece: func(i int) {
+				switch i {
+				case 1:
+					if !waitFor(e2eWait, func() bool { _, in := childThreadPosts(sf); return len(in) == 1 }) {
+						t.Error("no draft of the child in its thread")
+					}
+				case 2:
+					if !waitFor(e2eWait, func() bool { return len(sf.Updates()) > 0 }) {
+						t.Error("the draft was not updated")
+					}
+				}
+			}}
+		}
+		return base(c)
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	tg.waitDelivered(t, 3) // the link line, the reply, the announce
+	starter, in := childThreadPosts(sf)
+	if len(in) != 1 || !strings.HasPrefix(in[0].Text, "Status: success\nTask: alpha") || !strings.Contains(in[0].Metadata, "herald_message") {
+		t.Fatalf("alpha's thread %s = %+v, want one message: the draft, turned into the announce", starter.TS, in)
+	}
+	var drafts []string
+	for _, u := range sf.Updates() {
+		if u.TS == in[0].TS {
+			drafts = append(drafts, u.Text)
+		}
+	}
+	if len(drafts) < 2 || drafts[len(drafts)-1] != in[0].Text {
+		t.Fatalf("updates of the draft %q: want the child's text, then the announce", drafts)
+	}
+	for _, d := range drafts[:len(drafts)-1] {
+		if !strings.HasPrefix(work, d) || d == "" {
+			t.Errorf("draft %q is not the child's text growing to %q", d, work)
+		}
+	}
+	for _, p := range sf.Posted() {
+		if p.ThreadTS == slackT1 && strings.Contains(p.Text, "alpha at work") {
+			t.Errorf("the child's text reached the requester's thread: %+v", p)
+		}
+	}
+}
+
+// TestE2ESlackACPThreadLive: an ACP coding agent spawned with thread: true
+// shows its session/update stream live in its own thread (SPEC §26, §24):
+// its message and the tool call it is in, while that call runs; its
+// announce then replaces the draft, once.
+func TestE2ESlackACPThreadLive(t *testing.T) {
+	t.Parallel()
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := slackfake.New(t)
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	cfg := fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %q },
+    { id: "codex", runtime: { type: "acp", command: %q, env: { %s: "live" } } }] },
+  security: { toolPolicy: { groups: { acp: "allow" } } },
+  channels: {
+    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
+    web: { enabled: false },
+  },
+}`, ws, exe, acptest.EnvMode, slackfake.BotToken, slackfake.AppToken, sf.URL())
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+			return llmtest.Reply{Text: "Started codex in its own thread."}
+		}
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+			Args: json.RawMessage(`{"agentId":"codex","task":"review main.go","label":"codex","thread":true}`)}}}
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "review main.go", slackT1)
+	const live = "Reading the code.\n\n🔧 Read main.go (in_progress)"
+	if !waitFor(e2eWait, func() bool {
+		_, in := childThreadPosts(sf)
+		return len(in) == 1 && in[0].Text == live
+	}) {
+		_, in := childThreadPosts(sf)
+		t.Fatalf("codex's thread = %+v, want its draft %q while its tool call runs", in, live)
+	}
+	conv := tools.ConversationWorkspace(ws, slackK1)
+	if err := os.WriteFile(filepath.Join(conv, "go.txt"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tg.waitDelivered(t, 3) // the link line, the reply, the announce
+	_, in := childThreadPosts(sf)
+	if len(in) != 1 || !strings.HasPrefix(in[0].Text, "Status: success\nTask: codex\n\nResult:\nAll done: main.go is fine.\n") {
+		t.Errorf("codex's thread = %+v, want one message: the draft, turned into the announce", in)
+	}
+}
