@@ -5,22 +5,16 @@ package gateway_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
 	"github.com/heraldhq/herald/agent/llmtest"
-	"github.com/heraldhq/herald/agent/providers"
 	"github.com/heraldhq/herald/channels/matrix/matrixtest"
-	"github.com/heraldhq/herald/config"
-	"github.com/heraldhq/herald/gateway"
 )
 
 // matrixE2EEConfig is matrixGatewayConfig with encryption on.
@@ -39,47 +33,7 @@ const matrixE2EEConfig = `{
 // state in dir; the returned stop ends it and waits (also at the test's end).
 func runE2EEGateway(t *testing.T, dir string, hs *matrixtest.Homeserver, bot *mautrix.Client, llm *llmtest.Server) (stop func()) {
 	t.Helper()
-	src := fmt.Sprintf(matrixE2EEConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken)
-	cfg, err := config.Parse("e2e-matrix-e2ee.json5", []byte(src), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gateway.New(context.Background(), gateway.Options{
-		Config: cfg, StateDir: dir, Listener: ln,
-		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-		Providers: providers.Options{BackoffBase: time.Millisecond},
-	})
-	if err != nil {
-		ln.Close()
-		t.Fatalf("gateway.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway.Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("gateway did not stop within 30s")
-		}
-	}
-	t.Cleanup(stop)
+	_, stop = runMatrixGateway(t, fmt.Sprintf(matrixE2EEConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken), dir)
 	return stop
 }
 

@@ -47,7 +47,15 @@ const matrixGatewayConfig = `{
 // bot on hs, until the test ends.
 func startMatrixGateway(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, llm *llmtest.Server) *gateway.Gateway {
 	t.Helper()
-	src := fmt.Sprintf(matrixGatewayConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken)
+	g, _ := runMatrixGateway(t, fmt.Sprintf(matrixGatewayConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken), t.TempDir())
+	return g
+}
+
+// runMatrixGateway runs a whole gateway on the config src with its state in
+// dir; stop ends it and waits (also at the test's end), so a test can start
+// another on the same state.
+func runMatrixGateway(t *testing.T, src, dir string) (g *gateway.Gateway, stop func()) {
+	t.Helper()
 	cfg, err := config.Parse("e2e-matrix.json5", []byte(src), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -59,8 +67,8 @@ func startMatrixGateway(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(context.Background(), gateway.Options{
-		Config: cfg, StateDir: t.TempDir(), Listener: ln,
+	g, err = gateway.New(context.Background(), gateway.Options{
+		Config: cfg, StateDir: dir, Listener: ln,
 		Logger:    zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 		Providers: providers.Options{BackoffBase: time.Millisecond},
 	})
@@ -71,7 +79,12 @@ func startMatrixGateway(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Cl
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		select {
 		case err := <-done:
@@ -81,8 +94,9 @@ func startMatrixGateway(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Cl
 		case <-time.After(30 * time.Second):
 			t.Errorf("gateway did not stop within 30s")
 		}
-	})
-	return g
+	}
+	t.Cleanup(stop)
+	return g, stop
 }
 
 // relationsCounter puts a reverse proxy in front of hs that counts the

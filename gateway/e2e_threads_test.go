@@ -337,13 +337,18 @@ func TestE2EDiscordSpawnThread(t *testing.T) {
 // the child's thread; the requester's thread gets the link line (a
 // matrix.to link to the root) and the reply; the child's announce goes to
 // its thread; a message there without a mention reaches the child's
-// session and is answered there.
+// session and is answered there. After a restart whose first /sync no
+// longer shows the bot's posts in that thread (50 newer messages in the
+// room), a message there without a mention still reaches the child: the
+// adapter asks the stored binding (channels.Deps.Bound).
 func TestE2EMatrixSpawnThread(t *testing.T) {
 	hs := matrixtest.Start(t)
 	alice := hs.RegisterUser(t, "alice")
 	carol := hs.RegisterUser(t, "carol")
 	bot := hs.RegisterUser(t, "herald")
-	startMatrixGateway(t, hs, bot, llmtest.NewAnthropic(t, threadModel()))
+	llm := llmtest.NewAnthropic(t, threadModel())
+	src, dir := fmt.Sprintf(matrixGatewayConfig, llm.URL, hs.URL, bot.UserID, bot.AccessToken), t.TempDir()
+	_, stop := runMatrixGateway(t, src, dir)
 	room := groupRoom(t, alice, carol, bot.UserID)
 
 	root := matrixtest.Post(t, alice, room, "planning")
@@ -363,6 +368,17 @@ func TestE2EMatrixSpawnThread(t *testing.T) {
 	ans := matrixtest.WaitThreadMessages(t, alice, room, id.EventID(childRoot), bot.UserID, 2)
 	if b := matrixBody(ans[1]); !strings.HasPrefix(b, `child (task "alpha: dig into the release notes", `) {
 		t.Fatalf("answer in alpha's thread = %q", b)
+	}
+
+	stop()
+	for i := range 50 { // more than the first /sync's timeline (limit 50) holds
+		matrixtest.Post(t, carol, room, fmt.Sprintf("chatter %d", i))
+	}
+	runMatrixGateway(t, src, dir)
+	matrixtest.PostInThread(t, alice, room, id.EventID(childRoot), "again: after the restart?")
+	ans = matrixtest.WaitThreadMessages(t, alice, room, id.EventID(childRoot), bot.UserID, 3)
+	if b := matrixBody(ans[2]); !strings.HasPrefix(b, `child (task "alpha: dig into the release notes", `) || !strings.HasSuffix(b, `heard "again: after the restart?"`) {
+		t.Fatalf("answer in alpha's thread after the restart = %q", b)
 	}
 }
 

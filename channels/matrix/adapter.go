@@ -54,6 +54,10 @@ type Options struct {
 	// first addressed in are read as context (channels.ThreadReader); 0 = off.
 	ThreadContext int
 	Access        channels.Access
+	// Bound, if set, reports whether a thread is bound to a sub-agent
+	// (channels.Deps.Bound, SPEC §24): a thread the bot is in, whatever
+	// this process's sync has seen of it.
+	Bound func(ctx context.Context, o channels.Origin) bool
 	Logger        *zap.Logger
 	// HTTPClient is used for every request; its Timeout must exceed the 30 s
 	// /sync long poll. Nil uses a client with a 120 s timeout.

@@ -138,7 +138,21 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 
 	chatType := a.chatType(ctx, evt.RoomID)
 	mentioned, text := a.addressed(evt, content, root)
-	if chatType == channels.ChatDM {
+	origin := channels.Origin{
+		Channel:   Name,
+		ChatID:    string(evt.RoomID),
+		ChatType:  chatType,
+		ThreadID:  a.replyThread(root, evt.ID),
+		SenderID:  string(evt.Sender),
+		MessageID: string(evt.ID),
+	}
+	switch {
+	case chatType == channels.ChatDM:
+		mentioned = true
+	case !mentioned && root != "" && origin.ThreadID == string(root) && a.opts.Bound != nil && a.opts.Bound(ctx, origin):
+		// A thread bound to a sub-agent (SPEC §24) is one the bot is in,
+		// also after a restart whose first /sync no longer shows the
+		// bot's posts there: the binding is in the store.
 		mentioned = true
 	}
 	if !a.opts.Access.Admit(chatType, string(evt.RoomID), string(evt.Sender), mentioned) {
@@ -147,16 +161,8 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		return
 	}
 
-	threadID := a.replyThread(root, evt.ID)
 	in := channels.Inbound{
-		Origin: channels.Origin{
-			Channel:   Name,
-			ChatID:    string(evt.RoomID),
-			ChatType:  chatType,
-			ThreadID:  threadID,
-			SenderID:  string(evt.Sender),
-			MessageID: string(evt.ID),
-		},
+		Origin:      origin,
 		SenderName:  senderName(evt.Sender),
 		Text:        text,
 		Mentioned:   mentioned,

@@ -100,7 +100,7 @@ func init() {
 				AccessToken: c.AccessToken.Value(), Password: c.Password.Value(), DeviceID: c.DeviceID,
 				AutoJoin: c.AutoJoin == nil || *c.AutoJoin, ThreadReplies: c.ThreadReplies, Access: channels.AccessOf(c.Access),
 				ThreadContext: config.ThreadContextOr(c.ThreadContext),
-				SyncStore:     sync, Logger: d.Logger, HTTPClient: d.HTTPClient,
+				SyncStore:     sync, Logger: d.Logger, HTTPClient: d.HTTPClient, Bound: d.Bound,
 				Encryption: c.Encryption, RecoveryKey: c.RecoveryKey.Value(), CryptoDB: d.SQL, State: d.State})
 		},
 		Init: &channels.Init{
