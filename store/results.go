@@ -76,6 +76,15 @@ func insertResult(c conn, r *Run, res *Result) error {
 	return err
 }
 
+// The queries of every turn's start write (FoldResults), served by the
+// index results_session_folded (v30).
+const (
+	foldQuery = `UPDATE results SET folded_by = $1, folded_at = $2
+		WHERE session_key = $3 AND folded_by = '' AND (session_id = $4 OR session_id = '')`
+	foldedQuery = `SELECT ` + resultCols + ` FROM results WHERE folded_by = $1 AND session_key = $2
+		ORDER BY created_at, run_id`
+)
+
 // FoldResults marks the results of f's session that no turn took yet as
 // taken by f.By and returns every result f.By took (these and those it
 // took before), oldest first; with f.IntakeID it also records that turn's
@@ -93,13 +102,10 @@ func (d *DB) FoldResults(ctx context.Context, f Fold) ([]Result, error) {
 				return err
 			}
 		}
-		if _, err := c.exec(`UPDATE results SET folded_by = $1, folded_at = $2
-			WHERE session_key = $3 AND folded_by = '' AND (session_id = $4 OR session_id = '')`,
-			f.By, at, f.SessionKey, f.SessionID); err != nil {
+		if _, err := c.exec(foldQuery, f.By, at, f.SessionKey, f.SessionID); err != nil {
 			return err
 		}
-		rows, err := c.query(`SELECT `+resultCols+` FROM results WHERE folded_by = $1 AND session_key = $2
-			ORDER BY created_at, run_id`, f.By, f.SessionKey)
+		rows, err := c.query(foldedQuery, f.By, f.SessionKey)
 		if err != nil {
 			return err
 		}
