@@ -30,7 +30,8 @@ type Sessions interface {
 
 // Runs are sub-agent runs; a run's end and its announce are one transaction.
 type Runs interface {
-	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error // CreateRun with the limits checked in its transaction (*LimitError)
+	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error            // CreateRun with the limits checked in its transaction (*LimitError)
+	SpawnRuns(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) error // SpawnRun of N runs: one transaction, all or none
 	RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error)
 	StartRun(ctx context.Context, runID string, at time.Time) error       // queued → running; ErrNotQueued
 	ResumeRun(ctx context.Context, runID string, ran time.Duration) error // running|announcing → queued again (SPEC §25); ErrNotQueued
@@ -52,6 +53,7 @@ type Runs interface {
 type Results interface {
 	FoldResults(ctx context.Context, f Fold) ([]Result, error)                   // marks and returns what the turn f.By takes
 	PendingResults(ctx context.Context, key, sessionID string) ([]Result, error) // not folded yet, oldest first
+	FoldedFiles(ctx context.Context, key, by string) ([]FileRef, error)          // the files of the results the turn by folded
 }
 
 // Turns is the intake: every inbound message, stored before it is

@@ -187,9 +187,10 @@ func refFiles(c conn, scope string, files []FileRef, at int64) error {
 	return nil
 }
 
-// insertFiles writes the files of a new intake or outbox row (table
-// intake_files or outbox_files) and references them for scope.
-func insertFiles(c conn, table, key string, id int64, scope string, files []FileRef, at int64) error {
+// insertFiles writes the files of a new intake, outbox or result row
+// (table intake_files, outbox_files or result_files) and references them
+// for scope.
+func insertFiles(c conn, table, key string, id any, scope string, files []FileRef, at int64) error {
 	for i, f := range files {
 		if _, err := c.exec(`INSERT INTO `+table+` (`+key+`, seq, file_id, name, mime, size, kind, caption) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			id, i, f.ID, f.Name, f.MIME, f.Size, f.Kind, f.Caption); err != nil {
@@ -200,10 +201,20 @@ func insertFiles(c conn, table, key string, id int64, scope string, files []File
 }
 
 func (d *DB) listFiles(ctx context.Context, table, key string, id int64) ([]FileRef, error) {
-	rows, err := d.reader(ctx).query(`SELECT file_id, name, mime, size, kind, caption FROM `+table+` WHERE `+key+` = $1 ORDER BY seq`, id)
+	return listFiles(d.reader(ctx), table, key, id)
+}
+
+// listFiles returns the files of one row of table (its key = id), in order.
+func listFiles(c conn, table, key string, id any) ([]FileRef, error) {
+	rows, err := c.query(`SELECT file_id, name, mime, size, kind, caption FROM `+table+` WHERE `+key+` = $1 ORDER BY seq`, id)
 	if err != nil {
 		return nil, err
 	}
+	return scanFileRefs(rows)
+}
+
+// scanFileRefs reads rows of (file_id, name, mime, size, kind, caption).
+func scanFileRefs(rows *sql.Rows) ([]FileRef, error) {
 	defer rows.Close()
 	var out []FileRef
 	for rows.Next() {

@@ -16,7 +16,12 @@ type Result struct {
 	SessionKey string // the requester session
 	SessionID  string // its session id at spawn ("" = any: a run from before v23)
 	Text       string
-	CreatedAt  time.Time
+	// Files are the files the run's send_file calls attached (SPEC §18),
+	// written with the result: they reach the chat with the batch's
+	// announce, or with the reply of the turn that folds the result
+	// (FoldedFiles). Not read back by FoldResults or PendingResults.
+	Files     []FileRef
+	CreatedAt time.Time
 	// FoldedBy names the turn that took it into the history ("" = not yet);
 	// FoldedAt is when.
 	FoldedBy string
@@ -70,10 +75,30 @@ func insertResult(c conn, r *Run, res *Result) error {
 		res.CreatedAt = r.EndedAt
 	}
 	res.CreatedAt = truncMS(res.CreatedAt)
-	_, err := c.exec(`INSERT INTO results (run_id, session_key, session_id, text, created_at)
+	n, err := c.execN(`INSERT INTO results (run_id, session_key, session_id, text, created_at)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING`,
 		res.RunID, res.SessionKey, res.SessionID, res.Text, msOrNow(res.CreatedAt))
-	return err
+	if err != nil || n == 0 || len(res.Files) == 0 {
+		return err
+	}
+	return insertFiles(c, "result_files", "run_id", res.RunID, res.SessionKey, res.Files, msOrNow(res.CreatedAt))
+}
+
+// FoldedFiles returns the files of the results the turn by of the
+// session key folded
+// (FoldResults) whose runs posted nothing themselves (announce parent or
+// silent), in the order of those results: the reply of that turn carries
+// them to the chat (SPEC §23). A batch's announce carries its runs' files.
+func (d *DB) FoldedFiles(ctx context.Context, key, by string) ([]FileRef, error) {
+	rows, err := d.reader(ctx).query(`SELECT f.file_id, f.name, f.mime, f.size, f.kind, f.caption
+		FROM results r JOIN result_files f ON f.run_id = r.run_id JOIN runs ON runs.id = r.run_id
+		WHERE r.session_key = $1 AND r.folded_by = $2 AND runs.announce IN ($3, $4)
+		ORDER BY r.created_at, r.run_id, f.seq`, key, by, AnnounceParent, AnnounceSilent)
+	if err != nil {
+		return nil, d.wrap("files of the results folded by "+by, err)
+	}
+	out, err := scanFileRefs(rows)
+	return out, d.wrap("files of the results folded by "+by, err)
 }
 
 // The queries of every turn's start write (FoldResults), served by the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 const runCols = `id, child_key, child_session_id, requester_key, root_key, depth, agent_id, task, label,
 	model, thinking, cleanup, timeout_seconds, max_iterations, allowed_tools, origin, status, outcome,
 	note, result, created_at, started_at, ended_at, tokens_in, tokens_out, cache_read, cache_write,
-	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at, announce, spawn_group, group_deadline, output_schema, output`
+	cost_usd, archive_at, archived_at, owner, schedule_id, schedule_due, trace_parent, requester_session_id, resumes, ran_ms, stretch_at, announce, spawn_group, group_deadline, output_schema, output, batch, skipped`
 
 func scanRun(rows *sql.Rows, r *Run) error {
 	var tools sql.NullString
@@ -29,7 +30,7 @@ func scanRun(rows *sql.Rows, r *Run) error {
 		&r.MaxIterations, &tools, &origin, &r.Status, &r.Outcome, &r.Note, &r.Result, &created,
 		&started, &ended, &r.TokensIn, &r.TokensOut, &r.CacheRead, &r.CacheWrite, &r.CostUSD,
 		&archiveAt, &archivedAt, &r.Owner, &r.ScheduleID, &due, &r.TraceParent, &r.RequesterSessionID,
-		&r.Resumes, &ranMS, &stretch, &r.Announce, &r.SpawnGroup, &groupDeadline, &r.OutputSchema, &r.Output); err != nil {
+		&r.Resumes, &ranMS, &stretch, &r.Announce, &r.SpawnGroup, &groupDeadline, &r.OutputSchema, &r.Output, &r.Batch, &r.Skipped); err != nil {
 		return err
 	}
 	r.ScheduleDue, r.GroupDeadline = fromMS(due), fromMS(groupDeadline)
@@ -95,12 +96,16 @@ type SpawnLimits struct {
 
 // LimitError is SpawnRun's refusal: a SpawnLimits bound was reached.
 type LimitError struct {
-	Limit string // "maxChildrenPerSession" or "maxTotalSpawns"
-	Count int    // runs counted
-	Max   int
+	Limit  string // "maxChildrenPerSession" or "maxTotalSpawns"
+	Count  int    // runs counted
+	Max    int
+	Adding int // runs the refused spawn would have added (1, or a batch's)
 }
 
 func (e *LimitError) Error() string {
+	if e.Adding > 1 {
+		return fmt.Sprintf("limit reached: %d runs counted and %d more asked for, %s is %d", e.Count, e.Adding, e.Limit, e.Max)
+	}
 	return fmt.Sprintf("limit reached: %d runs counted, %s is %d", e.Count, e.Limit, e.Max)
 }
 
@@ -109,6 +114,87 @@ func (e *LimitError) Error() string {
 // last slot and no lock is held across the round trip. A reached limit gives
 // a *LimitError and stores nothing.
 func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error {
+	return d.SpawnRuns(ctx, []*Run{r}, []*Session{child}, lim)
+}
+
+// SpawnRuns records the runs (each with its child session children[i], nil
+// when stored already) in one transaction, all or none: the limits are
+// checked for all of them at once (a requester's live runs plus the new
+// ones within MaxChildren, a root's runs plus the new ones within
+// MaxTotal), so a batch spawn (SPEC §23) that one limit would cut stores
+// nothing and gives a *LimitError. Defaults as CreateRun, each run's own.
+// A run's SpawnCallID is recorded for the first run that names it (the
+// other runs of one call are found by their Batch).
+func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) error {
+	if len(children) != len(runs) {
+		return fmt.Errorf("spawn runs: %d runs, %d child sessions", len(runs), len(children))
+	}
+	preps := make([]preparedRun, len(runs))
+	var roots []string
+	for i, r := range runs {
+		p, err := d.prepareRun(r, children[i])
+		if err != nil {
+			return err
+		}
+		preps[i] = p
+		if !slices.Contains(roots, r.RootKey) {
+			roots = append(roots, r.RootKey)
+		}
+	}
+	slices.Sort(roots) // locks in one order: two batches cannot deadlock
+	err := d.tx(ctx, func(c conn) error {
+		for _, root := range roots {
+			if err := c.lock("spawn:" + root); err != nil {
+				return err
+			}
+		}
+		if err := checkSpawnLimits(c, runs, lim); err != nil {
+			return err
+		}
+		calls := map[string]bool{}
+		for i, r := range runs {
+			if child := children[i]; child != nil {
+				if _, err := c.exec(insertSession, preps[i].sessArgs...); err != nil {
+					return fmt.Errorf("child session %s: %w", child.Key, err)
+				}
+			}
+			if err := insertRun(c, r, preps[i].tools, preps[i].origin); err != nil {
+				return err
+			}
+			call := r.RequesterKey + "\x00" + r.SpawnCallID
+			if r.SpawnCallID == "" || calls[call] {
+				continue
+			}
+			calls[call] = true
+			if _, err := c.exec(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)`,
+				r.RequesterKey, r.SpawnCallID, r.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if le := (*LimitError)(nil); errors.As(err, &le) {
+			return le
+		}
+		if len(runs) == 1 {
+			return d.wrap("create run "+runs[0].ID, err)
+		}
+		return d.wrap(fmt.Sprintf("create %d runs", len(runs)), err)
+	}
+	return nil
+}
+
+// preparedRun is what a new run's rows need, encoded.
+type preparedRun struct {
+	tools    any
+	origin   string
+	sessArgs []any // the child session's row; nil: stored already
+}
+
+// prepareRun applies a new run's defaults (CreateRun) and those its child
+// session takes from it, and encodes what its rows need.
+func (d *DB) prepareRun(r *Run, child *Session) (p preparedRun, err error) {
 	if r.ID == "" {
 		r.ID = uuid.NewString()
 	}
@@ -126,11 +212,10 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 	}
 	r.CreatedAt, r.StartedAt, r.EndedAt = truncMS(r.CreatedAt), truncMS(r.StartedAt), truncMS(r.EndedAt)
 	r.ArchiveAt, r.ArchivedAt = truncMS(r.ArchiveAt), truncMS(r.ArchivedAt)
-	var sessArgs []any
 	if child != nil {
 		fillChild(r, child)
 		if err := d.normalizeSession(child); err != nil {
-			return fmt.Errorf("create run %s: child %w", r.ID, err)
+			return p, fmt.Errorf("create run %s: child %w", r.ID, err)
 		}
 		if r.ChildKey == "" {
 			r.ChildKey = child.Key
@@ -138,90 +223,80 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 		if r.ChildSessionID == "" {
 			r.ChildSessionID = child.ID
 		}
-		var err error
-		if sessArgs, err = sessionArgs(child); err != nil {
-			return fmt.Errorf("create run %s: %w", r.ID, err)
+		if p.sessArgs, err = sessionArgs(child); err != nil {
+			return p, fmt.Errorf("create run %s: %w", r.ID, err)
 		}
 	}
 	if r.ChildKey == "" {
-		return fmt.Errorf("create run %s: child session key is empty", r.ID)
+		return p, fmt.Errorf("create run %s: child session key is empty", r.ID)
 	}
-	tools, err := toolsJSON(r.AllowedTools)
-	if err != nil {
-		return fmt.Errorf("create run %s: %w", r.ID, err)
+	if p.tools, err = toolsJSON(r.AllowedTools); err != nil {
+		return p, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
-	origin, err := originJSON(r.Origin)
-	if err != nil {
-		return fmt.Errorf("create run %s: %w", r.ID, err)
+	if p.origin, err = originJSON(r.Origin); err != nil {
+		return p, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
-	err = d.tx(ctx, func(c conn) error {
-		if err := c.lock("spawn:" + r.RootKey); err != nil {
-			return err
-		}
-		if err := checkSpawnLimits(c, r, lim); err != nil {
-			return err
-		}
-		if child != nil {
-			if _, err := c.exec(insertSession, sessArgs...); err != nil {
-				return fmt.Errorf("child session %s: %w", child.Key, err)
-			}
-		}
-		err := insertRun(c, r, tools, origin)
-		if err != nil || r.SpawnCallID == "" {
-			return err
-		}
-		_, err = c.exec(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)`,
-			r.RequesterKey, r.SpawnCallID, r.ID)
-		return err
-	})
-	if err != nil {
-		if le := (*LimitError)(nil); errors.As(err, &le) {
-			return le
-		}
-		return d.wrap("create run "+r.ID, err)
-	}
-	return nil
+	return p, nil
 }
 
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
 	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43)`,
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44, $45)`,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
 		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID,
-		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), r.Announce, r.SpawnGroup, msOrNull(r.GroupDeadline), r.OutputSchema, r.Output)
+		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), r.Announce, r.SpawnGroup, msOrNull(r.GroupDeadline), r.OutputSchema, r.Output, r.Batch, boolInt(r.Skipped))
 	return err
 }
 
 // checkSpawnLimits counts inside the writer's transaction: with one writer
-// connection (SQLite) or the root's lock held (PostgreSQL), nothing can
-// insert a run of the same root between the count and the insert.
-func checkSpawnLimits(c conn, r *Run, lim SpawnLimits) error {
+// connection (SQLite) or the roots' locks held (PostgreSQL), nothing can
+// insert a run of the same root between the count and the insert. The new
+// runs count with the stored ones: each requester's and each root's.
+func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
 	count := func(q string, arg string) (int, error) {
 		var n int
 		err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) }, q, arg)
 		return n, err
 	}
-	if lim.MaxChildren > 0 {
-		n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = $1 AND status IN ('`+
-			StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`') AND schedule_id = ''`, r.RequesterKey)
-		if err != nil {
-			return err
+	adding := func(key func(*Run) string) ([]string, map[string]int) {
+		var keys []string
+		n := map[string]int{}
+		for _, r := range runs {
+			k := key(r)
+			if n[k] == 0 {
+				keys = append(keys, k)
+			}
+			n[k]++
 		}
-		if n >= lim.MaxChildren {
-			return &LimitError{Limit: "maxChildrenPerSession", Count: n, Max: lim.MaxChildren}
+		return keys, n
+	}
+	if lim.MaxChildren > 0 {
+		keys, add := adding(func(r *Run) string { return r.RequesterKey })
+		for _, k := range keys {
+			n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = $1 AND status IN ('`+
+				StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`') AND schedule_id = ''`, k)
+			if err != nil {
+				return err
+			}
+			if n+add[k] > lim.MaxChildren {
+				return &LimitError{Limit: "maxChildrenPerSession", Count: n, Max: lim.MaxChildren, Adding: add[k]}
+			}
 		}
 	}
 	if lim.MaxTotal > 0 {
-		n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = $1 AND schedule_id = ''`, r.RootKey)
-		if err != nil {
-			return err
-		}
-		if n >= lim.MaxTotal {
-			return &LimitError{Limit: "maxTotalSpawns", Count: n, Max: lim.MaxTotal}
+		keys, add := adding(func(r *Run) string { return r.RootKey })
+		for _, k := range keys {
+			n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = $1 AND schedule_id = ''`, k)
+			if err != nil {
+				return err
+			}
+			if n+add[k] > lim.MaxTotal {
+				return &LimitError{Limit: "maxTotalSpawns", Count: n, Max: lim.MaxTotal, Adding: add[k]}
+			}
 		}
 	}
 	return nil
@@ -364,6 +439,23 @@ type RunEnd struct {
 	// owed message); Wake.ID is set when it was added, 0 when the group
 	// still runs or its wake is already stored (its PlatformID).
 	Wake *Intake
+	// Batch, for a run of a batch (r.Batch), adds the batch's one
+	// announce when this is the end of its last live run (SPEC §23).
+	Batch *BatchEnd
+}
+
+// BatchEnd is the announce of a batch (RunEnd.Batch).
+type BatchEnd struct {
+	// Render makes the announce from the batch's runs, in the order they
+	// were spawned, this run's end included. EndRun calls it in its
+	// transaction when no other run of the batch is queued, running or
+	// announcing; the item it returns (nil: none) is added to the outbox
+	// with the files of the batch's results after its own, once: its
+	// RunID defaults to "batch:<id>", and a stored item with that RunID is
+	// kept.
+	Render func(runs []Run) *OutboxItem
+	// Announce is set to the item when this end added it, else nil.
+	Announce *OutboxItem
 }
 
 // EndRun is FinishRun with everything a run's end writes (RunEnd): the
@@ -395,9 +487,9 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 	err := d.tx(ctx, func(c conn) error {
 		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
 			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
-			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13 WHERE id = $14`,
+			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13, skipped = $14 WHERE id = $15`,
 			r.Status, r.Outcome, r.Note, r.Result, msOrNull(r.StartedAt), r.EndedAt.UnixMilli(),
-			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.Output, r.ID)
+			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.Output, boolInt(r.Skipped), r.ID)
 		if err != nil {
 			return err
 		}
@@ -426,6 +518,11 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 				return fmt.Errorf("result: %w", err)
 			}
 		}
+		if end.Batch != nil && r.Batch != "" {
+			if end.Batch.Announce, err = addBatchAnnounce(c, d.dialect, r, end.Batch.Render); err != nil {
+				return fmt.Errorf("batch %s: %w", r.Batch, err)
+			}
+		}
 		if end.Wake != nil {
 			end.Wake.ClaimedBy = wakeHolder
 			if err := addWake(c, r, end.Wake); err != nil {
@@ -444,12 +541,71 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		if announce != nil {
 			announce.ID = 0
 		}
+		if end.Batch != nil {
+			end.Batch.Announce = nil
+		}
 		return d.wrap("finish run "+r.ID, err)
 	}
 	if announce != nil {
 		item.apply(announce)
 	}
 	return nil
+}
+
+// addBatchAnnounce adds the announce of r's batch in the transaction that
+// ends r when no other run of the batch is live (BatchEnd.Render), and
+// returns it (nil: the batch still runs, Render gave none, or it is stored
+// already).
+func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxItem) (*OutboxItem, error) {
+	if render == nil {
+		return nil, nil
+	}
+	// Two ends of one batch on two replicas: the second to take the lock
+	// sees the first one's end.
+	if err := c.lock("batch:" + r.Batch); err != nil {
+		return nil, err
+	}
+	rows, err := c.query(`SELECT `+runCols+` FROM runs WHERE batch = $1 ORDER BY created_at, `+dia.rowid, r.Batch)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := scanRuns(rows)
+	if err != nil {
+		return nil, err
+	}
+	for i := range runs {
+		if runs[i].Status != StatusDone {
+			return nil, nil
+		}
+	}
+	item := render(runs)
+	if item == nil {
+		return nil, nil
+	}
+	if item.RunID == "" {
+		item.RunID = "batch:" + r.Batch
+	}
+	for i := range runs {
+		files, err := listFiles(c, "result_files", "run_id", runs[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		item.Files = append(item.Files, files...)
+	}
+	row, err := newOutboxRow(item)
+	if err != nil {
+		return nil, err
+	}
+	var exists int
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&exists) },
+		`SELECT COUNT(*) FROM outbox WHERE run_id = $1`, item.RunID); err != nil || exists > 0 {
+		return nil, err
+	}
+	if item.ID, err = row.insert(c); err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	row.apply(item)
+	return item, nil
 }
 
 // testHookFinishRun, when set by a test, runs inside FinishRun's transaction
@@ -491,6 +647,9 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	}
 	if f.SpawnGroup != "" {
 		where = append(where, "spawn_group = "+args.add(f.SpawnGroup))
+	}
+	if f.Batch != "" {
+		where = append(where, "batch = "+args.add(f.Batch))
 	}
 	if len(f.Statuses) > 0 {
 		where = append(where, "status IN ("+list(&args, f.Statuses)+")")

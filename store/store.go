@@ -109,6 +109,13 @@ type Run struct {
 	// none) and Output the JSON value its announce step gave for it,
 	// compact, stored with the run's end (SPEC §23).
 	OutputSchema, Output string
+	// Batch names the sessions_spawn call with tasks that made the run
+	// with its siblings, in one transaction (SPEC §23; "" = none): with
+	// Announce chat the end of its last run posts one announce for all.
+	Batch string
+	// Skipped: the run's child replied ANNOUNCE_SKIP (nothing of it is
+	// posted), stored with its end.
+	Skipped bool
 	// WaitingFor (not stored) is how many children spawned with announce
 	// parent a running run waits for before it goes on (SPEC §23).
 	WaitingFor int
@@ -168,6 +175,7 @@ type Run struct {
 type RunFilter struct {
 	RequesterKey string // direct children of this session
 	SpawnGroup   string // the runs of one spawn group
+	Batch        string // the runs of one batch spawn
 	RootKey      string // every run under this top-level session
 	// Chat, "<channel>:<chatType>:<chatId>", selects the runs under every
 	// conversation of one chat (any agent, any thread): root keys

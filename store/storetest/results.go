@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -149,5 +150,116 @@ func testTurnWake(t *testing.T, s Store) {
 	}
 	if next == nil || next.Kind != store.IntakeWake || next.Text != "[sub-agent result] tw2" || next.SessionID != "s-1" || next.ClaimedBy != "replica-a" {
 		t.Fatalf("next owed turn after the spawning turn = %+v, want the group's wake", next)
+	}
+}
+
+// A batch's runs are recorded in one transaction, all or none under the
+// limits (a batch the limits would cut stores none of its runs); the end
+// of its last run adds the batch's one announce, with the files of its
+// runs' results, once; the files of a result reach the turn that folds it.
+func testBatch(t *testing.T, s Store) {
+	ctx := context.Background()
+	batch := func(ids ...string) ([]*store.Run, []*store.Session) {
+		var runs []*store.Run
+		var children []*store.Session
+		for _, id := range ids {
+			r, child := newRun(id)
+			r.Batch, r.SpawnCallID, r.RequesterSessionID = "b1", "call-1", "s-1"
+			runs, children = append(runs, r), append(children, child)
+		}
+		return runs, children
+	}
+	runs, children := batch("b1-1", "b1-2", "b1-3")
+	var lim *store.LimitError
+	if err := s.SpawnRuns(ctx, runs, children, store.SpawnLimits{MaxChildren: 2}); !errors.As(err, &lim) ||
+		lim.Limit != "maxChildrenPerSession" || lim.Count != 0 || lim.Adding != 3 {
+		t.Fatalf("a batch of 3 under maxChildren 2 = %v, want a *LimitError adding 3", err)
+	}
+	for _, r := range runs {
+		if _, err := s.GetRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("run %s of a refused batch is stored: %v", r.ID, err)
+		}
+	}
+	if _, err := s.GetSession(ctx, children[0].Key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("child session of a refused batch is stored: %v", err)
+	}
+	if err := s.SpawnRuns(ctx, runs, children, store.SpawnLimits{MaxChildren: 3, MaxTotal: 3}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListRuns(ctx, store.RunFilter{Batch: "b1"})
+	if err != nil || len(got) != 3 || got[0].Batch != "b1" || got[0].Status != store.StatusQueued {
+		t.Fatalf("ListRuns(batch) = %+v, %v", got, err)
+	}
+	if r, err := s.RunBySpawnCall(ctx, convKey, "call-1"); err != nil || r.Batch != "b1" {
+		t.Errorf("RunBySpawnCall of the batch's call = %+v, %v", r, err)
+	}
+	more, moreChildren := batch("b2-1")
+	more[0].Batch, more[0].SpawnCallID = "b2", ""
+	if err := s.SpawnRuns(ctx, more, moreChildren, store.SpawnLimits{MaxTotal: 3}); !errors.As(err, &lim) || lim.Limit != "maxTotalSpawns" || lim.Count != 3 {
+		t.Errorf("a spawn past maxTotal = %v", err)
+	}
+
+	file := putFile(t, s, []byte("chart of run 1"))
+	file.Name = "chart.txt"
+	var rendered [][]store.Run
+	end := func(r *store.Run, outcome string, skipped bool, files []store.FileRef) *store.OutboxItem {
+		t.Helper()
+		r.Status, r.Outcome, r.EndedAt, r.Skipped = store.StatusDone, outcome, t0.Add(time.Minute), skipped
+		b := &store.BatchEnd{Render: func(runs []store.Run) *store.OutboxItem {
+			rendered = append(rendered, runs)
+			return &store.OutboxItem{Origin: origin, Kind: channels.KindAnnounce, Text: fmt.Sprintf("batch of %d", len(runs)), SessionKey: convKey}
+		}}
+		if err := s.EndRun(ctx, r, store.RunEnd{Result: &store.Result{Text: "[sub-agent result] " + r.ID, Files: files}, Batch: b}); err != nil {
+			t.Fatal(err)
+		}
+		return b.Announce
+	}
+	if a := end(runs[0], store.OutcomeSuccess, false, []store.FileRef{file}); a != nil || len(rendered) != 0 {
+		t.Errorf("the batch was announced while two of its runs still run: %+v", a)
+	}
+	end(runs[1], store.OutcomeError, true, nil)
+	a := end(runs[2], store.OutcomeSuccess, false, nil)
+	if a == nil || a.ID == 0 || a.RunID != "batch:b1" || len(rendered) != 1 {
+		t.Fatalf("the end of the batch's last run added %+v (rendered %d times)", a, len(rendered))
+	}
+	if rs := rendered[0]; len(rs) != 3 || rs[0].ID != "b1-1" || rs[2].ID != "b1-3" || !rs[1].Skipped || rs[1].Outcome != store.OutcomeError ||
+		rs[2].Status != store.StatusDone {
+		t.Errorf("Render got %+v, want the 3 runs in spawn order with their ends", rs)
+	}
+	stored, err := s.GetOutbox(ctx, a.ID)
+	if err != nil || stored.Text != "batch of 3" {
+		t.Fatalf("the batch announce = %+v, %v", stored, err)
+	}
+	if files, err := s.OutboxFiles(ctx, a.ID); err != nil || len(files) != 1 || files[0].ID != file.ID || files[0].Name != "chart.txt" {
+		t.Errorf("the batch announce's files = %+v, %v; want run 1's", files, err)
+	}
+	if again := end(runs[2], store.OutcomeSuccess, false, nil); again != nil {
+		t.Errorf("a second end of the last run added another batch announce: %+v", again)
+	}
+	if list, _ := s.ListOutbox(ctx, false, 0); len(list) != 1 {
+		t.Errorf("outbox holds %d items, want the one batch announce", len(list))
+	}
+
+	// A run spawned with announce parent posts nothing: its files go with
+	// the reply of the turn that folds its result; the batch's (announce
+	// chat) went with the batch's announce and are not posted again.
+	quiet, quietChild := newRun("quiet")
+	quiet.Announce, quiet.RequesterSessionID = store.AnnounceParent, "s-1"
+	if err := s.SpawnRun(ctx, quiet, quietChild, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	quiet.Status, quiet.Outcome, quiet.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(2*time.Minute)
+	quietFile := putFile(t, s, []byte("table of the quiet run"))
+	if err := s.EndRun(ctx, quiet, store.RunEnd{Result: &store.Result{Text: "[sub-agent result] quiet", Files: []store.FileRef{quietFile}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FoldResults(ctx, store.Fold{SessionKey: convKey, SessionID: "s-1", By: "intake:7"}); err != nil {
+		t.Fatal(err)
+	}
+	if files, err := s.FoldedFiles(ctx, convKey, "intake:7"); err != nil || len(files) != 1 || files[0].ID != quietFile.ID {
+		t.Errorf("FoldedFiles of the folding turn = %+v, %v; want the announce parent run's only", files, err)
+	}
+	if files, err := s.FoldedFiles(ctx, convKey, "intake:8"); err != nil || len(files) != 0 {
+		t.Errorf("FoldedFiles of another turn = %+v, %v", files, err)
 	}
 }

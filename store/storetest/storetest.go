@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Results", testResults},
 		{"Wakes", testWakes},
 		{"TurnWake", testTurnWake},
+		{"Batch", testBatch},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
 		{"KV", testKV},
