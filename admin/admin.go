@@ -2,10 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -113,13 +109,13 @@ type Options struct {
 	Token func() string
 	// OffLoopback: the listener is not loopback, or gateway.http.behindProxy.
 	OffLoopback bool
-	// Secure marks the login cookie Secure (besides requests over TLS):
-	// gateway.http.behindProxy.
-	Secure bool
-	Store  Store
-	Live   Live
-	Log    *zap.Logger
-	Now    func() time.Time // nil = time.Now
+	// BehindProxy: gateway.http.behindProxy (the login cookie is Secure:
+	// channels.SecureCookie).
+	BehindProxy bool
+	Store       Store
+	Live        Live
+	Log         *zap.Logger
+	Now         func() time.Time // nil = time.Now
 }
 
 // Console serves /admin, /admin/login and /admin/api/.
@@ -213,14 +209,13 @@ func (c *Console) authorize(r *http.Request) (string, bool) {
 		}
 		return "loopback", true
 	}
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, rest, _ := strings.Cut(h, " ")
-		if strings.EqualFold(scheme, "Bearer") && equal(strings.TrimSpace(rest), token) {
+	if got, sent := channels.BearerToken(r); sent {
+		if channels.SecretEqual(got, token) {
 			return "token", true
 		}
 		return "", false
 	}
-	if ck, err := r.Cookie(CookieName); err == nil && equal(ck.Value, cookieValue(token)) {
+	if ck, err := r.Cookie(CookieName); err == nil && channels.SecretEqual(ck.Value, cookieValue(token)) {
 		return "cookie", true
 	}
 	return "", false
@@ -236,19 +231,11 @@ func (c *Console) token() string {
 
 // cookieValue is the login cookie for token: a changed token ends every
 // cookie.
-func cookieValue(token string) string {
-	mac := hmac.New(sha256.New, []byte(token))
-	mac.Write([]byte("herald admin cookie v1"))
-	return hex.EncodeToString(mac.Sum(nil))
-}
-
-func equal(got, want string) bool {
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
+func cookieValue(token string) string { return channels.TokenCookie(token, "herald admin cookie v1") }
 
 // login serves POST /admin/login: the form field token, when right, gets
-// the login cookie (HttpOnly, SameSite=Strict, Secure under TLS or behind
-// a proxy). 401 with no detail otherwise.
+// the login cookie (HttpOnly, SameSite=Strict, Secure as the web chat's:
+// channels.SecureCookie). 401 with no detail otherwise.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	tok, token := strings.TrimSpace(r.PostFormValue("token")), c.token()
@@ -260,20 +247,20 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "unauthorized")
 		return
 	}
-	if !equal(tok, token) {
+	if !channels.SecretEqual(tok, token) {
 		c.log.Warn("console login refused", zap.String("remoteAddr", r.RemoteAddr))
 		writeError(w, http.StatusUnauthorized, "unauthorized")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookieValue(token), Path: "/admin", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || c.opts.Secure, MaxAge: 7 * 24 * 3600})
+		SameSite: http.SameSiteStrictMode, Secure: channels.SecureCookie(r, c.opts.BehindProxy), MaxAge: 7 * 24 * 3600})
 	c.log.Info("console login", zap.String("actor", "token"), zap.String("remoteAddr", r.RemoteAddr))
 	writeJSON(w, http.StatusOK, map[string]bool{"token": true})
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/admin", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || c.opts.Secure, MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: channels.SecureCookie(r, c.opts.BehindProxy), MaxAge: -1})
 	w.WriteHeader(http.StatusNoContent)
 }
 

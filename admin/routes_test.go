@@ -55,3 +55,43 @@ func TestUnknownAPIPathIsAJSONNotFound(t *testing.T) {
 		t.Errorf("GET /admin/api/runs = %d, want 200", code)
 	}
 }
+
+// TestLoginCookieSecure: the console's login cookie is Secure by the web
+// chat's rule (channels.SecureCookie): over a proxy that says https, or
+// with gateway.http.behindProxy; not on plain http.
+func TestLoginCookieSecure(t *testing.T) {
+	db, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, c := range []struct {
+		name        string
+		behindProxy bool
+		header      [2]string
+		secure      bool
+	}{
+		{"plain http", false, [2]string{}, false},
+		{"X-Forwarded-Proto https", false, [2]string{"X-Forwarded-Proto", "https"}, true},
+		{"Forwarded proto=https", false, [2]string{"Forwarded", "for=1.2.3.4;proto=https"}, true},
+		{"behindProxy", true, [2]string{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			con := admin.New(admin.Options{Store: db, Live: idleLive{}, Token: func() string { return "s3cret" }, BehindProxy: c.behindProxy})
+			req := httptest.NewRequest(http.MethodPost, "/admin/login", strings.NewReader("token=s3cret"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if c.header[0] != "" {
+				req.Header.Set(c.header[0], c.header[1])
+			}
+			rec := httptest.NewRecorder()
+			con.Routes()["POST /admin/login"].ServeHTTP(rec, req)
+			cookies := rec.Result().Cookies()
+			if rec.Code != http.StatusOK || len(cookies) != 1 {
+				t.Fatalf("login = %d, cookies %v", rec.Code, cookies)
+			}
+			if cookies[0].Secure != c.secure {
+				t.Errorf("cookie Secure = %v, want %v", cookies[0].Secure, c.secure)
+			}
+		})
+	}
+}

@@ -1,6 +1,10 @@
 package channels
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"strings"
@@ -37,4 +41,45 @@ func LoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// BearerToken is the token of r's "Authorization: Bearer <token>" header;
+// sent is false without an Authorization header, and the token "" with
+// one of another scheme.
+func BearerToken(r *http.Request) (token string, sent bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false
+	}
+	scheme, rest, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", true
+	}
+	return strings.TrimSpace(rest), true
+}
+
+// SecretEqual compares a presented secret with the configured one in
+// constant time; an empty presented one never matches.
+func SecretEqual(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// TokenCookie is the value of a login cookie standing for token: an HMAC
+// of the token keyed by it over label (one label per cookie), so the
+// cookie is not the token and a changed token ends every cookie.
+func TokenCookie(token, label string) string {
+	mac := hmac.New(sha256.New, []byte(token))
+	mac.Write([]byte(label))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// SecureCookie reports whether a cookie set in answer to r is Secure: r
+// came over TLS, a reverse proxy forwards to the listener
+// (gateway.http.behindProxy: TLS ends at the proxy), or r came through a
+// proxy that says the client used https (X-Forwarded-Proto or Forwarded
+// proto=https). A plain-http listener off loopback without a proxy gets no
+// Secure cookie: the browser would not send it back over http.
+func SecureCookie(r *http.Request, behindProxy bool) bool {
+	return r.TLS != nil || behindProxy || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") ||
+		strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
 }

@@ -30,7 +30,7 @@ func (g *Gateway) newConsole() *admin.Console {
 	return admin.New(admin.Options{
 		Token:       func() string { return g.cfg().Gateway.Admin.Token.Value() },
 		OffLoopback: !cfg.ListenerIsLoopback(),
-		Secure:      cfg.Gateway.HTTP.BehindProxy,
+		BehindProxy: cfg.Gateway.HTTP.BehindProxy,
 		Store:       g.db,
 		Live:        consoleLive{g},
 		Log:         g.log,

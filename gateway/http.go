@@ -128,7 +128,7 @@ func (g *Gateway) guarded(h http.Handler) http.Handler {
 func (g *Gateway) metricsAuth(h http.Handler) http.Handler {
 	loopback := g.cfg().ListenerIsLoopback()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if loopback && !web.Forwarded(r) {
+		if loopback && !channels.Forwarded(r) {
 			if !channels.LoopbackHost(r.Host) {
 				// DNS rebinding: a page of another site whose name now
 				// resolves to 127.0.0.1 sends its own Host (issue 35).

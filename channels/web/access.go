@@ -2,10 +2,8 @@ package web
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"net"
@@ -47,12 +45,9 @@ type Guard struct {
 	OffLoopback bool // the listener is not loopback (then Token is set)
 }
 
-// Forwarded reports whether r came through a proxy (channels.Forwarded).
-func Forwarded(r *http.Request) bool { return channels.Forwarded(r) }
-
 // offLoopback reports whether the off-loopback rules apply to r: the
 // listener is not loopback, or r came through a proxy.
-func (g Guard) offLoopback(r *http.Request) bool { return g.OffLoopback || Forwarded(r) }
+func (g Guard) offLoopback(r *http.Request) bool { return g.OffLoopback || channels.Forwarded(r) }
 
 // proxiedWithoutToken is the refusal of a proxied request when no web
 // token is set.
@@ -63,7 +58,7 @@ const proxiedWithoutToken = "this request came through a proxy (Forwarded or X-F
 // and what to do.
 func (g Guard) Check(r *http.Request) (int, string) {
 	if g.Token == "" {
-		if Forwarded(r) {
+		if channels.Forwarded(r) {
 			return http.StatusForbidden, proxiedWithoutToken
 		}
 		if !channels.LoopbackHost(r.Host) {
@@ -101,11 +96,8 @@ func (g Guard) Wrap(h http.Handler) http.Handler {
 }
 
 func (g Guard) tokenOK(r *http.Request) bool {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, rest, ok := strings.Cut(h, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") {
-			return equal(strings.TrimSpace(rest), g.Token)
-		}
+	if got, _ := channels.BearerToken(r); got != "" {
+		return equal(got, g.Token)
 	}
 	if c, err := r.Cookie(TokenCookie); err == nil && c.Value != "" {
 		return equal(c.Value, tokenCookieValue(g.Token))
@@ -118,28 +110,20 @@ func (g Guard) tokenOK(r *http.Request) bool {
 	return false
 }
 
-func equal(got, want string) bool {
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
+var equal = channels.SecretEqual
 
-// tokenCookieValue is the value of the page's token cookie: an HMAC of the
-// token, so the cookie is not the token (a changed token ends every
-// cookie).
+// tokenCookieValue is the value of the page's token cookie
+// (channels.TokenCookie).
 func tokenCookieValue(token string) string {
-	mac := hmac.New(sha256.New, []byte(token))
-	mac.Write([]byte("herald web token cookie v1"))
-	return hex.EncodeToString(mac.Sum(nil))
+	return channels.TokenCookie(token, "herald web token cookie v1")
 }
 
 // setCookie sets an HttpOnly SameSite=Strict cookie for the whole site,
-// Secure when the request came over TLS, behind a proxy
-// (gateway.http.behindProxy: the proxy is where TLS ends, as with the
-// console's cookie) or through one that says the client used https.
+// Secure by the rule the console's cookie follows too
+// (channels.SecureCookie).
 func (a *Adapter) setCookie(w http.ResponseWriter, r *http.Request, name, value string) {
-	secure := r.TLS != nil || a.opts.BehindProxy || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") ||
-		strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure, MaxAge: 400 * 24 * 3600})
+		SameSite: http.SameSiteStrictMode, Secure: channels.SecureCookie(r, a.opts.BehindProxy), MaxAge: 400 * 24 * 3600})
 }
 
 // handleLogin serves POST /api/login: a request that passed the guard with
@@ -251,7 +235,9 @@ func (a *Adapter) ownershipFor(w http.ResponseWriter, r *http.Request, client, f
 
 // offLoopback reports whether the off-loopback rules apply to r (SPEC
 // §17): the listener is not loopback, or r came through a proxy.
-func (a *Adapter) offLoopback(r *http.Request) bool { return a.opts.OffLoopback || Forwarded(r) }
+func (a *Adapter) offLoopback(r *http.Request) bool {
+	return a.opts.OffLoopback || channels.Forwarded(r)
+}
 
 // refuseClient answers a request for client that does not carry its
 // secret where one is needed: off loopback any; on loopback only a wrong
