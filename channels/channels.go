@@ -66,6 +66,11 @@ type Inbound struct {
 	// Attachments are the files on the message, in the platform's order
 	// (SPEC §18). Several files on one message stay one message.
 	Attachments []Attachment
+	// Unverified, when set, is why the device the message came from is not
+	// known to be its sender's own verified device (Matrix with
+	// requireVerifiedDevices): an /approve in it is refused with this
+	// reason. Empty where the channel does not check devices.
+	Unverified string
 }
 
 // Attachment kinds: what the platform says a file is. The gateway sniffs

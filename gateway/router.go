@@ -118,7 +118,7 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 		Threads: threadBindings{g: g, agentID: agentID},
 		Memory:  g.memoryCommand,
 	}
-	req := command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text}
+	req := command.Request{SessionKey: key, Origin: in.Origin, SenderID: in.Origin.SenderID, Text: in.Text, Unverified: in.Unverified}
 	if bound != nil {
 		if run, err := g.subs.RunOfChild(ctx, bound.ChildKey); err == nil {
 			req.Bound = run

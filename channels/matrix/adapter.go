@@ -57,8 +57,8 @@ type Options struct {
 	// Bound, if set, reports whether a thread is bound to a sub-agent
 	// (channels.Deps.Bound, SPEC §24): a thread the bot is in, whatever
 	// this process's sync has seen of it.
-	Bound func(ctx context.Context, o channels.Origin) bool
-	Logger        *zap.Logger
+	Bound  func(ctx context.Context, o channels.Origin) bool
+	Logger *zap.Logger
 	// HTTPClient is used for every request; its Timeout must exceed the 30 s
 	// /sync long poll. Nil uses a client with a 120 s timeout.
 	HTTPClient *http.Client
@@ -75,6 +75,11 @@ type Options struct {
 	// Megolm sessions (the gateway's state database), at Start; its Close
 	// runs at Stop.
 	CryptoDB func() (CryptoDB, error)
+	// RequireVerifiedDevices, with Encryption, marks every message that
+	// did not come from a verified device of its sender
+	// (channels.Inbound.Unverified, devices.go): the gateway refuses an
+	// /approve in it.
+	RequireVerifiedDevices bool
 	// RecoveryKey, with Encryption, verifies the bot's device by
 	// cross-signing: the account's cross-signing keys are fetched from its
 	// secret storage with it and sign the device. A secret: never logged.

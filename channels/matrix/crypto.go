@@ -511,6 +511,39 @@ func (a *Adapter) decryptEarlier(ctx context.Context, room id.RoomID, evt *event
 	return dec
 }
 
+// freshTrust fetches user's device keys from the homeserver again and
+// resolves the trust of dev (the device a message was decrypted from) with
+// them; ok is false when the fetch fails or the homeserver now lists other
+// keys for the device.
+func (a *Adapter) freshTrust(ctx context.Context, user id.UserID, dev *id.Device) (id.TrustState, bool) {
+	c := a.crypto()
+	if c == nil {
+		return id.TrustStateUnset, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	devices, err := c.mach.FetchKeys(ctx, []id.UserID{user}, true)
+	if err != nil {
+		a.log.Warn("matrix: the keys of an approver could not be read again", zap.String("sender", string(user)), zap.Error(err))
+		return id.TrustStateUnset, false
+	}
+	fresh := devices[user][dev.DeviceID]
+	if fresh == nil {
+		// FetchKeys returns only what changed; the store has the rest.
+		if fresh, err = c.mach.CryptoStore.GetDevice(ctx, user, dev.DeviceID); err != nil || fresh == nil {
+			return id.TrustStateUnset, false
+		}
+	}
+	if fresh.SigningKey != dev.SigningKey || fresh.IdentityKey != dev.IdentityKey {
+		return id.TrustStateDeviceKeyMismatch, true
+	}
+	state, err := c.mach.ResolveTrustContext(ctx, fresh)
+	if err != nil {
+		return id.TrustStateUnset, false
+	}
+	return state, true
+}
+
 // cryptoHelper is the client's mautrix.CryptoHelper: SendMessageEvent
 // encrypts through it in encrypted rooms (replies, thread replies and
 // edits alike; the relation stays readable to the homeserver).

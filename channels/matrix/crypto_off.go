@@ -38,4 +38,8 @@ func (a *Adapter) stopCrypto(context.Context) {}
 
 func (a *Adapter) cryptoChecks(context.Context) []channels.Check { return nil }
 
+func (a *Adapter) freshTrust(context.Context, id.UserID, *id.Device) (id.TrustState, bool) {
+	return id.TrustStateUnset, false
+}
+
 func (a *Adapter) decryptEarlier(context.Context, id.RoomID, *event.Event) *event.Event { return nil }

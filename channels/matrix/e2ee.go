@@ -16,6 +16,9 @@ func checkEncryption(opts Options) error {
 	if opts.RecoveryKey != "" && !opts.Encryption {
 		return errors.New("matrix: recoveryKey is set but encryption is off: set encryption: true or remove recoveryKey")
 	}
+	if opts.RequireVerifiedDevices && !opts.Encryption {
+		return errors.New("matrix: requireVerifiedDevices needs encryption: only an encrypted message names the device that sent it")
+	}
 	if !opts.Encryption {
 		return nil
 	}

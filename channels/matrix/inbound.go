@@ -169,6 +169,9 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		At:          time.UnixMilli(evt.Timestamp),
 		Attachments: files,
 	}
+	if a.opts.RequireVerifiedDevices {
+		in.Unverified = a.deviceDoubt(ctx, evt, text)
+	}
 	a.mu.Lock()
 	sink, refused, taken := a.sink, a.refused, a.retaken[evt.ID]
 	a.mu.Unlock()

@@ -26,6 +26,9 @@ type Config struct {
 	// crypto.go); RecoveryKey verifies the bot's device by cross-signing.
 	Encryption  bool          `json:"encryption"`
 	RecoveryKey config.Secret `json:"recoveryKey"`
+	// RequireVerifiedDevices takes /approve only from a device its sender
+	// verified (cross-signed) or the bot verified (issue 35).
+	RequireVerifiedDevices bool `json:"requireVerifiedDevices"`
 }
 
 var (
@@ -60,6 +63,9 @@ func (c *Config) Validate(s *config.Section) {
 	}
 	if c.RecoveryKey != "" && !c.Encryption {
 		s.Add("recoveryKey", "is set but channels.matrix.encryption is false: a recovery key verifies the device of an encrypting bot")
+	}
+	if c.RequireVerifiedDevices && !c.Encryption {
+		s.Add("requireVerifiedDevices", "needs channels.matrix.encryption: true: only an encrypted message names the device that sent it")
 	}
 	if c.Encryption && !EncryptionAvailable {
 		s.Add("encryption", "this binary was built without the goolm tag (go build -tags goolm): it has no Olm for end-to-end encryption")
@@ -101,7 +107,8 @@ func init() {
 				AutoJoin: c.AutoJoin == nil || *c.AutoJoin, ThreadReplies: c.ThreadReplies, Access: channels.AccessOf(c.Access),
 				ThreadContext: config.ThreadContextOr(c.ThreadContext),
 				SyncStore:     sync, Logger: d.Logger, HTTPClient: d.HTTPClient, Bound: d.Bound,
-				Encryption: c.Encryption, RecoveryKey: c.RecoveryKey.Value(), CryptoDB: d.SQL, State: d.State})
+				Encryption: c.Encryption, RecoveryKey: c.RecoveryKey.Value(), CryptoDB: d.SQL, State: d.State,
+				RequireVerifiedDevices: c.RequireVerifiedDevices})
 		},
 		Init: &channels.Init{
 			Title:   "Matrix",

@@ -28,6 +28,10 @@ type Request struct {
 	// /subagents lists it (as #1) and the runs below it, /approve answers
 	// its requests.
 	Bound *store.Run
+	// Unverified is channels.Inbound.Unverified: set, /approve is refused
+	// with it (a device the sender has not verified may not grant a
+	// tool call; /deny stays open, refusing is never the risky answer).
+	Unverified string
 }
 
 // Env is what the commands act on. Every field may be nil: a command that
@@ -88,6 +92,12 @@ type NotApproverError struct{ Name string }
 
 func (e *NotApproverError) Error() string {
 	return fmt.Sprintf("⛔ Only %s or an approver can answer this request.", e.Name)
+}
+
+// UnverifiedText is the reply to an /approve from a device that is not
+// known to be verified; why says what is wrong with it.
+func UnverifiedText(why string) string {
+	return "⛔ Approvals are taken only from a verified device: " + why + "."
 }
 
 // sendTimeout bounds /subagents send (SPEC §8: 30 s); tests shorten it.
@@ -533,6 +543,9 @@ func (h handler) approve(ctx context.Context, c Command) string {
 	unknown := fmt.Sprintf("⚠️ No pending approval %q.", shortID(c.Code))
 	if h.env.Approve == nil {
 		return unknown
+	}
+	if approve && h.req.Unverified != "" {
+		return UnverifiedText(h.req.Unverified)
 	}
 	// Approvals belong to the root conversation; a bound thread answers
 	// those of its child's.
