@@ -110,7 +110,7 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		d.w.Close()
 		return nil, err
 	}
-	if err := migrate(ctx, d.w, path, d.dialect, upgrades); err != nil {
+	if err := migrate(ctx, d.w, path, d.dialect, sqliteUpgrades); err != nil {
 		d.w.Close()
 		return nil, err
 	}
