@@ -1,12 +1,13 @@
 package admin
 
 import (
+	"bytes"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
 	"net/http"
-	"regexp"
 	"strconv"
+	"sync"
 )
 
 // pageHTML is the whole console: one page with its style and script
@@ -18,18 +19,21 @@ var pageHTML []byte
 // pageCSP allows the page's own inline script and style by their hashes
 // (no 'unsafe-inline'), requests to this origin only, no frames, no forms,
 // no plugins: an injected <script> or style attribute does not run.
-var pageCSP = func() string {
+// It is made when the page is first served, not at package init (0.8 ms
+// before every start, console or not).
+var pageCSP = sync.OnceValue(func() string {
 	hash := func(tag string) string {
-		m := regexp.MustCompile(`(?s)<` + tag + `>(.*?)</` + tag + `>`).FindSubmatch(pageHTML)
-		if m == nil {
+		_, rest, ok := bytes.Cut(pageHTML, []byte("<"+tag+">"))
+		body, _, closed := bytes.Cut(rest, []byte("</"+tag+">"))
+		if !ok || !closed {
 			return "'none'"
 		}
-		sum := sha256.Sum256(m[1])
+		sum := sha256.Sum256(body)
 		return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
 	}
 	return "default-src 'none'; script-src " + hash("script") + "; style-src " + hash("style") +
 		"; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-}()
+})
 
 // page serves GET /admin. The page holds no data (it asks for the token
 // itself), so it is served to anyone; the API is what the token guards.
@@ -40,7 +44,7 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Content-Security-Policy", pageCSP)
+	h.Set("Content-Security-Policy", pageCSP())
 	h.Set("Content-Length", strconv.Itoa(len(pageHTML)))
 	_, _ = w.Write(pageHTML)
 }

@@ -3,7 +3,6 @@ package telegram
 import (
 	"cmp"
 	"context"
-	"regexp"
 	"strconv"
 
 	"github.com/heraldhq/herald/channels"
@@ -26,8 +25,6 @@ type Config struct {
 var (
 	_ config.ChannelOptions  = (*Config)(nil)
 	_ config.ApproverChecker = (*Config)(nil)
-
-	webhookSecretRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
 )
 
 func (c *Config) Common() *config.ChannelCommon { return &c.ChannelCommon }
@@ -42,7 +39,7 @@ func (c *Config) Validate(s *config.Section) {
 	s.HTTPURL("apiUrl", c.APIURL)
 	s.HTTPURL("webhookUrl", c.WebhookURL)
 	s.URLPath("webhookPath", c.WebhookPath)
-	if c.WebhookSecret != "" && !webhookSecretRe.MatchString(c.WebhookSecret.Value()) {
+	if c.WebhookSecret != "" && !validSecret(c.WebhookSecret.Value()) {
 		s.Add("webhookSecret", "must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
 	}
 	s.Enum("uncertainDelivery", c.UncertainDelivery, []string{string(channels.UncertainResend), string(channels.UncertainSkip)})

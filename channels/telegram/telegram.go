@@ -117,7 +117,7 @@ func New(opts Options) (*Adapter, error) {
 		if opts.WebhookSecret == "" {
 			return nil, errors.New("telegram: webhookSecret is required with webhookUrl (it authenticates Telegram's requests)")
 		}
-		if !validSecret.MatchString(opts.WebhookSecret) {
+		if !validSecret(opts.WebhookSecret) {
 			return nil, errors.New("telegram: webhookSecret must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's rule for secret_token)")
 		}
 	}
