@@ -153,6 +153,10 @@ type Manager struct {
 	ended         chan struct{}          // closed and replaced when a run ends (runs waiting for children); guarded by mu
 
 	archiveWake chan struct{}
+	// archiveNext is when the archiver looks next (Clock unix nanos; 0
+	// while it is looking): a run end whose archive deadline is no earlier
+	// need not wake it (wakeArchiver).
+	archiveNext atomic.Int64
 	bg          sync.WaitGroup // archiver and one-more-turn goroutines
 	stopBG      context.CancelFunc
 	bgCtx       context.Context
@@ -1234,7 +1238,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		m.d.Notify()
 	}
 	m.changed(r.RootKey)
-	m.wakeArchiver()
+	m.wakeArchiver(r.ArchiveAt)
 }
 
 // startSpan starts the herald.run span of r, a child of the span that

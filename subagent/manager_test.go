@@ -604,3 +604,59 @@ func TestSpawnNeverWidensTheCallersTools(t *testing.T) {
 		}
 	}
 }
+
+// stepClock is a Clock a test moves forward.
+type stepClock struct{ ns atomic.Int64 }
+
+func (c *stepClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *stepClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+func newStepClock(at time.Time) *stepClock   { c := &stepClock{}; c.ns.Store(at.UnixNano()); return c }
+
+// A run end whose archive deadline is later than the archiver's next look
+// does not wake it (each wake read every unarchived run); but once the
+// clock has passed that look, the next run end does, and the runs due by
+// then are archived.
+func TestArchiveDeadlinesFollowTheClock(t *testing.T) {
+	llm := llmtest.NewAnthropic(t, standard)
+	p := subagenttest.New(t, fmt.Sprintf(baseConfig, llm.URL, "archiveAfterMinutes: 60", ""), nil)
+	clock := newStepClock(time.Now())
+	m := New(Deps{
+		Config: p.Config, Store: p.Store, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf, Clock: clock,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+	})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	subagenttest.StopAtCleanup(t, m)
+	ctx := context.Background()
+	run := func(thread string) *store.Run {
+		t.Helper()
+		res := m.Spawn(ctx, caller(thread), SpawnParams{Task: "task " + thread})
+		if res.Status != "accepted" {
+			t.Fatalf("spawn = %+v", res)
+		}
+		return subagenttest.WaitDone(t, p.Store, res.RunID)
+	}
+	a, b := run("1"), run("2")
+	clock.advance(61 * time.Minute) // a and b are due; the archiver's timer is an hour of real time away
+	c := run("3")
+	deadline := time.Now().Add(20 * time.Second)
+	for _, r := range []*store.Run{a, b} {
+		for {
+			got, err := p.Store.GetRun(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.ArchivedAt.IsZero() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %s, due %s ago by the clock, was not archived after a later run ended", r.ID, clock.Now().Sub(got.ArchiveAt))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got, err := p.Store.GetRun(ctx, c.ID); err != nil || !got.ArchivedAt.IsZero() {
+		t.Errorf("run %s, due in an hour, archived at %v (%v)", c.ID, got.ArchivedAt, err)
+	}
+}
