@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&o.Conversations, "s", 10, "web conversations, each posting one message")
 	flag.IntVar(&o.SubAgents, "m", 10, "sub-agents each message asks for (0: a plain reply)")
 	flag.DurationVar(&o.Latency, "latency", time.Second, "the fake model's latency per call")
+	flag.BoolVar(&o.ModelTLS, "h2", false, "the fake model speaks HTTPS with HTTP/2, as real providers do (default: clear-text HTTP/1.1)")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	flag.StringVar(&o.Bin, "bin", "", "a built herald binary (default: build ./cmd/herald)")
 	flag.StringVar(&o.Dir, "dir", "", "keep config, state and gateway.log here (default: a temp dir, removed)")

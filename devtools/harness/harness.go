@@ -100,6 +100,12 @@ type Gateway struct {
 // StartGateway starts bin as `herald gateway` with the config and state dir
 // given, its output appended to logPath. base is the web listener's URL.
 func StartGateway(bin, cfgPath, stateDir, logPath, base string, extraArgs ...string) (*Gateway, error) {
+	return StartGatewayEnv(nil, bin, cfgPath, stateDir, logPath, base, extraArgs...)
+}
+
+// StartGatewayEnv is StartGateway with env added to the process's
+// environment (Model.Env for a TLS model).
+func StartGatewayEnv(env []string, bin, cfgPath, stateDir, logPath, base string, extraArgs ...string) (*Gateway, error) {
 	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -107,7 +113,7 @@ func StartGateway(bin, cfgPath, stateDir, logPath, base string, extraArgs ...str
 	args := append([]string{"gateway", "--config", cfgPath, "--state-dir", stateDir, "--log-format", "json"}, extraArgs...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "HOME="+filepath.Dir(stateDir))
+	cmd.Env = append(append(os.Environ(), "HOME="+filepath.Dir(stateDir)), env...)
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)

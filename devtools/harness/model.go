@@ -2,10 +2,14 @@ package harness
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,14 +49,24 @@ type ModelOptions struct {
 	FailEvery int
 	// StreamDelay is waited between the pieces of a streamed answer.
 	StreamDelay time.Duration
+	// TLS serves HTTPS with HTTP/2, as the real providers do (one
+	// connection carries many calls), with a self-signed certificate
+	// written to Model.CertFile; a gateway trusts it through
+	// Model.Env (SSL_CERT_FILE). Without it: clear-text HTTP/1.1.
+	TLS bool
 }
 
 // Model is a running scripted fake model.
 type Model struct {
 	URL string // the OpenAI base URL (…/v1)
 
+	// CertFile is the PEM certificate of a TLS model (ModelOptions.TLS).
+	CertFile string
+
 	opts       ModelOptions
 	srv        *http.Server
+	tls        *httptest.Server
+	certDir    string
 	done       chan struct{}
 	calls      atomic.Int64
 	failed     atomic.Int64
@@ -65,12 +79,17 @@ type Model struct {
 
 // StartModel serves the fake model on a loopback port.
 func StartModel(opts ModelOptions) (*Model, error) {
+	m := &Model{opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}}
+	handler := llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false)
+	if opts.TLS {
+		return m, m.startTLS(handler)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{URL: "http://" + ln.Addr().String() + "/v1", opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}}
-	m.srv = &http.Server{Handler: llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false), ReadHeaderTimeout: 10 * time.Second}
+	m.URL = "http://" + ln.Addr().String() + "/v1"
+	m.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(m.done)
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -80,8 +99,46 @@ func StartModel(opts ModelOptions) (*Model, error) {
 	return m, nil
 }
 
+// startTLS serves h over HTTPS with HTTP/2 (httptest's certificate, for
+// 127.0.0.1) and writes the certificate to CertFile.
+func (m *Model) startTLS(h http.Handler) error {
+	dir, err := os.MkdirTemp("", "herald-model-cert-")
+	if err != nil {
+		return err
+	}
+	m.tls = httptest.NewUnstartedServer(h)
+	m.tls.EnableHTTP2 = true
+	m.tls.Config.ReadHeaderTimeout = 10 * time.Second
+	m.tls.StartTLS()
+	m.certDir, m.CertFile = dir, filepath.Join(dir, "model.pem")
+	m.URL = m.tls.URL + "/v1"
+	close(m.done)
+	pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.tls.Certificate().Raw})
+	if err := os.WriteFile(m.CertFile, pemCert, 0o600); err != nil {
+		m.Close()
+		return err
+	}
+	return nil
+}
+
+// Env is what a gateway process needs in its environment to call the
+// model: for a TLS model, SSL_CERT_FILE naming its certificate (Go's
+// crypto/x509 then trusts it, and only it, as the system's roots).
+func (m *Model) Env() []string {
+	if m.CertFile == "" {
+		return nil
+	}
+	return []string{"SSL_CERT_FILE=" + m.CertFile}
+}
+
 // Close stops the server, cutting calls that still wait.
 func (m *Model) Close() {
+	if m.tls != nil {
+		_ = m.tls.Config.Close() // cut calls still waiting, then wait for their handlers
+		m.tls.Close()
+		os.RemoveAll(m.certDir)
+		return
+	}
 	_ = m.srv.Close()
 	<-m.done
 }

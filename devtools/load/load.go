@@ -29,6 +29,7 @@ type Options struct {
 	Conversations int           // S
 	SubAgents     int           // M per conversation
 	Latency       time.Duration // per model call
+	ModelTLS      bool          // the fake model speaks HTTPS with HTTP/2 (as real providers) instead of clear-text HTTP/1.1
 	Timeout       time.Duration // the whole run, start to last announce
 	Bin           string        // a built herald binary; built when empty
 	Dir           string        // working dir (config, state, log); a temp dir when empty
@@ -64,13 +65,17 @@ func (r Result) String() string {
 	if r.PostgresURL != "" {
 		store = "postgres"
 	}
+	wire := "http1"
+	if r.ModelTLS {
+		wire = "h2tls"
+	}
 	perReplica := ""
 	if r.Replicas > 1 {
 		perReplica = fmt.Sprintf(" replicas=%d runs/replica=%v", r.Replicas, r.PerReplica)
 	}
-	return fmt.Sprintf("load: store=%s%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s p50=%s p99=%s model-floor=%s "+
+	return fmt.Sprintf("load: store=%s model=%s%s S=%d M=%d latency=%s runs=%d announced=%d spawn→all=%s post→all=%s first=%s p50=%s p99=%s model-floor=%s "+
 		"ready=%s idleRSS=%.1fMiB peakRSS=%.1fMiB peakFDs=%d cpu=%s cpu/run=%.3fms modelCalls=%d",
-		store, perReplica, r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
+		store, wire, perReplica, r.Conversations, r.SubAgents, r.Latency, r.Runs, r.Announced, r.SpawnToAll.Round(time.Millisecond),
 		r.PostToAll.Round(time.Millisecond), r.FirstAnnounce.Round(time.Millisecond),
 		r.AnnounceP50.Round(time.Millisecond), r.AnnounceP99.Round(time.Millisecond), r.ModelFloor,
 		r.StartToReady.Round(100*time.Microsecond), mib(r.IdleRSS), mib(r.PeakRSS), r.PeakFDs,
@@ -117,7 +122,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		bin = b
 	}
-	model, err := harness.StartModel(harness.ModelOptions{Latency: o.Latency})
+	model, err := harness.StartModel(harness.ModelOptions{Latency: o.Latency, TLS: o.ModelTLS})
 	if err != nil {
 		return res, err
 	}
@@ -172,7 +177,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if i > 0 {
 			args = nil
 		}
-		gws[i], err = harness.StartGateway(bin, cfgPath, filepath.Join(gwDir, "state"), filepath.Join(gwDir, "gateway.log"), "http://"+addr, args...)
+		gws[i], err = harness.StartGatewayEnv(model.Env(), bin, cfgPath, filepath.Join(gwDir, "state"), filepath.Join(gwDir, "gateway.log"), "http://"+addr, args...)
 		if err != nil {
 			return res, err
 		}
