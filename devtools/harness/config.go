@@ -19,6 +19,9 @@ type Config struct {
 	Channels            string // more members of "channels" (web is on), verbatim JSON5
 	Extra               string // more top-level JSON5 members, verbatim
 	ReplicaID           string // gateway.replicaId; "" = the default (hostname-pid)
+	// Agents is more members of "agents" (a list: …), and Subagents more
+	// members of agents.defaults.subagents (allowAgents: …), verbatim JSON5.
+	Agents, SubagentsExtra string
 	// NoMaxStreams leaves channels.web.maxStreams out (it is 100000
 	// otherwise): builds older than the key reject it (comparisons with
 	// an older commit, herald-load -compare).
@@ -37,13 +40,14 @@ func (c Config) Write(path string) error {
     defaults: {
       model: "fake/m",
       maxConcurrent: %d,%s
-      subagents: { maxConcurrent: %d, maxChildrenPerSession: %d, maxTotalSpawns: %d },
+      subagents: { maxConcurrent: %d, maxChildrenPerSession: %d, maxTotalSpawns: %d, %s },
     },
+    %s
   },
   channels: { web: { enabled: true%s }, %s },
   %s
 }
-`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), maxStreams(c.NoMaxStreams), c.Channels, c.Extra)
+`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.SubagentsExtra, c.Agents, maxStreams(c.NoMaxStreams), c.Channels, c.Extra)
 	return os.WriteFile(path, []byte(src), 0o600)
 }
 

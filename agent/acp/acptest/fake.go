@@ -24,8 +24,11 @@ import (
 //
 //	work       plan, a message, a tool call asking permission to write
 //	           hello.txt; writes it when allowed; ends end_turn with usage
-//	slow       a message, then waits for session/cancel (writes
-//	           cancelled.txt in its cwd when it comes) and answers cancelled
+//	slow       writes prompted-slow.txt in its cwd, says a message, then
+//	           waits for session/cancel (writes cancelled.txt in its cwd
+//	           when it comes) and answers cancelled
+//	slow-noload  slow (prompted-slow-noload.txt), by an agent that does
+//	           not advertise loadSession
 //	exit-init  exits during initialize, after a line on stderr
 //	garbage    answers initialize with a line that is not JSON-RPC, then nothing
 //	silent     reads its input and never answers
@@ -90,7 +93,7 @@ func (a *fake) Initialize(context.Context, sdk.InitializeRequest) (sdk.Initializ
 	title := "Fake ACP agent"
 	return sdk.InitializeResponse{ProtocolVersion: sdk.ProtocolVersionNumber,
 		AgentInfo:         &sdk.Implementation{Name: "acpfake", Title: &title, Version: "0.1.0"},
-		AgentCapabilities: sdk.AgentCapabilities{LoadSession: true}, AuthMethods: []sdk.AuthMethod{}}, nil
+		AgentCapabilities: sdk.AgentCapabilities{LoadSession: a.mode != "slow-noload"}, AuthMethods: []sdk.AuthMethod{}}, nil
 }
 
 func (a *fake) Authenticate(context.Context, sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
@@ -141,7 +144,8 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	}
 	switch a.mode {
-	case "slow":
+	case "slow", "slow-noload":
+		_ = os.WriteFile(filepath.Join(a.cwd, "prompted-"+a.mode+".txt"), []byte(sid), 0o600)
 		a.say(ctx, sid, "Starting a long job.")
 		select {
 		case <-ctx.Done():
