@@ -1,6 +1,8 @@
 package channels
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -116,5 +118,25 @@ func TestKindOf(t *testing.T) {
 				t.Errorf("KindOf(%q) = %q, want %q", tc.mime, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestThreadNameAndRefused(t *testing.T) {
+	for in, want := range map[string]string{
+		"  research \n the   docs ": "research the docs",
+		"":                          "Sub-agent",
+		" \t ":                      "Sub-agent",
+		strings.Repeat("é", 21):     strings.Repeat("é", 19) + "…",
+	} {
+		if got := ThreadName(in, 20); got != want {
+			t.Errorf("ThreadName(%q, 20) = %q, want %q", in, got, want)
+		}
+	}
+	perm := ThreadRefused("x: open a topic in 1", fmt.Errorf("not a forum: %w", ErrPermanent))
+	if !errors.Is(perm, ErrNoThreads) || !errors.Is(perm, ErrPermanent) || !strings.HasPrefix(perm.Error(), "x: open a topic in 1: not a forum") {
+		t.Errorf("permanent refusal = %v, want ErrNoThreads and ErrPermanent wrapped", perm)
+	}
+	if tmp := ThreadRefused("x", ErrUnavailable); errors.Is(tmp, ErrNoThreads) || !errors.Is(tmp, ErrUnavailable) {
+		t.Errorf("temporary failure = %v, want it wrapped without ErrNoThreads", tmp)
 	}
 }

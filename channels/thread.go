@@ -175,3 +175,27 @@ type Thread struct {
 // ErrNoThreads: the chat has no threads (a DM, a chat without topics), or
 // the platform refused to open one.
 var ErrNoThreads = errors.New("this chat has no threads")
+
+// ThreadName is a new thread's name as a platform takes it: white space
+// folded, at most max characters (cut with "…"), "Sub-agent" when empty.
+func ThreadName(name string, max int) string {
+	name = strings.Join(strings.Fields(name), " ")
+	if r := []rune(name); len(r) > max {
+		name = string(r[:max-1]) + "…"
+	}
+	if name == "" {
+		name = "Sub-agent"
+	}
+	return name
+}
+
+// ThreadRefused is the error of a StartThread step (what, e.g. "discord:
+// start a thread in C1") that failed with err: a permanent refusal (no
+// permission, not a forum) wraps ErrNoThreads too, so the spawn runs in
+// the requester's thread instead.
+func ThreadRefused(what string, err error) error {
+	if errors.Is(err, ErrPermanent) {
+		return fmt.Errorf("%s: %w: %w", what, err, ErrNoThreads)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -2,9 +2,7 @@ package discord
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/bwmarrin/discordgo"
 
@@ -25,32 +23,18 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	if in.ChatType != channels.ChatGroup || in.ChatID == "" {
 		return channels.Thread{}, fmt.Errorf("discord: a direct message: %w", channels.ErrNoThreads)
 	}
-	name := strings.Join(strings.Fields(t.Name), " ")
-	if r := []rune(name); len(r) > maxThreadName {
-		name = string(r[:maxThreadName-1]) + "…"
-	}
-	if name == "" {
-		name = "Sub-agent"
-	}
+	name := channels.ThreadName(t.Name, maxThreadName)
 	id, err := a.postMessage(ctx, in.ChatID, post{Content: t.Text, AllowedMentions: noMentions})
 	if err != nil {
-		return channels.Thread{}, refused("post the starter of a thread in "+in.ChatID, classify(a.redact(err)))
+		return channels.Thread{}, channels.ThreadRefused("discord: post the starter of a thread in "+in.ChatID, classify(a.redact(err)))
 	}
 	tctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	if _, err := a.s.MessageThreadStartComplex(in.ChatID, id, &discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440},
 		discordgo.WithContext(tctx)); err != nil && !isCode(err, codeThreadAlreadyCreated) {
-		return channels.Thread{}, refused("start a thread in "+in.ChatID, classify(a.redact(err)))
+		return channels.Thread{}, channels.ThreadRefused("discord: start a thread in "+in.ChatID, classify(a.redact(err)))
 	}
 	a.markThread(ctx, id) // a thread the bot is in (§9)
 	to := channels.Origin{Channel: Name, Account: in.Account, ChatID: in.ChatID, ChatType: in.ChatType, ThreadID: id}
 	return channels.Thread{Origin: to, Link: "<#" + id + ">"}, nil
-}
-
-// refused marks a permanent refusal (no permission) as ErrNoThreads.
-func refused(what string, err error) error {
-	if errors.Is(err, channels.ErrPermanent) {
-		return fmt.Errorf("discord: %s: %w: %w", what, err, channels.ErrNoThreads)
-	}
-	return fmt.Errorf("discord: %s: %w", what, err)
 }

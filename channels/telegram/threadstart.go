@@ -3,7 +3,6 @@ package telegram
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,25 +31,15 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	if err != nil {
 		return channels.Thread{}, fmt.Errorf("telegram: chat id %q is not a number: %w", in.ChatID, channels.ErrPermanent)
 	}
-	name := strings.Join(strings.Fields(t.Name), " ")
-	if r := []rune(name); len(r) > maxTopicName {
-		name = string(r[:maxTopicName-1]) + "…"
-	}
-	if name == "" {
-		name = "Sub-agent"
-	}
+	name := channels.ThreadName(t.Name, maxTopicName)
 	cctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	p := tgbotapi.Params{"name": name}
 	p.AddNonZero64("chat_id", chatID)
 	resp, err := a.bot(cctx).MakeRequest("createForumTopic", p)
 	if err != nil {
-		err = classify(a.redact(err))
-		if errors.Is(err, channels.ErrPermanent) {
-			// Not a forum, topics off, no right to manage them.
-			return channels.Thread{}, fmt.Errorf("telegram: open a topic in %s: %w: %w", in.ChatID, err, channels.ErrNoThreads)
-		}
-		return channels.Thread{}, fmt.Errorf("telegram: open a topic in %s: %w", in.ChatID, err)
+		// Permanent: not a forum, topics off, no right to manage them.
+		return channels.Thread{}, channels.ThreadRefused("telegram: open a topic in "+in.ChatID, classify(a.redact(err)))
 	}
 	var topic struct {
 		ThreadID int `json:"message_thread_id"`
