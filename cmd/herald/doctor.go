@@ -78,12 +78,12 @@ func checkListener(cfg *config.Config, stateDir string) channels.Check {
 	addr := cfg.Gateway.HTTP.Listen
 	c := channels.Check{Name: "http listen " + addr}
 	if pid, err := readPID(stateDir); err == nil {
-		host, port, _ := net.SplitHostPort(addr)
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
+		base, err := gatewayURL(cfg)
+		var resp *http.Response
+		if err == nil {
+			client := &http.Client{Timeout: 5 * time.Second}
+			resp, err = client.Get(base + "/healthz")
 		}
-		client := &http.Client{Timeout: 5 * time.Second}
-		resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
 		if err != nil {
 			c.Status, c.Detail = channels.CheckFail, fmt.Sprintf("the gateway (pid %d) does not answer /healthz: %v", pid, err)
 			c.Fix = "see the gateway's log; was gateway.http.listen changed without a restart?"

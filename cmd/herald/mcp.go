@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -76,14 +75,11 @@ func mcpList(f *flags, stdout, stderr io.Writer) int {
 }
 
 func mcpFromGateway(cfg *config.Config) ([]mcptools.ServerStatus, string, error) {
-	host, port, err := net.SplitHostPort(cfg.Gateway.HTTP.Listen)
-	if err != nil || port == "0" {
-		return nil, "", fmt.Errorf("no fixed listen address")
+	base, err := gatewayURL(cfg)
+	if err != nil {
+		return nil, "", err
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	url := "http://" + net.JoinHostPort(host, port) + "/mcp"
+	url := base + "/mcp"
 	client := &http.Client{Timeout: 3 * time.Second}
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {

@@ -112,17 +112,31 @@ func runsStop(ctx context.Context, cfg *config.Config, id string, w io.Writer) e
 	return nil
 }
 
+// gatewayURL is where this machine reaches the gateway listening on
+// gateway.http.listen ("http://host:port"; a wildcard host is reached on
+// 127.0.0.1); an error when the address has no fixed port.
+func gatewayURL(cfg *config.Config) (string, error) {
+	host, port, err := net.SplitHostPort(cfg.Gateway.HTTP.Listen)
+	if err != nil {
+		return "", fmt.Errorf("gateway.http.listen %q: %w", cfg.Gateway.HTTP.Listen, err)
+	}
+	if port == "0" || port == "" {
+		return "", fmt.Errorf("gateway.http.listen %q has no fixed port", cfg.Gateway.HTTP.Listen)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
 // consolePost posts body to the running gateway's console API
 // (/admin/api/<path>) with gateway.admin.token, decoding the answer into
 // out. reached is false when no gateway answered at gateway.http.listen;
 // an answer other than 200 is an error with the API's one-line reason.
 func consolePost(ctx context.Context, cfg *config.Config, path string, body, out any) (reached bool, err error) {
-	host, port, err := net.SplitHostPort(cfg.Gateway.HTTP.Listen)
-	if err != nil || port == "0" {
+	base, err := gatewayURL(cfg)
+	if err != nil {
 		return false, nil
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
 	}
 	var rd io.Reader
 	if body != nil {
@@ -131,7 +145,7 @@ func consolePost(ctx context.Context, cfg *config.Config, path string, body, out
 	}
 	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+net.JoinHostPort(host, port)+"/admin/api/"+path, rd)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/api/"+path, rd)
 	if err != nil {
 		return false, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/admin"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -129,5 +130,27 @@ func TestRunsStopAsksTheGateway(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"runs", "stop", "abc", "--config", cfgPath, "--state-dir", dir}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no gateway answered") {
 		t.Errorf("runs stop with no gateway: %d %q", code, errb.String())
+	}
+}
+
+// TestGatewayURL: where the CLI (runs stop, mcp list, doctor) reaches the
+// running gateway.
+func TestGatewayURL(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:8790": "http://127.0.0.1:8790",
+		"0.0.0.0:8790":   "http://127.0.0.1:8790",
+		":8790":          "http://127.0.0.1:8790",
+		"[::]:8790":      "http://127.0.0.1:8790",
+		"[::1]:8790":     "http://[::1]:8790",
+		"chat.lan:80":    "http://chat.lan:80",
+		"127.0.0.1:0":    "",
+		"nonsense":       "",
+	} {
+		cfg := &config.Config{}
+		cfg.Gateway.HTTP.Listen = listen
+		got, err := gatewayURL(cfg)
+		if got != want || (err == nil) != (want != "") {
+			t.Errorf("gatewayURL(%q) = %q, %v; want %q", listen, got, err, want)
+		}
 	}
 }
