@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sort"
 
 	"github.com/heraldhq/herald/channels"
@@ -17,6 +20,46 @@ const (
 	GroupACP      = "acp" // permission requests of ACP agents (SPEC §26)
 	GroupMCP      = "mcp" // tools of MCP servers (mcp__<server>__<tool>)
 )
+
+// ErrBadArguments is wrapped by every error about a tool call's
+// arguments: the model's mistake, told back to it to correct.
+var ErrBadArguments = errors.New("bad arguments")
+
+// DecodeArgs reads a tool call's arguments raw (empty or null: {}) into v,
+// refusing unknown fields; the error names the tool, wraps
+// ErrBadArguments and shows example, a valid arguments object.
+func DecodeArgs(tool string, raw json.RawMessage, v any, example string) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = []byte("{}")
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%s: %w: %v; expected %s", tool, ErrBadArguments, err, example)
+	}
+	return nil
+}
+
+// JSONResult is v as a tool's JSON result.
+func JSONResult(tool string, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("%s: encode result: %w", tool, err)
+	}
+	return string(b), nil
+}
+
+// ObjectSchema is the JSON Schema of a tool's arguments: an object with
+// props (name → property schema), the required ones, and no others.
+func ObjectSchema(props map[string]any, required ...string) json.RawMessage {
+	b, err := json.Marshal(map[string]any{"type": "object", "properties": props, "required": append([]string{}, required...),
+		"additionalProperties": false})
+	if err != nil { // property schemas are plain maps and strings
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	return b
+}
 
 // CallContext tells a tool who is calling.
 type CallContext struct {

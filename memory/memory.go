@@ -10,7 +10,6 @@
 package memory
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,9 +36,6 @@ const (
 	DefaultLimit = 5
 	MaxLimit     = 50
 )
-
-// ErrBadArguments is wrapped by every error about a call's arguments.
-var ErrBadArguments = errors.New("bad arguments")
 
 // Scope is the memories a call sees: its agent's, of its conversation
 // (the top-level session its sub-agents share) unless memory.scope is
@@ -79,35 +75,6 @@ func (b base) scope(cc agent.CallContext) store.MemoryScope {
 
 func (base) Group() string { return "" }
 
-// decode reads raw into v, refusing unknown fields, with the tool's name
-// and an example in the error.
-func decode(tool string, raw json.RawMessage, v any, example string) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		raw = []byte("{}")
-	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("%s: %w: %v; expected %s", tool, ErrBadArguments, err, example)
-	}
-	return nil
-}
-
-func result(tool string, v any) (string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", fmt.Errorf("%s: encode result: %w", tool, err)
-	}
-	return string(b), nil
-}
-
-func schema(props map[string]any, required ...string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "required": append([]string{}, required...),
-		"additionalProperties": false}) // maps of strings always marshal
-	return b
-}
-
 // Item is a memory as the tools show it.
 type Item struct {
 	ID        string   `json:"id"`
@@ -135,7 +102,7 @@ func (t *write) Spec() agent.ToolSpec {
 		Name: WriteName,
 		Description: fmt.Sprintf("Remember a fact, preference or decision for later turns and conversations (at most %d characters). "+
 			"pin: true puts it into your system prompt from the next turn on (for what you must always keep in mind). Returns {id}.", t.c.MaxChars),
-		Schema: schema(map[string]any{
+		Schema: agent.ObjectSchema(map[string]any{
 			"text": map[string]any{"type": "string", "description": "what to remember, self-contained"},
 			"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "optional keywords"},
 			"pin":  map[string]any{"type": "boolean", "description": "put it into the system prompt (default false)"},
@@ -149,16 +116,16 @@ func (t *write) Call(ctx context.Context, cc agent.CallContext, raw json.RawMess
 		Tags []string `json:"tags"`
 		Pin  bool     `json:"pin"`
 	}
-	if err := decode(WriteName, raw, &a, `{"text": "…", "tags"?: ["…"], "pin"?: false}`); err != nil {
+	if err := agent.DecodeArgs(WriteName, raw, &a, `{"text": "…", "tags"?: ["…"], "pin"?: false}`); err != nil {
 		return "", err
 	}
 	if a.Text == nil || strings.TrimSpace(*a.Text) == "" {
-		return "", fmt.Errorf("%s: %w: text is empty; give what to remember", WriteName, ErrBadArguments)
+		return "", fmt.Errorf("%s: %w: text is empty; give what to remember", WriteName, agent.ErrBadArguments)
 	}
 	text := strings.TrimSpace(*a.Text)
 	if n := utf8.RuneCountInString(text); n > t.c.MaxChars {
 		return "", fmt.Errorf("%s: %w: the memory is %d characters; memory.maxChars allows %d: shorten it or split it into several",
-			WriteName, ErrBadArguments, n, t.c.MaxChars)
+			WriteName, agent.ErrBadArguments, n, t.c.MaxChars)
 	}
 	var tags []string
 	for _, tag := range a.Tags {
@@ -170,7 +137,7 @@ func (t *write) Call(ctx context.Context, cc agent.CallContext, raw json.RawMess
 	if err := t.st.AddMemory(ctx, m); err != nil {
 		return "", fmt.Errorf("%s: could not store the memory: %w", WriteName, err)
 	}
-	return result(WriteName, map[string]string{"id": m.ID})
+	return agent.JSONResult(WriteName, map[string]string{"id": m.ID})
 }
 
 // ---- memory_search ----
@@ -185,7 +152,7 @@ func (t *search) Spec() agent.ToolSpec {
 		Name: SearchName,
 		Description: "Search your memories by words (any of them; best matches first; punctuation and operators are ignored). " +
 			"Returns {results:[{id, text, tags, pinned, createdAt, score}]}.",
-		Schema: schema(map[string]any{
+		Schema: agent.ObjectSchema(map[string]any{
 			"query": map[string]any{"type": "string", "description": "words to look for"},
 			"limit": map[string]any{"type": "integer", "description": fmt.Sprintf("at most this many results, 1 to %d (default %d)", MaxLimit, DefaultLimit)},
 		}, "query"),
@@ -197,23 +164,23 @@ func (t *search) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 		Query *string `json:"query"`
 		Limit *int    `json:"limit"`
 	}
-	if err := decode(SearchName, raw, &a, `{"query": "…", "limit"?: 5}`); err != nil {
+	if err := agent.DecodeArgs(SearchName, raw, &a, `{"query": "…", "limit"?: 5}`); err != nil {
 		return "", err
 	}
 	if a.Query == nil {
-		return "", fmt.Errorf("%s: %w: missing required field \"query\"", SearchName, ErrBadArguments)
+		return "", fmt.Errorf("%s: %w: missing required field \"query\"", SearchName, agent.ErrBadArguments)
 	}
 	limit := DefaultLimit
 	if a.Limit != nil {
 		limit = *a.Limit
 	}
 	if limit < 1 || limit > MaxLimit {
-		return "", fmt.Errorf("%s: %w: limit must be 1 to %d, got %d", SearchName, ErrBadArguments, MaxLimit, limit)
+		return "", fmt.Errorf("%s: %w: limit must be 1 to %d, got %d", SearchName, agent.ErrBadArguments, MaxLimit, limit)
 	}
 	words := store.MemoryWords(*a.Query)
 	if len(words) == 0 {
 		return "", fmt.Errorf("%s: %w: the query %q has no words to search for (punctuation and operators are ignored); give a few words",
-			SearchName, ErrBadArguments, *a.Query)
+			SearchName, agent.ErrBadArguments, *a.Query)
 	}
 	hits, err := t.st.SearchMemories(ctx, t.scope(cc), words, limit)
 	if err != nil {
@@ -228,22 +195,22 @@ func (t *search) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 		it.Score = &s
 		out.Results = append(out.Results, it)
 	}
-	return result(SearchName, out)
+	return agent.JSONResult(SearchName, out)
 }
 
 // ---- memory_get, memory_forget ----
 
-var idSchema = schema(map[string]any{"id": map[string]any{"type": "string", "description": "the memory's id"}}, "id")
+var idSchema = agent.ObjectSchema(map[string]any{"id": map[string]any{"type": "string", "description": "the memory's id"}}, "id")
 
 func (b base) id(tool string, raw json.RawMessage) (string, error) {
 	var a struct {
 		ID string `json:"id"`
 	}
-	if err := decode(tool, raw, &a, `{"id": "…"}`); err != nil {
+	if err := agent.DecodeArgs(tool, raw, &a, `{"id": "…"}`); err != nil {
 		return "", err
 	}
 	if a.ID = strings.TrimSpace(a.ID); a.ID == "" {
-		return "", fmt.Errorf("%s: %w: id is empty; memory_search gives the ids", tool, ErrBadArguments)
+		return "", fmt.Errorf("%s: %w: id is empty; memory_search gives the ids", tool, agent.ErrBadArguments)
 	}
 	return a.ID, nil
 }
@@ -277,7 +244,7 @@ func (t *get) Call(ctx context.Context, cc agent.CallContext, raw json.RawMessag
 	if err != nil {
 		return "", fmt.Errorf("%s: could not read memory %s: %w", GetName, id, err)
 	}
-	return result(GetName, item(*m))
+	return agent.JSONResult(GetName, item(*m))
 }
 
 type forget struct{ base }
@@ -298,7 +265,7 @@ func (t *forget) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 	if err != nil {
 		return "", fmt.Errorf("%s: could not forget memory %s: %w", ForgetName, id, err)
 	}
-	return result(ForgetName, map[string]string{"forgotten": id})
+	return agent.JSONResult(ForgetName, map[string]string{"forgotten": id})
 }
 
 // ---- the system prompt and /memory ----

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 )
@@ -62,6 +63,12 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s %s: a SQL error reached the model: %v", k.tool, k.args, err)
 		}
 	}
+	// One sentinel for every tool's argument errors (agent.ErrBadArguments).
+	for _, args := range []string{`{"text":"a","colour":"red"}`, `{"text":"  "}`} {
+		if _, err := tool(t, st, c, WriteName).Call(ctx, cc, json.RawMessage(args)); !errors.Is(err, tools.ErrBadArguments) {
+			t.Errorf("%s %s: %v, want it to wrap tools.ErrBadArguments as the other tools' do", WriteName, args, err)
+		}
+	}
 	// Operators and quotes around words are just the words.
 	if _, err := tool(t, st, c, WriteName).Call(ctx, cc, json.RawMessage(`{"text":"vault key rotation"}`)); err != nil {
 		t.Fatal(err)
@@ -70,7 +77,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil || !strings.Contains(out, "vault key rotation") {
 		t.Errorf("search with operators = %s, %v", out, err)
 	}
-	if errors.Is(err, ErrBadArguments) {
+	if errors.Is(err, agent.ErrBadArguments) {
 		t.Error("unexpected bad arguments")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/heraldhq/herald/agent"
 )
 
 // field describes one argument of a tool for decoding and for its schema.
@@ -28,16 +30,7 @@ func schema(fields ...field) json.RawMessage {
 			required = append(required, f.name)
 		}
 	}
-	b, err := json.Marshal(map[string]any{
-		"type":                 "object",
-		"properties":           props,
-		"required":             required,
-		"additionalProperties": false,
-	})
-	if err != nil { // maps of strings always marshal
-		return json.RawMessage(`{"type":"object"}`)
-	}
-	return b
+	return agent.ObjectSchema(props, required...)
 }
 
 // args is a decoded argument object.
@@ -179,11 +172,5 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-// result marshals v as the tool's JSON result.
-func result(tool string, v any) (string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", fmt.Errorf("%s: encode result: %w", tool, err)
-	}
-	return string(b), nil
-}
+// result is v as the tool's JSON result.
+func result(tool string, v any) (string, error) { return agent.JSONResult(tool, v) }

@@ -1,10 +1,15 @@
 package tools
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldhq/herald/agent"
+)
 
 var (
-	// ErrBadArguments is wrapped by every error about a tool call's arguments.
-	ErrBadArguments = errors.New("bad arguments")
+	// ErrBadArguments is wrapped by every error about a tool call's
+	// arguments (agent.ErrBadArguments).
+	ErrBadArguments = agent.ErrBadArguments
 	// ErrOutsideWorkspace is wrapped when a path leaves the agent workspace,
 	// lexically or through a symbolic link.
 	ErrOutsideWorkspace = errors.New("outside the workspace")
