@@ -350,3 +350,52 @@ func assertThreadContextOnce(t *testing.T, llm *llmtest.Server, question, earlie
 		t.Errorf("%q reached the model %d times, want 1", question, calls)
 	}
 }
+
+// TestE2EMatrixDMKeyedByPerson: a Matrix DM is its person's conversation,
+// not the room's (issue 35). Alice tells the bot a secret in a two-member
+// room, invites Mallory and leaves; the room is a two-member room again.
+// Mallory's message there starts a conversation of her own: the model sees
+// none of Alice's history.
+func TestE2EMatrixDMKeyedByPerson(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := hs.RegisterUser(t, "alice")
+	mallory := hs.RegisterUser(t, "mallory")
+	bot := hs.RegisterUser(t, "herald")
+	llm := llmtest.NewAnthropic(t, spawningModel)
+	startMatrixGateway(t, hs, bot, llm)
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+
+	matrixtest.Post(t, alice, room, "my secret word is pineapple")
+	matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := alice.InviteUser(ctx, room, &mautrix.ReqInviteUser{UserID: mallory.UserID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mallory.JoinRoomByID(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.LeaveRoom(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	matrixtest.Post(t, mallory, room, "what did alice tell you?")
+	got := matrixtest.WaitThreadMessages(t, mallory, room, "", bot.UserID, 2)
+	if b := matrixBody(got[1]); b != "plain answer to: what did alice tell you?" {
+		t.Fatalf("the bot answered mallory %q", b)
+	}
+	asked := 0
+	for _, c := range llm.Requests() {
+		if !strings.Contains(c.LastUser(), "what did alice tell you?") {
+			continue
+		}
+		asked++
+		if strings.Contains(string(c.Body), "pineapple") {
+			t.Errorf("mallory's turn was given alice's history:\n%s", c.Body)
+		}
+	}
+	if asked != 1 {
+		t.Errorf("mallory's message reached the model %d times, want 1", asked)
+	}
+}

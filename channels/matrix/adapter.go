@@ -113,7 +113,8 @@ type Adapter struct {
 	displayName string
 	healthErr   error
 	failures    int
-	dmRooms     *recent // room id -> "dm" | "group"
+	dmRooms     *recent // room id -> the other member's user id (a DM) | "group"
+	dmRoomOf    *recent // person (user id) -> the room their DM talks in (dm.go)
 	ownEvents   *recent // room|event id of events the bot sent -> ""
 	botThreads  *recent // room|root the bot posted in -> ""
 	threadLast  *recent // room|root -> latest event id known in that thread
@@ -200,6 +201,7 @@ func New(opts Options) (*Adapter, error) {
 		client:     client,
 		healthErr:  ErrNotStarted,
 		dmRooms:    newRecent(maxRooms),
+		dmRoomOf:   newRecent(maxRooms),
 		ownEvents:  newRecent(maxOwnEvents),
 		botThreads: newRecent(maxThreads),
 		threadLast: newRecent(maxThreads),
@@ -395,9 +397,7 @@ func (a *Adapter) initialSync(ctx context.Context, fresh bool) error {
 	}
 	a.mu.Lock()
 	for roomID, room := range resp.Rooms.Join {
-		if n := room.Summary.JoinedMemberCount; n != nil {
-			a.dmRooms.put(string(roomID), chatTypeFor(*n))
-		}
+		a.noteRoomSizeLocked(roomID, room.Summary.JoinedMemberCount)
 		for _, evt := range room.Timeline.Events {
 			if evt.Type != event.EventMessage {
 				continue
@@ -626,11 +626,12 @@ func (a *Adapter) Send(ctx context.Context, to channels.Origin, msg channels.Mes
 	if !running {
 		return fmt.Errorf("matrix: send to %s: %w", to, ErrNotStarted)
 	}
-	if to.ChatID == "" || !strings.HasPrefix(to.ChatID, "!") {
-		return fmt.Errorf("matrix: send: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
-	}
 	if strings.TrimSpace(msg.Text) == "" {
 		return nil
+	}
+	to, err := a.inRoom(ctx, to, true)
+	if err != nil {
+		return fmt.Errorf("matrix: send: %w", err)
 	}
 	for i, part := range channels.Split(msg.Text, Limit) {
 		// A transaction id derived from the outbox item and part makes a
@@ -715,11 +716,4 @@ func (a *Adapter) noteOwnEvent(roomID id.RoomID, root, evtID id.EventID) {
 
 func roomKey(roomID id.RoomID, evtID id.EventID) string {
 	return string(roomID) + "|" + string(evtID)
-}
-
-func chatTypeFor(joined int) string {
-	if joined == 2 {
-		return channels.ChatDM
-	}
-	return channels.ChatGroup
 }

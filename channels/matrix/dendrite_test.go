@@ -2,6 +2,7 @@ package matrix
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -352,5 +353,91 @@ func TestDendriteCatchUpAfterRestart(t *testing.T) {
 	}
 	if got.Text != "second, while the gateway is down" {
 		t.Fatalf("after the restart: %q, want the message sent while down", got.Text)
+	}
+}
+
+// TestDendriteDMKeyedByPerson: a DM's conversation is its person's, not the
+// room's (issue 35). Alice's DM origin names her; the room it talks in is
+// kept in the channel's store, so after a restart a message for her goes
+// there before she writes again. When she invites Mallory and leaves, the
+// room is a two-member room again, now with Mallory: a message for Alice's
+// conversation is refused instead of posted to Mallory, and Mallory's
+// messages come as her own conversation.
+func TestDendriteDMKeyedByPerson(t *testing.T) {
+	hs := requireHS(t)
+	alice := hs.RegisterUser(t, "alice")
+	mallory := hs.RegisterUser(t, "mallory")
+	bot := hs.RegisterUser(t, "herald")
+	kv := &channels.MemoryKV{}
+	start := func() (*Adapter, inbox, func()) {
+		a, err := New(Options{Homeserver: hs.URL, UserID: string(bot.UserID), AccessToken: bot.AccessToken, AutoJoin: true,
+			Access: channels.Access{GroupPolicy: channels.GroupOpen}, Logger: zaptest.NewLogger(t), State: kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(inbox, 32)
+		if err := a.Start(context.Background(), in.sink); err != nil {
+			t.Fatalf("start adapter: %v", err)
+		}
+		stopped := false
+		stop := func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := a.Stop(ctx); err != nil {
+				t.Errorf("stop adapter: %v", err)
+			}
+		}
+		t.Cleanup(stop)
+		return a, in, stop
+	}
+	a, in, stop := start()
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+
+	matrixtest.Post(t, alice, room, "my secret word is pineapple")
+	got := in.next(t)
+	if got.Origin.ChatType != channels.ChatDM || got.Origin.ChatID != string(alice.UserID) {
+		t.Fatalf("alice's DM origin = %+v; want a dm keyed by %s", got.Origin, alice.UserID)
+	}
+	forAlice := got.Origin
+	send(t, a, forAlice, "noted, alice")
+
+	// A restart: the room of Alice's DM is read from the store.
+	stop()
+	a, in, _ = start()
+	send(t, a, forAlice, "still here, alice")
+	matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 2)
+
+	// Alice brings Mallory in and leaves: two members again.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := alice.InviteUser(ctx, room, &mautrix.ReqInviteUser{UserID: mallory.UserID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mallory.JoinRoomByID(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.LeaveRoom(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Send(ctx, forAlice, channels.Message{Kind: channels.KindReply, Text: "for alice only"})
+	if !errors.Is(err, channels.ErrPermanent) || !strings.Contains(err.Error(), "no longer in a direct chat") {
+		t.Fatalf("a message for alice after she left: %v; want a permanent refusal", err)
+	}
+
+	matrixtest.Post(t, mallory, room, "what did alice tell you?")
+	got = in.next(t)
+	if got.Origin.ChatType != channels.ChatDM || got.Origin.ChatID != string(mallory.UserID) {
+		t.Fatalf("mallory's origin = %+v; want a dm keyed by %s, not alice's conversation", got.Origin, mallory.UserID)
+	}
+	send(t, a, got.Origin, "hello mallory")
+	for _, m := range matrixtest.WaitThreadMessages(t, mallory, room, "", bot.UserID, 3) {
+		if body := m.Content.AsMessage().Body; body == "for alice only" {
+			t.Errorf("alice's message was posted to the room mallory now shares with the bot")
+		}
 	}
 }

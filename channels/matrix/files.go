@@ -160,8 +160,10 @@ func (a *Adapter) SendFile(ctx context.Context, to channels.Origin, msg channels
 		return "", fmt.Errorf("matrix: send file to %s: %w", to, ErrNotStarted)
 	case f == nil || f.Open == nil:
 		return "", fmt.Errorf("matrix: send file to %s: no file: %w", to, channels.ErrPermanent)
-	case !strings.HasPrefix(to.ChatID, "!"):
-		return "", fmt.Errorf("matrix: send file: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
+	}
+	to, err := a.inRoom(ctx, to, true)
+	if err != nil {
+		return "", fmt.Errorf("matrix: send file: %w", err)
 	}
 	if limit := a.FileLimit(); limit > 0 && f.Size > limit {
 		return "", fmt.Errorf("matrix: send file %q: %d bytes is over the homeserver's upload limit of %d: %w", f.Name, f.Size, limit, channels.ErrPermanent)

@@ -25,9 +25,7 @@ func (a *Adapter) onSync(_ context.Context, resp *mautrix.RespSync, _ string) bo
 	self := a.client.UserID
 	a.mu.Lock()
 	for roomID, room := range resp.Rooms.Join {
-		if n := room.Summary.JoinedMemberCount; n != nil {
-			a.dmRooms.put(string(roomID), chatTypeFor(*n))
-		}
+		a.noteRoomSizeLocked(roomID, room.Summary.JoinedMemberCount)
 	}
 	a.mu.Unlock()
 	for _, room := range resp.Rooms.Join {
@@ -149,6 +147,8 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 	switch {
 	case chatType == channels.ChatDM:
 		mentioned = true
+		// Keyed by the person, not the room (dm.go).
+		origin.ChatID = string(evt.Sender)
 	case !mentioned && root != "" && origin.ThreadID == string(root) && a.opts.Bound != nil && a.opts.Bound(ctx, origin):
 		// A thread bound to a sub-agent (SPEC §24) is one the bot is in,
 		// also after a restart whose first /sync no longer shows the
@@ -179,6 +179,9 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		return // taken when a refused batch was first handed over
 	}
 	if sink != nil && refused == nil {
+		if chatType == channels.ChatDM {
+			a.noteDM(ctx, evt.Sender, evt.RoomID) // before the sink: its answer goes there
+		}
 		if err := sink(ctx, in); err != nil {
 			if errors.Is(err, channels.ErrUnavailable) {
 				// Not stored: the batch is fetched again (ProcessResponse).
@@ -198,23 +201,53 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 // chatType is "dm" for a room with exactly two joined members, else
 // "group". The answer is cached until the room's membership changes.
 func (a *Adapter) chatType(ctx context.Context, roomID id.RoomID) string {
+	if _, dm := a.dmPeer(ctx, roomID, false); dm {
+		return channels.ChatDM
+	}
+	return channels.ChatGroup
+}
+
+// dmPeer is the other member of a room with exactly two joined members
+// (dm true), from the cache or (fresh, or not cached) the homeserver; a
+// lookup that fails counts the room as a group.
+func (a *Adapter) dmPeer(ctx context.Context, roomID id.RoomID, fresh bool) (peer id.UserID, dm bool) {
 	a.mu.Lock()
-	t, ok := a.dmRooms.get(string(roomID))
+	v, ok := a.dmRooms.get(string(roomID))
 	a.mu.Unlock()
-	if ok {
-		return t
+	if ok && !fresh {
+		return id.UserID(v), v != channels.ChatGroup
 	}
 	resp, err := a.client.JoinedMembers(ctx, roomID)
 	if err != nil {
 		a.log.Warn("matrix joined members lookup failed, treating room as a group",
 			zap.String("roomId", string(roomID)), zap.Error(err))
-		return channels.ChatGroup
+		return "", false
 	}
-	t = chatTypeFor(len(resp.Joined))
+	v = channels.ChatGroup
+	if len(resp.Joined) == 2 {
+		for user := range resp.Joined {
+			if user != a.client.UserID {
+				v = string(user)
+			}
+		}
+	}
 	a.mu.Lock()
-	a.dmRooms.put(string(roomID), t)
+	a.dmRooms.put(string(roomID), v)
 	a.mu.Unlock()
-	return t
+	return id.UserID(v), v != channels.ChatGroup
+}
+
+// noteRoomSize takes a room's joined-member count from a /sync summary:
+// other than two, a group; two, looked up again when next needed (who the
+// other member is). The caller holds a.mu.
+func (a *Adapter) noteRoomSizeLocked(roomID id.RoomID, joined *int) {
+	switch {
+	case joined == nil:
+	case *joined == 2:
+		a.dmRooms.del(string(roomID))
+	default:
+		a.dmRooms.put(string(roomID), channels.ChatGroup)
+	}
 }
 
 // addressed reports whether the message is addressed to the bot and returns

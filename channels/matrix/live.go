@@ -3,7 +3,6 @@ package matrix
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"maunium.net/go/mautrix"
@@ -19,8 +18,9 @@ const typingTimeout = 30 * time.Second
 
 // Typing sets or clears the bot's typing notification in the room.
 func (a *Adapter) Typing(ctx context.Context, to channels.Origin, on bool) error {
-	if !strings.HasPrefix(to.ChatID, "!") {
-		return fmt.Errorf("matrix: typing: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
+	to, err := a.inRoom(ctx, to, false)
+	if err != nil {
+		return fmt.Errorf("matrix: typing: %w", err)
 	}
 	if _, err := a.client.UserTyping(ctx, id.RoomID(to.ChatID), on, typingTimeout); err != nil {
 		return classifySendError("matrix: typing in "+to.String(), err)
@@ -34,8 +34,9 @@ func (a *Adapter) DraftEvery() time.Duration { return time.Second }
 // Draft shows the reply written so far in the room and thread: the first
 // draft is a message, the next ones m.replace edits of it (SPEC §16).
 func (a *Adapter) Draft(ctx context.Context, to channels.Origin, ref, text string) (string, error) {
-	if !strings.HasPrefix(to.ChatID, "!") {
-		return ref, fmt.Errorf("matrix: draft: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
+	to, err := a.inRoom(ctx, to, ref == "") // the first draft is a new message
+	if err != nil {
+		return ref, fmt.Errorf("matrix: draft: %w", err)
 	}
 	if r := []rune(text); len(r) > Limit {
 		text = string(r[:Limit-1]) + "…"

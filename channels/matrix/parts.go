@@ -3,7 +3,6 @@ package matrix
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"maunium.net/go/mautrix/id"
 
@@ -40,8 +39,9 @@ func (a *Adapter) SendPart(ctx context.Context, to channels.Origin, msg channels
 	if !running {
 		return "", fmt.Errorf("matrix: send to %s: %w", to, ErrNotStarted)
 	}
-	if to.ChatID == "" || !strings.HasPrefix(to.ChatID, "!") {
-		return "", fmt.Errorf("matrix: send: room id %q is not a Matrix room id: %w", to.ChatID, channels.ErrPermanent)
+	to, err := a.inRoom(ctx, to, true)
+	if err != nil {
+		return "", fmt.Errorf("matrix: send: %w", err)
 	}
 	txn := ""
 	if msg.ID != "" {

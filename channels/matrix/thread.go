@@ -29,7 +29,11 @@ func (a *Adapter) ThreadHistory(ctx context.Context, at channels.Origin) ([]chan
 	if n <= 0 || !at.MidThread() {
 		return nil, nil
 	}
-	room, root, mention := id.RoomID(at.ChatID), id.EventID(at.ThreadID), id.EventID(at.MessageID)
+	in, err := a.inRoom(ctx, at, false)
+	if err != nil {
+		return nil, fmt.Errorf("matrix thread context: %w", err)
+	}
+	room, root, mention := id.RoomID(in.ChatID), id.EventID(at.ThreadID), id.EventID(at.MessageID)
 	var newestFirst []*event.Event
 	req := &mautrix.ReqGetRelations{RelationType: event.RelThread, Dir: mautrix.DirectionBackward, Limit: 100}
 	for page := 0; page < maxRelationPages && len(newestFirst) < n; page++ {
