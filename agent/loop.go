@@ -68,16 +68,25 @@ func LoadSession(ctx context.Context, key, id, agentID, parentKey, path string, 
 // LoadSessionFrom is LoadSession with the transcript in ts (files, or rows
 // of a PostgreSQL store).
 func LoadSessionFrom(ctx context.Context, ts store.Transcripts, key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
-	var history []Message
-	var pendingCalls []ToolCall
 	_, entries, err := ts.ReadTranscript(ctx, path)
 	switch {
 	case err == nil:
-		msgs := contextFromTranscript(entries)
-		history, pendingCalls = splitPendingCalls(msgs)
 	case errors.Is(err, store.ErrNotFound):
+		entries = nil
 	default:
 		return nil, fmt.Errorf("session %s: %w: %w", key, ErrHistory, err)
+	}
+	return OpenSessionFrom(ctx, ts, entries, key, id, agentID, parentKey, path, now)
+}
+
+// OpenSessionFrom is LoadSessionFrom for a caller that has read the
+// transcript's lines already (entries; nil for a new one): it opens the
+// transcript for writing without reading it again.
+func OpenSessionFrom(ctx context.Context, ts store.Transcripts, entries []store.TranscriptEntry, key, id, agentID, parentKey, path string, now time.Time) (*Session, error) {
+	var history []Message
+	var pendingCalls []ToolCall
+	if len(entries) > 0 {
+		history, pendingCalls = splitPendingCalls(contextFromTranscript(entries))
 	}
 	tr, err := ts.OpenTranscript(ctx, path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
 	if err != nil {

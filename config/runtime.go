@@ -19,6 +19,9 @@ type Runtime struct {
 	Network bool              `json:"network"` // default false: no network in its sandbox
 	// ReadPaths are further folders it may read (an npm package's folder).
 	ReadPaths []string `json:"readPaths"`
+	// Cost prices the tokens it reports when it reports no cost of its
+	// own (SPEC §20's token × cost accounting); perMinute does not apply.
+	Cost *Cost `json:"cost"`
 }
 
 // ACP returns the runtime of agent id when it is an ACP agent.
@@ -67,6 +70,12 @@ func (v *validator) runtime(path string, a Agent, isDefault bool) {
 	for i, p := range rt.ReadPaths {
 		if p = ExpandHome(p); !filepath.IsAbs(p) {
 			v.add(joinIndex(path+".readPaths", i), "%q must be an absolute path (or start with ~/)", rt.ReadPaths[i])
+		}
+	}
+	if c := rt.Cost; c != nil {
+		v.cost(path+".cost", *c)
+		if c.PerMinute != 0 {
+			v.add(path+".cost.perMinute", "does not apply to an ACP agent (it prices audio of a transcription model); price its tokens with input, output, cacheRead, cacheWrite")
 		}
 	}
 	if isDefault {

@@ -11,7 +11,7 @@ func TestACPRuntimeConfig(t *testing.T) {
 	good := `{
   agents: { defaults: { model: "demo/demo" }, list: [{ id: "main" },
     { id: "codex", runtime: { type: "acp", command: "codex-acp", args: ["--x"], env: { OPENAI_API_KEY: "${K}" },
-      network: true, readPaths: ["/opt/codex"] } }] },
+      network: true, readPaths: ["/opt/codex"], cost: { input: 1.25, output: 10 } } }] },
 }`
 	cfg, err := Parse("a.json5", []byte(good), mapEnv(map[string]string{"K": "sk-1"}))
 	if err != nil {
@@ -21,7 +21,8 @@ func TestACPRuntimeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt, ok := cfg.ACP("codex")
-	if !ok || rt.Command != "codex-acp" || rt.Env["OPENAI_API_KEY"].Value() != "sk-1" || !rt.Network || rt.ReadPaths[0] != "/opt/codex" {
+	if !ok || rt.Command != "codex-acp" || rt.Env["OPENAI_API_KEY"].Value() != "sk-1" || !rt.Network || rt.ReadPaths[0] != "/opt/codex" ||
+		rt.Cost == nil || rt.Cost.Input != 1.25 || rt.Cost.Output != 10 {
 		t.Errorf("ACP(codex) = %+v, %v", rt, ok)
 	}
 	if _, ok := cfg.ACP("main"); ok {
@@ -36,7 +37,7 @@ func TestACPRuntimeConfig(t *testing.T) {
     { id: "main", default: true },
     { id: "a", runtime: { command: " " } },
     { id: "b", runtime: { type: "mcp", command: "x", env: { "BAD-NAME": "v" }, readPaths: ["rel/dir"] } },
-    { id: "c", default: false, runtime: { type: "acp", command: "c" } }] },
+    { id: "c", default: false, runtime: { type: "acp", command: "c", cost: { input: -1, perMinute: 0.1 } } }] },
   bindings: [{ agentId: "c", match: { channel: "web" } }],
 }`
 	cfg, err = Parse("b.json5", []byte(bad), mapEnv(nil))
@@ -54,6 +55,8 @@ func TestACPRuntimeConfig(t *testing.T) {
 		`agents.list[2].runtime.env.BAD-NAME: "BAD-NAME" is not an environment variable name`,
 		`agents.list[2].runtime.readPaths[0]: "rel/dir" must be an absolute path`,
 		`bindings[0].agentId: agent "c" is an ACP agent`,
+		"agents.list[3].runtime.cost.input: must not be negative (got -1)",
+		"agents.list[3].runtime.cost.perMinute: does not apply to an ACP agent",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

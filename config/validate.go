@@ -216,15 +216,20 @@ func (v *validator) models() {
 			v.nonNegative(mp+".contextWindow", m.ContextWindow)
 			v.nonNegative(mp+".maxTokens", m.MaxTokens)
 			if m.Cost != nil {
-				for _, f := range []struct {
-					k string
-					x float64
-				}{{"input", m.Cost.Input}, {"output", m.Cost.Output}, {"cacheRead", m.Cost.CacheRead}, {"cacheWrite", m.Cost.CacheWrite}} {
-					if f.x < 0 {
-						v.add(mp+".cost."+f.k, "must not be negative (got %g)", f.x)
-					}
-				}
+				v.cost(mp+".cost", *m.Cost)
 			}
+		}
+	}
+}
+
+// cost checks a price (path: its key): no negative number.
+func (v *validator) cost(path string, c Cost) {
+	for _, f := range []struct {
+		k string
+		x float64
+	}{{"input", c.Input}, {"output", c.Output}, {"cacheRead", c.CacheRead}, {"cacheWrite", c.CacheWrite}} {
+		if f.x < 0 {
+			v.add(path+"."+f.k, "must not be negative (got %g)", f.x)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -89,7 +90,7 @@ func TestE2EACPAgent(t *testing.T) {
 		t.Fatalf("hello.txt exists before the approval: %v", err)
 	}
 	ann := approveFor(t, tg, client, req, "Task: codex")
-	if !strings.HasPrefix(ann, "Status: success\nTask: codex\n\nResult:\nWrote hello.txt with a greeting.\n\nNotes:\n(none)\n\nStats: runtime ") ||
+	if !strings.HasPrefix(ann, "Status: success\nTask: codex\n\nResult:\nWrote hello.txt with a greeting.\n\nNotes:\n"+noCost+"\n\nStats: runtime ") ||
 		!strings.Contains(ann, "tokens 1.5k (in 1.2k / out 300)") || strings.Contains(ann, "est $") {
 		t.Errorf("announce:\n%s", ann)
 	}
@@ -162,7 +163,7 @@ func TestE2EACPAgentResumesAfterRestart(t *testing.T) {
 
 	tg = newTestGatewayIn(t, state, acpConfig(t, ws), acpModel)
 	ann := waitText(t, tg, client, "Task: slowpoke")
-	if !strings.HasPrefix(ann, "Status: success\nTask: slowpoke\n\nResult:\nResumed and finished.\n\nNotes:\nResumed after the gateway stopped (1×).\n") {
+	if !strings.HasPrefix(ann, "Status: success\nTask: slowpoke\n\nResult:\nResumed and finished.\n\nNotes:\n"+noCost+"\nResumed after the gateway stopped (1×).\n") {
 		t.Errorf("announce after the restart:\n%s", ann)
 	}
 	if got, err := os.ReadFile(filepath.Join(conv, "loaded.txt")); err != nil || string(got) != "fake-session-1" {
@@ -264,10 +265,19 @@ func TestE2ERealClaudeAgent(t *testing.T) {
 	if !strings.HasPrefix(ann, "Status: success\nTask: claude\n\nResult:\nI wrote hello.txt.\n") {
 		t.Errorf("announce:\n%s", ann)
 	}
+	// Claude Code reports its session's cost (usage_update): counted as
+	// reported, so the Notes have nothing to say of it.
+	if !strings.Contains(ann, "\n\nNotes:\n(none)\n") || !strings.Contains(ann, " • est $") {
+		t.Errorf("the cost Claude Code reported is not in the announce:\n%s", ann)
+	}
 	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from claude" {
 		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
 	}
 }
+
+// noCost is the Note of an ACP agent that reports tokens but no cost,
+// without a runtime.cost.
+const noCost = "The agent reported tokens but no cost, and its runtime.cost is not set: its spend counts $0 against the budgets."
 
 // approveFor answers the approval request req with /approve and waits for
 // the client's message containing announced.
@@ -279,4 +289,77 @@ func approveFor(t *testing.T, tg *testGW, client, req, announced string) string 
 	}
 	webPost(t, tg.URL, client, "/approve "+m[1])
 	return waitText(t, tg, client, announced)
+}
+
+// TestE2EACPSpend: what ACP agents report is spend like a model's (SPEC
+// §20, §26): a cost the agent reports (usage_update) is counted as
+// reported, tokens without a cost at the agent's runtime.cost, tokens
+// without either count $0 and the Notes say so; /usage shows the
+// conversation's spend; an agent over its budget is not started (its run
+// ends error with the 💸 line); ACP spend that exhausts the conversation's
+// budget refuses the next turn.
+func TestE2EACPSpend(t *testing.T) {
+	t.Parallel()
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %[1]q },
+    { id: "pricey", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "costly" } } },
+    { id: "metered", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "tokens" }, cost: { input: 10, output: 20 } } },
+    { id: "free", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "tokens" } } }] },
+  budgets: { agent: { dailyUSD: 0.04 }, conversation: { dailyUSD: 0.08 }, warnAtPercent: 0 },
+  channels: { web: { enabled: true } },
+}`, filepath.Join(t.TempDir(), "main-ws"), exe, acptest.EnvMode)
+	tg := newTestGateway(t, cfg, acpModel)
+	const client = "acp-spend"
+	announce := func(agentID string) string {
+		t.Helper()
+		seq := webPost(t, tg.URL, client, "code: "+agentID)
+		return waitWeb(t, tg, client, seq, "announce", func(s string) bool { return strings.Contains(s, "Task: "+agentID) }).Text
+	}
+	// Tokens at runtime.cost: 1200 × $10/M + 300 × $20/M = $0.018 (est $0.02).
+	if ann := announce("metered"); !strings.HasPrefix(ann, "Status: success\nTask: metered\n\nResult:\nDone, counting tokens only.\n\nNotes:\n(none)\n") ||
+		!strings.Contains(ann, "tokens 1.5k (in 1.2k / out 300) • est $0.02 •") {
+		t.Errorf("announce of the priced agent:\n%s", ann)
+	}
+	if ann := announce("free"); !strings.Contains(ann, "Notes:\n"+noCost+"\n") ||
+		strings.Contains(ann, "est $") {
+		t.Errorf("announce of the unpriced agent:\n%s", ann)
+	}
+	// The cost it reported: $0.05 over two usage_updates.
+	if ann := announce("pricey"); !strings.HasPrefix(ann, "Status: success\nTask: pricey\n\nResult:\nDone, and it cost something.\n\nNotes:\n(none)\n") ||
+		!strings.Contains(ann, "• est $0.05 •") {
+		t.Errorf("announce of the agent reporting its cost:\n%s", ann)
+	}
+	seq := webPost(t, tg.URL, client, "/usage")
+	usage := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "💸 Usage") }).Text
+	if !strings.Contains(usage, "This conversation: today $0.07 ·") || !regexp.MustCompile(`\n1\) \$0\.05 · run \w+ · pricey\n2\) \$0\.02 · run \w+ · metered`).MatchString(usage) {
+		t.Errorf("/usage:\n%s", usage)
+	}
+
+	// pricey spent $0.05 of its $0.04: its next run never starts.
+	tomorrow := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
+	if ann := announce("pricey"); !strings.HasPrefix(ann, "Status: error\nTask: pricey\n\nResult:\n(not available)\n\nNotes:\n💸 Budget reached: agent pricey $0.05 of $0.04 today (resets "+tomorrow+" 00:00 UTC).\n") {
+		t.Errorf("announce of the agent over its budget:\n%s", ann)
+	}
+	runs := tg.runsOf(t, "agent:main:web:dm:"+client)
+	if _, entries, err := tg.G.Store().ReadTranscript(t.Context(), tg.G.Store().TranscriptPath("pricey", runs[0].ChildSessionID)); err == nil && len(entries) > 0 {
+		t.Errorf("the agent over its budget was started: its transcript has %d lines", len(entries))
+	}
+	// metered's second run brings the conversation to $0.086 of $0.08:
+	// the next turn is refused.
+	announce("metered")
+	seq = webPost(t, tg.URL, client, "hello")
+	reply := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "💸") }).Text
+	if reply != "💸 Budget reached: conversation $0.09 of $0.08 today (resets "+tomorrow+" 00:00 UTC)." {
+		t.Errorf("the turn after ACP spend used the conversation's budget: %q", reply)
+	}
 }

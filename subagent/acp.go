@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/agent/acp"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -39,12 +40,18 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		runCtx, c = context.WithTimeout(ctx, max(time.Duration(run.TimeoutSeconds)*time.Second-run.Ran, 0))
 		defer c()
 	}
+	entries, err := r.m.transcript(ctx, run)
+	if err != nil {
+		return Outcome{Status: store.OutcomeError, Note: err.Error()}
+	}
 	input := run.Task
 	if run.Resumes > 0 {
-		entries := r.m.transcript(ctx, run)
-		// The tokens it reported before the stop are the run's so far.
+		// The tokens and cost it reported before the stop are the run's
+		// so far.
+		usd, n := acpCostIn(entries)
 		r.m.mu.Lock()
 		rc.lr.usage = usageFromTranscript(entries)
+		rc.lr.cost, rc.lr.calls, rc.lr.priced = usd, n, n > 0
 		r.m.mu.Unlock()
 		if _, ok := acpSessionIn(entries); ok {
 			// The gateway stopped during this run after its agent had its
@@ -53,22 +60,41 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 			input = acpResumePrompt
 		}
 	}
-	res, err := r.m.runACP(runCtx, run, input, rc.Steer, rc.AddUsage, rc)
-	return r.outcome(runCtx, rc, res, err)
+	res, priced, err := r.m.runACP(runCtx, run, input, entries, rc.Steer, func(u acp.Usage, usd float64, priced bool) {
+		if u.HasTokens {
+			rc.AddUsage(u.Tokens)
+		}
+		r.m.mu.Lock()
+		rc.lr.calls++
+		rc.lr.cost += usd
+		rc.lr.priced = rc.lr.priced || priced
+		r.m.mu.Unlock()
+	}, rc)
+	return r.outcome(runCtx, rc, res, priced, err)
 }
 
 // acpResumePrompt is the prompt of a run resumed after a restart.
 const acpResumePrompt = "The gateway that runs you restarted while you worked on the task above. Go on where you left off and finish with your answer."
 
-// transcript is a run's transcript lines (nil when unreadable).
-func (m *Manager) transcript(ctx context.Context, run *store.Run) []store.TranscriptEntry {
-	_, entries, _ := m.d.Store.ReadTranscript(ctx, m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
-	return entries
+// transcript reads a run's transcript lines, once per job: the session
+// to load, the usage so far and the child's history all come from them
+// (nil for a run that has none yet).
+func (m *Manager) transcript(ctx context.Context, run *store.Run) ([]store.TranscriptEntry, error) {
+	_, entries, err := m.d.Store.ReadTranscript(ctx, m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("session %s: %w: %w", run.ChildKey, agent.ErrHistory, err)
+	}
+	return entries, nil
 }
 
-// outcome maps how an ACP job ended to the run's outcome.
-func (r acpRunner) outcome(runCtx context.Context, rc *RunCtx, res acp.Result, err error) Outcome {
+// outcome maps how an ACP job ended to the run's outcome (priced: its
+// agent has a runtime.cost).
+func (r acpRunner) outcome(runCtx context.Context, rc *RunCtx, res acp.Result, priced bool, err error) Outcome {
 	run := &rc.Run
+	notes := usageNote(res, priced)
 	switch {
 	case rc.Stopped():
 		return Outcome{Status: store.OutcomeStopped, Result: res.Text, Note: "stopped by request"}
@@ -76,51 +102,116 @@ func (r acpRunner) outcome(runCtx context.Context, rc *RunCtx, res acp.Result, e
 		return Outcome{}
 	case err != nil:
 		return Outcome{Status: store.OutcomeError, Note: err.Error()}
+	case errors.Is(res.Err, spend.ErrBudget):
+		// Over budget before a prompt: none was sent (SPEC §20).
+		return Outcome{Status: store.OutcomeError, Result: res.Text, Note: budgetLine(res.Err), BudgetStopped: true}
 	case errors.Is(res.Err, context.DeadlineExceeded) || (runCtx.Err() != nil && res.Err != nil && errors.Is(res.Err, runCtx.Err())):
 		return Outcome{Status: store.OutcomeTimeout, Result: res.Text,
-			Note: fmt.Sprintf("Run timed out after %ds; the agent was sent session/cancel and ended.", run.TimeoutSeconds) + usageNote(res)}
+			Note: fmt.Sprintf("Run timed out after %ds; the agent was sent session/cancel and ended.", run.TimeoutSeconds) + notes}
 	case res.Err != nil:
-		return Outcome{Status: store.OutcomeError, Result: res.Text, Note: res.Err.Error() + usageNote(res)}
+		return Outcome{Status: store.OutcomeError, Result: res.Text, Note: res.Err.Error() + notes}
 	}
 	switch res.StopReason {
 	case "end_turn":
-		return Outcome{Status: store.OutcomeSuccess, Result: res.Text, Note: strings.TrimPrefix(usageNote(res), "\n")}
+		return Outcome{Status: store.OutcomeSuccess, Result: res.Text, Note: strings.TrimPrefix(notes, "\n")}
 	case "cancelled":
 		return Outcome{Status: store.OutcomeStopped, Result: res.Text, Note: "the agent cancelled its prompt"}
 	}
 	return Outcome{Status: store.OutcomeError, Result: res.Text,
-		Note: fmt.Sprintf("The agent stopped with %q instead of ending its turn.", res.StopReason) + usageNote(res)}
+		Note: fmt.Sprintf("The agent stopped with %q instead of ending its turn.", res.StopReason) + notes}
 }
 
-// usageNote is the Notes line of an agent that reported no usage.
-func usageNote(res acp.Result) string {
-	if res.Reported {
-		return ""
+// usageNote is the Notes of what an agent did not report of its usage
+// and cost ("" when its spend is known), each line after a newline;
+// priced: its runtime.cost prices its tokens.
+func usageNote(res acp.Result, priced bool) string {
+	var b strings.Builder
+	if !res.Reported {
+		b.WriteString("\nThe agent reported no token usage.")
 	}
-	return "\nThe agent reported no token usage."
+	switch {
+	case res.Costed:
+	case res.Currency != "":
+		fmt.Fprintf(&b, "\nThe agent reported its cost in %s, which the budgets (USD) do not count", res.Currency)
+		if priced && res.Reported {
+			b.WriteString("; its tokens are priced by its runtime.cost.")
+		} else {
+			b.WriteString("; its spend counts $0.")
+		}
+	case res.Reported && !priced:
+		b.WriteString("\nThe agent reported tokens but no cost, and its runtime.cost is not set: its spend counts $0 against the budgets.")
+	}
+	return b.String()
+}
+
+// acpSpendModel is the model an ACP agent's spend is counted at (the
+// ledger's and herald_spend_usd_total's model).
+func acpSpendModel(agentID string) string { return ACPModel + ":" + agentID }
+
+// acpCostType is the transcript line of the USD one prompt of an ACP
+// agent cost (so a resumed run knows its cost so far).
+const acpCostType = "acp_cost"
+
+type acpCostLine struct {
+	USD float64 `json:"usd"`
+}
+
+// acpCostIn sums the costs a transcript records (n: how many prompts).
+func acpCostIn(entries []store.TranscriptEntry) (usd float64, n int) {
+	for _, e := range entries {
+		var l acpCostLine
+		if e.Type == acpCostType && json.Unmarshal([]byte(e.Content), &l) == nil {
+			usd += l.USD
+			n++
+		}
+	}
+	return usd, n
 }
 
 // runACP runs one job of run's ACP agent with input as its first prompt:
 // in the requester conversation's workspace, writing the child's
-// transcript. err is set when the job could not be set up.
+// transcript (entries: its lines so far). Budgets are checked before the
+// agent starts and before each prompt; what each prompt reported is
+// counted in the spend ledger at what it cost (the cost the agent
+// reported, else its tokens at runtime.cost, else $0) and told to count.
+// priced: the agent has a runtime.cost. err is set when the job could
+// not be set up.
 //
 // rc, if set, is told the agent's message text and tool calls as they
 // come, to show them live (SPEC §26, §16).
-func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, steer <-chan agent.Steer, onUsage func(agent.Usage), rc *RunCtx) (acp.Result, error) {
+func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entries []store.TranscriptEntry, steer <-chan agent.Steer,
+	count func(u acp.Usage, usd float64, priced bool), rc *RunCtx) (res acp.Result, priced bool, err error) {
 	cfg := m.config()
 	rt, ok := cfg.ACP(run.AgentID)
 	if !ok {
-		return acp.Result{}, fmt.Errorf("agent %s is no longer an ACP agent (agents.list[].runtime)", run.AgentID)
+		return acp.Result{}, false, fmt.Errorf("agent %s is no longer an ACP agent (agents.list[].runtime)", run.AgentID)
 	}
 	path := m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID)
-	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey, path, run.StartedAt)
+	sess, err := agent.OpenSessionFrom(ctx, m.d.Store, entries, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey, path, run.StartedAt)
 	if err != nil {
-		return acp.Result{}, err
+		return acp.Result{}, false, err
 	}
 	defer sess.Close()
-	loadID, _ := acpSessionIn(m.transcript(ctx, run))
+	loadID, _ := acpSessionIn(entries)
 	ws := m.conversationWorkspace(cfg, run.RootKey, run.AgentID)
 	log := m.runLog(run)
+	sc := spend.Call{Conversation: run.RootKey, AgentID: run.AgentID, RunID: run.ID, Label: TaskTitle(run.Label, run.Task)}
+	price := &agent.Model{Ref: acpSpendModel(run.AgentID), Cost: rt.Cost}
+	onUsage := func(u acp.Usage) {
+		usd, priced := u.USD, u.HasCost
+		if !priced && u.HasTokens {
+			usd, priced = price.EstimateCost(u.Tokens)
+		}
+		m.d.Spend.Record(ctx, sc, price.Ref, usd, u.Tokens)
+		if usd > 0 {
+			b, _ := json.Marshal(acpCostLine{USD: usd})
+			e := store.TranscriptEntry{Type: acpCostType, Content: string(b), Timestamp: m.d.Clock.Now().UTC()}
+			if err := sess.Transcript.Append(context.WithoutCancel(ctx), e); err != nil {
+				log.Warn("could not record the cost of an ACP prompt in its transcript", zap.Error(err))
+			}
+		}
+		count(u, usd, priced)
+	}
 	job := acp.Job{
 		Spec:    acpSpec(cfg, run.AgentID, rt, ws, log),
 		Session: sess, Task: input, Steer: steer, Authorize: m.d.Authorize,
@@ -136,7 +227,7 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, stee
 			rc.Activity("") // it writes again: its last tool call is over
 			rc.Text(text)
 		},
-		OnUsage: onUsage, Clock: m.d.Clock, LoadSession: loadID,
+		OnUsage: onUsage, Check: func() error { return m.d.Spend.Check(sc) }, Clock: m.d.Clock, LoadSession: loadID,
 		OnSession: func(id string, loadable bool) {
 			b, _ := json.Marshal(acpSessionLine{ID: id, Load: loadable})
 			e := store.TranscriptEntry{Type: acpSessionType, Content: string(b), Timestamp: m.d.Clock.Now().UTC()}
@@ -145,9 +236,9 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, stee
 			}
 		},
 	}
-	res := acp.Run(ctx, job)
+	res = acp.Run(ctx, job)
 	m.SetNote(run.ID, "")
-	return res, nil
+	return res, rt.Cost != nil, nil
 }
 
 type acpSessionLine struct {
@@ -208,8 +299,16 @@ func (m *Manager) acpTurn(ctx context.Context, run *store.Run, message string) (
 	defer cancel()
 	r := *run
 	r.StartedAt = m.d.Clock.Now()
-	res, err := m.runACP(ctx, &r, message, nil, func(u agent.Usage) {
-		if err := m.d.Store.AddRunUsage(context.WithoutCancel(ctx), run.ID, u.Input, u.Output, u.CacheRead, u.CacheWrite); err != nil {
+	entries, err := m.transcript(ctx, run)
+	if err != nil {
+		return "", err
+	}
+	res, _, err := m.runACP(ctx, &r, message, entries, nil, func(u acp.Usage, _ float64, _ bool) {
+		if !u.HasTokens {
+			return
+		}
+		t := u.Tokens
+		if err := m.d.Store.AddRunUsage(context.WithoutCancel(ctx), run.ID, t.Input, t.Output, t.CacheRead, t.CacheWrite); err != nil {
 			m.runLog(run).Warn("could not add the usage of one more prompt to the run", zap.Error(err))
 		}
 	}, nil)

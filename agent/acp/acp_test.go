@@ -3,6 +3,7 @@ package acp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -176,6 +177,70 @@ func TestRunSteerPromptsAgain(t *testing.T) {
 	}
 	if r := <-reply; r.Err != nil || r.Text != "Got: and a test" {
 		t.Errorf("steer reply %+v", r)
+	}
+}
+
+// TestRunReportsCost: the session cost an agent reports (usage_update,
+// a running total) is told per prompt as what that prompt added, with the
+// prompt's tokens; a cost in another currency is named, not counted; a
+// Check that refuses stops the job before the agent starts or before the
+// next prompt.
+func TestRunReportsCost(t *testing.T) {
+	j, _ := fakeJob(t, "costly")
+	steer := make(chan agent.Steer, 1)
+	reply := make(chan agent.SteerReply, 1)
+	steer <- agent.Steer{Text: "and a test", Reply: reply}
+	j.Steer = steer
+	var got []Usage
+	j.OnUsage = func(u Usage) { got = append(got, u) }
+	res := Run(context.Background(), j)
+	if res.Err != nil || res.Text != "Got: and a test" || !res.Costed || !res.Reported || fmt.Sprintf("%.4f", res.Cost) != "0.0800" ||
+		res.Usage.Input != 2400 || res.Usage.Output != 600 || res.Currency != "" {
+		t.Fatalf("Run = %+v", res)
+	}
+	if len(got) != 2 || fmt.Sprintf("%.4f %.4f", got[0].USD, got[1].USD) != "0.0500 0.0300" ||
+		!got[0].HasCost || !got[0].HasTokens || got[0].Tokens.Input != 1200 || got[1].Tokens.Output != 300 {
+		t.Errorf("OnUsage got %+v", got)
+	}
+	if r := <-reply; r.Err != nil || r.Text != "Got: and a test" {
+		t.Errorf("steer reply %+v", r)
+	}
+
+	j, _ = fakeJob(t, "euro")
+	got = nil
+	j.OnUsage = func(u Usage) { got = append(got, u) }
+	res = Run(context.Background(), j)
+	if res.Err != nil || res.Costed || res.Cost != 0 || res.Currency != "EUR" || !res.Reported {
+		t.Fatalf("Run in EUR = %+v", res)
+	}
+	if len(got) != 1 || got[0].HasCost || got[0].Currency != "EUR" {
+		t.Errorf("OnUsage in EUR got %+v", got)
+	}
+
+	over := errors.New("💸 Budget reached")
+	j, _ = fakeJob(t, "work")
+	j.Check = func() error { return over }
+	res = Run(context.Background(), j)
+	if !errors.Is(res.Err, over) || res.StopReason != "" || res.Info.Name != "" {
+		t.Errorf("Run refused before its start = %+v", res)
+	}
+	j, _ = fakeJob(t, "costly")
+	steer, reply = make(chan agent.Steer, 1), make(chan agent.SteerReply, 1)
+	steer <- agent.Steer{Text: "and a test", Reply: reply}
+	j.Steer = steer
+	checks := 0
+	j.Check = func() error {
+		if checks++; checks > 1 {
+			return over
+		}
+		return nil
+	}
+	res = Run(context.Background(), j)
+	if !errors.Is(res.Err, over) || res.Text != "Done, and it cost something." || fmt.Sprintf("%.4f", res.Cost) != "0.0500" {
+		t.Errorf("Run refused before its second prompt = %+v", res)
+	}
+	if r := <-reply; !errors.Is(r.Err, over) {
+		t.Errorf("the refused steering message was answered %+v", r)
 	}
 }
 

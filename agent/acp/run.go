@@ -42,14 +42,33 @@ type Job struct {
 	// two tool calls) starts again from the first chunk. It must not
 	// block.
 	OnText func(text string)
-	// OnUsage, if set, is told the usage a prompt reported.
-	OnUsage func(agent.Usage)
-	Clock   agent.Clock
+	// OnUsage, if set, is told what each prompt reported of its tokens and
+	// cost (when it reported either), as the prompt ends.
+	OnUsage func(Usage)
+	// Check, if set, is asked before the agent starts and before each
+	// further prompt: an error (a budget reached) ends the job with it,
+	// and no prompt is sent.
+	Check func() error
+	Clock agent.Clock
 	// LoadSession, if set, is an ACP session to resume with session/load
 	// (when the agent advertises loadSession) instead of a new one.
 	LoadSession string
 	// OnSession, if set, is told the ACP session id once it exists.
 	OnSession func(id string, loadable bool)
+}
+
+// Usage is what one prompt reported: its tokens (HasTokens: the prompt's
+// answer carried usage) and the cost it added in USD (HasCost: the agent
+// sent usage_update with a cost in USD during it). An agent's cost is
+// its session's running total; USD is the part this prompt added.
+type Usage struct {
+	Tokens    agent.Usage
+	HasTokens bool
+	USD       float64
+	HasCost   bool
+	// Currency names a currency other than USD the agent reported its
+	// cost in (that cost is not counted).
+	Currency string
 }
 
 // Result is how a Job ended.
@@ -60,9 +79,15 @@ type Result struct {
 	// Text is the agent's final message: its message text after its last
 	// tool call in the last prompt.
 	Text string
-	// Usage is what its prompts reported; Reported whether any did.
+	// Usage is the tokens its prompts reported; Reported whether any did.
 	Usage    agent.Usage
 	Reported bool
+	// Cost is the USD its usage_update costs added up to; Costed whether
+	// it reported any. Currency names a cost it reported in another
+	// currency (not counted).
+	Cost     float64
+	Costed   bool
+	Currency string
 	Info     Info
 	// Err says why the run could not go on (start, handshake, the process
 	// ending, the connection failing), or ctx's error after a stop.
@@ -170,6 +195,10 @@ type runner struct {
 
 	mu        sync.Mutex // guards the fields below and transcript writes
 	replaying bool       // session/load replays history: not written again
+	costTotal float64    // the session cost the agent last reported (USD)
+	costAdded float64    // what the current prompt added to it
+	costSeen  bool       // the current prompt reported a cost
+	currency  string     // a currency other than USD it reported a cost in
 	text      strings.Builder
 	lastText  string                    // the last flushed message text
 	open      map[string]agent.ToolCall // tool calls without a result yet
@@ -188,6 +217,11 @@ func Run(ctx context.Context, j Job) Result {
 		j.Logger = zap.NewNop()
 	}
 	r := &runner{j: j, log: j.Logger, ctx: ctx, open: map[string]agent.ToolCall{}, started: j.Clock.Now()}
+	if j.Check != nil {
+		if err := j.Check(); err != nil {
+			return Result{Err: err}
+		}
+	}
 	p, err := start(j.Spec, &client{ws: j.Workspace, run: r}, r.log)
 	if err != nil {
 		return Result{Err: err}
@@ -211,18 +245,11 @@ func Run(ctx context.Context, j Job) Result {
 		r.recordLocked(agent.Message{Role: agent.RoleUser, Text: input}, nil)
 		r.mu.Unlock()
 		stop, usage, err := r.prompt(ctx, p, sid, input)
-		if usage != nil {
-			u := agent.Usage{Input: int64(usage.InputTokens), Output: int64(usage.OutputTokens)}
-			if usage.CachedReadTokens != nil {
-				u.CacheRead = int64(*usage.CachedReadTokens)
-			}
-			if usage.CachedWriteTokens != nil {
-				u.CacheWrite = int64(*usage.CachedWriteTokens)
-			}
-			res.Usage, res.Reported = res.Usage.Add(u), true
-			if j.OnUsage != nil {
-				j.OnUsage(u)
-			}
+		u := r.promptUsage(usage)
+		res.Usage, res.Reported = res.Usage.Add(u.Tokens), res.Reported || u.HasTokens
+		res.Cost, res.Costed, res.Currency = res.Cost+u.USD, res.Costed || u.HasCost, cmp.Or(u.Currency, res.Currency)
+		if (u.HasTokens || u.HasCost) && j.OnUsage != nil {
+			j.OnUsage(u)
 		}
 		res.StopReason, res.Text = string(stop), r.finishPrompt(usage)
 		if reply != nil {
@@ -246,7 +273,61 @@ func Run(ctx context.Context, j Job) Result {
 		default:
 			return res
 		}
+		if j.Check != nil {
+			if err := j.Check(); err != nil {
+				if reply != nil {
+					reply <- agent.SteerReply{Err: err}
+				}
+				res.Err = err
+				return res
+			}
+		}
 	}
+}
+
+// promptUsage is what the prompt that just ended reported (u: its
+// answer's usage, nil when it had none); it readies the cost count for
+// the next prompt.
+func (r *runner) promptUsage(u *sdk.Usage) Usage {
+	var out Usage
+	if u != nil {
+		out.Tokens, out.HasTokens = agent.Usage{Input: int64(u.InputTokens), Output: int64(u.OutputTokens)}, true
+		if u.CachedReadTokens != nil {
+			out.Tokens.CacheRead = int64(*u.CachedReadTokens)
+		}
+		if u.CachedWriteTokens != nil {
+			out.Tokens.CacheWrite = int64(*u.CachedWriteTokens)
+		}
+	}
+	r.mu.Lock()
+	out.USD, out.HasCost, out.Currency = r.costAdded, r.costSeen, r.currency
+	r.costAdded, r.costSeen = 0, false
+	r.mu.Unlock()
+	return out
+}
+
+// costLocked takes a usage_update's cost: the session's running total.
+// What it added since the last one is counted; a total that went down
+// (an agent that counts per prompt, or a new process) counts whole.
+// r.mu must be held.
+func (r *runner) costLocked(c *sdk.Cost) {
+	if c == nil {
+		return
+	}
+	if cur := strings.ToUpper(c.Currency); cur != "" && cur != "USD" {
+		r.currency = cur
+		return
+	}
+	added := c.Amount - r.costTotal
+	if added < 0 {
+		added = c.Amount
+	}
+	r.costTotal = c.Amount
+	if r.replaying {
+		return // history being replayed: counted when it happened
+	}
+	r.costAdded += added
+	r.costSeen = true
 }
 
 // initialize runs the handshake's first step.
@@ -446,6 +527,10 @@ func (r *runner) finishPrompt(u *sdk.Usage) string {
 func (r *runner) update(_ context.Context, u sdk.SessionUpdate) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if u.UsageUpdate != nil {
+		r.costLocked(u.UsageUpdate.Cost)
+		return
+	}
 	if r.replaying {
 		return
 	}

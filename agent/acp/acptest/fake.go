@@ -36,6 +36,11 @@ import (
 //	           whether it can read the ../ path itself, and its variables
 //	terminal   asks for a terminal; reports the error
 //	nousage    like work without permission, and reports no usage
+//	costly     like nousage, but reports usage and its session's cost:
+//	           usage_update with the running total ($0.02, then $0.05
+//	           after the first prompt; +$0.03 each prompt after it)
+//	euro       like costly with its cost in EUR
+//	tokens     like nousage, but reports usage (no cost)
 //	auth       refuses session/new: authentication required
 //	live       a message and a tool call in progress, then waits for go.txt
 //	           in its cwd; then the call completes and a final message in
@@ -121,6 +126,12 @@ func (a *fake) Cancel(_ context.Context, r sdk.CancelNotification) error {
 	return nil
 }
 
+// cost sends the session's running cost.
+func (a *fake) cost(ctx context.Context, sid sdk.SessionId, total float64, currency string) {
+	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.SessionUpdate{UsageUpdate: &sdk.SessionUsageUpdate{
+		SessionUpdate: "usage_update", Used: 1500, Size: 200000, Cost: &sdk.Cost{Amount: total, Currency: currency}}}})
+}
+
 func (a *fake) say(ctx context.Context, sid sdk.SessionId, text string) {
 	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdateAgentMessageText(text)})
 }
@@ -135,6 +146,17 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		}
 	}
 	usage := &sdk.Usage{InputTokens: 1200, OutputTokens: 300, TotalTokens: 1500}
+	if a.mode == "costly" || a.mode == "euro" {
+		cur := map[bool]string{true: "EUR", false: "USD"}[a.mode == "euro"]
+		if a.n == 1 {
+			a.cost(ctx, sid, 0.02, cur)
+		}
+		a.cost(ctx, sid, 0.05+0.03*float64(a.n-1), cur)
+		if a.n == 1 {
+			a.say(ctx, sid, "Done, and it cost something.")
+			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+		}
+	}
 	if a.loaded {
 		a.say(ctx, sid, "Resumed and finished.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
@@ -205,6 +227,9 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 	case "nousage":
 		a.say(ctx, sid, "Done without counting.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+	case "tokens":
+		a.say(ctx, sid, "Done, counting tokens only.")
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	}
 	_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdatePlan(
 		sdk.PlanEntry{Content: "write hello.txt", Priority: sdk.PlanEntryPriorityHigh, Status: sdk.PlanEntryStatusPending})})
