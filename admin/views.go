@@ -60,31 +60,59 @@ func OutboxItems(items []store.OutboxItem) []OutboxItem {
 	return out
 }
 
-// Run is one sub-agent run with its children; Tokens and CostUSD include
-// theirs (rolled up).
+// Run is one sub-agent run as the console's API and `herald runs list
+// --json` show it; in RunTree with its children, whose Tokens and CostUSD
+// it includes (rolled up).
 type Run struct {
 	RunID       string `json:"runId"`
 	ParentRunID string `json:"parentRunId,omitempty"`
 	SessionKey  string `json:"sessionKey"` // the run's own (child) session
-	Requester   string `json:"requester"`  // the session that spawned it
+	SessionID   string `json:"sessionId,omitempty"`
+	Requester   string `json:"requester"` // the session that spawned it
 	AgentID     string `json:"agentId"`
+	Model       string `json:"model,omitempty"`
 	Label       string `json:"label"`
 	Task        string `json:"task"`
 	// Status as /subagents list shows it; State and Outcome as
 	// session_status's pair.
-	Status    string    `json:"status"`
-	State     string    `json:"state"`
-	Outcome   string    `json:"outcome,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
-	StartedAt time.Time `json:"startedAt,omitzero"`
-	RuntimeMs int64     `json:"runtimeMs"`
-	Tokens    int64     `json:"tokens"`
-	TokensIn  int64     `json:"tokensIn"`
-	TokensOut int64     `json:"tokensOut"`
-	CostUSD   float64   `json:"costUSD"`
+	Status    string          `json:"status"`
+	State     string          `json:"state"`
+	Outcome   string          `json:"outcome,omitempty"`
+	Note      string          `json:"note,omitempty"`
+	Depth     int             `json:"depth"`
+	Origin    channels.Origin `json:"origin"`
+	CreatedAt time.Time       `json:"createdAt"`
+	StartedAt time.Time       `json:"startedAt,omitzero"`
+	EndedAt   time.Time       `json:"endedAt,omitzero"`
+	RuntimeMs int64           `json:"runtimeMs"`
+	Tokens    int64           `json:"tokens"`
+	TokensIn  int64           `json:"tokensIn"`
+	TokensOut int64           `json:"tokensOut"`
+	CostUSD   float64         `json:"costUSD"` // 0 when no price is configured
 	// Resumes: times the run resumed after its gateway stopped (SPEC §25).
-	Resumes  int   `json:"resumes,omitempty"`
-	Children []Run `json:"children"`
+	Resumes int `json:"resumes,omitempty"`
+	// Children: in RunTree, the runs it spawned ([] for none); absent in a
+	// flat list (herald runs list --json).
+	Children []Run `json:"children,omitzero"`
+}
+
+// RunOf is one run on its own, at now (no children; tokens and cost its
+// own).
+func RunOf(r *store.Run, now time.Time) Run {
+	return Run{RunID: r.ID, SessionKey: r.ChildKey, SessionID: r.ChildSessionID, Requester: r.RequesterKey, AgentID: r.AgentID,
+		Model: r.Model, Label: r.Label, Task: r.Task, Status: subagent.DisplayStatus(r), State: r.Status, Outcome: r.Outcome,
+		Note: r.Note, Depth: r.Depth, Origin: r.Origin, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt,
+		RuntimeMs: subagent.Runtime(r, now).Milliseconds(), Tokens: r.TokensIn + r.TokensOut, TokensIn: r.TokensIn,
+		TokensOut: r.TokensOut, CostUSD: max(r.CostUSD, 0), Resumes: r.Resumes}
+}
+
+// Runs is runs each on its own (RunOf), in their order; never nil.
+func Runs(runs []store.Run, now time.Time) []Run {
+	out := make([]Run, 0, len(runs))
+	for i := range runs {
+		out = append(out, RunOf(&runs[i], now))
+	}
+	return out
 }
 
 // running reports whether the run can still be stopped or steered.
@@ -122,10 +150,8 @@ func RunTree(runs []store.Run, now time.Time, keep func(*store.Run) bool) []Run 
 	}
 	var build func(r *store.Run, parent string, depth int) Run
 	build = func(r *store.Run, parent string, depth int) Run {
-		v := Run{RunID: r.ID, ParentRunID: parent, SessionKey: r.ChildKey, Requester: r.RequesterKey, AgentID: r.AgentID,
-			Label: r.Label, Task: r.Task, Status: subagent.DisplayStatus(r), State: r.Status, Outcome: r.Outcome,
-			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, RuntimeMs: subagent.Runtime(r, now).Milliseconds(),
-			TokensIn: r.TokensIn, TokensOut: r.TokensOut, CostUSD: max(r.CostUSD, 0), Resumes: r.Resumes, Children: []Run{}}
+		v := RunOf(r, now)
+		v.ParentRunID, v.Children = parent, []Run{}
 		if depth < 64 { // a cycle cannot happen (a child session is new), but bound it
 			cs := kids[r.ID]
 			slices.SortFunc(cs, func(a, b *store.Run) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID)) })

@@ -12,7 +12,6 @@ import (
 	"github.com/heraldhq/herald/admin"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/subagent"
 )
 
 // writeJSON prints v as indented JSON (the --json form of the list commands).
@@ -61,52 +60,6 @@ func listOutbox(ctx context.Context, db store.Outbox, f *flags, w io.Writer) err
 // The --json forms of the list commands use the web API's field names
 // (camelCase: runId, sessionKey, agentId, createdAt …; channels/web and
 // docs/operations.md), never the store's Go field names.
-
-// runJSON is one row of `herald runs list --json`. status is the word the
-// table, /subagents and the web chat's panel show (success, error … once a
-// run is done); state and outcome are session_status's pair.
-type runJSON struct {
-	RunID               string          `json:"runId"`
-	SessionKey          string          `json:"sessionKey"` // the run's own (child) session
-	SessionID           string          `json:"sessionId"`
-	RequesterSessionKey string          `json:"requesterSessionKey"`
-	AgentID             string          `json:"agentId"`
-	Model               string          `json:"model"`
-	Label               string          `json:"label"`
-	Task                string          `json:"task"`
-	Status              string          `json:"status"`
-	State               string          `json:"state"`             // queued | running | announcing | done
-	Outcome             string          `json:"outcome,omitempty"` // once done
-	Note                string          `json:"note,omitempty"`
-	Depth               int             `json:"depth"`
-	Origin              channels.Origin `json:"origin"`
-	CreatedAt           time.Time       `json:"createdAt"`
-	StartedAt           time.Time       `json:"startedAt,omitzero"`
-	EndedAt             time.Time       `json:"endedAt,omitzero"`
-	RuntimeMs           int64           `json:"runtimeMs"`
-	Tokens              int64           `json:"tokens"` // input + output, as the panel shows
-	TokensIn            int64           `json:"tokensIn"`
-	TokensOut           int64           `json:"tokensOut"`
-	CostUSD             *float64        `json:"costUsd,omitempty"` // absent when no cost is configured
-	Resumes             int             `json:"resumes,omitempty"` // times resumed after the gateway stopped (SPEC §25)
-}
-
-func runsJSON(runs []store.Run, now time.Time) []runJSON {
-	out := make([]runJSON, 0, len(runs))
-	for i := range runs {
-		r := &runs[i]
-		j := runJSON{RunID: r.ID, SessionKey: r.ChildKey, SessionID: r.ChildSessionID, RequesterSessionKey: r.RequesterKey,
-			AgentID: r.AgentID, Model: r.Model, Label: r.Label, Task: r.Task, Status: subagent.DisplayStatus(r), State: r.Status,
-			Outcome: r.Outcome, Note: r.Note, Depth: r.Depth, Origin: r.Origin, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
-			EndedAt: r.EndedAt, RuntimeMs: subagent.Runtime(r, now).Milliseconds(), Tokens: r.TokensIn + r.TokensOut,
-			TokensIn: r.TokensIn, TokensOut: r.TokensOut, Resumes: r.Resumes}
-		if r.CostUSD >= 0 {
-			j.CostUSD = &r.CostUSD
-		}
-		out = append(out, j)
-	}
-	return out
-}
 
 // sessionJSON is one row of `herald sessions list --json`.
 type sessionJSON struct {

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/heraldhq/herald/admin"
 	"github.com/heraldhq/herald/channels"
 	_ "github.com/heraldhq/herald/channels/all" // every channel module registers itself
 	"github.com/heraldhq/herald/config"
@@ -477,7 +478,7 @@ func listRuns(ctx context.Context, db store.Runs, f *flags, w io.Writer) error {
 		return err
 	}
 	if f.json {
-		return writeJSON(w, runsJSON(runs, time.Now()))
+		return writeJSON(w, admin.Runs(runs, time.Now())) // the console's shape
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tAGENT\tCREATED\tRUNTIME\tTOKENS\tTASK\tREQUESTER")

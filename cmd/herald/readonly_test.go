@@ -136,16 +136,20 @@ func TestListJSONUsesTheAPINames(t *testing.T) {
 	}
 	r := runs[0]
 	for k, v := range map[string]any{"runId": want.ID, "sessionKey": want.ChildKey, "sessionId": want.ChildSessionID,
-		"requesterSessionKey": want.RequesterKey, "agentId": "main", "label": "market", "task": "research the market",
+		"requester": want.RequesterKey, "agentId": "main", "label": "market", "task": "research the market",
 		"status": "success", "state": "done", "outcome": "success", "model": "demo/demo"} {
 		if r[k] != v {
 			t.Errorf("runs list --json: %s = %v, want %v (keys %v)", k, r[k], v, keysOf(r))
 		}
 	}
-	for _, k := range []string{"createdAt", "startedAt", "endedAt", "runtimeMs", "tokens"} {
+	// The console API's run (admin.Run), flat: no children.
+	for _, k := range []string{"createdAt", "startedAt", "endedAt", "runtimeMs", "tokens", "costUSD", "origin", "depth"} {
 		if _, ok := r[k]; !ok {
 			t.Errorf("runs list --json lacks %q (keys %v)", k, keysOf(r))
 		}
+	}
+	if _, ok := r["children"]; ok {
+		t.Errorf("runs list --json has children (keys %v), want a flat list", keysOf(r))
 	}
 	checkCamel := func(what string, rows []map[string]any) {
 		for _, row := range rows {
