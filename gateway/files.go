@@ -211,9 +211,23 @@ func (g *Gateway) turnFiles(ctx context.Context, it store.Intake, cws string, lo
 	}
 	text := it.Text
 	var out []agent.File
-	for _, r := range refs {
+	var dir *os.Root // the workspace's attachments, opened once per message
+	var dirErr error
+	defer func() {
+		if dir != nil {
+			dir.Close()
+		}
+	}()
+	for i, r := range refs {
 		if cws != "" {
-			if err := g.copyToWorkspace(ctx, r, cws); err != nil && ctx.Err() == nil {
+			if i == 0 {
+				dir, dirErr = openAttachments(cws)
+			}
+			err := dirErr
+			if err == nil {
+				err = g.copyToWorkspace(ctx, r, dir)
+			}
+			if err != nil && ctx.Err() == nil {
 				log.Warn("could not copy a file into the conversation workspace", zap.String("file", r.Name), zap.Error(err))
 				reason := errNotAFolder.Error()
 				if !errors.Is(err, errNotAFolder) {
@@ -231,22 +245,24 @@ func (g *Gateway) turnFiles(ctx context.Context, it store.Intake, cws string, lo
 	return text, out
 }
 
-// copyToWorkspace writes file r to <cws>/attachments/<name> unless the
-// same bytes are there already. Every step goes through an os.Root of the
-// conversation workspace, so a symbolic link a tool left anywhere on the
-// way (attachments itself, or the name) is never followed out of it; an
-// attachments that is not a folder is refused (errNotAFolder), not used.
-func (g *Gateway) copyToWorkspace(ctx context.Context, r store.FileRef, cws string) error {
+// openAttachments opens the attachments folder of the conversation
+// workspace cws (creating it) through an os.Root of cws, so a symbolic
+// link a tool left on the way is never followed out of it; an attachments
+// that is not a folder is refused (errNotAFolder), not used.
+func openAttachments(cws string) (*os.Root, error) {
 	root, err := os.OpenRoot(cws)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer root.Close()
-	dir, err := attachmentsRoot(root)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
+	return attachmentsRoot(root)
+}
+
+// copyToWorkspace writes file r to attachments/<name> of a conversation
+// workspace (dir, from openAttachments) unless the same bytes are there
+// already. Every step goes through dir, so a symbolic link a tool left at
+// the name is replaced, never followed.
+func (g *Gateway) copyToWorkspace(ctx context.Context, r store.FileRef, dir *os.Root) error {
 	if fi, err := dir.Lstat(r.Name); err == nil && fi.Mode().IsRegular() && fi.Size() == r.Size {
 		return nil
 	}
