@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
+	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/devtools/pgtest"
 	"github.com/heraldhq/herald/store"
 )
@@ -361,5 +362,130 @@ func TestE2EACPSpend(t *testing.T) {
 	reply := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "💸") }).Text
 	if reply != "💸 Budget reached: conversation $0.09 of $0.08 today (resets "+tomorrow+" 00:00 UTC)." {
 		t.Errorf("the turn after ACP spend used the conversation's budget: %q", reply)
+	}
+}
+
+// TestE2ESlackACPThread: an ACP child spawned with thread: true (SPEC §24,
+// §26) gets its own Slack thread — the starter in C1, one link line in the
+// requester's thread T1; its permission request is posted in its thread
+// and answered there with /approve by the person who asked; it writes
+// hello.txt in T1's conversation workspace; its announce goes to its
+// thread; its result reaches the parent's history as a [sub-agent result]
+// message (SPEC §23), which the parent's next turn in T1 sees; a message in
+// its thread after it ended runs one more prompt of the agent there.
+func TestE2ESlackACPThread(t *testing.T) {
+	t.Parallel()
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	sf := slackfake.New(t)
+	cfg := fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["coder"] } }, list: [
+    { id: "main", default: true, workspace: %q },
+    { id: "coder", runtime: { type: "acp", command: %q, env: { %s: "work" } } }] },
+  security: { toolPolicy: { groups: { acp: "supervised" } } },
+  channels: {
+    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
+    web: { enabled: false },
+  },
+}`, ws, exe, acptest.EnvMode, slackfake.BotToken, slackfake.AppToken, sf.URL())
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		for _, m := range c.Messages {
+			if m.Role == agent.RoleUser && strings.HasPrefix(m.Text, "[sub-agent result]") && strings.Contains(c.LastUser(), "what did coder say") {
+				return llmtest.Reply{Text: "parent heard: " + m.Text}
+			}
+		}
+		if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+			return llmtest.Reply{Text: "spawned: " + c.Messages[n-1].ToolResults[0].Content}
+		}
+		if strings.Contains(c.LastUser(), "code it in its own thread") {
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+				Args: json.RawMessage(`{"agentId":"coder","task":"write hello.txt","label":"coder","thread":true}`)}}}
+		}
+		return llmtest.Reply{Text: "plain answer"}
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "code it in its own thread", slackT1)
+	post := func(what string, ok func(slackfake.Post) bool) slackfake.Post {
+		t.Helper()
+		var hit slackfake.Post
+		if !waitFor(e2eWait, func() bool {
+			for _, p := range sf.Posted() {
+				if ok(p) {
+					hit = p
+					return true
+				}
+			}
+			return false
+		}) {
+			t.Fatalf("no %s; posts %+v", what, sf.Posted())
+		}
+		return hit
+	}
+	starter := post("starter of coder's thread", func(p slackfake.Post) bool { return strings.HasPrefix(p.Text, "🧵 coder\n") })
+	if starter.Channel != "C1" || starter.ThreadTS != "" || !strings.Contains(starter.Text, "write hello.txt") {
+		t.Fatalf("starter = %+v, want it top level in C1 naming the task", starter)
+	}
+	request := post("approval request", func(p slackfake.Post) bool { return strings.HasPrefix(p.Text, "🔐 Approval needed") })
+	if request.ThreadTS != starter.TS || !strings.Contains(request.Text, "wants to run acp") || !strings.Contains(request.Text, `"title":"Write hello.txt"`) {
+		t.Fatalf("approval request = %+v, want it in coder's thread %s", request, starter.TS)
+	}
+	m := approvalCode.FindStringSubmatch(request.Text)
+	if m == nil {
+		t.Fatalf("approval request without a code: %q", request.Text)
+	}
+	sf.SendMessage("C1", slackfake.UserID, "/approve "+m[1], starter.TS)
+	ann := post("announce", func(p slackfake.Post) bool { return strings.HasPrefix(p.Text, "Status: ") })
+	if ann.ThreadTS != starter.TS || !strings.HasPrefix(ann.Text, "Status: success\nTask: coder\n\nResult:\nWrote hello.txt with a greeting.\n") {
+		t.Errorf("announce = %+v, want success in coder's thread", ann)
+	}
+	conv := tools.ConversationWorkspace(ws, slackK1)
+	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from acpfake" {
+		t.Errorf("hello.txt in T1's conversation workspace = %q, %v", got, err)
+	}
+	link := "🧵 coder works in its own thread: https://" + slackfake.Workspace + ".slack.com/archives/C1/p" + strings.ReplaceAll(starter.TS, ".", "")
+	for _, p := range sf.Posted() {
+		switch {
+		case p.ThreadTS == slackT1 && !(p.Text == link || strings.HasPrefix(p.Text, `spawned: {"status":"accepted"`)):
+			t.Errorf("T1 got more than the link line and the reply: %+v", p)
+		case p.ThreadTS != slackT1 && p.ThreadTS != starter.TS && p.TS != starter.TS:
+			t.Errorf("post outside T1 and coder's thread: %+v", p)
+		}
+	}
+
+	// The parent's next turn in T1 has the result in its history.
+	sf.SendMention("C1", slackfake.UserID, "what did coder say?", slackT1)
+	heard := post("the parent's answer", func(p slackfake.Post) bool { return strings.HasPrefix(p.Text, "parent heard: ") })
+	runs := tg.runsOf(t, slackK1)
+	if len(runs) != 1 {
+		t.Fatalf("runs of T1 %+v", runs)
+	}
+	want := "parent heard: [sub-agent result] coder · run " + runs[0].ID[:8] + " · Status: success\nResult: Wrote hello.txt with a greeting.\nNotes: " + noCost
+	if heard.ThreadTS != slackT1 || heard.Text != want {
+		t.Errorf("parent's answer = %+v\nwant %q", heard, want)
+	}
+
+	// A message in coder's thread (no mention: the thread is bound) runs
+	// one more prompt of the finished agent, in its own session, answered
+	// there and not announced again.
+	sf.SendMessage("C1", slackfake.UserID, "and add a test", starter.TS)
+	post("the agent's answer in its thread", func(p slackfake.Post) bool { return p.ThreadTS == starter.TS && p.Text == "Resumed and finished." })
+	n := 0
+	for _, p := range sf.Posted() {
+		if strings.HasPrefix(p.Text, "Status: ") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d announces, want 1: a follow-up in the thread is not announced", n)
 	}
 }
