@@ -305,12 +305,19 @@ func (g *Gateway) resumeOwed(ctx context.Context) error {
 func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
 	var reply *store.OutboxItem
 	files := g.attached.take(it.SessionKey) // send_file's, after the text
+	// The files of the announce parent/silent sub-agents whose results
+	// this turn took in: they posted nothing themselves (SPEC §23).
+	kids, err := g.db.FoldedFiles(context.WithoutCancel(laneCtx), it.SessionKey, fmt.Sprintf("intake:%d", it.ID))
+	if err != nil {
+		log.Warn("could not read the files of the sub-agents whose results this turn took in; they are not posted", zap.Error(err))
+	}
+	files = append(files, kids...)
 	if strings.TrimSpace(text) != "" || len(files) > 0 {
 		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
 			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(laneCtx), Files: files}
 	}
 	var next *store.Intake
-	err := g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
+	err = g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
 		var err error
 		_, next, err = g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now())
 		return err

@@ -300,17 +300,11 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 	r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite = usage.Input, usage.Output, usage.CacheRead, usage.CacheWrite
 	m.setCost(r, usage)
 	m.setArchive(r)
-	var item *store.OutboxItem
-	if announcesInChat(r) {
-		item = m.announceItem(r, r.Result, r.Note, store.OutcomeUnknown)
-		item.TraceParent = telemetry.Traceparent(ctx)
-	}
-	res := resultOf(r, store.OutcomeUnknown, r.Result, r.Note)
-	wake := m.wakeOf(r, store.OutcomeUnknown, resultText(res))
-	if err := m.d.Store.EndRun(ctx, r, store.RunEnd{Announce: item, Result: res, Wake: wake}); err != nil {
+	end := m.runEnd(ctx, r, r.Result, r.Note, telemetry.Traceparent(ctx))
+	if err := m.d.Store.EndRun(ctx, r, end); err != nil {
 		return fmt.Errorf("recover run %s: %w", r.ID, err)
 	}
-	m.handWake(wake)
+	m.handWake(end.Wake)
 	m.runEnded()
 	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
 	return nil
@@ -355,6 +349,9 @@ type SpawnParams struct {
 	// (SPEC §23): its announce step gives one JSON value, stored with the
 	// run as its output.
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	// Tasks, in place of Task, spawns a batch (SPEC §23): one child per
+	// TaskSpec, all or none, under the other arguments here.
+	Tasks []json.RawMessage `json:"tasks,omitempty"`
 }
 
 // SpawnResult is sessions_spawn's result.
@@ -365,6 +362,10 @@ type SpawnResult struct {
 	ModelApplied    string `json:"modelApplied,omitempty"`
 	Warning         string `json:"warning,omitempty"`
 	Error           string `json:"error,omitempty"`
+	// BatchID and Runs answer a spawn with tasks: its runs in the order
+	// of its tasks.
+	BatchID string       `json:"batchId,omitempty"`
+	Runs    []SpawnedRun `json:"runs,omitempty"`
 }
 
 func forbidden(format string, a ...any) SpawnResult {
@@ -378,6 +379,9 @@ func spawnError(format string, a ...any) SpawnResult {
 // Spawn checks the limits, records a queued run and puts it on the lane. It
 // never waits for the run.
 func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams) SpawnResult {
+	if p.Tasks != nil {
+		return m.spawnBatch(ctx, cc, p)
+	}
 	// A turn resumed after a crash runs its unanswered tool calls again: a
 	// call that already spawned a run answers with that run (SPEC §12).
 	if cc.CallID != "" {
@@ -1139,27 +1143,75 @@ func (m *Manager) announceItem(r *store.Run, result, notes, status string) *stor
 	if r.ScheduleID != "" {
 		a.Schedule = r.ScheduleID + " @ " + r.ScheduleDue.UTC().Format(time.RFC3339)
 	}
-	item := &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt,
+	return &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: a.Render(), CreatedAt: r.EndedAt,
 		SessionKey: r.RequesterKey, AgentID: r.AgentID}
-	if m.d.Files != nil {
-		item.Files = m.d.Files(r.ChildKey)
+}
+
+// runEnd is what the end of r writes beside the run row: its announce
+// (announce chat, unless skipped or stopped), its share of its batch's
+// announce, its result for the session that spawned it and the wake of
+// its group (SPEC §6, §23). The files its send_file calls attached, and
+// those of its own announce parent/silent children it took in, go with
+// its announce; without one, with its result (the batch's announce, or
+// the reply of the turn that takes the result in); a skipped or stopped
+// run's are dropped. traceParent is its announce's trace context.
+func (m *Manager) runEnd(ctx context.Context, r *store.Run, result, note, traceParent string) store.RunEnd {
+	files := m.runFiles(ctx, r)
+	posts := !r.Skipped && r.Outcome != store.OutcomeStopped
+	if !posts {
+		files = nil
 	}
-	return item
+	var end store.RunEnd
+	switch {
+	case r.Batch != "" && announcesInChat(r):
+		end.Batch = &store.BatchEnd{Render: func(runs []store.Run) *store.OutboxItem {
+			item := m.batchAnnounce(runs)
+			if item != nil {
+				item.TraceParent = traceParent
+			}
+			return item
+		}}
+	case posts && announcesInChat(r):
+		end.Announce = m.announceItem(r, result, note, r.Outcome)
+		end.Announce.TraceParent, end.Announce.Files, files = traceParent, files, nil
+	}
+	end.Result = resultOf(r, r.Outcome, result, note)
+	if end.Result != nil {
+		end.Result.Files = files
+	}
+	end.Wake = m.wakeOf(r, r.Outcome, resultText(end.Result))
+	return end
+}
+
+// runFiles takes the files r's send_file calls attached, and adds those
+// of the announce parent/silent children it took in (SPEC §23: they post
+// nothing themselves).
+func (m *Manager) runFiles(ctx context.Context, r *store.Run) []store.FileRef {
+	var files []store.FileRef
+	if m.d.Files != nil {
+		files = m.d.Files(r.ChildKey)
+	}
+	kids, err := m.d.Store.FoldedFiles(ctx, r.ChildKey, "run:"+r.ID)
+	if err != nil {
+		m.runLog(r).Warn("could not read the files of the run's sub-agents; they are not posted", zap.Error(err))
+	}
+	return append(files, kids...)
 }
 
 // finish ends a run: run row and (unless stopped) its announce in one
 // transaction, then forgets the live run.
 func (m *Manager) finish(lr *liveRun, run *store.Run, outcome, result, note string, u agent.Usage) {
-	m.end(lr, run, outcome, result, note, u, outcome != store.OutcomeStopped)
+	m.end(lr, run, outcome, result, note, u, false)
 }
 
 // finishSkip ends a run whose child replied ANNOUNCE_SKIP.
 func (m *Manager) finishSkip(lr *liveRun, run *store.Run, outcome, result, note string) {
-	m.end(lr, run, outcome, result, note, m.usageOf(lr), false)
+	m.end(lr, run, outcome, result, note, m.usageOf(lr), true)
 }
 
-func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string, u agent.Usage, announce bool) {
+func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string, u agent.Usage, skip bool) {
 	r := *run
+	r.Skipped = skip
 	if r.ScheduleID != "" && run.Note != "" && !strings.HasPrefix(note, run.Note) {
 		// A scheduled run's own note (how late a catch-up run is) opens
 		// its Notes.
@@ -1180,20 +1232,19 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		m.mu.Unlock()
 	}
 	m.setArchive(&r)
-	var item *store.OutboxItem
 	m.mu.Lock()
 	span, draft := lr.span, lr.draft
 	m.mu.Unlock()
-	if announce && announcesInChat(&r) {
-		item = m.announceItem(&r, result, note, outcome)
+	tp := ""
+	if span != nil {
+		tp = telemetry.FormatTraceparent(span.SpanContext())
+	}
+	ends := m.runEnd(context.Background(), &r, result, note, tp)
+	item, wake := ends.Announce, ends.Wake
+	if item != nil {
 		// The run was shown live in its thread: the announce replaces
 		// that draft, so the thread shows it once (SPEC §16, §24).
 		item.DraftRef = draft
-		if span != nil {
-			item.TraceParent = telemetry.FormatTraceparent(span.SpanContext())
-		}
-	} else if m.d.Files != nil {
-		m.d.Files(r.ChildKey) // a stopped run posts nothing: its send_file files are dropped
 	}
 	if span != nil {
 		if span.IsRecording() {
@@ -1209,12 +1260,10 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	// context; a store that does not take it is retried (an outage), so
 	// the announce is not left for a restart.
 	log := m.runLog(&r)
-	res := resultOf(&r, outcome, result, note)
-	wake := m.wakeOf(&r, outcome, resultText(res))
 	finish := func(ctx context.Context) error {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return m.d.Store.EndRun(wctx, &r, store.RunEnd{Announce: item, Result: res, Wake: wake})
+		return m.d.Store.EndRun(wctx, &r, ends)
 	}
 	var err error
 	if m.d.RetryWrite != nil {
@@ -1225,10 +1274,14 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	if err != nil {
 		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
 	} else {
+		batched := ends.Batch != nil && ends.Batch.Announce != nil
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
 			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil),
-			zap.Bool("wakes", wake != nil && wake.ID != 0))
+			zap.Bool("wakes", wake != nil && wake.ID != 0), zap.Bool("batchAnnounced", batched))
 		m.handWake(wake)
+		if batched {
+			item = ends.Batch.Announce
+		}
 	}
 	m.mu.Lock()
 	m.forgetLocked(r.ID)

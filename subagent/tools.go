@@ -75,9 +75,10 @@ func (m *Manager) spawnTool() agent.Tool {
 
 func (m *Manager) spawnToolDef() agent.Tool {
 	return tool("sessions_spawn",
-		"Start a background sub-agent on a task. Returns at once with a runId; when it finishes its result is added to your history as a \"[sub-agent result]\" message and, with announce chat, posted to the chat. Use it for research, long work or slow tools in parallel.",
+		"Start a background sub-agent on a task, or several at once with tasks (a batch: all are started or none). Returns at once with a runId (a batch: runs); when one finishes its result is added to your history as a \"[sub-agent result]\" message and, with announce chat, posted to the chat (a batch: one message for all of them when the last ends). Use it for research, long work or slow tools in parallel.",
 		`{"type":"object","properties":{
-"task":{"type":"string","description":"what the sub-agent should do"},
+"task":{"type":"string","description":"what the sub-agent should do (or give tasks)"},
+"tasks":{"type":"array","minItems":1,"description":"a batch in place of task: one sub-agent per element, all started or none (at most maxChildrenPerSession); the other arguments apply to each; with announce chat one message reports them all","items":{"type":"object","properties":{"task":{"type":"string"},"label":{"type":"string","description":"short name, unique in the batch"},"agentId":{"type":"string"},"model":{"type":"string"},"outputSchema":{"type":"object"}},"required":["task"]}},
 "label":{"type":"string","description":"short name shown to people"},
 "agentId":{"type":"string","description":"run as another configured agent (if allowed)"},
 "model":{"type":"string","description":"provider/model to use"},
@@ -92,7 +93,7 @@ func (m *Manager) spawnToolDef() agent.Tool {
 "attachments":{"type":"array","items":{"type":"string"},"description":"workspace files to hand to the sub-agent, e.g. [\"attachments/chart.png\"]"},
 "announce":{"type":"string","enum":["chat","parent","silent"],"description":"chat: the result is posted to the chat (default at the top level); parent: nothing is posted, you are woken once with the results of all children spawned this way in this turn (default below); silent: only your history gets it"},
 "groupTimeoutSeconds":{"type":"integer","minimum":0,"description":"with announce parent: wake with the results so far after this long (default: the longest child's runTimeoutSeconds)"},
-"outputSchema":{"type":"object","description":"a JSON Schema the result must match: the sub-agent ends with one JSON value matching it, given to you as Output"}},"required":["task"]}`,
+"outputSchema":{"type":"object","description":"a JSON Schema the result must match: the sub-agent ends with one JSON value matching it, given to you as Output"}}}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
 			var p SpawnParams
 			if err := decode("sessions_spawn", args, &p); err != nil {

@@ -1,0 +1,292 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels/slack/slackfake"
+	"github.com/heraldhq/herald/store"
+)
+
+// batchModel spawns a batch for "batch <announce> <label>…" (one
+// sessions_spawn with tasks, each task its label) and answers the tool's
+// result with "tool: <result JSON>". A child waits for its label's gate,
+// if any; a child whose task starts with "fail" gets a 400 from the model
+// (its run ends error); one whose task starts with "file" first sends the
+// conversation's attachments/chart.png with send_file; one whose task
+// starts with "long" answers with a result of about 1,500 characters. A
+// wake (results as the input) is answered "woken: <labels>", any other
+// message "seen: <labels>" (orchModel).
+func batchModel(gates map[string]*gate) llmtest.Handler {
+	base := orchModel(nil)
+	return func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		n := len(c.Messages)
+		toolDone := n > 0 && c.Messages[n-1].Role == agent.RoleTool
+		if strings.Contains(c.System, "Sub-agent context") {
+			task := "?"
+			if i := strings.Index(c.System, "- Task: "); i >= 0 {
+				task, _, _ = strings.Cut(c.System[i+len("- Task: "):], "\n")
+			}
+			switch {
+			case strings.Contains(last, "Announce step") && strings.HasPrefix(task, "long"):
+				return llmtest.Reply{Text: "Result:\n" + strings.TrimSpace(strings.Repeat(task+" found a thing. ", 75)) + "\n\nNotes:\n(none)"}
+			case strings.Contains(last, "Announce step"):
+				return llmtest.Reply{Text: "Result:\nfindings of " + task + "\n\nNotes:\n(none)", Usage: agent.Usage{Input: 100, Output: 10}}
+			case strings.HasPrefix(task, "fail"):
+				return llmtest.Reply{Status: 400, Message: "the model refuses " + task}
+			case strings.HasPrefix(task, "file") && !toolDone:
+				return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file",
+					Args: json.RawMessage(`{"path": "attachments/chart.png", "caption": "chart of ` + task + `"}`)}}}
+			}
+			if g := gates[task]; g != nil {
+				g.wait()
+			}
+			return llmtest.Reply{Text: "worked on " + task, Usage: agent.Usage{Input: 1000, Output: 100}}
+		}
+		if toolDone {
+			return llmtest.Reply{Text: "tool: " + c.Messages[n-1].ToolResults[0].Content}
+		}
+		if _, rest, ok := strings.Cut(last, "batch "); ok {
+			announce, labels, _ := strings.Cut(rest, " ")
+			var tasks []string
+			for _, l := range strings.Fields(labels) {
+				tasks = append(tasks, fmt.Sprintf(`{"task":%q,"label":%q}`, l, l))
+			}
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+				Args: json.RawMessage(fmt.Sprintf(`{"announce":%q,"tasks":[%s]}`, announce, strings.Join(tasks, ",")))}}}
+		}
+		if strings.HasPrefix(last, "[sub-agent result]") {
+			return llmtest.Reply{Text: "woken: " + strings.Join(resultsSeen(c), ",")}
+		}
+		return base(c)
+	}
+}
+
+// spawnBatch posts "batch …" and returns the tool's result as the model
+// saw it.
+func spawnBatch(t *testing.T, tg *testGW, client, text string) string {
+	t.Helper()
+	seq := webPost(t, tg.URL, client, text)
+	return waitWeb(t, tg, client, seq, "assistant", func(s string) bool { return strings.HasPrefix(s, "tool: ") }).Text
+}
+
+// statsLast checks that the one Stats line of a batch announce is its last
+// line.
+func statsLast(t *testing.T, text string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "Stats: runtime ") || !strings.Contains(last, "(batch of ") {
+		t.Errorf("the batch announce's last line %q is not its Stats line:\n%s", last, text)
+	}
+	if n := strings.Count(text, "Stats: "); n != 1 {
+		t.Errorf("the batch announce has %d Stats lines, want one:\n%s", n, text)
+	}
+}
+
+// TestE2EBatchAnnouncesOnce: a batch of four with announce chat, one of
+// which fails, posts nothing per child and one announce when the last
+// ends: "✅ 3 success · ❌ 1 error", each child's section under its label
+// in the order of the tasks, the Stats line last; the file one child sent
+// goes out with it; the parent's next turn holds the four results once.
+func TestE2EBatchAnnouncesOnce(t *testing.T) {
+	t.Parallel()
+	last := newGate(t)
+	tg := newTestGateway(t, filesE2EConfig, batchModel(map[string]*gate{"delta": last}))
+	const client = "batch-chat"
+	postFiles(t, tg.URL, client, "here is a chart", map[string][]byte{"chart.png": testPNG(t)})
+	waitWeb(t, tg, client, 0, "assistant", func(string) bool { return true })
+	res := spawnBatch(t, tg, client, "batch chat alpha file-beta fail-gamma delta")
+	var spawn struct {
+		Status string `json:"status"`
+		Runs   []struct {
+			RunID, ChildSessionKey string
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(res, "tool: ")), &spawn); err != nil || spawn.Status != "accepted" || len(spawn.Runs) != 4 {
+		t.Fatalf("sessions_spawn with 4 tasks answered %s (%v), want accepted with 4 runs", res, err)
+	}
+	key := "agent:main:web:dm:" + client
+	for _, label := range []string{"alpha", "file-beta", "fail-gamma"} {
+		waitRunDone(t, tg, key, label)
+	}
+	if n := countWeb(t, tg, client, "announce", ""); n != 0 {
+		t.Fatalf("%d announces while delta still runs; a batch posts once, when its last child ends", n)
+	}
+	last.open()
+	ann := waitWeb(t, tg, client, 0, "announce", func(s string) bool { return strings.HasPrefix(s, "Status: ✅") })
+	if !strings.HasPrefix(ann.Text, "Status: ✅ 3 success · ❌ 1 error\n") {
+		t.Errorf("the batch announce's first line is not the count of its outcomes:\n%s", ann.Text)
+	}
+	prev := -1
+	for i, label := range []string{"alpha", "file-beta", "fail-gamma", "delta"} {
+		head := fmt.Sprintf("— %d/4 · %s —\nStatus: ", i+1, label)
+		at := strings.Index(ann.Text, head)
+		if at <= prev {
+			t.Errorf("section %q missing or out of order in:\n%s", head, ann.Text)
+		}
+		prev = at
+	}
+	if !strings.Contains(ann.Text, "— 3/4 · fail-gamma —\nStatus: error\n") || !strings.Contains(ann.Text, "the model refuses fail-gamma") {
+		t.Errorf("the failed child's section does not say error and why:\n%s", ann.Text)
+	}
+	statsLast(t, ann.Text)
+	waitWeb(t, tg, client, ann.Seq, "announce", func(s string) bool { return s == "chart of file-beta" })
+	var files []string
+	announces := 0
+	for _, m := range webFileMessages(t, tg.URL, client) {
+		if m.Role == "announce" {
+			announces++
+			for _, f := range m.Files {
+				files = append(files, f.Name+": "+m.Text)
+			}
+		}
+	}
+	if announces != 2 || len(files) != 1 || files[0] != "chart.png: chart of file-beta" {
+		t.Errorf("%d announce messages with files %q; want the batch announce, then file-beta's chart", announces, files)
+	}
+	if got := askSeen(t, tg, client, "which of them failed?"); got != "seen: alpha,delta,fail-gamma,file-beta" {
+		t.Errorf("the next turn saw %q, want the four results once", got)
+	}
+}
+
+// batchLimitConfig allows 3 running or queued children per session.
+const batchLimitConfig = `{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m", maxTokens: 8192 }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { maxChildrenPerSession: 3 } }, list: [{ id: "main" }] },
+  channels: { web: { enabled: true } },
+}`
+
+// TestE2EBatchOverLimitRefused: with two children running and
+// maxChildrenPerSession 3, a batch of two is refused whole — no run of it
+// is started — and a batch of four is refused as over the limit; the
+// running batch still announces once.
+func TestE2EBatchOverLimitRefused(t *testing.T) {
+	t.Parallel()
+	gates := map[string]*gate{"one": newGate(t), "two": newGate(t)}
+	tg := newTestGateway(t, batchLimitConfig, batchModel(gates))
+	const client = "batch-limit"
+	key := "agent:main:web:dm:" + client
+	if res := spawnBatch(t, tg, client, "batch chat one two"); !strings.Contains(res, `"status":"accepted"`) {
+		t.Fatalf("the first batch: %s", res)
+	}
+	res := spawnBatch(t, tg, client, "batch chat three four")
+	if !strings.Contains(res, `"status":"forbidden"`) || !strings.Contains(res, "already has 2 running or queued sub-agents and the batch asks for 2 more (maxChildrenPerSession 3); none of the batch was started") {
+		t.Errorf("a batch past maxChildrenPerSession answered %s", res)
+	}
+	res = spawnBatch(t, tg, client, "batch chat a b c d")
+	if !strings.Contains(res, `"status":"error"`) || !strings.Contains(res, "tasks has 4 tasks; a batch may have at most maxChildrenPerSession (3)") {
+		t.Errorf("a batch of 4 under maxChildrenPerSession 3 answered %s", res)
+	}
+	if runs := tg.runsOf(t, key); len(runs) != 2 {
+		t.Errorf("%d runs, want only the first batch's 2: a refused batch starts none", len(runs))
+	}
+	gates["one"].open()
+	gates["two"].open()
+	ann := waitWeb(t, tg, client, 0, "announce", func(s string) bool { return strings.HasPrefix(s, "Status: ✅ 2 success\n") })
+	statsLast(t, ann.Text)
+	if runs := tg.runsOf(t, key); len(runs) != 2 {
+		t.Errorf("%d runs after the batch ended, want 2", len(runs))
+	}
+	if n := countWeb(t, tg, client, "announce", ""); n != 1 {
+		t.Errorf("%d announces, want the one of the batch", n)
+	}
+}
+
+// TestE2EBatchSplitKeepsStatsLast: on Slack (4,000 characters a message)
+// a batch announce of four long results is split into several messages in
+// the requester's thread, each within the limit; the first begins with the
+// outcomes and only the last holds the Stats line, as its last line.
+func TestE2EBatchSplitKeepsStatsLast(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), batchModel(nil))
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("the gateway's Slack channel did not connect over Socket Mode")
+	}
+	sf.SendMention("C1", slackfake.UserID, "batch chat long1 long2 long3 long4", slackT1)
+	tg.waitDelivered(t, 2) // the reply and the batch's announce
+	var parts []string
+	for _, p := range sf.Posted() {
+		if p.ThreadTS != slackT1 || p.Channel != "C1" {
+			t.Errorf("a post outside C1 thread %s: %+v", slackT1, p)
+		}
+		if !strings.HasPrefix(p.Text, "tool: ") {
+			parts = append(parts, p.Text)
+		}
+	}
+	if len(parts) < 2 {
+		t.Fatalf("the batch announce went out in %d message(s), want it split: %q", len(parts), parts)
+	}
+	if !strings.HasPrefix(parts[0], "Status: ✅ 4 success\n") {
+		t.Errorf("the first part does not begin with the outcomes: %.80q", parts[0])
+	}
+	for i, p := range parts {
+		if n := utf8.RuneCountInString(p); n > 4000 {
+			t.Errorf("part %d has %d characters, over Slack's 4,000", i+1, n)
+		}
+		if i < len(parts)-1 && strings.Contains(p, "Stats: ") {
+			t.Errorf("part %d of %d holds the Stats line; it belongs to the last", i+1, len(parts))
+		}
+	}
+	statsLast(t, parts[len(parts)-1])
+	for _, label := range []string{"long1", "long2", "long3", "long4"} {
+		if !strings.Contains(strings.Join(parts, "\n"), " · "+label+" —\nStatus: success") {
+			t.Errorf("no section for %s in the parts", label)
+		}
+	}
+}
+
+// TestE2EBatchParentWakesOnce: a batch with announce parent posts nothing;
+// when its last child ends the conversation is woken once with all the
+// results, and the file a child sent goes out with the woken reply, once.
+func TestE2EBatchParentWakesOnce(t *testing.T) {
+	t.Parallel()
+	last := newGate(t)
+	tg := newTestGateway(t, filesE2EConfig, batchModel(map[string]*gate{"gamma": last}))
+	const client = "batch-parent"
+	postFiles(t, tg.URL, client, "here is a chart", map[string][]byte{"chart.png": testPNG(t)})
+	waitWeb(t, tg, client, 0, "assistant", func(string) bool { return true })
+	if res := spawnBatch(t, tg, client, "batch parent alpha file-beta gamma"); !strings.Contains(res, `"status":"accepted"`) {
+		t.Fatalf("the batch: %s", res)
+	}
+	key := "agent:main:web:dm:" + client
+	waitRunDone(t, tg, key, "alpha")
+	waitRunDone(t, tg, key, "file-beta")
+	seq := webPost(t, tg.URL, client, "/subagents list")
+	waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "This conversation: waiting (1 child)") })
+	last.open()
+	got := waitWeb(t, tg, client, 0, "assistant", func(s string) bool { return strings.HasPrefix(s, "woken:") })
+	if got.Text != "woken: alpha,file-beta,gamma" {
+		t.Errorf("the wake answered %q, want the three results once", got.Text)
+	}
+	waitWeb(t, tg, client, got.Seq, "assistant", func(s string) bool { return s == "chart of file-beta" })
+	var files []string
+	for _, m := range webFileMessages(t, tg.URL, client) {
+		if m.Role == "announce" {
+			t.Errorf("an announce was posted for a batch with announce parent: %q", m.Text)
+		}
+		for _, f := range m.Files {
+			if m.Role == "assistant" {
+				files = append(files, f.Name+": "+m.Text)
+			}
+		}
+	}
+	if len(files) != 1 || files[0] != "chart.png: chart of file-beta" {
+		t.Errorf("files with the replies: %q; want file-beta's chart once, with the woken reply", files)
+	}
+	if n := countWeb(t, tg, client, "assistant", "woken:"); n != 1 {
+		t.Errorf("%d wake answers, want one", n)
+	}
+	for _, r := range tg.runsOf(t, key) {
+		if r.Announce != store.AnnounceParent || r.Batch == "" {
+			t.Errorf("run %s: announce %q, batch %q; want parent, one batch", r.Label, r.Announce, r.Batch)
+		}
+	}
+}
