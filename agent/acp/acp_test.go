@@ -305,6 +305,31 @@ func TestRunBadAgents(t *testing.T) {
 	noLeaks(t, before)
 }
 
+// TestRunWithoutSandbox: where no sandbox mechanism works an ACP agent is
+// not started — also with tools.exec.sandbox "off", which does not
+// unconfine it — and the error says so instead of offering "off".
+func TestRunWithoutSandbox(t *testing.T) {
+	j, _ := fakeJob(t, "work")
+	restore := sandbox.OverrideProbe(sandbox.Report{Bwrap: sandbox.Status{Detail: "bwrap is not installed"},
+		Landlock: sandbox.Status{Detail: "the kernel has no Landlock"}})
+	defer restore()
+	for _, mech := range []string{"", sandbox.Off, sandbox.Auto} {
+		j.Sandbox.Mechanism = mech
+		res := Run(context.Background(), j)
+		if res.Err == nil || !errors.Is(res.Err, ErrCommand) || !errors.Is(res.Err, sandbox.ErrUnavailable) {
+			t.Fatalf("%q: Run err = %v, want ErrCommand and sandbox.ErrUnavailable", mech, res.Err)
+		}
+		for _, want := range []string{"agent codex", `tools.exec.sandbox "off" does not unconfine it`, "bwrap is not installed", "the kernel has no Landlock"} {
+			if !strings.Contains(res.Err.Error(), want) {
+				t.Errorf("%q: the error lacks %q: %v", mech, want, res.Err)
+			}
+		}
+		if strings.Contains(res.Err.Error(), "runs commands unconfined") {
+			t.Errorf("%q: the error offers \"off\", which does not apply to ACP agents: %v", mech, res.Err)
+		}
+	}
+}
+
 // TestProbe: doctor's initialize names the agent and its capabilities.
 func TestProbe(t *testing.T) {
 	j, _ := fakeJob(t, "work")

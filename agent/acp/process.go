@@ -95,6 +95,14 @@ func start(spec Spec, client sdk.Client, log *zap.Logger) (*process, error) {
 	pol.Setting = "tools.exec.sandbox (the sandbox of ACP agent " + spec.Name + ")"
 	c, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: pol, Dir: spec.Workspace, ReadOnly: ro,
 		Env: spec.Env, Argv: append([]string{prog}, spec.Args...)})
+	if errors.Is(err, sandbox.ErrUnavailable) && pol.Mechanism == sandbox.Auto {
+		// The sandbox's own message offers "off", which does not apply
+		// to an ACP agent: say what does.
+		r := sandbox.Probe()
+		return nil, fmt.Errorf("%w: agent %s: %w: an ACP agent runs only in the sandbox (tools.exec.sandbox \"off\" does not unconfine it), "+
+			"and neither bubblewrap (%s) nor Landlock (%s) works here; install Debian's bubblewrap package and allow user namespaces, "+
+			"or run `herald doctor`", ErrCommand, spec.Name, sandbox.ErrUnavailable, r.Bwrap.Detail, r.Landlock.Detail)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCommand, err)
 	}

@@ -35,14 +35,19 @@ import (
 //   - The main agent answers "spawn [parent] <label>…" with one
 //     sessions_spawn per label (announce "parent" when asked), then
 //     "started"; a wake (its input is a "[sub-agent result]") with
-//     "woken: <labels of the results its history holds>"; any other
-//     message with "seen: <labels …>".
+//     "woken: <labels of the results its history holds>", one at a
+//     group's deadline with "deadline: <labels …>"; any other message
+//     with "seen: <labels …>".
 //   - "code: <agent>" spawns that (ACP) agent.
+//   - A sub-agent labelled "orch…" spawns workers w1 and w2 (announce
+//     "parent", the default at depth 2), says "workers started", answers
+//     their results with "combined: <labels>" and announces that.
 //   - A sub-agent answers "worked on <label>", its announce step
 //     "Result:\nfindings of <label>\n\nNotes:\n(none)".
 //
 // Each call is recorded under a key — "work:<label>", "announce:<label>",
-// "wake:<labels>", "seen:<client text>", "spawn" — and a key with hangs
+// "wake:<labels>", "deadline:<labels>", "seen:<client text>", "spawn",
+// "started" — and a key with hangs
 // left is not answered (until the gateway that asked dies). A gated label's
 // work call waits for its gate.
 type orchModel struct {
@@ -50,11 +55,12 @@ type orchModel struct {
 	mu    sync.Mutex
 	hang  map[string]int
 	calls map[string][]llmtest.Call
+	at    map[string][]time.Time // when each call of a key arrived
 	gates map[string]chan struct{}
 }
 
 func newOrchModel(hang map[string]int, gated ...string) *orchModel {
-	m := &orchModel{hang: hang, calls: map[string][]llmtest.Call{}, gates: map[string]chan struct{}{}}
+	m := &orchModel{hang: hang, calls: map[string][]llmtest.Call{}, at: map[string][]time.Time{}, gates: map[string]chan struct{}{}}
 	for _, l := range gated {
 		m.gates[l] = make(chan struct{})
 	}
@@ -85,6 +91,7 @@ func (m *orchModel) handle(c llmtest.Call) llmtest.Reply {
 	key, rep := m.reply(c)
 	m.mu.Lock()
 	m.calls[key] = append(m.calls[key], c)
+	m.at[key] = append(m.at[key], time.Now())
 	hang := m.hang[key] > 0
 	if hang {
 		m.hang[key]--
@@ -110,13 +117,26 @@ func (m *orchModel) reply(c llmtest.Call) (string, llmtest.Reply) {
 		if mm := resumeLabelRe.FindStringSubmatch(c.System); mm != nil {
 			label = mm[1]
 		}
+		if strings.HasPrefix(label, "orch") { // an orchestrator (maxDepth 2)
+			switch {
+			case strings.Contains(last, "Announce step"):
+				return "announce:" + label, llmtest.Reply{Text: "Result:\n" + agent.LastAssistantText(c.Messages) + "\n\nNotes:\n(none)"}
+			case strings.HasPrefix(last, "[sub-agent result]"):
+				return "combine:" + label, llmtest.Reply{Text: "combined: " + strings.Join(seen(c), ",")}
+			case len(c.Messages) > 0 && c.Messages[len(c.Messages)-1].Role == agent.RoleTool:
+				return "spawn:" + label, llmtest.Reply{Text: "workers started"}
+			}
+			return "spawn:" + label, llmtest.Reply{ToolCalls: []agent.ToolCall{
+				{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"work one","label":"w1"}`)},
+				{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"work two","label":"w2"}`)}}}
+		}
 		if strings.Contains(last, "Announce step") {
 			return "announce:" + label, llmtest.Reply{Text: "Result:\nfindings of " + label + "\n\nNotes:\n(none)"}
 		}
 		return "work:" + label, llmtest.Reply{Text: "worked on " + label}
 	}
 	if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
-		return "spawn", llmtest.Reply{Text: "started"}
+		return "started", llmtest.Reply{Text: "started"}
 	}
 	if id, ok := strings.CutPrefix(last, "code: "); ok { // an ACP agent (acp_test.go)
 		args, _ := json.Marshal(map[string]string{"agentId": id, "task": "work on the code", "label": id})
@@ -138,6 +158,9 @@ func (m *orchModel) reply(c llmtest.Call) (string, llmtest.Reply) {
 	if strings.HasPrefix(last, "[sub-agent result]") {
 		return "wake:" + labels, llmtest.Reply{Text: "woken: " + labels}
 	}
+	if strings.HasPrefix(last, "[sub-agent wake]") { // at a group's deadline
+		return "deadline:" + labels, llmtest.Reply{Text: "deadline: " + labels}
+	}
 	return "seen:" + last, llmtest.Reply{Text: "seen: " + labels}
 }
 
@@ -157,6 +180,16 @@ func (m *orchModel) last(key string) llmtest.Call {
 		return llmtest.Call{}
 	}
 	return cs[len(cs)-1]
+}
+
+// between is the time from the first call of key a to the first of key b.
+func (m *orchModel) between(a, b string) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.at[a]) == 0 || len(m.at[b]) == 0 {
+		return 0
+	}
+	return m.at[b][0].Sub(m.at[a][0])
 }
 
 // probe reads a gateway's state from outside (read-only SQL): SQLite
@@ -231,8 +264,9 @@ func webAnswers(ctx context.Context, web *harness.Web, client, role, prefix stri
 	return out
 }
 
-// orchRig is a rig for the scripted orchModel on SQLite.
-func orchRig(t *testing.T, model *orchModel, mainConcurrent int) *rig {
+// orchRig is a rig for the scripted orchModel on SQLite; extra is more
+// members of agents.defaults.subagents.
+func orchRig(t *testing.T, model *orchModel, mainConcurrent int, extra ...string) *rig {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipped with -short: runs real gateway processes")
@@ -252,7 +286,8 @@ func orchRig(t *testing.T, model *orchModel, mainConcurrent int) *rig {
 	dir := t.TempDir()
 	r := &rig{t: t, ctx: ctx, bin: bin, addr: addr, cfgPath: filepath.Join(dir, "herald.json5"),
 		stateDir: filepath.Join(dir, "state"), logPath: filepath.Join(dir, "gateway.log")}
-	cfg := harness.Config{Listen: addr, ModelURL: llm.URL, MainConcurrent: mainConcurrent, Subagents: 4, Children: 5, GraceSeconds: 1}
+	cfg := harness.Config{Listen: addr, ModelURL: llm.URL, MainConcurrent: mainConcurrent, Subagents: 4, Children: 5, GraceSeconds: 1,
+		SubagentsExtra: strings.Join(extra, ", ")}
 	if err := cfg.Write(r.cfgPath); err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +360,128 @@ func TestResultsReachParentAcrossKill9(t *testing.T) {
 	}
 }
 
+// TestOrchestratorWaitsAcrossKill9 (SPEC §23 with §25, SQLite): a
+// sub-agent (maxDepth 2) spawns workers w1 and w2 with announce parent and
+// waits for them. SIGKILL after w1 ended while w2's model call is in
+// flight; after the restart both resume, w2 ends, and the orchestrator
+// takes both results in — SIGKILL again during that turn's model call.
+// After the second restart the orchestrator announces once, its announce
+// carrying both workers' results once; no worker announce reaches the
+// chat.
+func TestOrchestratorWaitsAcrossKill9(t *testing.T) {
+	model := newOrchModel(map[string]int{"work:w2": 1, "combine:orch": 1})
+	r := orchRig(t, model, 2, "maxDepth: 2")
+	const client = "orch-depth2"
+	p := sqliteProbe(t, r.stateDir)
+
+	gw := r.start()
+	web := harness.NewWeb(gw.Base, 2)
+	if _, err := web.Post(r.ctx, client, "spawn orch"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("w1's result stored, w2 in its model call", func() bool {
+		return p.results("w1", false) == 1 && model.count("work:w2") == 1
+	})
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("the orchestrator's turn on its workers' results in its model call", func() bool { return model.count("combine:orch") == 1 })
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("the orchestrator's announce", func() bool { return len(announces(t, web, client)["orch"]) > 0 })
+	r.waitUntil("every run ended", func() bool {
+		return p.n(`SELECT count(*) FROM runs WHERE status <> 'done'`) == 0
+	})
+	got := announces(t, web, client)
+	if len(got["orch"]) != 1 || !strings.Contains(got["orch"][0], "combined: w1,w2\n") || !strings.Contains(got["orch"][0], "Status: success") {
+		t.Errorf("the orchestrator's announces: %q; want one, success, carrying both workers' results once", got["orch"])
+	}
+	if len(got) != 1 {
+		t.Errorf("announces in the chat: %q; want only the orchestrator's", got)
+	}
+	if n := model.count("combine:orch"); n != 2 {
+		t.Errorf("the orchestrator's turn on its workers' results reached the model %d times, want 2 (cut, then once)", n)
+	}
+	if n := model.count("announce:orch"); n != 1 {
+		t.Errorf("the orchestrator's announce step reached the model %d times, want once", n)
+	}
+}
+
+// TestSpawnTurnCutAcrossKill9 (SPEC §23, SQLite): the turn that spawned
+// two "parent" children is SIGKILLed during its last model call, after
+// both children ended (their ends could not add the wake: the turn was
+// still owed). After the restart the turn finishes, and its completion
+// adds the wake, which runs once with both results.
+func TestSpawnTurnCutAcrossKill9(t *testing.T) {
+	model := newOrchModel(map[string]int{"started": 1})
+	r := orchRig(t, model, 2)
+	const client = "cut"
+	p := sqliteProbe(t, r.stateDir)
+
+	gw := r.start()
+	web := harness.NewWeb(gw.Base, 2)
+	if _, err := web.Post(r.ctx, client, "spawn parent alpha beta"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("both results stored, the spawning turn in its last model call", func() bool {
+		return p.results("alpha", false) == 1 && p.results("beta", false) == 1 && model.count("started") == 1
+	})
+	if n := p.wakes(client, false); n != 0 {
+		t.Fatalf("%d wakes stored while the spawning turn is owed; want none yet", n)
+	}
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("the wake's answer", func() bool { return len(webAnswers(r.ctx, web, client, "assistant", "woken:")) > 0 })
+	r.waitUntil("no wake owed", func() bool { return p.wakes(client, true) == 0 })
+	if got := webAnswers(r.ctx, web, client, "assistant", ""); fmt.Sprint(got) != "[started woken: alpha,beta]" {
+		t.Errorf("answers %q; want the spawning turn's once, then one wake with both results", got)
+	}
+	if n := model.count("wake:alpha,beta"); n != 1 {
+		t.Errorf("the wake reached the model %d times, want once", n)
+	}
+}
+
+// TestGroupDeadlineAcrossKill9 (SPEC §23 groupTimeoutSeconds, SQLite):
+// gamma ends, zed never does; SIGKILL while zed's model call is in flight.
+// After the restart zed resumes (and hangs again), and at the group's
+// deadline the parent is woken once with gamma's result.
+func TestGroupDeadlineAcrossKill9(t *testing.T) {
+	model := newOrchModel(map[string]int{"work:zed": 1000})
+	r := orchRig(t, model, 2, "groupTimeoutSeconds: 3")
+	const client = "late"
+	p := sqliteProbe(t, r.stateDir)
+
+	gw := r.start()
+	web := harness.NewWeb(gw.Base, 2)
+	if _, err := web.Post(r.ctx, client, "spawn parent gamma zed"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("gamma's result stored, zed in its model call", func() bool {
+		return p.results("gamma", false) == 1 && model.count("work:zed") == 1
+	})
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("the wake at the group's deadline answered", func() bool {
+		return len(webAnswers(r.ctx, web, client, "assistant", "deadline:")) > 0 && p.wakes(client, true) == 0
+	})
+	if got := webAnswers(r.ctx, web, client, "assistant", "deadline:"); len(got) != 1 || got[0] != "deadline: gamma" {
+		t.Errorf("answers at the deadline %q; want one, with gamma's result", got)
+	}
+	if n := model.count("work:zed"); n != 2 {
+		t.Errorf("zed's model call was made %d times, want 2 (before the kill, resumed after)", n)
+	}
+	if n := p.wakes(client, false); n != 1 {
+		t.Errorf("%d wakes stored, want 1", n)
+	}
+}
+
 // TestWakeRunsOnceAcrossKill9 (SPEC §23, SQLite): one main-lane slot. w1's
 // two "parent" children end and its wake's model call hangs (the slot is
 // taken); w2's two children end meanwhile, so w2's wake is stored and owed
@@ -351,6 +508,8 @@ func TestWakeRunsOnceAcrossKill9(t *testing.T) {
 	r.waitUntil("w2's children spawned", started("w2"))
 	model.open("beta")
 	r.waitUntil("w1's wake in its model call", func() bool { return model.count("wake:alpha,beta") == 1 })
+	t.Logf("SQLite: the last child's announce-step call → its parent's wake call: %s (the fake's answer, the run's end with its result and the wake, the main lane, the fold)",
+		model.between("announce:beta", "wake:alpha,beta").Round(time.Microsecond))
 	model.open("delta")
 	r.waitUntil("w2's wake stored, owed", func() bool { return p.wakes("w2", true) == 1 && p.results("delta", false) == 1 })
 	if n := model.count("wake:delta,gamma"); n != 0 {
@@ -533,6 +692,7 @@ func TestOrchestrationOnTwoReplicas(t *testing.T) {
 	wait("w2's children spawned", started("w2"))
 	model.open("delta")
 	wait("w1's wake in its model call", func() bool { return model.count("wake:delta,gamma") == 1 })
+	t.Logf("PostgreSQL: the last child's announce-step call → its parent's wake call: %s", model.between("announce:delta", "wake:delta,gamma").Round(time.Microsecond))
 	model.open("zeta")
 	wait("w2's wake stored, owed, held by gw-a", func() bool {
 		return p.wakes("w2", true) == 1 && p.s(fmt.Sprintf(`SELECT claimed_by FROM intake WHERE kind = 'wake' AND session_key = '%s'`, webKey("w2"))) == "gw-a"
