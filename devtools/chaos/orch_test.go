@@ -38,6 +38,7 @@ import (
 //     "woken: <labels of the results its history holds>", one at a
 //     group's deadline with "deadline: <labels …>"; any other message
 //     with "seen: <labels …>".
+//   - "batch <label>…" spawns them as one batch (sessions_spawn tasks).
 //   - "code: <agent>" spawns that (ACP) agent.
 //   - A sub-agent labelled "orch…" spawns workers w1 and w2 (announce
 //     "parent", the default at depth 2), says "workers started", answers
@@ -48,8 +49,8 @@ import (
 // Each call is recorded under a key — "work:<label>", "announce:<label>",
 // "wake:<labels>", "deadline:<labels>", "seen:<client text>", "spawn",
 // "started" — and a key with hangs
-// left is not answered (until the gateway that asked dies). A gated label's
-// work call waits for its gate.
+// left is not answered (until the gateway that asked dies). A call of a
+// gated key waits for its gate.
 type orchModel struct {
 	url   string // where it is served (orchRig)
 	mu    sync.Mutex
@@ -67,7 +68,7 @@ func newOrchModel(hang map[string]int, gated ...string) *orchModel {
 	return m
 }
 
-// open lets the gated label's work call answer.
+// open lets the calls of a gated key answer.
 func (m *orchModel) open(label string) { close(m.gates[label]) }
 
 // seen lists, sorted, the labels of the "[sub-agent result]" messages a
@@ -96,12 +97,12 @@ func (m *orchModel) handle(c llmtest.Call) llmtest.Reply {
 	if hang {
 		m.hang[key]--
 	}
-	gate := m.gates[strings.TrimPrefix(key, "work:")]
+	gate := m.gates[key]
 	m.mu.Unlock()
 	if hang {
 		return llmtest.Reply{Text: "never delivered", Delay: 10 * time.Minute}
 	}
-	if gate != nil && strings.HasPrefix(key, "work:") {
+	if gate != nil {
 		select {
 		case <-gate:
 		case <-time.After(2 * time.Minute):
@@ -140,6 +141,14 @@ func (m *orchModel) reply(c llmtest.Call) (string, llmtest.Reply) {
 	}
 	if id, ok := strings.CutPrefix(last, "code: "); ok { // an ACP agent (acp_test.go)
 		args, _ := json.Marshal(map[string]string{"agentId": id, "task": "work on the code", "label": id})
+		return "spawn", llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: args}}}
+	}
+	if rest, ok := strings.CutPrefix(last, "batch "); ok { // sessions_spawn tasks
+		var tasks []map[string]string
+		for _, label := range strings.Fields(rest) {
+			tasks = append(tasks, map[string]string{"task": "look into " + label, "label": label})
+		}
+		args, _ := json.Marshal(map[string]any{"tasks": tasks})
 		return "spawn", llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: args}}}
 	}
 	if rest, ok := strings.CutPrefix(last, "spawn "); ok {
@@ -410,6 +419,60 @@ func TestOrchestratorWaitsAcrossKill9(t *testing.T) {
 	}
 }
 
+// TestBatchAnnouncesOnceAcrossKill9 (SPEC §23 batch spawn, SQLite): a
+// batch of three; SIGKILL after two of them ended while the third is
+// mid-call, and again right after the third's result is stored (its end
+// wrote the batch's announce). One announce for the batch, with the three
+// sections, and the parent's next turn holds the three results once.
+func TestBatchAnnouncesOnceAcrossKill9(t *testing.T) {
+	model := newOrchModel(map[string]int{"work:b2": 1})
+	r := orchRig(t, model, 2)
+	const client = "batch"
+	p := sqliteProbe(t, r.stateDir)
+
+	gw := r.start()
+	web := harness.NewWeb(gw.Base, 2)
+	if _, err := web.Post(r.ctx, client, "batch b1 b2 b3"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("b1's and b3's results stored, b2 in its model call", func() bool {
+		return p.results("b1", false) == 1 && p.results("b3", false) == 1 && model.count("work:b2") == 1
+	})
+	if n := len(webAnswers(r.ctx, web, client, "announce", "")); n != 0 {
+		t.Fatalf("%d announces while b2 runs; a batch posts once, when its last child ends", n)
+	}
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("b2's result stored", func() bool { return p.results("b2", false) == 1 })
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("the batch's announce", func() bool { return len(webAnswers(r.ctx, web, client, "announce", "")) > 0 })
+	r.waitUntil("the outbox settled", func() bool { return metric(t, gw.Base, `herald_outbox_pending`) == 0 })
+	anns := webAnswers(r.ctx, web, client, "announce", "")
+	if len(anns) != 1 || !strings.HasPrefix(anns[0], "Status: ✅ 3 success\n") {
+		t.Fatalf("announces %q; want one for the batch, ✅ 3 success", anns)
+	}
+	for i, label := range []string{"b1", "b2", "b3"} {
+		if !strings.Contains(anns[0], fmt.Sprintf("— %d/3 · %s —\nStatus: success\n", i+1, label)) {
+			t.Errorf("the batch announce lacks %s's section:\n%s", label, anns[0])
+		}
+	}
+	if !strings.Contains(anns[0], "Resumed after the gateway stopped (1×).") {
+		t.Errorf("the batch announce does not say b2 was resumed:\n%s", anns[0])
+	}
+	if _, err := web.Post(r.ctx, client, "what did they find?"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("the parent's answer", func() bool { return len(webAnswers(r.ctx, web, client, "assistant", "seen:")) > 0 })
+	if got := webAnswers(r.ctx, web, client, "assistant", "seen:"); fmt.Sprint(got) != "[seen: b1,b2,b3]" {
+		t.Errorf("the parent answered %q; want the three results once", got)
+	}
+}
+
 // TestSpawnTurnCutAcrossKill9 (SPEC §23, SQLite): the turn that spawned
 // two "parent" children is SIGKILLed during its last model call, after
 // both children ended (their ends could not add the wake: the turn was
@@ -482,6 +545,67 @@ func TestGroupDeadlineAcrossKill9(t *testing.T) {
 	}
 }
 
+// TestWakeReplyWrittenAcrossKill9 (SPEC §23 with §12, SQLite): the
+// wake's reply is in the transcript but its completion (the reply and the
+// done mark, one transaction) could not commit — the test holds the
+// database's write lock — when the gateway is SIGKILLed. After the
+// restart the written reply is delivered once, with no second model call.
+func TestWakeReplyWrittenAcrossKill9(t *testing.T) {
+	model := newOrchModel(nil, "wake:alpha,beta")
+	r := orchRig(t, model, 2)
+	const client = "written"
+	p := sqliteProbe(t, r.stateDir)
+
+	gw := r.start()
+	web := harness.NewWeb(gw.Base, 2)
+	if _, err := web.Post(r.ctx, client, "spawn parent alpha beta"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("the wake in its model call", func() bool { return model.count("wake:alpha,beta") == 1 })
+	unlock := lockSQLite(t, r.stateDir)
+	model.open("wake:alpha,beta")
+	r.waitUntil("the wake's reply in the transcript", func() bool { return transcriptsWith(r.stateDir, `"woken: alpha,beta"`) == 1 })
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if n := p.wakes(client, true); n != 1 {
+		t.Fatalf("%d wakes owed at the kill, want 1 (its completion must not have committed)", n)
+	}
+	gw = r.start()
+	r.waitUntil("the wake's answer", func() bool { return p.wakes(client, true) == 0 && len(webAnswers(r.ctx, web, client, "assistant", "woken:")) > 0 })
+	if got := webAnswers(r.ctx, web, client, "assistant", "woken:"); fmt.Sprint(got) != "[woken: alpha,beta]" {
+		t.Errorf("wake answers %q, want one with both results", got)
+	}
+	if n := model.count("wake:alpha,beta"); n != 1 {
+		t.Errorf("the wake reached the model %d times; its written reply should have been delivered without a second call", n)
+	}
+}
+
+// lockSQLite takes the write lock of the state database under stateDir
+// and returns the function that gives it back.
+func lockSQLite(t *testing.T, stateDir string) (unlock func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(stateDir, store.DBFile)+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			_ = tx.Rollback()
+			db.Close()
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
 // TestWakeRunsOnceAcrossKill9 (SPEC §23, SQLite): one main-lane slot. w1's
 // two "parent" children end and its wake's model call hangs (the slot is
 // taken); w2's two children end meanwhile, so w2's wake is stored and owed
@@ -489,7 +613,7 @@ func TestGroupDeadlineAcrossKill9(t *testing.T) {
 // synthesized answer per conversation with both of its results, no
 // announce; w2's wake reached the model only after the restart.
 func TestWakeRunsOnceAcrossKill9(t *testing.T) {
-	model := newOrchModel(map[string]int{"wake:alpha,beta": 1}, "beta", "delta")
+	model := newOrchModel(map[string]int{"wake:alpha,beta": 1}, "work:beta", "work:delta")
 	r := orchRig(t, model, 1)
 	p := sqliteProbe(t, r.stateDir)
 
@@ -506,11 +630,11 @@ func TestWakeRunsOnceAcrossKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitUntil("w2's children spawned", started("w2"))
-	model.open("beta")
+	model.open("work:beta")
 	r.waitUntil("w1's wake in its model call", func() bool { return model.count("wake:alpha,beta") == 1 })
 	t.Logf("SQLite: the last child's announce-step call → its parent's wake call: %s (the fake's answer, the run's end with its result and the wake, the main lane, the fold)",
 		model.between("announce:beta", "wake:alpha,beta").Round(time.Microsecond))
-	model.open("delta")
+	model.open("work:delta")
 	r.waitUntil("w2's wake stored, owed", func() bool { return p.wakes("w2", true) == 1 && p.results("delta", false) == 1 })
 	if n := model.count("wake:delta,gamma"); n != 0 {
 		t.Fatalf("w2's wake ran before the kill (%d model calls); the main lane should have held it", n)
@@ -628,7 +752,7 @@ func TestOrchestrationOnTwoReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := newOrchModel(map[string]int{"work:beta": 1, "seen:what did they find?": 1, "wake:delta,gamma": 1}, "delta", "zeta")
+	model := newOrchModel(map[string]int{"work:beta": 1, "seen:what did they find?": 1, "wake:delta,gamma": 1}, "work:delta", "work:zeta")
 	llm := llmtest.NewOpenAI(t, model.handle)
 	set := &replicaSet{t: t, ctx: ctx, bin: bin, db: dbURL, model: llm.URL, dir: t.TempDir(), mainConcurrent: 1}
 	p := postgresProbe(t, dbURL)
@@ -690,10 +814,10 @@ func TestOrchestrationOnTwoReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("w2's children spawned", started("w2"))
-	model.open("delta")
+	model.open("work:delta")
 	wait("w1's wake in its model call", func() bool { return model.count("wake:delta,gamma") == 1 })
 	t.Logf("PostgreSQL: the last child's announce-step call → its parent's wake call: %s", model.between("announce:delta", "wake:delta,gamma").Round(time.Microsecond))
-	model.open("zeta")
+	model.open("work:zeta")
 	wait("w2's wake stored, owed, held by gw-a", func() bool {
 		return p.wakes("w2", true) == 1 && p.s(fmt.Sprintf(`SELECT claimed_by FROM intake WHERE kind = 'wake' AND session_key = '%s'`, webKey("w2"))) == "gw-a"
 	})
@@ -723,4 +847,16 @@ func TestOrchestrationOnTwoReplicas(t *testing.T) {
 	if n := model.count("wake:eps,zeta"); n != 1 {
 		t.Errorf("w2's wake reached the model %d times, want once", n)
 	}
+}
+
+// transcriptsWith counts the transcripts under stateDir holding text.
+func transcriptsWith(stateDir, text string) int {
+	paths, _ := filepath.Glob(filepath.Join(stateDir, "transcripts", "*", "*.jsonl"))
+	n := 0
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), text) {
+			n++
+		}
+	}
+	return n
 }
