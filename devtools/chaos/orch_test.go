@@ -573,7 +573,9 @@ func TestWakeReplyWrittenAcrossKill9(t *testing.T) {
 		t.Fatalf("%d wakes owed at the kill, want 1 (its completion must not have committed)", n)
 	}
 	gw = r.start()
-	r.waitUntil("the wake's answer", func() bool { return p.wakes(client, true) == 0 && len(webAnswers(r.ctx, web, client, "assistant", "woken:")) > 0 })
+	r.waitUntil("the wake's answer", func() bool {
+		return p.wakes(client, true) == 0 && len(webAnswers(r.ctx, web, client, "assistant", "woken:")) > 0
+	})
 	if got := webAnswers(r.ctx, web, client, "assistant", "woken:"); fmt.Sprint(got) != "[woken: alpha,beta]" {
 		t.Errorf("wake answers %q, want one with both results", got)
 	}
