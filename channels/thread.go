@@ -163,6 +163,12 @@ type ThreadStarter interface {
 type NewThread struct {
 	Name string
 	Text string
+	// Key names the thread for good (the run it is opened for): Retry
+	// says an earlier StartThread with this key may have opened it before
+	// a crash, and a channel that can find that thread (by the key it
+	// left on the starter message) returns it instead of opening another.
+	Key   string
+	Retry bool
 }
 
 // Thread is an opened thread: the origin of its messages (the chat of the

@@ -144,3 +144,56 @@ func TestE2ESlackACPThreadLive(t *testing.T) {
 		t.Errorf("codex's thread = %+v, want one message: the draft, turned into the announce", in)
 	}
 }
+
+// TestE2ESlackThreadStopBetween: the gateway stops after Slack took the
+// starter of a child's thread but before the gateway heard so (the post
+// is held, then the gateway shuts down). The next gateway on the same
+// state finds that starter by the key in its metadata instead of opening
+// a second thread: C1 holds one starter, the requester's thread one link
+// line, the child's thread the announce, and the thread is bound (a
+// message there reaches the child).
+func TestE2ESlackThreadStopBetween(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	cfg := strings.Replace(fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()),
+		"shutdownGraceSeconds: 5", "shutdownGraceSeconds: 1", 1)
+	stateDir := t.TempDir()
+	tg := newTestGatewayIn(t, stateDir, cfg, threadModel())
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.HoldNextPosts(1)
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	if !waitFor(e2eWait, func() bool { return len(sf.Posted()) == 1 }) {
+		t.Fatalf("posts %+v, want the starter", sf.Posted())
+	}
+	tg.Stop()
+
+	tg = newTestGatewayIn(t, stateDir, cfg, threadModel())
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not reconnect")
+	}
+	tg.waitDelivered(t, 3) // the link line, the reply, the announce
+	starter, in := childThreadPosts(sf)
+	var top, link int
+	for _, p := range sf.Posted() {
+		switch {
+		case p.ThreadTS == "":
+			top++
+		case p.ThreadTS == slackT1 && strings.HasPrefix(p.Text, "🧵 alpha works in its own thread: "):
+			link++
+		}
+	}
+	if top != 1 || link != 1 {
+		t.Errorf("posts %+v: want one starter in C1 and one link line in T1", sf.Posted())
+	}
+	if len(in) != 1 || !strings.HasPrefix(in[0].Text, "Status: success\nTask: alpha") {
+		t.Fatalf("alpha's thread %s = %+v, want its announce", starter.TS, in)
+	}
+	n := len(sf.Posted())
+	sf.SendMessage("C1", slackfake.UserID, "again: and the changelog?", starter.TS)
+	posts := sf.WaitPosts(n+1, e2eWait)
+	if p := posts[n]; p.ThreadTS != starter.TS || !strings.HasPrefix(p.Text, `child (task "alpha: dig into the release notes", `) {
+		t.Fatalf("answer in alpha's thread = %+v, want the child's", p)
+	}
+}

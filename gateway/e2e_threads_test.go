@@ -288,7 +288,7 @@ func TestE2ETelegramSpawnTopic(t *testing.T) {
 // link line (the thread's mention) and the reply, the new thread the
 // announce; a message there without a mention is answered by the child.
 // Where Discord refuses to start the thread (403), the spawn runs in the
-// requester's thread with a warning.
+// requester's thread with a warning, and the starter it posted is deleted.
 func TestE2EDiscordSpawnThread(t *testing.T) {
 	f := newDiscordFake(t)
 	tg := newTestGateway(t, discordConfig(f), threadModel())
@@ -329,6 +329,10 @@ func TestE2EDiscordSpawnThread(t *testing.T) {
 	inReq = f.BotMessages(root.ID)
 	if len(inReq) != 4 || !strings.Contains(inReq[2].Content+inReq[3].Content, `"warning":"thread ignored: discord: start a thread in `) {
 		t.Errorf("requester's thread = %+v, want the reply with a warning and the announce", inReq)
+	}
+	// The starter of the thread Discord refused is not left in the channel.
+	if starters := f.BotMessages(dcGeneral); len(starters) != 1 || starters[0].ID != child {
+		t.Errorf("messages of the bot in general = %+v, want only alpha's starter", starters)
 	}
 }
 

@@ -217,7 +217,10 @@ func (l *liveReply) draft() (backoff time.Duration, failed bool) {
 // SPEC §16, §24) with the live reply of a top-level turn; nil when the
 // channel shows nothing live.
 func (g *Gateway) runLive(run *store.Run, draftRef string) subagent.Progress {
-	l := g.startLiveAt(g.cfg(), run.Origin, draftRef, nil, g.log.With(zap.String("runId", run.ID)))
+	id := run.ID
+	l := g.startLiveAt(g.cfg(), run.Origin, draftRef, func(ctx context.Context, ref string) error {
+		return g.db.SetRunDraft(ctx, id, ref)
+	}, g.log.With(zap.String("runId", run.ID)))
 	if l == nil {
 		return nil
 	}

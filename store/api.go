@@ -169,6 +169,12 @@ type Bindings interface {
 	TouchBinding(ctx context.Context, thread channels.Origin, at, expires time.Time) (bool, error)
 	UnbindThread(ctx context.Context, thread channels.Origin, now time.Time) (*Binding, error) // ErrNotFound
 	ChildBindings(ctx context.Context, childKeys []string, now time.Time) ([]Binding, error)
+	// A run's thread of its own (SPEC §24): Run.ThreadPending records it
+	// with the run (SpawnRun).
+	RunThread(ctx context.Context, runID string) (*RunThread, error)       // ErrNotFound
+	OpenRunThread(ctx context.Context, runID string, o ThreadOpened) error // ErrExists: not pending; ErrNotFound
+	RefuseRunThread(ctx context.Context, runID string) error               // ErrNotFound: not pending
+	SetRunDraft(ctx context.Context, runID, ref string) error              // ErrNotFound
 }
 
 // Memories are what agents remember (SPEC §28), searched by full text

@@ -161,6 +161,11 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 			if err := insertRun(c, r, preps[i].tools, preps[i].origin); err != nil {
 				return err
 			}
+			if r.ThreadPending {
+				if _, err := c.exec(`INSERT INTO run_threads (run_id, state) VALUES ($1, $2)`, r.ID, ThreadPending); err != nil {
+					return fmt.Errorf("run thread: %w", err)
+				}
+			}
 			call := r.RequesterKey + "\x00" + r.SpawnCallID
 			if r.SpawnCallID == "" || calls[call] {
 				continue

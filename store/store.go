@@ -169,6 +169,10 @@ type Run struct {
 	Resumes   int
 	Ran       time.Duration
 	StretchAt time.Time
+	// ThreadPending (not a runs column): SpawnRun records, in its
+	// transaction, that the run gets a thread of its own, still to be
+	// opened (run_threads, SPEC §24).
+	ThreadPending bool
 }
 
 // RunFilter selects runs for ListRuns. Empty fields match anything.

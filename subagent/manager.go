@@ -301,6 +301,11 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 	m.setCost(r, usage)
 	m.setArchive(r)
 	end := m.runEnd(ctx, r, r.Result, r.Note, telemetry.Traceparent(ctx))
+	if end.Announce != nil {
+		if rt, _ := m.runThread(ctx, r); rt != nil {
+			end.Announce.DraftRef = rt.DraftRef // its live output's draft becomes the announce
+		}
+	}
 	if err := m.d.Store.EndRun(ctx, r, end); err != nil {
 		return fmt.Errorf("recover run %s: %w", r.ID, err)
 	}
@@ -394,19 +399,15 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	if fail != nil {
 		return *fail
 	}
-	var thread *channels.Thread
 	if p.Thread {
 		// The child's own thread is its delivery target: its live
-		// output, approvals and announce go there (SPEC §24).
-		var w string
-		if thread, w = m.openThread(ctx, cc, run); thread != nil {
-			// The person who asked stays on record: they may answer the
-			// child's approval requests (SPEC §17).
-			thread.Origin.SenderID, thread.Origin.SenderName = cc.Origin.SenderID, cc.Origin.SenderName
-			run.Origin, child.Origin = thread.Origin, thread.Origin
+		// output, approvals and announce go there (SPEC §24). It is
+		// recorded with the run and opened once the run is.
+		if w := m.noThread(cc); w != "" {
+			warning = joinWarnings(warning, w)
+		} else {
+			run.ThreadPending = true
 		}
-		warning = strings.TrimPrefix(warning+"; "+w, "; ")
-		warning = strings.TrimSuffix(warning, "; ")
 	}
 	// The run's spans continue the trace of the tool call that made it,
 	// wherever and whenever it runs.
@@ -417,9 +418,6 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	// that records the run, so two parallel spawns cannot both take the last
 	// slot and no lock is held across the store round trip.
 	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
-	if err != nil && thread != nil {
-		m.threadRefused(ctx, run, err)
-	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {
 			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
@@ -429,8 +427,19 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	if err != nil {
 		return spawnError("could not record the run: %v", err)
 	}
-	if thread != nil {
-		m.bindThread(ctx, cc, run, thread)
+	if run.ThreadPending {
+		if stepStops("recorded") {
+			return spawnError("%v", errStopped)
+		}
+		w, err := m.openRunThread(ctx, run, false)
+		if errors.Is(err, errStopped) || stepStops("bound") {
+			return spawnError("%v", errStopped)
+		}
+		if err != nil {
+			// Left pending: the run opens its thread when it starts.
+			m.runLog(run).Warn("sessions_spawn thread: not opened yet; the run opens it when it starts", zap.Error(err))
+		}
+		warning = joinWarnings(warning, w)
 	}
 	m.enqueue(run)
 	m.armGroup(run)
@@ -705,6 +714,30 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	defer cancel()
 	log := m.runLog(&run)
 
+	rt, err := m.runThread(ctx, &run)
+	if err != nil && laneCtx.Err() != nil {
+		m.mu.Lock()
+		m.forgetLocked(run.ID)
+		m.mu.Unlock()
+		return // the gateway is stopping: still queued in the store
+	}
+	if rt != nil && rt.State == store.ThreadPending {
+		// The gateway stopped between recording the run and recording its
+		// thread: open it now, once (SPEC §24).
+		if _, err := m.openRunThread(ctx, &run, true); err != nil {
+			if laneCtx.Err() != nil {
+				m.mu.Lock()
+				m.forgetLocked(run.ID)
+				m.mu.Unlock()
+				return // still queued in the store: the next start goes on
+			}
+			log.Warn("sessions_spawn thread: could not record it; the run works in its requester's thread", zap.Error(err))
+		}
+		m.mu.Lock()
+		lr.run.Origin = run.Origin
+		m.mu.Unlock()
+		rt, _ = m.runThread(ctx, &run)
+	}
 	m.changed(run.RootKey)
 	if err := m.d.Store.StartRun(ctx, run.ID, now); err != nil {
 		log.Error("could not mark run running", zap.Error(err))
@@ -713,7 +746,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
 		return
 	}
-	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(ctx, &run)}
+	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt)}
 	out := m.runnerFor(&run).Run(ctx, rc)
 	draft := rc.live.stop()
 	m.mu.Lock()
@@ -752,6 +785,9 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
 		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), run.StartedAt)
 	if err != nil {
+		if rc.ShuttingDown() {
+			return Outcome{} // cut before it began: it runs after the restart
+		}
 		return Outcome{Status: store.OutcomeError, Note: err.Error()}
 	}
 	defer sess.Close()

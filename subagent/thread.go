@@ -212,79 +212,139 @@ func (m *Manager) ResolveBound(ctx context.Context, run *store.Run, target strin
 	return pick(runs, target)
 }
 
-// openThread opens the thread of a child spawned with thread: true, in
-// the requester's chat; where there is none (a DM, the web chat, a chat
-// without topics) or the platform refuses, thread is nil and warning says
-// why: the child then runs in the requester's thread.
-func (m *Manager) openThread(ctx context.Context, cc agent.CallContext, run *store.Run) (thread *channels.Thread, warning string) {
-	const here = "; the sub-agent runs in this thread instead"
+// noThread says why a spawn with thread: true by cc gets no thread of its
+// own ("" when it may): a DM, the web chat, a channel without threads.
+func (m *Manager) noThread(cc agent.CallContext) string {
 	if m.d.StartThread == nil || cc.Origin.ChatType != channels.ChatGroup {
-		return nil, "thread ignored: this chat has no threads (a direct message or the web chat)" + here
+		return "thread ignored: this chat has no threads (a direct message or the web chat)" + threadHere
 	}
-	// A spawn the children limit refuses anyway opens no thread.
-	if lim := m.config().SubagentLimits(cc.AgentID); lim.MaxChildrenPerSession > 0 {
-		live, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: cc.SessionKey,
-			Statuses: []string{store.StatusQueued, store.StatusRunning, store.StatusAnnouncing}})
-		if err == nil && len(live) >= lim.MaxChildrenPerSession {
-			return nil, ""
-		}
+	return ""
+}
+
+// threadHere ends the warning of a spawn that got no thread of its own.
+const threadHere = "; the sub-agent runs in this thread instead"
+
+// joinWarnings joins two warnings of a spawn result.
+func joinWarnings(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
 	}
+	return a + "; " + b
+}
+
+// testHookThread, when set by a test, is called at each step of opening a
+// run's thread ("recorded": the run and its pending thread are stored;
+// "opened": the platform opened it); an error stops there, as a crash
+// would.
+var testHookThread func(step string) error
+
+// errStopped is what a test's testHookThread returns to stop a spawn
+// where it is, as a crash of the gateway would.
+var errStopped = errors.New("the gateway stopped (test)")
+
+// stepStops runs testHookThread at step: true when the spawn must stop
+// there.
+func stepStops(step string) bool {
+	return testHookThread != nil && errors.Is(testHookThread(step), errStopped)
+}
+
+// openRunThread opens the pending thread of run (SPEC §24) in its
+// requester's chat and records it: the thread becomes the run's and its
+// child session's origin, bound to the child, with one line linking to it
+// in the requester's thread — all in one transaction, so a crash leaves
+// either nothing (the thread is still pending: the run opens it when it
+// starts, retry set) or all of it. The platform gets the run's id as the
+// thread's key, so a retry finds a thread opened before a crash where the
+// platform allows. A refusal (no threads, no permission) is recorded too:
+// the run stays in the requester's thread and warning says why. err: the
+// thread is still pending (a stop, the store).
+func (m *Manager) openRunThread(ctx context.Context, run *store.Run, retry bool) (warning string, err error) {
+	requester := run.Origin
 	title := TaskTitle(run.Label, run.Task)
-	who := cc.Origin.SenderName
+	who := requester.SenderName
 	if who == "" {
-		who = "agent " + cc.AgentID
+		who = "agent " + ids.SessionKey(run.RequesterKey).AgentID()
 	}
 	starter := fmt.Sprintf("🧵 %s\nA sub-agent (%s) working for %s on:\n%s\n\nIts result is posted here; write here to talk to it.",
 		Truncate(title, 72), run.AgentID, who, Truncate(strings.TrimSpace(run.Task), 500))
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	th, err := m.d.StartThread(tctx, cc.Origin, channels.NewThread{Name: Truncate(title, 100), Text: starter})
+	th, err := m.d.StartThread(tctx, requester, channels.NewThread{Name: Truncate(title, 100), Text: starter, Key: run.ID, Retry: retry})
 	if err != nil {
-		m.runLog(run).Info("sessions_spawn thread: no thread opened; the child runs in the requester's thread", zap.Error(err))
-		if errors.Is(err, channels.ErrNoThreads) {
-			return nil, fmt.Sprintf("thread ignored: %v", err) + here
+		if ctx.Err() != nil {
+			return "", err
 		}
-		return nil, fmt.Sprintf("thread ignored: the chat platform did not open a thread (%v)", err) + here
+		m.runLog(run).Info("sessions_spawn thread: no thread opened; the child runs in the requester's thread", zap.Error(err))
+		warning = fmt.Sprintf("thread ignored: the chat platform did not open a thread (%v)", err) + threadHere
+		if errors.Is(err, channels.ErrNoThreads) {
+			warning = fmt.Sprintf("thread ignored: %v", err) + threadHere
+		}
+		if rerr := m.d.Store.RefuseRunThread(context.WithoutCancel(ctx), run.ID); rerr != nil && !errors.Is(rerr, store.ErrNotFound) {
+			return warning, rerr
+		}
+		return warning, nil
 	}
-	return &th, ""
-}
-
-// bindThread binds the child's new thread to its session, so people talk
-// to it there, and posts one line linking to it in the requester's thread.
-func (m *Manager) bindThread(ctx context.Context, cc agent.CallContext, run *store.Run, th *channels.Thread) {
+	if stepStops("opened") {
+		return "", errStopped
+	}
+	// The person who asked stays on record: they may answer the child's
+	// approval requests (SPEC §17).
+	th.Origin.SenderID, th.Origin.SenderName = requester.SenderID, requester.SenderName
 	cfg := m.config()
+	reqAgent := ids.SessionKey(run.RequesterKey).AgentID()
 	agentID := ids.SessionKey(run.RootKey).AgentID() // whom the thread's chat talks to
 	if _, ok := cfg.Agent(agentID); !ok {
-		agentID = cc.AgentID
+		agentID = reqAgent
 	}
 	now := m.d.Clock.Now()
-	b := &store.Binding{Thread: th.Origin, ChildKey: run.ChildKey, RunID: run.ID, AgentID: agentID, CreatedAt: now,
-		ExpiresAt: now.Add(time.Duration(cfg.SubagentLimits(agentID).ThreadIdleMinutes) * time.Minute)}
-	if err := m.d.Store.BindThread(ctx, b); err != nil {
-		m.runLog(run).Warn("sessions_spawn thread: the thread was opened but not bound; its announce still goes there", zap.Error(err))
-	}
 	where := "in its own thread"
 	if th.Link != "" {
 		where += ": " + th.Link
 	}
-	line := fmt.Sprintf("🧵 %s works %s", Truncate(TaskTitle(run.Label, run.Task), 72), where)
-	item := &store.OutboxItem{Origin: cc.Origin, Kind: channels.KindSystem, Text: line, CreatedAt: now,
-		SessionKey: cc.SessionKey, AgentID: cc.AgentID}
-	if _, err := m.d.Store.EnqueueOutbox(context.WithoutCancel(ctx), item); err != nil {
-		m.runLog(run).Warn("sessions_spawn thread: the link to the thread was not posted", zap.Error(err))
-		return
+	open := store.ThreadOpened{Thread: th.Origin, Link: th.Link,
+		Binding: &store.Binding{Thread: th.Origin, ChildKey: run.ChildKey, RunID: run.ID, AgentID: agentID, CreatedAt: now,
+			ExpiresAt: now.Add(time.Duration(cfg.SubagentLimits(agentID).ThreadIdleMinutes) * time.Minute)},
+		LinkLine: &store.OutboxItem{Origin: requester, Kind: channels.KindSystem, CreatedAt: now,
+			Text:       fmt.Sprintf("🧵 %s works %s", Truncate(title, 72), where),
+			SessionKey: run.RequesterKey, AgentID: reqAgent}}
+	err = m.d.Store.OpenRunThread(context.WithoutCancel(ctx), run.ID, open)
+	if errors.Is(err, store.ErrExists) {
+		// Recorded meanwhile (another replica took the run): take it.
+		cur, gerr := m.d.Store.GetRun(ctx, run.ID)
+		if gerr != nil {
+			return "", gerr
+		}
+		run.Origin = cur.Origin
+		return "", nil
 	}
+	if err != nil {
+		return "", err
+	}
+	run.Origin = th.Origin
 	m.d.Notify()
+	return "", nil
 }
 
-// threadRefused tells a thread opened for a spawn the store then refused
-// (a limit reached meanwhile) that its sub-agent did not start.
-func (m *Manager) threadRefused(ctx context.Context, run *store.Run, err error) {
-	item := &store.OutboxItem{Origin: run.Origin, Kind: channels.KindSystem, CreatedAt: m.d.Clock.Now(),
-		Text: "⚠️ This sub-agent was not started: " + err.Error(), SessionKey: run.RequesterKey, AgentID: run.AgentID}
-	if _, err := m.d.Store.EnqueueOutbox(context.WithoutCancel(ctx), item); err == nil {
-		m.d.Notify()
+// runThread is the thread of its own of run, nil when it has none (or it
+// cannot be read, err: the run then works where its origin says).
+func (m *Manager) runThread(ctx context.Context, run *store.Run) (*store.RunThread, error) {
+	if m.d.StartThread == nil || run.Origin.ChatType != channels.ChatGroup {
+		return nil, nil
 	}
+	rt, err := m.d.Store.RunThread(ctx, run.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			m.runLog(run).Warn("could not read the run's thread", zap.Error(err))
+		}
+		return nil, err
+	}
+	return rt, nil
 }
 
 // requesterOrigin is where the requester of r talks: r's origin, unless r
@@ -304,15 +364,16 @@ func (m *Manager) requesterOrigin(r *store.Run) channels.Origin {
 	return s.Origin
 }
 
-// startLive starts showing run live in its own thread (SPEC §16, §24):
-// typing while it runs and its text as it writes it. nil when the run
-// has no thread of its own (a child without one shows its progress in
-// the web chat's panel, §16) or its channel shows nothing live.
-func (m *Manager) startLive(ctx context.Context, run *store.Run) *liveView {
-	if m.d.Live == nil || run.Origin.ThreadID == "" || m.requesterOrigin(run).ThreadID == run.Origin.ThreadID {
+// startLive starts showing run live in its own thread rt (SPEC §16,
+// §24): typing while it runs and its text as it writes it, going on with
+// the draft an earlier stretch of the run left. nil when the run has no
+// thread of its own (a child without one shows its progress in the web
+// chat's panel, §16) or its channel shows nothing live.
+func (m *Manager) startLive(run *store.Run, rt *store.RunThread) *liveView {
+	if m.d.Live == nil || rt == nil || rt.State != store.ThreadOpen {
 		return nil
 	}
-	p := m.d.Live(run, "")
+	p := m.d.Live(run, rt.DraftRef)
 	if p == nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/bwmarrin/discordgo"
+	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -24,7 +25,13 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 		return channels.Thread{}, fmt.Errorf("discord: a direct message: %w", channels.ErrNoThreads)
 	}
 	name := channels.ThreadName(t.Name, maxThreadName)
-	id, err := a.postMessage(ctx, in.ChatID, post{Content: t.Text, AllowedMentions: noMentions})
+	p := post{Content: t.Text, AllowedMentions: noMentions}
+	if t.Key != "" {
+		// Posted again after a crash, the starter is the same message (and
+		// its thread the same thread, as starting it again is fine).
+		p.Nonce, p.EnforceNonce = nonce("thread:"+t.Key, 0), true
+	}
+	id, err := a.postMessage(ctx, in.ChatID, p)
 	if err != nil {
 		return channels.Thread{}, channels.ThreadRefused("discord: post the starter of a thread in "+in.ChatID, classify(a.redact(err)))
 	}
@@ -32,6 +39,16 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	defer cancel()
 	if _, err := a.s.MessageThreadStartComplex(in.ChatID, id, &discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440},
 		discordgo.WithContext(tctx)); err != nil && !isCode(err, codeThreadAlreadyCreated) {
+		if ctx.Err() == nil {
+			// Refused (no permission to start threads): the spawn runs in
+			// the requester's thread, and the starter of a thread that
+			// never was does not stay in the channel.
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
+			if derr := a.s.ChannelMessageDelete(in.ChatID, id, discordgo.WithContext(dctx)); derr != nil {
+				a.log.Warn("discord: could not delete the starter of a thread that was not started", zap.String("channelId", in.ChatID), zap.Error(a.redact(derr)))
+			}
+			dcancel()
+		}
 		return channels.Thread{}, channels.ThreadRefused("discord: start a thread in "+in.ChatID, classify(a.redact(err)))
 	}
 	a.markThread(ctx, id) // a thread the bot is in (§9)

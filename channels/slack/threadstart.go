@@ -16,14 +16,35 @@ var _ channels.ThreadStarter = (*Adapter)(nil)
 // StartThread implements channels.ThreadStarter (SPEC §24): t.Text is
 // posted in the channel as a top-level message and its ts is the new
 // thread; the link is the starter's permalink ("" if Slack gives none).
-// Slack names no threads: t.Name is not used.
+// Slack names no threads: t.Name is not used. With t.Retry, a starter
+// with t.Key found in the channel's recent history is the thread.
 func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channels.NewThread) (channels.Thread, error) {
 	if in.ChatType != channels.ChatGroup {
 		return channels.Thread{}, fmt.Errorf("slack: a direct message: %w", channels.ErrNoThreads)
 	}
 	to := in
 	to.ThreadID, to.MessageID, to.SenderID, to.SenderName = "", "", "", ""
-	ts, err := a.post(ctx, to, channels.Message{Kind: channels.KindSystem, Text: t.Text})
+	starter := channels.Message{Kind: channels.KindSystem, Text: t.Text}
+	if t.Key != "" {
+		// The starter carries the thread's key in its metadata (as an
+		// outbox post carries its item), so a retry after a crash finds
+		// the thread in the channel instead of opening another.
+		starter.ID, starter.Part, starter.Parts = "thread:"+t.Key, 1, 1
+	}
+	var ts string
+	var err error
+	if t.Retry && starter.ID != "" {
+		var found bool
+		if ts, found, err = a.FindPart(ctx, to, starter); err != nil {
+			return channels.Thread{}, fmt.Errorf("slack: look for a thread opened before in %s: %w", in.ChatID, err)
+		}
+		if !found {
+			ts = ""
+		}
+	}
+	if ts == "" {
+		ts, err = a.post(ctx, to, starter)
+	}
 	if err != nil {
 		var se slack.SlackErrorResponse
 		if errors.As(err, &se) && permanentErrors[se.Err] {

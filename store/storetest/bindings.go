@@ -145,3 +145,90 @@ func testBoundChildArchive(t *testing.T, s Store) {
 		t.Errorf("DueArchives after the binding ended = %v, %v; want rb", runIDs(due), err)
 	}
 }
+
+// A run spawned with thread: true has its thread pending, recorded with
+// the run; opening it moves the run and its child session to the thread
+// and writes the binding and the link line in one step, once: a second
+// open, or a refusal after it, changes nothing. A refused thread stays
+// none. The run's draft is kept with its thread.
+func testRunThreads(t *testing.T, s Store) {
+	ctx := context.Background()
+	r, child := newRun("rt")
+	r.ThreadPending = true
+	if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := s.RunThread(ctx, "rt"); err != nil || rt.State != store.ThreadPending || rt.Origin.ThreadID != "" {
+		t.Fatalf("RunThread after SpawnRun = %+v, %v; want pending", rt, err)
+	}
+	thread := origin
+	thread.ThreadID = "1700.7"
+	open := store.ThreadOpened{Thread: thread, Link: "https://x/1700.7",
+		Binding:  &store.Binding{Thread: thread, ChildKey: child.Key, RunID: "rt", AgentID: "main", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)},
+		LinkLine: &store.OutboxItem{Origin: origin, Kind: "system", Text: "🧵 rt works in its own thread", CreatedAt: t0}}
+	if err := s.OpenRunThread(ctx, "rt", open); err != nil || open.LinkLine.ID == 0 {
+		t.Fatalf("OpenRunThread = %v (link line id %d)", err, open.LinkLine.ID)
+	}
+	rt, err := s.RunThread(ctx, "rt")
+	if err != nil || rt.State != store.ThreadOpen || rt.Origin.ThreadID != "1700.7" || rt.Link != "https://x/1700.7" {
+		t.Errorf("RunThread after OpenRunThread = %+v, %v", rt, err)
+	}
+	if got, err := s.GetRun(ctx, "rt"); err != nil || got.Origin.ThreadID != "1700.7" {
+		t.Errorf("the run's origin = %+v, %v; want the thread", got, err)
+	}
+	if got, err := s.GetSession(ctx, child.Key); err != nil || got.Origin.ThreadID != "1700.7" {
+		t.Errorf("the child session's origin = %+v, %v; want the thread", got, err)
+	}
+	if b, err := s.ThreadBinding(ctx, thread, t0); err != nil || b.ChildKey != child.Key {
+		t.Errorf("binding = %+v, %v", b, err)
+	}
+	again := open
+	again.LinkLine = &store.OutboxItem{Origin: origin, Kind: "system", Text: "again", CreatedAt: t0}
+	if err := s.OpenRunThread(ctx, "rt", again); !errors.Is(err, store.ErrExists) {
+		t.Errorf("a second OpenRunThread = %v, want ErrExists", err)
+	}
+	if err := s.RefuseRunThread(ctx, "rt"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RefuseRunThread of an open thread = %v, want ErrNotFound", err)
+	}
+	items, err := s.ListOutbox(ctx, false, 100)
+	lines := 0
+	for _, it := range items {
+		if it.Origin.ChatID == origin.ChatID && (it.Text == "🧵 rt works in its own thread" || it.Text == "again") {
+			lines++
+		}
+	}
+	if err != nil || lines != 1 {
+		t.Errorf("link lines in the outbox: %d, %v; want 1", lines, err)
+	}
+	if err := s.SetRunDraft(ctx, "rt", "draft-1"); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := s.RunThread(ctx, "rt"); err != nil || rt.DraftRef != "draft-1" {
+		t.Errorf("RunThread after SetRunDraft = %+v, %v", rt, err)
+	}
+
+	r2, child2 := newRun("rt2")
+	r2.ThreadPending = true
+	if err := s.SpawnRun(ctx, r2, child2, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RefuseRunThread(ctx, "rt2"); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := s.RunThread(ctx, "rt2"); err != nil || rt.State != store.ThreadNone {
+		t.Errorf("RunThread after a refusal = %+v, %v", rt, err)
+	}
+	if err := s.OpenRunThread(ctx, "rt2", store.ThreadOpened{Thread: thread}); !errors.Is(err, store.ErrExists) {
+		t.Errorf("OpenRunThread after a refusal = %v, want ErrExists", err)
+	}
+	r3, child3 := newRun("rt3")
+	if err := s.SpawnRun(ctx, r3, child3, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunThread(ctx, "rt3"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RunThread of a run without one = %v, want ErrNotFound", err)
+	}
+	if err := s.SetRunDraft(ctx, "rt3", "x"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("SetRunDraft of a run without a thread = %v, want ErrNotFound", err)
+	}
+}

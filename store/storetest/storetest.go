@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"ClaimRuns", testClaimRuns},
 		{"RunStatusAndArchive", testRunStatusAndArchive},
 		{"Bindings", testBindings},
+		{"RunThreads", testRunThreads},
 		{"RunsByChat", testRunsByChat},
 		{"BoundChildArchive", testBoundChildArchive},
 		{"Memories", testMemories},

@@ -392,6 +392,22 @@ func (s *Server) messagesLocked(channelID string) []Message {
 	return out
 }
 
+// deleteMessage removes message id from channel; false when it is not
+// there.
+func (s *Server) deleteMessage(channel, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	msgs := s.messages[channel]
+	for i, m := range msgs {
+		if m.ID == id {
+			s.messages[channel] = append(msgs[:i:i], msgs[i+1:]...)
+			s.notify()
+			return true
+		}
+	}
+	return false
+}
+
 // BotMessages returns the bot's messages in a channel, oldest first.
 func (s *Server) BotMessages(channelID string) []Message {
 	s.mu.Lock()
@@ -977,6 +993,13 @@ handle:
 			}
 		}
 		apiError(w, 404, CodeUnknownMessage, "Unknown Message")
+	case reMessage.MatchString(path) && r.Method == http.MethodDelete:
+		m := reMessage.FindStringSubmatch(path)
+		if !s.deleteMessage(m[1], m[2]) {
+			apiError(w, 404, CodeUnknownMessage, "Unknown Message")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	case reMessage.MatchString(path) && r.Method == http.MethodPatch:
 		m := reMessage.FindStringSubmatch(path)
 		s.editMessage(w, r, m[1], m[2])
