@@ -91,6 +91,10 @@ type Run struct {
 	CostUSD   float64         `json:"costUSD"` // 0 when no price is configured
 	// Resumes: times the run resumed after its gateway stopped (SPEC §25).
 	Resumes int `json:"resumes,omitempty"`
+	// Batch names the sessions_spawn with tasks that made it with its
+	// siblings (SPEC §23); Announce is where its result went.
+	Batch    string `json:"batch,omitempty"`
+	Announce string `json:"announce,omitempty"`
 	// Children: in RunTree, the runs it spawned ([] for none); absent in a
 	// flat list (herald runs list --json).
 	Children []Run `json:"children,omitzero"`
@@ -103,7 +107,7 @@ func RunOf(r *store.Run, now time.Time) Run {
 		Model: r.Model, Label: r.Label, Task: r.Task, Status: subagent.DisplayStatus(r), State: r.Status, Outcome: r.Outcome,
 		Note: r.Note, Depth: r.Depth, Origin: r.Origin, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt,
 		RuntimeMs: subagent.Runtime(r, now).Milliseconds(), Tokens: r.TokensIn + r.TokensOut, TokensIn: r.TokensIn,
-		TokensOut: r.TokensOut, CostUSD: max(r.CostUSD, 0), Resumes: r.Resumes}
+		TokensOut: r.TokensOut, CostUSD: max(r.CostUSD, 0), Resumes: r.Resumes, Batch: r.Batch, Announce: r.Announce}
 }
 
 // Runs is runs each on its own (RunOf), in their order; never nil.

@@ -1,15 +1,18 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/channels/slack/slackfake"
+	"github.com/heraldhq/herald/channels/web/webtest"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -251,6 +254,7 @@ func TestE2EBatchParentWakesOnce(t *testing.T) {
 	last := newGate(t)
 	tg := newTestGateway(t, filesE2EConfig, batchModel(map[string]*gate{"gamma": last}))
 	const client = "batch-parent"
+	events := openEvents(t, tg.URL, client)
 	postFiles(t, tg.URL, client, "here is a chart", map[string][]byte{"chart.png": testPNG(t)})
 	waitWeb(t, tg, client, 0, "assistant", func(string) bool { return true })
 	if res := spawnBatch(t, tg, client, "batch parent alpha file-beta gamma"); !strings.Contains(res, `"status":"accepted"`) {
@@ -260,7 +264,25 @@ func TestE2EBatchParentWakesOnce(t *testing.T) {
 	waitRunDone(t, tg, key, "alpha")
 	waitRunDone(t, tg, key, "file-beta")
 	seq := webPost(t, tg.URL, client, "/subagents list")
-	waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "This conversation: waiting (1 child)") })
+	list := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "This conversation: waiting (1 child)") }).Text
+	batch := tg.runsOf(t, key)[0].Batch[:8]
+	if !strings.Contains(list, "\n📦1 batch "+batch+": 2 of 3 ended · ✅ 2 success · announce parent\n") || strings.Count(list, ") running · 📦1 gamma") != 1 ||
+		strings.Count(list, " · 📦1 ") != 3 {
+		t.Errorf("/subagents list does not show the batch, its progress and its runs:\n%s", list)
+	}
+	// The web chat's panel: the conversation waits, and the three runs
+	// are marked with their batch.
+	if !waitPanel(events, func(p panelState) bool {
+		marked := 0
+		for _, r := range p.Runs {
+			if r.Batch == batch {
+				marked++
+			}
+		}
+		return p.Waiting == "This conversation: waiting (1 child)" && marked == 3
+	}) {
+		t.Error("the panel never showed the conversation waiting for the last run of its batch of 3")
+	}
 	last.open()
 	got := waitWeb(t, tg, client, 0, "assistant", func(s string) bool { return strings.HasPrefix(s, "woken:") })
 	if got.Text != "woken: alpha,file-beta,gamma" {
@@ -289,4 +311,63 @@ func TestE2EBatchParentWakesOnce(t *testing.T) {
 			t.Errorf("run %s: announce %q, batch %q; want parent, one batch", r.Label, r.Announce, r.Batch)
 		}
 	}
+}
+
+// panelState is the web chat panel's event as the tests read it.
+type panelState struct {
+	Runs []struct {
+		Label, Status, Batch string
+	}
+	Waiting string
+}
+
+// waitPanel reads the panel's events until one satisfies cond (true) or
+// the wait ends (false).
+func waitPanel(events <-chan sseEvent, cond func(panelState) bool) bool {
+	deadline := time.After(e2eWait)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return false
+			}
+			var p panelState
+			if ev.Name == "subagents" && json.Unmarshal([]byte(ev.Data), &p) == nil && cond(p) {
+				return true
+			}
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// TestE2EBrowserBatchPanel drives the web chat in headless Chromium: the
+// panel shows a batch's runs under one heading with how many ended, and
+// the batch's one announce is a card coloured by its worst outcome.
+func TestE2EBrowserBatchPanel(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	bctx := webtest.NewBrowser(t)
+	last := newGate(t)
+	tg := newTestGateway(t, orchConfig, batchModel(map[string]*gate{"gamma": last}))
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	const client = "batch-browser"
+	if err := webtest.Chat(ctx, tg.URL+"/?client="+client, "batch chat alpha fail-beta gamma"); err != nil {
+		t.Fatal(err)
+	}
+	key := "agent:main:web:dm:" + client
+	waitRunDone(t, tg, key, "alpha")
+	waitRunDone(t, tg, key, "fail-beta")
+	batch := tg.runsOf(t, key)[0].Batch[:8]
+	poll(t, ctx, "the batch's heading with 2 of 3 ended",
+		`Array.from(document.querySelectorAll("#subagents .batch")).some(h => h.textContent === "Batch `+batch+` · 2 of 3 ended")`)
+	poll(t, ctx, "the batch's three runs under it", `document.querySelectorAll("#subagents .run.in-batch").length === 3`)
+	last.open()
+	poll(t, ctx, "the batch's announce as an error card",
+		`Array.from(document.querySelectorAll("#messages .msg.announce.error .status")).some(s => s.textContent === "Status: ✅ 2 success · ❌ 1 error")`)
+	poll(t, ctx, "the batch's heading with 3 of 3 ended",
+		`Array.from(document.querySelectorAll("#subagents .batch")).some(h => h.textContent === "Batch `+batch+` · 3 of 3 ended")`)
 }

@@ -136,10 +136,17 @@ func (p *panel) refresh(ctx context.Context, key string) {
 		}
 		v := web.RunView{RunID: r.ID, Label: subagent.TaskTitle(r.Label, r.Task), Status: status,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Tokens: r.TokensIn + r.TokensOut, Resumes: r.Resumes}
+		if r.Batch != "" {
+			v.Batch = r.Batch[:min(8, len(r.Batch))]
+		}
 		if r.Status == store.StatusRunning {
 			v.Activity = r.Note
 		}
 		views = append(views, v)
 	}
-	p.web().SetPanel(client, views, scheds, sv)
+	waiting := ""
+	if n := subagent.WaitingFor(runs, key); n > 0 {
+		waiting = "This conversation: " + subagent.Waiting(n)
+	}
+	p.web().SetPanel(client, views, scheds, sv, waiting)
 }

@@ -270,3 +270,59 @@ func lastEnd(runs []store.Run) time.Time {
 	}
 	return t
 }
+
+// BatchSummary is how far one batch is (SPEC §23), for /subagents list
+// and the web chat's panel.
+type BatchSummary struct {
+	Batch    string // store.Run.Batch
+	ID       string // its first 8 characters
+	N        int    // its number in the list, from 1
+	Total    int    // its runs in the list
+	Ended    int
+	Outcomes []string // "✅ 1 success", … in the announce's order
+	Announce string
+}
+
+// Batches summarises the batches of runs, in the order their first run
+// appears there.
+func Batches(runs []store.Run) []BatchSummary {
+	var out []BatchSummary
+	at := map[string]int{}
+	count := map[string]map[string]int{}
+	for i := range runs {
+		r := &runs[i]
+		if r.Batch == "" {
+			continue
+		}
+		j, ok := at[r.Batch]
+		if !ok {
+			j = len(out)
+			at[r.Batch] = j
+			count[r.Batch] = map[string]int{}
+			out = append(out, BatchSummary{Batch: r.Batch, ID: shortID(r.Batch), N: j + 1, Announce: r.Announce})
+		}
+		out[j].Total++
+		if r.Status == store.StatusDone {
+			out[j].Ended++
+			count[r.Batch][r.Outcome]++
+		}
+	}
+	for b, j := range at {
+		for _, om := range outcomeMarks {
+			if n := count[b][om.outcome]; n > 0 {
+				out[j].Outcomes = append(out[j].Outcomes, fmt.Sprintf("%s %d %s", om.mark, n, om.outcome))
+			}
+		}
+	}
+	return out
+}
+
+// BatchMark is how /subagents list marks a run of batch n: "📦2 ".
+func BatchMark(n int) string { return fmt.Sprintf("📦%d ", n) }
+
+// String is the batch's line in /subagents list: "📦1 batch 1a2b3c4d: 2
+// of 4 ended · ✅ 1 success · ❌ 1 error · announce chat".
+func (b BatchSummary) String() string {
+	parts := append([]string{fmt.Sprintf("%sbatch %s: %d of %d ended", BatchMark(b.N), b.ID, b.Ended, b.Total)}, b.Outcomes...)
+	return strings.Join(append(parts, "announce "+b.Announce), " · ")
+}

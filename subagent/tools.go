@@ -170,6 +170,8 @@ type SessionInfo struct {
 	EndedAt        string `json:"endedAt,omitempty"`
 	TotalTokens    int64  `json:"totalTokens"`
 	TranscriptPath string `json:"transcriptPath"`
+	// Batch names the sessions_spawn with tasks that started it (SPEC §23).
+	Batch string `json:"batch,omitempty"`
 }
 
 // DisplayStatus is a run's status as people see it: queued, running,
@@ -244,7 +246,7 @@ func (m *Manager) listTool() agent.Tool {
 				}
 				out = append(out, SessionInfo{Key: r.ChildKey, Label: r.Label, Status: DisplayStatus(r), AgentID: r.AgentID,
 					Model: r.Model, StartedAt: rfc3339(r.StartedAt), EndedAt: rfc3339(r.EndedAt),
-					TotalTokens: r.TokensIn + r.TokensOut, TranscriptPath: m.TranscriptPath(r)})
+					TotalTokens: r.TokensIn + r.TokensOut, TranscriptPath: m.TranscriptPath(r), Batch: r.Batch})
 			}
 			return map[string]any{"count": len(out), "sessions": out}, nil
 		})
@@ -435,8 +437,12 @@ func (m *Manager) subagentsTool() agent.Tool {
 				items := []map[string]any{}
 				for i := range runs {
 					r := &runs[i]
-					items = append(items, map[string]any{"n": i + 1, "runId": r.ID, "sessionKey": r.ChildKey,
-						"label": TaskTitle(r.Label, r.Task), "status": DisplayStatus(r)})
+					item := map[string]any{"n": i + 1, "runId": r.ID, "sessionKey": r.ChildKey,
+						"label": TaskTitle(r.Label, r.Task), "status": DisplayStatus(r)}
+					if r.Batch != "" {
+						item["batch"] = r.Batch
+					}
+					items = append(items, item)
 				}
 				return map[string]any{"count": len(items), "runs": items}, nil
 			case "stop", "inspect", "steer":

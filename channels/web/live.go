@@ -45,6 +45,9 @@ type RunView struct {
 	Activity string `json:"activity,omitempty"`
 	// Resumes: how often the run resumed after its gateway stopped (SPEC §25).
 	Resumes int `json:"resumes,omitempty"`
+	// Batch is the first 8 characters of the batch the run belongs to
+	// (one sessions_spawn with tasks, SPEC §23); "" = none.
+	Batch string `json:"batch,omitempty"`
 }
 
 // ScheduleView is one schedule of the conversation as the panel shows it
@@ -61,7 +64,7 @@ type ScheduleView struct {
 // SetSubagents replaces the client's sub-agents panel (newest first); the
 // event streams send it as an "event: subagents", also to a stream that
 // connects later.
-func (a *Adapter) SetSubagents(client string, runs []RunView) { a.SetPanel(client, runs, nil, nil) }
+func (a *Adapter) SetSubagents(client string, runs []RunView) { a.SetPanel(client, runs, nil, nil, "") }
 
 // SpendView is the conversation's spend as the panel shows it (SPEC §20).
 type SpendView struct {
@@ -70,9 +73,11 @@ type SpendView struct {
 }
 
 // SetPanel replaces the client's panel: its sub-agent runs (newest first),
-// its schedules and its spend, sent as "event: subagents" {"runs": […],
-// "schedules": […], "spend"?: {today, month}}.
-func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleView, spend *SpendView) {
+// its schedules, its spend and, while the conversation waits for children
+// spawned with announce parent, waiting ("waiting (2 children)", SPEC
+// §23), sent as "event: subagents" {"runs": […], "schedules": […],
+// "spend"?: {today, month}, "waiting"?: "…"}.
+func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleView, spend *SpendView, waiting string) {
 	if runs == nil {
 		runs = []RunView{}
 	}
@@ -83,7 +88,8 @@ func (a *Adapter) SetPanel(client string, runs []RunView, schedules []ScheduleVi
 		Runs      []RunView      `json:"runs"`
 		Schedules []ScheduleView `json:"schedules"`
 		Spend     *SpendView     `json:"spend,omitempty"`
-	}{runs, schedules, spend})
+		Waiting   string         `json:"waiting,omitempty"`
+	}{runs, schedules, spend, waiting})
 	if err != nil {
 		return
 	}

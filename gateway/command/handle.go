@@ -280,6 +280,12 @@ func (h handler) list(ctx context.Context) string {
 	if n := subagent.WaitingFor(runs, h.req.SessionKey); n > 0 {
 		fmt.Fprintf(&b, "\nThis conversation: %s", subagent.Waiting(n))
 	}
+	batches := subagent.Batches(runs)
+	batchOf := map[string]int{}
+	for _, bs := range batches {
+		fmt.Fprintf(&b, "\n%s", bs)
+		batchOf[bs.Batch] = bs.N
+	}
 	var bound map[string]bool
 	if h.env.Threads != nil {
 		keys := make([]string, len(runs))
@@ -291,8 +297,11 @@ func (h handler) list(ctx context.Context) string {
 	for i := range runs {
 		r := &runs[i]
 		mark := ""
+		if r.Batch != "" {
+			mark = subagent.BatchMark(batchOf[r.Batch]) // one sessions_spawn with tasks
+		}
 		if bound[r.ChildKey] {
-			mark = "🧵 " // a thread talks to it
+			mark += "🧵 " // a thread talks to it
 		}
 		fmt.Fprintf(&b, "\n%d) %s · %s%s · %s · run %s · %s", i+1, listStatus(r), mark, title(r), age(r, now), shortRun(r.ID), r.ChildKey)
 	}
