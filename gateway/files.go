@@ -43,12 +43,13 @@ const fileSweepEvery = time.Hour
 // outage is returned as an error: the message is then not taken at all.
 // The files of conversation key stay within attachments.maxStoredMB,
 // maxTotalMB and the disk floor (minFreeMB); their bytes are held against
-// those until release is called, once the message is stored.
+// those (in the store, quota.go) until release is called, once the message
+// is stored.
 func (g *Gateway) takeFiles(ctx context.Context, key string, in channels.Inbound, log *zap.Logger) (text string, refs []store.FileRef, notes []string, release func(), err error) {
 	conf := g.cfg().Attachments
 	text = in.Text
-	var held int64 // by the conversation, until the message names its files
-	release = func() { g.quota.reserve(key, -held, 0) }
+	holds := &fileHolds{g: g, key: key}
+	release = func() { holds.release(log) }
 	used := map[string]bool{}
 	hinted := false
 	for i, a := range in.Attachments {
@@ -69,21 +70,18 @@ func (g *Gateway) takeFiles(ctx context.Context, key string, in channels.Inbound
 			notes = append(notes, media.NotReadLine(name, fmt.Sprintf("it is over the %s limit (attachments.maxBytes)", media.Size(conf.MaxBytes))))
 			continue
 		}
-		room, full, err := g.fileRoom(ctx, key)
+		hold, limit, full, err := holds.hold(ctx, conf.MaxBytes)
 		if err != nil {
 			return "", nil, nil, release, err
 		}
-		limit := min(conf.MaxBytes, room)
 		if limit <= 0 || a.Size > limit {
 			notes = append(notes, media.NotReadLine(name, full))
 			continue
 		}
-		g.quota.reserve(key, limit, limit)
+		g.inFlight.Add(limit)
 		ref, err := g.fetchFile(ctx, a, limit)
-		// The stored file's row counts in the total now; the conversation
-		// holds its bytes until the message names it.
-		g.quota.reserve(key, ref.Size-limit, -limit)
-		held += ref.Size
+		g.inFlight.Add(-limit)
+		holds.stored(ctx, hold, ref.Size, log)
 		if err != nil {
 			if !fileProblem(err) && storeFailed(err) {
 				return "", nil, nil, release, err

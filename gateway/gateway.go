@@ -75,7 +75,7 @@ type Gateway struct {
 
 	db       store.Store
 	attached attachedFiles // send_file's files, by session key, until the reply or announce takes them
-	quota    fileQuota     // inbound files' bytes being stored, until their message is
+	inFlight atomic.Int64  // inbound files' bytes this process is storing now (the disk floor, quota.go)
 	catalog  *agent.Catalog
 	provOpts providers.Options
 	subs     *subagent.Manager

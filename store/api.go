@@ -155,7 +155,8 @@ type Files interface {
 	PutFile(ctx context.Context, r io.Reader, limit int64, sniff func(head []byte) (string, error)) (FileRef, error) // ErrFileTooLarge
 	OpenFile(ctx context.Context, id string) (io.ReadCloser, FileRef, error)                                         // ErrNotFound
 	FileNamed(ctx context.Context, id, scope string) (bool, error)
-	FileBytes(ctx context.Context, scope string) (conversation, total int64, err error)
+	HoldFileBytes(ctx context.Context, h FileHold, q FileQuota) (granted int64, limit string, err error)
+	SetFileHold(ctx context.Context, id string, conv, total int64, until time.Time) error // conv = total = 0 removes it
 	IntakeFiles(ctx context.Context, intakeID int64) ([]FileRef, error)
 	OutboxFiles(ctx context.Context, outboxID int64) ([]FileRef, error)
 	SweepFiles(ctx context.Context, before time.Time) (int, error)

@@ -148,18 +148,79 @@ func (d *DB) FileNamed(ctx context.Context, id, scope string) (bool, error) {
 	return err == nil, d.wrap("file named", err)
 }
 
-// FileBytes returns the bytes of the stored files the conversation scope
-// names (attachments.maxStoredMB) and of all stored files
-// (attachments.maxTotalMB). A file two conversations name counts for
-// each of them, once in the total.
-func (d *DB) FileBytes(ctx context.Context, scope string) (conversation, total int64, err error) {
-	r := d.reader(ctx)
-	err = r.queryRow(func(rows *sql.Rows) error { return rows.Scan(&conversation) },
-		`SELECT COALESCE(SUM(f.size), 0) FROM file_refs r JOIN files f ON f.id = r.file_id WHERE r.scope = $1`, scope)
-	if err == nil {
-		err = r.queryRow(func(rows *sql.Rows) error { return rows.Scan(&total) }, `SELECT COALESCE(SUM(size), 0) FROM files`)
+// FileHold is what an inbound file being stored holds against the
+// attachment quotas until its message is stored (upgrade 33): Conv bytes
+// against its conversation (attachments.maxStoredMB) until the message
+// names the file, Total against all files (maxTotalMB) until the file's row
+// is written. A hold past Until counts no more: its replica died.
+type FileHold struct {
+	ID          string
+	Scope       string
+	Conv, Total int64
+	Until       time.Time
+}
+
+// FileQuota is what HoldFileBytes holds against, in bytes: what the files
+// a conversation names may reach, and what all stored files may.
+type FileQuota struct{ Conversation, Total int64 }
+
+// The quota HoldFileBytes names when it granted less than asked.
+const (
+	QuotaConversation = "conversation"
+	QuotaTotal        = "total"
+)
+
+// HoldFileBytes holds up to h.Conv bytes (against both quotas) for a file
+// of conversation h.Scope, counting the stored files and every replica's
+// holds in one transaction with the other holds, so parallel uploads —
+// on this process or another replica — cannot each pass a quota on the
+// same reading of the store. granted is what fits (0: nothing is held);
+// limit names the quota that cut it ("" when all of it fits). Expired
+// holds are removed.
+func (d *DB) HoldFileBytes(ctx context.Context, h FileHold, q FileQuota) (granted int64, limit string, err error) {
+	err = d.tx(ctx, func(c conn) error {
+		granted, limit = 0, ""
+		if err := c.lock("file_holds"); err != nil {
+			return err
+		}
+		if _, err := c.exec(`DELETE FROM file_holds WHERE until_ms < $1`, time.Now().UnixMilli()); err != nil {
+			return err
+		}
+		var conv, total int64
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&conv, &total) },
+			`SELECT (SELECT COALESCE(SUM(f.size), 0) FROM file_refs r JOIN files f ON f.id = r.file_id WHERE r.scope = $1)
+				+ (SELECT COALESCE(SUM(conv), 0) FROM file_holds WHERE scope = $1),
+			(SELECT COALESCE(SUM(size), 0) FROM files) + (SELECT COALESCE(SUM(total), 0) FROM file_holds)`, h.Scope); err != nil {
+			return err
+		}
+		granted = h.Conv
+		if r := q.Conversation - conv; r < granted {
+			granted, limit = max(r, 0), QuotaConversation
+		}
+		if r := q.Total - total; r < granted {
+			granted, limit = max(r, 0), QuotaTotal
+		}
+		if granted == 0 {
+			return nil
+		}
+		_, err := c.exec(`INSERT INTO file_holds (id, scope, conv, total, until_ms) VALUES ($1, $2, $3, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET scope = excluded.scope, conv = excluded.conv, total = excluded.total, until_ms = excluded.until_ms`,
+			h.ID, h.Scope, granted, h.Until.UnixMilli())
+		return err
+	})
+	return granted, limit, d.wrap("hold file bytes", err)
+}
+
+// SetFileHold changes what hold id holds and until when; conv = total = 0
+// removes it. An unknown id is no error (it expired).
+func (d *DB) SetFileHold(ctx context.Context, id string, conv, total int64, until time.Time) error {
+	var err error
+	if conv == 0 && total == 0 {
+		_, err = d.writer(ctx).exec(`DELETE FROM file_holds WHERE id = $1`, id)
+	} else {
+		_, err = d.writer(ctx).exec(`UPDATE file_holds SET conv = $2, total = $3, until_ms = $4 WHERE id = $1`, id, conv, total, until.UnixMilli())
 	}
-	return conversation, total, d.wrap("file bytes", err)
+	return d.wrap("set file hold", err)
 }
 
 // RefFiles records that the conversation scope names the files now: they

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -104,13 +105,27 @@ func testFilesStoredOnce(t *testing.T, s Store) {
 	if ok, err := s.FileNamed(ctx, want, "agent:main:web:dm:other"); err != nil || ok {
 		t.Errorf("FileNamed by a conversation that never had it = %v, %v", ok, err)
 	}
-	// The conversation's bytes are its files'; the total counts every
-	// stored file once.
-	if conv, total, err := s.FileBytes(ctx, in.SessionKey); err != nil || conv != int64(len(data)) || total != int64(len(data)+len(small)) {
-		t.Errorf("FileBytes = %d, %d, %v; want %d, %d", conv, total, err, len(data), len(data)+len(small))
+	// For the quotas a conversation's bytes are its files'; the total
+	// counts every stored file once.
+	room := func(scope string, q store.FileQuota) int64 {
+		t.Helper()
+		got, _, err := s.HoldFileBytes(ctx, store.FileHold{ID: "probe", Scope: scope, Conv: 1000, Total: 1000, Until: time.Now().Add(time.Hour)}, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetFileHold(ctx, "probe", 0, 0, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		return got
 	}
-	if conv, _, err := s.FileBytes(ctx, "agent:main:web:dm:other"); err != nil || conv != 0 {
-		t.Errorf("FileBytes of a conversation without files = %d, %v", conv, err)
+	if got := room(in.SessionKey, store.FileQuota{Conversation: int64(len(data)) + 5, Total: 1 << 40}); got != 5 {
+		t.Errorf("room left in a conversation with a %d-byte file under a %d-byte quota = %d, want 5", len(data), len(data)+5, got)
+	}
+	if got := room("agent:main:web:dm:other", store.FileQuota{Conversation: 7, Total: 1 << 40}); got != 7 {
+		t.Errorf("room left in a conversation without files under a 7-byte quota = %d", got)
+	}
+	if got := room("agent:main:web:dm:other", store.FileQuota{Conversation: 1 << 40, Total: int64(len(data)+len(small)) + 9}); got != 9 {
+		t.Errorf("room left under a total of the stored files + 9 = %d, want 9", got)
 	}
 	if files, err := s.IntakeFiles(ctx, in.ID+1000); err != nil || len(files) != 0 {
 		t.Errorf("IntakeFiles of an unknown message = %+v, %v", files, err)
@@ -198,6 +213,97 @@ func testFilesConcurrentPut(t *testing.T, s Store) {
 	}
 	if got, _, err := readFile(t, s, sha(data)); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read back %d bytes, %v; want %d identical", len(got), err, len(data))
+	}
+}
+
+// Quotas across replicas: a file being stored holds bytes against its
+// conversation's and the total quota; parallel holds (two replicas taking
+// uploads at once) never pass a quota together; a hold that shrinks or
+// goes frees its bytes; an expired hold (its replica died) counts no more.
+func testFileHolds(t *testing.T, s Store) {
+	ctx := context.Background()
+	conv, other := "agent:main:web:dm:q1", "agent:main:web:dm:q2"
+	if err := s.RefFiles(ctx, conv, []store.FileRef{putFile(t, s, bytes.Repeat([]byte("s"), 100))}); err != nil {
+		t.Fatal(err)
+	}
+	q := store.FileQuota{Conversation: 1000, Total: 1500}
+	later := time.Now().Add(time.Hour)
+	hold := func(id, scope string, want int64) (int64, string) {
+		t.Helper()
+		got, limit, err := s.HoldFileBytes(ctx, store.FileHold{ID: id, Scope: scope, Conv: want, Total: want, Until: later}, q)
+		if err != nil {
+			t.Fatalf("HoldFileBytes(%s, %d): %v", id, want, err)
+		}
+		return got, limit
+	}
+
+	// Ten holds of 200 at once: 900 bytes are left in the conversation.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := map[string]int64{}
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("h%d", i)
+			got, limit, err := s.HoldFileBytes(ctx, store.FileHold{ID: id, Scope: conv, Conv: 200, Total: 200, Until: later}, q)
+			if err != nil {
+				t.Error(err)
+			}
+			if got < 200 && limit != store.QuotaConversation || got == 200 && limit != "" {
+				t.Errorf("hold %s granted %d, limit %q", id, got, limit)
+			}
+			mu.Lock()
+			granted[id] = got
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	var sum int64
+	for _, g := range granted {
+		sum += g
+	}
+	if sum != 900 {
+		t.Fatalf("parallel holds granted %d bytes in all (%v); want the 900 left under the conversation's quota", sum, granted)
+	}
+	// Another conversation meets the total: 1500 - 100 stored - 900 held.
+	if got, limit := hold("o1", other, 800); got != 500 || limit != store.QuotaTotal {
+		t.Fatalf("a hold of 800 in another conversation = %d, %q; want 500, %q", got, limit, store.QuotaTotal)
+	}
+	// The holds end: one shrinks to its stored file's 10 bytes (its row
+	// now counts in the total), the others go.
+	kept := ""
+	for id, g := range granted {
+		switch {
+		case g > 0 && kept == "":
+			kept = id
+			if err := s.SetFileHold(ctx, id, 10, 0, later); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if err := s.SetFileHold(ctx, id, 0, 0, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.SetFileHold(ctx, "o1", 0, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetFileHold(ctx, "never-held", 0, 0, time.Time{}); err != nil {
+		t.Errorf("SetFileHold of an unknown hold: %v", err)
+	}
+	if got, limit := hold("big", conv, 2000); got != 890 || limit != store.QuotaConversation {
+		t.Fatalf("after the holds ended a hold of 2000 = %d, %q; want 890 (1000 - 100 stored - 10 held)", got, limit)
+	}
+	// An expired hold counts no more.
+	if err := s.SetFileHold(ctx, "big", 890, 890, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := hold("big2", conv, 2000); got != 890 {
+		t.Fatalf("with the first hold expired a hold of 2000 = %d; want 890", got)
+	}
+	if got, limit := hold("none", conv, 5); got != 0 || limit != store.QuotaConversation {
+		t.Errorf("a hold with the conversation full = %d, %q; want 0, %q", got, limit, store.QuotaConversation)
 	}
 }
 

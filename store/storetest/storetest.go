@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"FilesRefused", testFilesRefused},
 		{"FilesConcurrentPut", testFilesConcurrentPut},
 		{"FilesSweep", testFilesSweep},
+		{"FileHolds", testFileHolds},
 		{"Bus", testBus},
 		{"ConversationSettings", testConversationSettings},
 		{"IntakeDraft", testIntakeDraft},
