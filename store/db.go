@@ -144,6 +144,16 @@ func dsn(path string, readOnly bool) string {
 	}
 	if readOnly {
 		q = append(q, "_pragma=query_only(1)")
+	} else {
+		// The writer's statement journals stay in memory. A group commit
+		// (group.go) runs each caller in a savepoint, and a statement
+		// journal over 64 KiB was spilled to a new temp file in TMPDIR,
+		// created and unlinked at once: 6 % of a run's CPU in
+		// BenchmarkRunLifecycle, and the churn of deleted inodes made
+		// ext4 slow to create every other file there, transcripts
+		// included (docs/performance.md). A group holds at most maxGroup
+		// transactions' changed pages.
+		q = append(q, "_pragma=temp_store(MEMORY)")
 	}
 	return "file:" + path + "?" + strings.Join(q, "&")
 }
