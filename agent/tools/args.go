@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/heraldhq/herald/agent"
 )
@@ -20,8 +21,38 @@ type field struct {
 	desc     string
 }
 
-// schema renders the JSON Schema object for fields.
+// schemas caches schema's renderings by their fields: a tool's Spec is
+// asked for every run's registry and every model call, and marshalling
+// the same few schemas again was 8 % of a sub-agent run's CPU
+// (BenchmarkRunLifecycle). The distinct field sets are the built-in
+// tools' times the descriptions a config gives them: a handful.
+var schemas sync.Map // fieldsKey → json.RawMessage
+
+// schema renders the JSON Schema object for fields. The result is shared:
+// callers must not modify it.
 func schema(fields ...field) json.RawMessage {
+	var k strings.Builder
+	for _, f := range fields {
+		k.WriteString(f.name)
+		k.WriteByte(0)
+		k.WriteString(f.kind)
+		k.WriteByte(0)
+		k.WriteString(f.desc)
+		if f.required {
+			k.WriteByte(1)
+		}
+		k.WriteByte(0)
+	}
+	key := k.String()
+	if b, ok := schemas.Load(key); ok {
+		return b.(json.RawMessage)
+	}
+	b := renderSchema(fields)
+	schemas.Store(key, b)
+	return b
+}
+
+func renderSchema(fields []field) json.RawMessage {
 	props := make(map[string]any, len(fields))
 	required := []string{}
 	for _, f := range fields {
