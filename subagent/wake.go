@@ -197,6 +197,9 @@ const childRecheck = 30 * time.Second
 // stop) ends the wait with its error.
 func (m *Manager) awaitChildren(ctx context.Context, rc *RunCtx, sess *agent.Session) (string, error) {
 	run := &rc.Run
+	if !m.mayHaveChildren(run.ID) {
+		return "", nil
+	}
 	defer m.setWaiting(rc, 0)
 	timedOut := ""
 	var parentRuns map[string]bool
