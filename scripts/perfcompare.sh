@@ -35,6 +35,13 @@ else
 	build . "$tmp/herald-new"
 	newName="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +)"
 fi
+# Copy each binary once: the Go linker writes its output through mmap,
+# and Linux 6.x then caches the file in 2 MB folios, so a process running
+# a freshly linked binary has nearly all of it resident whatever it runs
+# (docs/performance.md). An installed binary is written with write(2).
+for b in old new; do
+	cp "$tmp/herald-$b" "$tmp/herald-$b.cp" && mv "$tmp/herald-$b.cp" "$tmp/herald-$b"
+done
 ls -l "$tmp/herald-old" "$tmp/herald-new" | awk '{ printf "%s %.0f MB\n", $NF, $5/1e6 }' >&2
 go run ./cmd/herald-load -compare "$tmp/herald-old,$tmp/herald-new" \
 	-compare-names "$(git rev-parse --short "$old"),$newName" \
