@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -273,6 +274,91 @@ func TestE2ERealClaudeAgent(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from claude" {
 		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
+	}
+}
+
+// TestE2ERealCodex: the real @zed-industries/codex-acp (Codex over ACP,
+// installed from npm by scripts/acp-agents.sh: a node launcher and its
+// native binary) as a sub-agent of the whole gateway, its model a fake
+// OpenAI Responses API reached through a custom provider base_url set by
+// -c flags in runtime.args (its HOME, and so its ~/.codex, is the
+// sandbox's own). Spawned by the model, its command's permission request
+// (approval_policy "untrusted") is approved with /approve, the command
+// writes hello.txt in the conversation workspace, and the announce is
+// success with its final message; Codex reports no token usage, and the
+// Notes say so.
+func TestE2ERealCodex(t *testing.T) {
+	if pgtest.OnPostgres() {
+		t.Skip("the real agent meets the store only through the runner: it runs once, on SQLite")
+	}
+	prefix := os.Getenv("HERALD_ACP_NPM")
+	if prefix == "" {
+		t.Skip("HERALD_ACP_NPM is not set: scripts/acp-agents.sh (run by make test when npm is present) installs the real agents")
+	}
+	bin := filepath.Join(prefix, "node_modules", ".bin", "codex-acp")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("codex-acp is not installed under %s: %v", prefix, err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("codex-acp's launcher needs node: %v", err)
+	}
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	const client = "real-codex"
+	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
+	codex := llmtest.NewResponses(t, func(c llmtest.Call) llmtest.Reply {
+		if last := c.Messages[len(c.Messages)-1]; last.Role == agent.RoleTool {
+			return llmtest.Reply{Text: "I wrote hello.txt."}
+		}
+		if !slices.Contains(c.Tools, "exec_command") || !strings.Contains(c.LastUser(), "write hello.txt") {
+			return llmtest.Reply{Status: 400, Message: fmt.Sprintf("llmtest: unexpected call: tools %v, last user %q", c.Tools, c.LastUser())}
+		}
+		args, _ := json.Marshal(map[string]string{"cmd": "printf 'hello from codex' > hello.txt", "workdir": conv})
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "exec_command", Args: args}}}
+	})
+	cfg := fmt.Sprintf(`{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %q },
+    { id: "codex", runtime: { type: "acp", command: %q, network: true, readPaths: [%q],
+        args: ["-c", "model_provider=\"fake\"", "-c", "model=\"gpt-5-codex\"",
+               "-c", "model_providers.fake={ name = \"fake\", base_url = \"%s/v1\", wire_api = \"responses\", env_key = \"OPENAI_API_KEY\" }",
+               "-c", "sandbox_mode=\"danger-full-access\"", "-c", "approval_policy=\"untrusted\""],
+        env: { PATH: %q, OPENAI_API_KEY: "sk-test" } } }] },
+  security: { toolPolicy: { groups: { acp: "supervised" } } },
+  channels: { web: { enabled: true } },
+}`, ws, bin, filepath.Join(prefix, "node_modules"), codex.URL, filepath.Dir(node)+":/usr/bin:/bin")
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		switch {
+		case c.Messages[len(c.Messages)-1].Role == agent.RoleTool:
+			return llmtest.Reply{Text: "Started Codex; its result will follow here."}
+		case strings.Contains(c.LastUser(), "code: codex"):
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+				Args: json.RawMessage(`{"agentId":"codex","task":"write hello.txt","label":"codex"}`)}}}
+		}
+		return llmtest.Reply{Text: "hello"}
+	})
+	webPost(t, tg.URL, client, "code: codex")
+	req := waitText(t, tg, client, "🔐 Approval needed")
+	if !strings.Contains(req, "wants to run acp") || !strings.Contains(req, `"kind":"execute"`) || !strings.Contains(req, "printf 'hello from codex'") {
+		t.Errorf("approval request:\n%s", req)
+	}
+	if _, err := os.Stat(filepath.Join(conv, "hello.txt")); !os.IsNotExist(err) {
+		t.Fatalf("hello.txt exists before the approval: %v", err)
+	}
+	ann := approveFor(t, tg, client, req, "Task: codex")
+	if !strings.HasPrefix(ann, "Status: success\nTask: codex\n\nResult:\nI wrote hello.txt.\n\nNotes:\nThe agent reported no token usage.\n") {
+		t.Errorf("announce:\n%s", ann)
+	}
+	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from codex" {
+		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
+	}
+	if n := codex.Count(); n != 2 {
+		t.Errorf("Codex made %d model calls, want 2 (the command, then its answer)", n)
 	}
 }
 

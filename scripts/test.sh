@@ -3,7 +3,7 @@
 # what the tests need (Chromium, Dendrite, PostgreSQL, bubblewrap), then runs every Go test
 # (the fuzz targets' seed corpora included; `make fuzz` fuzzes). Needs the Go
 # module proxy and Debian's packages (and, when npx is present, the npm
-# registry for the reference MCP server and the real ACP agent).
+# registry for the reference MCP server and the real ACP agents).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,7 @@ bash scripts/bubblewrap.sh check || true
 echo "== the reference MCP server (@modelcontextprotocol/server-everything) when npx is present"
 bash scripts/mcp-everything.sh
 
-echo "== the real ACP coding agent (@zed-industries/claude-agent-acp) when npm is present"
+echo "== the real ACP coding agents (@zed-industries/claude-agent-acp, @zed-industries/codex-acp) when npm is present"
 HERALD_ACP_NPM=$(bash scripts/acp-agents.sh)
 export HERALD_ACP_NPM
 

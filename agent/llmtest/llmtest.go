@@ -1,6 +1,7 @@
 // Package llmtest runs fake LLM servers for tests: httptest servers that
-// speak the real Anthropic Messages and OpenAI Chat Completions wire formats,
-// so code under test talks to them through the real SDKs. Each received
+// speak the real Anthropic Messages, OpenAI Chat Completions and OpenAI
+// Responses wire formats, so code under test (and a real coding agent)
+// talks to them through the real SDKs. Each received
 // request is decoded into a provider-neutral Call; a Handler decides the
 // Reply (text, tool calls, usage, or an HTTP error in the API's own error
 // JSON, with an optional Retry-After and delay).
@@ -31,7 +32,7 @@ const (
 
 // Call is one request the fake received, decoded into neutral form.
 type Call struct {
-	API      string // APIAnthropic or APIOpenAI
+	API      string // APIAnthropic, APIOpenAI or APIResponses
 	Path     string
 	Header   http.Header
 	Body     []byte // the raw JSON request body
@@ -211,6 +212,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		wantPath = strings.HasSuffix(r.URL.Path, "/v1/messages")
 	case APIOpenAI:
 		wantPath = strings.HasSuffix(r.URL.Path, "/chat/completions")
+	case APIResponses:
+		wantPath = strings.HasSuffix(r.URL.Path, "/responses")
 	}
 	if r.Method != http.MethodPost || !wantPath {
 		s.writeError(w, http.StatusNotFound, "", fmt.Sprintf("llmtest: no route for %s %s", r.Method, r.URL.Path))
@@ -223,9 +226,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var c Call
 	var problem string
-	if s.api == APIAnthropic {
+	switch s.api {
+	case APIAnthropic:
 		c, problem = decodeAnthropic(body)
-	} else {
+	case APIResponses:
+		c, problem = decodeResponses(body)
+	default:
 		c, problem = decodeOpenAI(body)
 	}
 	c.API, c.Path, c.Header, c.Body = s.api, r.URL.Path, r.Header.Clone(), body
@@ -281,6 +287,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case s.api == APIAnthropic:
 		out = encodeAnthropic(c, rep, id)
+	case s.api == APIResponses && c.Stream:
+		writeResponsesStream(w, r, c, rep, id)
+		return
+	case s.api == APIResponses:
+		out = encodeResponses(c, rep, id)
 	case c.Stream:
 		writeOpenAIStream(w, r, c, rep, id)
 		return

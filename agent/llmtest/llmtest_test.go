@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/heraldhq/herald/agent"
 )
 
 func post(t *testing.T, url, body string) (int, map[string]any) {
@@ -95,5 +97,59 @@ func TestAnthropicReplyShape(t *testing.T) {
 	c, _ := s.Last()
 	if c.System != "sys" || s.Count() != 1 {
 		t.Errorf("call %+v", c)
+	}
+}
+
+// TestResponsesFake: the Responses fake decodes instructions, messages,
+// function calls and their outputs into a Call, lists function tools
+// (those of a namespace too), streams a text reply as deltas and a tool
+// call as an output item, then response.completed with usage; an output
+// without its call is refused like the real API.
+func TestResponsesFake(t *testing.T) {
+	var got Call
+	s := NewResponses(t, func(c Call) Reply {
+		got = c
+		if c.Messages[len(c.Messages)-1].Role == "tool" {
+			return Reply{Text: "all done", Usage: agent.Usage{Input: 10, Output: 3}}
+		}
+		return Reply{ToolCalls: []agent.ToolCall{{Name: "exec_command", Args: json.RawMessage(`{"cmd":"ls"}`)}}}
+	})
+	resp, err := http.Post(s.URL+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-x","stream":true,
+		"instructions":"be brief","tools":[{"type":"function","name":"exec_command"},{"type":"namespace","name":"ns","tools":[{"name":"spawn"}]},{"type":"web_search"}],
+		"input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"dev note"}]},
+		         {"type":"message","role":"user","content":[{"type":"input_text","text":"list files"}]},
+		         {"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"pwd\"}","call_id":"c1"},
+		         {"type":"function_call_output","call_id":"c1","output":"/work"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got.System != "be brief\ndev note" || got.LastUser() != "list files" || strings.Join(got.Tools, ",") != "exec_command,spawn" || len(got.Messages) != 3 ||
+		got.Messages[1].ToolCalls[0].Name != "exec_command" || got.Messages[2].ToolResults[0].Content != "/work" || got.Messages[2].ToolResults[0].Name != "exec_command" {
+		t.Errorf("decoded %+v", got)
+	}
+	var events, text []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if ev, ok := strings.CutPrefix(line, "event: "); ok {
+			events = append(events, ev)
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(d, `"response.output_text.delta"`) {
+			var e struct{ Delta string }
+			_ = json.Unmarshal([]byte(d), &e)
+			text = append(text, e.Delta)
+		}
+	}
+	if strings.Join(text, "") != "all done" || events[0] != "response.created" || events[len(events)-1] != "response.completed" ||
+		!strings.Contains(string(b), `"usage":{"input_tokens":10,`) {
+		t.Errorf("stream events %v, text %q:\n%s", events, text, b)
+	}
+	status, m := post(t, s.URL+"/v1/responses", `{"model":"gpt-x","input":[{"type":"function_call_output","call_id":"nope","output":"x"}]}`)
+	if e, _ := m["error"].(map[string]any); status != 400 || !strings.Contains(e["message"].(string), "No tool call found") {
+		t.Errorf("orphan output: %d %v", status, m)
+	}
+	status, m = post(t, s.URL+"/v1/responses", `{"model":"gpt-x","input":"list files"}`)
+	if out, _ := m["output"].([]any); status != 200 || len(out) != 1 || out[0].(map[string]any)["type"] != "function_call" {
+		t.Errorf("plain request: %d %v", status, m)
 	}
 }

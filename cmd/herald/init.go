@@ -50,10 +50,12 @@ func initCmd(f *flags, stdin io.Reader, interactive bool, stdout, stderr io.Writ
 	}
 	if interactive && len(chans) == 0 && provider == "" {
 		var err error
-		if chans, provider, err = askInit(stdin, stdout); err != nil {
+		var coding []string
+		if chans, provider, coding, err = askInit(stdin, stdout, len(f.coding) == 0); err != nil {
 			fmt.Fprintf(stderr, "herald: %v\n", err)
 			return 1
 		}
+		f.coding = append(f.coding, coding...)
 	}
 	if len(chans) == 0 {
 		chans = []string{"web"}
@@ -137,8 +139,9 @@ func whereToTalk(chans []string) string {
 	return "message the bot on " + strings.Join(on, ", ") + " (the web chat is off)"
 }
 
-// askInit asks which channels and provider to use.
-func askInit(stdin io.Reader, stdout io.Writer) ([]string, string, error) {
+// askInit asks which channels and provider to use and, when askCoding,
+// which coding agents to add as ACP sub-agents (none by default).
+func askInit(stdin io.Reader, stdout io.Writer, askCoding bool) (chans []string, provider string, coding []string, err error) {
 	in := bufio.NewScanner(stdin)
 	ask := func(q, def string) (string, error) {
 		fmt.Fprintf(stdout, "%s [%s]: ", q, def)
@@ -150,27 +153,43 @@ func askInit(stdin io.Reader, stdout io.Writer) ([]string, string, error) {
 		}
 		return cmp.Or(strings.TrimSpace(in.Text()), def), nil
 	}
-	for {
-		a, err := ask("Channels ("+strings.Join(initChannels(), ", ")+"; comma-separated)", "web")
-		if err != nil {
-			return nil, "", err
-		}
-		chans := splitList(a)
-		if bad := slices.IndexFunc(chans, func(c string) bool { return !slices.Contains(initChannels(), c) }); bad >= 0 {
-			fmt.Fprintf(stdout, "  %q is not one of %s\n", chans[bad], strings.Join(initChannels(), ", "))
-			continue
-		}
+	// list asks until every word of the answer is one of valid.
+	list := func(q, def string, valid []string, none bool) ([]string, error) {
 		for {
-			p, err := ask("Model provider ("+strings.Join(initProviders, ", ")+")", "anthropic")
+			a, err := ask(q, def)
 			if err != nil {
-				return nil, "", err
+				return nil, err
 			}
-			if slices.Contains(initProviders, p) {
-				return chans, p, nil
+			words := splitList(a)
+			if none && len(words) == 1 && words[0] == "none" {
+				return nil, nil
 			}
-			fmt.Fprintf(stdout, "  %q is not one of %s\n", p, strings.Join(initProviders, ", "))
+			if bad := slices.IndexFunc(words, func(c string) bool { return !slices.Contains(valid, c) }); bad >= 0 {
+				fmt.Fprintf(stdout, "  %q is not one of %s\n", words[bad], strings.Join(valid, ", "))
+				continue
+			}
+			return words, nil
 		}
 	}
+	if chans, err = list("Channels ("+strings.Join(initChannels(), ", ")+"; comma-separated)", "web", initChannels(), false); err != nil {
+		return nil, "", nil, err
+	}
+	for {
+		if provider, err = ask("Model provider ("+strings.Join(initProviders, ", ")+")", "anthropic"); err != nil {
+			return nil, "", nil, err
+		}
+		if slices.Contains(initProviders, provider) {
+			break
+		}
+		fmt.Fprintf(stdout, "  %q is not one of %s\n", provider, strings.Join(initProviders, ", "))
+	}
+	if askCoding {
+		q := "Coding agents main may hand tasks to, over ACP (" + strings.Join(initCodingAgents, ", ") + "; comma-separated, or none)"
+		if coding, err = list(q, "none", initCodingAgents, true); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	return chans, provider, coding, nil
 }
 
 // splitList splits "slack, telegram" into its words, without duplicates.
@@ -310,13 +329,19 @@ var initCodingAgents = []string{"codex", "claude"}
 type codingAgent struct {
 	id, name, command, pkg string
 	key                    secretVar
+	args                   string // its runtime.args line ("" = none)
 }
 
 var codingAgents = map[string]codingAgent{
+	// Codex sandboxes its commands with bubblewrap, which cannot nest in
+	// Herald's sandbox ("setting up uid map: Operation not permitted"):
+	// Herald's sandbox confines it instead, and "untrusted" has it ask
+	// before its commands — a request Herald decides (policy group acp).
 	"codex": {"codex", "Codex", "codex-acp", "@zed-industries/codex-acp",
-		secretVar{"OPENAI_API_KEY", "platform.openai.com → API keys (for Codex)"}},
+		secretVar{"OPENAI_API_KEY", "platform.openai.com → API keys (for Codex)"},
+		`args: ["-c", "sandbox_mode=\"danger-full-access\"", "-c", "approval_policy=\"untrusted\""],`},
 	"claude": {"claude", "Claude Code", "claude-agent-acp", "@zed-industries/claude-agent-acp",
-		secretVar{"ANTHROPIC_API_KEY", "console.anthropic.com → API keys (for Claude Code)"}},
+		secretVar{"ANTHROPIC_API_KEY", "console.anthropic.com → API keys (for Claude Code)"}, ""},
 }
 
 // codingEntries are the agents.list entries of the coding agents; their
@@ -328,12 +353,16 @@ func codingEntries(coding []string, secrets *[]secretVar) string {
 		if !slices.ContainsFunc(*secrets, func(s secretVar) bool { return s.name == a.key.name }) {
 			*secrets = append(*secrets, a.key)
 		}
+		args := ""
+		if a.args != "" {
+			args = "\n          " + a.args
+		}
 		fmt.Fprintf(&b, `      // %s over ACP, a sub-agent main may spawn: npm install -g %s
       // (herald doctor checks it). It runs in the exec sandbox, in the
       // conversation's workspace, with only this env (docs/acp.md).
-      { id: %q, name: %q, runtime: { type: "acp", command: %q, network: true,
+      { id: %q, name: %q, runtime: { type: "acp", command: %q, network: true,%s
           env: { %s: "${%s}", PATH: "/usr/local/bin:/usr/bin:/bin" } } },
-`, a.name, a.pkg, a.id, a.name, a.command, a.key.name, a.key.name)
+`, a.name, a.pkg, a.id, a.name, a.command, args, a.key.name, a.key.name)
 	}
 	return b.String()
 }

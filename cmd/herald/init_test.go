@@ -104,23 +104,34 @@ func TestInitRefusesToOverwriteWithoutForce(t *testing.T) {
 	}
 }
 
-// On a terminal, init asks; a wrong answer is asked again.
+// On a terminal, init asks (channels, provider, coding agents); a wrong
+// answer is asked again.
 func TestInitAsksOnATerminal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "herald.json5")
-	in := strings.NewReader("Slack, telegram\nbogus\nopenai\n")
+	in := strings.NewReader("Slack, telegram\nbogus\nopenai\naider\ncodex\n")
 	var out, errOut bytes.Buffer
 	if code := initCmd(&flags{config: path}, in, true, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	if !strings.Contains(out.String(), `"bogus" is not one of anthropic`) || strings.Count(out.String(), "Model provider") != 2 {
+	if !strings.Contains(out.String(), `"bogus" is not one of anthropic`) || strings.Count(out.String(), "Model provider") != 2 ||
+		!strings.Contains(out.String(), `"aider" is not one of codex, claude`) || strings.Count(out.String(), "Coding agents main may hand tasks to, over ACP (codex, claude; comma-separated, or none) [none]: ") != 2 {
 		t.Errorf("dialogue:\n%s", out.String())
 	}
 	cfg, err := config.Load(path, func(string) (string, bool) { return "x", true })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.ChannelEnabled("slack") || !cfg.ChannelEnabled("telegram") || cfg.ChannelEnabled("matrix") || cfg.AgentModel("main") != "openai/gpt-4o" {
-		t.Errorf("answers not applied: channels %v model %s", cfg.EnabledChannels(), cfg.AgentModel("main"))
+	if !cfg.ChannelEnabled("slack") || !cfg.ChannelEnabled("telegram") || cfg.ChannelEnabled("matrix") || cfg.AgentModel("main") != "openai/gpt-4o" ||
+		!slices.Equal(cfg.ACPAgents(), []string{"codex"}) {
+		t.Errorf("answers not applied: channels %v model %s coding agents %v", cfg.EnabledChannels(), cfg.AgentModel("main"), cfg.ACPAgents())
+	}
+	// The default is none.
+	path = filepath.Join(t.TempDir(), "herald.json5")
+	if code := initCmd(&flags{config: path}, strings.NewReader("\n\n\n"), true, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if cfg, err = config.Load(path, func(string) (string, bool) { return "x", true }); err != nil || len(cfg.ACPAgents()) != 0 {
+		t.Errorf("default answers: coding agents %v, %v", cfg.ACPAgents(), err)
 	}
 }
 
@@ -246,8 +257,12 @@ func TestInitCodingAgents(t *testing.T) {
 	if got := cfg.ACPAgents(); !slices.Equal(got, []string{"codex", "claude"}) {
 		t.Errorf("ACP agents %v", got)
 	}
-	if rt, _ := cfg.ACP("claude"); rt.Command != "claude-agent-acp" || rt.Env["ANTHROPIC_API_KEY"].Value() != "value-of-ANTHROPIC_API_KEY" || !rt.Network {
+	if rt, _ := cfg.ACP("claude"); rt.Command != "claude-agent-acp" || rt.Env["ANTHROPIC_API_KEY"].Value() != "value-of-ANTHROPIC_API_KEY" || !rt.Network || len(rt.Args) != 0 {
 		t.Errorf("claude runtime %+v", rt)
+	}
+	// Codex's own sandbox cannot nest in Herald's; its commands ask.
+	if rt, _ := cfg.ACP("codex"); !slices.Equal(rt.Args, []string{"-c", `sandbox_mode="danger-full-access"`, "-c", `approval_policy="untrusted"`}) {
+		t.Errorf("codex args %q", rt.Args)
 	}
 	if lim := cfg.SubagentLimits("main"); !lim.AllowsAgent("codex") || !lim.AllowsAgent("claude") {
 		t.Errorf("main may not spawn them: %+v", lim.AllowAgents)
