@@ -13,7 +13,8 @@ help: ## list the targets
 		END { f = sprintf("  make %%-%ds  %%s\n", w); for (i = 1; i <= NR; i++) printf f, n[i], d[i] }'
 
 run: ## run the gateway: ~/.herald/herald.json5 when it exists (herald init writes it), else the built-in default (web chat on 127.0.0.1:8790, demo model unless an API key is set)
-	$(GO) run -tags $(TAGS) ./cmd/herald gateway --log-format console
+	$(GO) build -tags $(TAGS) -o bin/herald ./cmd/herald
+	bin/herald gateway --log-format console
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64

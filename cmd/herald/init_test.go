@@ -200,17 +200,17 @@ func TestGatewayHintsAtTheDefaultFile(t *testing.T) {
 }
 
 // TestStartedLineSaysWhatIsOn: the gateway's first line names the web chat
-// only when it is on.
+// only when it is on, and where the console is.
 func TestStartedLineSaysWhatIsOn(t *testing.T) {
 	off, on := false, true
 	cfg := config.Default(func(string) (string, bool) { return "", false })
 	cfg.Channels.Web.Enabled = &off
 	cfg.Channels.Options("telegram").Common().Enabled = true
-	if got := startedLine(cfg, "127.0.0.1:8790"); strings.Contains(got, "web chat on") || !strings.Contains(got, "telegram") || !strings.Contains(got, "web chat is off") {
+	if got := startedLine(cfg, "127.0.0.1:8790"); strings.Contains(got, "web chat on") || !strings.Contains(got, "telegram") || !strings.Contains(got, "web chat is off") || !strings.Contains(got, "console at /admin") {
 		t.Errorf("web off: %q", got)
 	}
 	cfg.Channels.Web.Enabled = &on
-	if got := startedLine(cfg, "127.0.0.1:8790"); !strings.HasPrefix(got, "herald: web chat on http://127.0.0.1:8790/") {
+	if got := startedLine(cfg, "127.0.0.1:8790"); !strings.HasPrefix(got, "herald: web chat on http://127.0.0.1:8790/") || !strings.HasSuffix(got, ", console on http://127.0.0.1:8790/admin") {
 		t.Errorf("web on: %q", got)
 	}
 }

@@ -427,17 +427,18 @@ func runGateway(f *flags, stderr io.Writer) int {
 }
 
 // startedLine is what the gateway prints once it serves: the web chat's
-// address only when the web chat is on.
+// address only when the web chat is on, and the console's (always served).
 func startedLine(cfg *config.Config, addr string) string {
 	chans := cfg.EnabledChannels()
 	model := cfg.AgentModel(cfg.DefaultAgentID())
 	if cfg.WebEnabled() {
+		also := ""
 		if len(chans) > 0 {
-			return fmt.Sprintf("herald: web chat on http://%s/ (model %s; also %s)", addr, model, strings.Join(chans, ", "))
+			also = "; also " + strings.Join(chans, ", ")
 		}
-		return fmt.Sprintf("herald: web chat on http://%s/ (model %s)", addr, model)
+		return fmt.Sprintf("herald: web chat on http://%s/ (model %s%s), console on http://%s/admin", addr, model, also, addr)
 	}
-	return fmt.Sprintf("herald: serving %s (model %s); the web chat is off, http://%s/ serves /healthz, /readyz, /metrics and webhooks",
+	return fmt.Sprintf("herald: serving %s (model %s); the web chat is off, http://%s/ serves the console at /admin, /healthz, /readyz, /metrics and webhooks",
 		cmp.Or(strings.Join(chans, ", "), "no channel"), model, addr)
 }
 
