@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/heraldhq/herald/agent"
@@ -195,5 +196,63 @@ func TestE2ESlackThreadStopBetween(t *testing.T) {
 	posts := sf.WaitPosts(n+1, e2eWait)
 	if p := posts[n]; p.ThreadTS != starter.TS || !strings.HasPrefix(p.Text, `child (task "alpha: dig into the release notes", `) {
 		t.Fatalf("answer in alpha's thread = %+v, want the child's", p)
+	}
+}
+
+// TestE2ESlackThreadFiles: a picture sent in a child's thread reaches the
+// child like a top-level turn's: it is copied into the child's workspace
+// (its requester conversation's) as attachments/<name>, named in the
+// message, and given to the child's model as an image block.
+func TestE2ESlackThreadFiles(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	cfg := fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "claude-sonnet-4-5" }] } } },
+  agents: { defaults: { model: "anthropic/claude-sonnet-4-5" }, list: [{ id: "main", workspace: %q }] },
+  channels: {
+    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
+    web: { enabled: false },
+  },
+}`, ws, slackfake.BotToken, slackfake.AppToken, sf.URL())
+	base := threadModel()
+	var mu sync.Mutex
+	var blocks []llmtest.Block
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && strings.HasPrefix(c.LastUser(), "again:") {
+			mu.Lock()
+			blocks = c.Blocks()
+			mu.Unlock()
+		}
+		return base(c)
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	tg.waitDelivered(t, 3)
+	starter, _ := childThreadPosts(sf)
+	chart := filePNG(t, 40, 20)
+	n := len(sf.Posted())
+	sf.SendMessageFiles("C1", slackfake.UserID, "again: what is in this chart?", starter.TS, sf.AddFile("chart.png", "image/png", chart))
+	posts := sf.WaitPosts(n+1, e2eWait)
+	if p := posts[n]; p.ThreadTS != starter.TS || !strings.Contains(p.Text, `heard "again: what is in this chart?\n[file: attachments/chart.png · image/png · `) {
+		t.Fatalf("answer in alpha's thread = %+v, want the child's, naming the file", p)
+	}
+	got, err := os.ReadFile(filepath.Join(tools.ConversationWorkspace(ws, slackK1), "attachments", "chart.png"))
+	if err != nil || sha(got) != sha(chart) {
+		t.Errorf("the child's workspace has attachments/chart.png = %d bytes, %v; want the person's", len(got), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var images int
+	for _, b := range blocks {
+		if b.Type == "image" && sha(b.Data) == sha(chart) {
+			images++
+		}
+	}
+	if images != 1 {
+		t.Errorf("the child's model got %d image blocks with the chart, want 1 (blocks %d)", images, len(blocks))
 	}
 }

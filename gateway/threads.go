@@ -91,9 +91,12 @@ func (g *Gateway) boundTurn(laneCtx context.Context, it store.Intake, log *zap.L
 		delete(g.followUps, it.SessionKey)
 		g.mu.Unlock()
 	}()
+	// The message's files go to the child's workspace, as a top-level
+	// turn's go to its conversation's (SPEC §18).
+	text, files := g.turnFiles(ctx, it, g.subs.RunWorkspace(run), log)
 	live := g.startLive(cfg, it, log)
 	defer live.stop()
-	res, err := g.subs.FollowUp(ctx, run, subagent.FollowUp{Text: it.Text, Resume: resume, OnText: live.textHook()})
+	res, err := g.subs.FollowUp(ctx, run, subagent.FollowUp{Text: text, Files: files, Resume: resume, OnText: live.textHook()})
 	if ref := live.stop(); ref != "" {
 		it.DraftRef = ref
 	}

@@ -386,6 +386,7 @@ func (m *Manager) Send(ctx context.Context, run *store.Run, message string, time
 type moreTurn struct {
 	resume bool
 	onText func(string)
+	files  []agent.File // the message's files (SPEC §18)
 }
 
 // oneMoreTurn runs one more turn of a finished child session.
@@ -411,6 +412,9 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	turn := m.childTurn(lr, run, model)
 	turn.Steer = nil
 	turn.Resume, turn.OnText = o.resume, o.onText
+	if len(o.files) > 0 {
+		turn.Files, turn.OpenFile = o.files, m.d.OpenFile
+	}
 	ctx, cancel := context.WithTimeout(agent.WithLogFields(ctx, runFields(run)...), 5*time.Minute)
 	defer cancel()
 	m.fold(ctx, sess, run)

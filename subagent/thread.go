@@ -24,6 +24,11 @@ var steerWait = 30 * time.Second
 // session (SPEC §24).
 type FollowUp struct {
 	Text string
+	// Files are the message's files, already in the child's workspace
+	// (RunWorkspace) and named in Text: one more turn gives them to its
+	// model as the message's files (images as content, SPEC §18); a
+	// running child reads them from the workspace.
+	Files []agent.File
 	// Resume: the message's turn was cut (a restart) after it was added
 	// to the child's history; it continues from the transcript.
 	Resume bool
@@ -117,11 +122,18 @@ func (m *Manager) FollowUp(ctx context.Context, run *store.Run, f FollowUp) (Fol
 	if !run.ArchivedAt.IsZero() {
 		return FollowUpResult{}, errors.New("its session was archived (archiveAfterMinutes), so it cannot answer any more; /unfocus to talk to the agent")
 	}
-	text, err := m.oneMoreTurn(ctx, run, f.Text, moreTurn{resume: f.Resume, onText: f.OnText})
+	text, err := m.oneMoreTurn(ctx, run, f.Text, moreTurn{resume: f.Resume, onText: f.OnText, files: f.Files})
 	if err != nil {
 		return FollowUpResult{}, err
 	}
 	return FollowUpResult{Reply: text}, nil
+}
+
+// RunWorkspace is the workspace run's child works in: its requester
+// conversation's (SPEC §17), created if missing. Files of a message in
+// its bound thread are put there.
+func (m *Manager) RunWorkspace(run *store.Run) string {
+	return m.conversationWorkspace(m.config(), run.RootKey, run.AgentID)
 }
 
 // RunOfChild returns the run whose child session is childKey;
