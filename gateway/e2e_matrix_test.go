@@ -369,17 +369,7 @@ func TestE2EMatrixDMKeyedByPerson(t *testing.T) {
 	matrixtest.Post(t, alice, room, "my secret word is pineapple")
 	matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 1)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := alice.InviteUser(ctx, room, &mautrix.ReqInviteUser{UserID: mallory.UserID}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mallory.JoinRoomByID(ctx, room); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := alice.LeaveRoom(ctx, room); err != nil {
-		t.Fatal(err)
-	}
+	matrixtest.HandOver(t, alice, mallory, room)
 	matrixtest.Post(t, mallory, room, "what did alice tell you?")
 	got := matrixtest.WaitThreadMessages(t, mallory, room, "", bot.UserID, 2)
 	if b := matrixBody(got[1]); b != "plain answer to: what did alice tell you?" {

@@ -80,33 +80,48 @@ func (in inbox) next(t *testing.T) channels.Inbound {
 
 func startBot(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, threads string) (*Adapter, inbox) {
 	t.Helper()
-	a, err := New(Options{
-		Homeserver:    hs.URL,
-		UserID:        string(bot.UserID),
-		AccessToken:   bot.AccessToken,
-		AutoJoin:      true,
-		ThreadReplies: threads,
-		Access:        channels.Access{GroupPolicy: channels.GroupOpen},
-		Logger:        zaptest.NewLogger(t),
-	})
+	a, in, _ := startBotWith(t, hs, bot, func(o *Options) { o.ThreadReplies = threads })
+	return a, in
+}
+
+// startBotWith starts an adapter logged in as bot, with the options opts
+// sets; stop ends it (also at the test's end).
+func startBotWith(t *testing.T, hs *matrixtest.Homeserver, bot *mautrix.Client, opts func(*Options)) (a *Adapter, in inbox, stop func()) {
+	t.Helper()
+	o := Options{
+		Homeserver:  hs.URL,
+		UserID:      string(bot.UserID),
+		AccessToken: bot.AccessToken,
+		AutoJoin:    true,
+		Access:      channels.Access{GroupPolicy: channels.GroupOpen},
+		Logger:      zaptest.NewLogger(t),
+	}
+	opts(&o)
+	a, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := make(inbox, 32)
+	in = make(inbox, 32)
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := a.Start(ctx, in.sink); err != nil {
 		cancel()
 		t.Fatalf("start adapter: %v", err)
 	}
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer stopCancel()
 		if err := a.Stop(stopCtx); err != nil {
 			t.Errorf("stop adapter: %v", err)
 		}
 		cancel()
-	})
-	return a, in
+	}
+	t.Cleanup(stop)
+	return a, in, stop
 }
 
 func send(t *testing.T, a *Adapter, to channels.Origin, text string) {
@@ -369,32 +384,8 @@ func TestDendriteDMKeyedByPerson(t *testing.T) {
 	mallory := hs.RegisterUser(t, "mallory")
 	bot := hs.RegisterUser(t, "herald")
 	kv := &channels.MemoryKV{}
-	start := func() (*Adapter, inbox, func()) {
-		a, err := New(Options{Homeserver: hs.URL, UserID: string(bot.UserID), AccessToken: bot.AccessToken, AutoJoin: true,
-			Access: channels.Access{GroupPolicy: channels.GroupOpen}, Logger: zaptest.NewLogger(t), State: kv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := make(inbox, 32)
-		if err := a.Start(context.Background(), in.sink); err != nil {
-			t.Fatalf("start adapter: %v", err)
-		}
-		stopped := false
-		stop := func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := a.Stop(ctx); err != nil {
-				t.Errorf("stop adapter: %v", err)
-			}
-		}
-		t.Cleanup(stop)
-		return a, in, stop
-	}
-	a, in, stop := start()
+	withKV := func(o *Options) { o.State = kv }
+	a, in, stop := startBotWith(t, hs, bot, withKV)
 	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
 	matrixtest.WaitJoined(t, alice, room, bot.UserID)
 
@@ -408,22 +399,14 @@ func TestDendriteDMKeyedByPerson(t *testing.T) {
 
 	// A restart: the room of Alice's DM is read from the store.
 	stop()
-	a, in, _ = start()
+	a, in, _ = startBotWith(t, hs, bot, withKV)
 	send(t, a, forAlice, "still here, alice")
 	matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 2)
 
 	// Alice brings Mallory in and leaves: two members again.
+	matrixtest.HandOver(t, alice, mallory, room)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := alice.InviteUser(ctx, room, &mautrix.ReqInviteUser{UserID: mallory.UserID}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mallory.JoinRoomByID(ctx, room); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := alice.LeaveRoom(ctx, room); err != nil {
-		t.Fatal(err)
-	}
 	err := a.Send(ctx, forAlice, channels.Message{Kind: channels.KindReply, Text: "for alice only"})
 	if !errors.Is(err, channels.ErrPermanent) || !strings.Contains(err.Error(), "no longer in a direct chat") {
 		t.Fatalf("a message for alice after she left: %v; want a permanent refusal", err)

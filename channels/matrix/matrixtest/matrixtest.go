@@ -302,6 +302,24 @@ func WaitJoined(t testing.TB, c *mautrix.Client, room id.RoomID, user id.UserID)
 	})
 }
 
+// HandOver has from invite to into room, to join it and from leave it: a
+// two-member room with the bot becomes a two-member room with someone
+// else.
+func HandOver(t testing.TB, from, to *mautrix.Client, room id.RoomID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	if _, err := from.InviteUser(ctx, room, &mautrix.ReqInviteUser{UserID: to.UserID}); err != nil {
+		t.Fatalf("%s invites %s to %s: %v", from.UserID, to.UserID, room, err)
+	}
+	if _, err := to.JoinRoomByID(ctx, room); err != nil {
+		t.Fatalf("%s joins %s: %v", to.UserID, room, err)
+	}
+	if _, err := from.LeaveRoom(ctx, room); err != nil {
+		t.Fatalf("%s leaves %s: %v", from.UserID, room, err)
+	}
+}
+
 // Post sends a top-level m.text to room and returns its event id. mentions
 // go into m.mentions.user_ids.
 func Post(t testing.TB, c *mautrix.Client, room id.RoomID, text string, mentions ...id.UserID) id.EventID {
