@@ -31,7 +31,7 @@ const (
 type Origin struct {
 	Channel  Name   `json:"channel"`
 	Account  string `json:"account,omitempty"`  // bot/workspace account id, if the channel has several
-	ChatID   string `json:"chatId"`             // Slack channel id, Telegram chat id, Matrix room id, web client id
+	ChatID   string `json:"chatId"`             // Slack channel id, Telegram chat id, Matrix room id (a Matrix DM: the person's user id), web client id
 	ChatType string `json:"chatType"`           // ChatDM or ChatGroup
 	ThreadID string `json:"threadId,omitempty"` // Slack thread_ts, Telegram message_thread_id, Matrix thread root event id
 	SenderID string `json:"senderId,omitempty"`
