@@ -319,7 +319,7 @@ func validate(f *flags, stdout, stderr io.Writer) int {
 	if !ok {
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", path)
+	fmt.Fprintf(stdout, "%s: ok\n", cmpPath(path)) // no file: the built-in default
 	return 0
 }
 

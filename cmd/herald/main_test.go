@@ -75,6 +75,17 @@ func TestStartupErrors(t *testing.T) {
 	}
 }
 
+// Without a config file, config validate says that the built-in default
+// is what it checked (it printed ": ok").
+func TestValidateBuiltInDefault(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("HERALD_CONFIG", "")
+	var out, errb strings.Builder
+	if code := run([]string{"config", "validate"}, &out, &errb); code != 0 || out.String() != "(built-in default config): ok\n" {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s", code, out.String(), errb.String())
+	}
+}
+
 func TestVersion(t *testing.T) {
 	var out, errb strings.Builder
 	if code := run([]string{"version"}, &out, &errb); code != 0 {
