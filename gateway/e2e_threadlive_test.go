@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels/slack/slackfake"
+	"github.com/heraldhq/herald/channels/telegram/tgfake"
 )
 
 // childThreadPosts are the posts in the thread of the first top-level
@@ -254,5 +255,69 @@ func TestE2ESlackThreadFiles(t *testing.T) {
 	}
 	if images != 1 {
 		t.Errorf("the child's model got %d image blocks with the chart, want 1 (blocks %d)", images, len(blocks))
+	}
+}
+
+// TestE2ETelegramTopicLive: in a forum supergroup, a child spawned with
+// thread: true shows "typing" in its new topic and a draft of its text
+// there, edited as it grows; its announce then replaces that draft: the
+// topic holds the starter and one message, the announce.
+func TestE2ETelegramTopicLive(t *testing.T) {
+	t.Parallel()
+	tf := tgfake.New(t, tgToken)
+	tf.SetForum(tgGroup, "")
+	const work = "alpha at work: reading the release notes, then the changelog, then writing it up."
+	inTopic := func() []tgfake.Sent {
+		var out []tgfake.Sent
+		topics := tf.Topics()
+		if len(topics) == 0 {
+			return nil
+		}
+		for _, s := range tf.Sent() {
+			if s.ThreadID == topics[0].ThreadID {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	base := threadModel()
+	tg := newTestGateway(t, fmt.Sprintf(telegramThreadConfig, tgToken, tf.URL()), func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && strings.HasPrefix(c.LastUser(), "alpha: dig") {
+			return llmtest.Reply{Text: work, BeforePiece: func(i int) {
+				switch i {
+				case 1:
+					if !waitFor(e2eWait, func() bool { return len(inTopic()) == 2 }) {
+						t.Error("no draft of the child in its topic")
+					}
+				case 2:
+					if !waitFor(e2eWait, func() bool { return len(tf.Edits()) > 0 }) {
+						t.Error("the draft was not edited")
+					}
+				}
+			}}
+		}
+		return base(c)
+	})
+	tf.SendText(tgGroup, "supergroup", 42, tgAlice, "@herald_bot look at this in its own thread")
+	tg.waitDelivered(t, 3) // link, reply, announce
+	in := inTopic()
+	if len(in) != 2 || !strings.HasPrefix(in[0].Text, "🧵 alpha\n") || !strings.HasPrefix(in[1].Text, "Status: success\nTask: alpha") {
+		t.Fatalf("the topic = %+v, want the starter and the draft turned into the announce", in)
+	}
+	var drafts []string
+	for _, e := range tf.Edits() {
+		if e.MessageID == in[1].MessageID {
+			drafts = append(drafts, e.Text)
+		}
+	}
+	if len(drafts) < 2 || !strings.HasPrefix(work, drafts[0]) || drafts[len(drafts)-1] != in[1].Text {
+		t.Errorf("edits of the draft %q: want the child's text, then the announce", drafts)
+	}
+	typing := false
+	for _, a := range tf.ChatActions() {
+		typing = typing || (a.ChatID == tgGroup && a.ThreadID == tf.Topics()[0].ThreadID && a.Action == "typing")
+	}
+	if !typing {
+		t.Errorf("no typing in the child's topic: %+v", tf.ChatActions())
 	}
 }
