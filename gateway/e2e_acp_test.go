@@ -26,10 +26,7 @@ import (
 // agents, all this test binary as the fake ACP agent in different modes;
 // permission requests of ACP agents are supervised.
 func acpConfig(t *testing.T, ws string) string {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := fakeACPCommand(t)
 	rt := func(mode string) string {
 		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q } }`, exe, acptest.EnvMode, mode)
 	}
@@ -68,9 +65,6 @@ func acpModel(c llmtest.Call) llmtest.Reply {
 // agent whose command is missing ends error with a Note naming it.
 func TestE2EACPAgent(t *testing.T) {
 	t.Parallel()
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
-	}
 	ws := filepath.Join(t.TempDir(), "main-ws")
 	tg := newTestGateway(t, acpConfig(t, ws), acpModel)
 	const client = "acp"
@@ -148,9 +142,6 @@ func TestE2EACPAgent(t *testing.T) {
 // starts the agent again, which loads its session (session/load) and
 // finishes; the announce says it was resumed.
 func TestE2EACPAgentResumesAfterRestart(t *testing.T) {
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
-	}
 	dir := t.TempDir()
 	ws, state := filepath.Join(dir, "main-ws"), filepath.Join(dir, "state")
 	const client = "acp-restart"
@@ -211,20 +202,7 @@ func panelActivity(events <-chan sseEvent) (saw func(want string) bool, shown *[
 // approved with /approve, the file lands in the conversation workspace and
 // the announce is success with its final message.
 func TestE2ERealClaudeAgent(t *testing.T) {
-	if pgtest.OnPostgres() {
-		t.Skip("the real agent meets the store only through the runner: it runs once, on SQLite")
-	}
-	prefix := os.Getenv("HERALD_ACP_NPM")
-	if prefix == "" {
-		t.Skip("HERALD_ACP_NPM is not set: scripts/acp-agents.sh (run by make test when npm is present) installs the real agent")
-	}
-	bin := filepath.Join(prefix, "node_modules", ".bin", "claude-agent-acp")
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("claude-agent-acp is not installed under %s: %v", prefix, err)
-	}
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
-	}
+	prefix, bin := realACPAgent(t, "claude-agent-acp")
 	ws := filepath.Join(t.TempDir(), "main-ws")
 	const client = "real-claude"
 	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
@@ -288,23 +266,10 @@ func TestE2ERealClaudeAgent(t *testing.T) {
 // success with its final message; Codex reports no token usage, and the
 // Notes say so.
 func TestE2ERealCodex(t *testing.T) {
-	if pgtest.OnPostgres() {
-		t.Skip("the real agent meets the store only through the runner: it runs once, on SQLite")
-	}
-	prefix := os.Getenv("HERALD_ACP_NPM")
-	if prefix == "" {
-		t.Skip("HERALD_ACP_NPM is not set: scripts/acp-agents.sh (run by make test when npm is present) installs the real agents")
-	}
-	bin := filepath.Join(prefix, "node_modules", ".bin", "codex-acp")
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("codex-acp is not installed under %s: %v", prefix, err)
-	}
+	prefix, bin := realACPAgent(t, "codex-acp")
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skipf("codex-acp's launcher needs node: %v", err)
-	}
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
 	}
 	ws := filepath.Join(t.TempDir(), "main-ws")
 	const client = "real-codex"
@@ -362,6 +327,61 @@ func TestE2ERealCodex(t *testing.T) {
 	}
 }
 
+// fakeACPCommand is the command of the fake ACP agent (this test binary,
+// its mode in runtime.env); it skips the test where no sandbox runs it.
+func fakeACPCommand(t *testing.T) string {
+	t.Helper()
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// slackACPConfig: main (workspace ws) on the fake model may spawn agent
+// id, the fake ACP agent in mode, on the Slack fake at sfURL (group C1);
+// permission requests of ACP agents are decided by policy.
+func slackACPConfig(t *testing.T, ws, sfURL, id, mode, policy string) string {
+	return fmt.Sprintf(`{
+  gateway: { shutdownGraceSeconds: 5 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %q },
+    { id: %q, runtime: { type: "acp", command: %q, env: { %s: %q } } }] },
+  security: { toolPolicy: { groups: { acp: %q } } },
+  channels: {
+    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
+    web: { enabled: false },
+  },
+}`, ws, id, fakeACPCommand(t), acptest.EnvMode, mode, policy, slackfake.BotToken, slackfake.AppToken, sfURL)
+}
+
+// realACPAgent is the npm bin link of a real ACP agent installed by
+// scripts/acp-agents.sh under HERALD_ACP_NPM (prefix); it skips the test
+// where the agent or a sandbox is missing, and on PostgreSQL (a real
+// agent meets the store only through the runner: it runs once).
+func realACPAgent(t *testing.T, name string) (prefix, bin string) {
+	t.Helper()
+	if pgtest.OnPostgres() {
+		t.Skip("the real agent meets the store only through the runner: it runs once, on SQLite")
+	}
+	prefix = os.Getenv("HERALD_ACP_NPM")
+	if prefix == "" {
+		t.Skip("HERALD_ACP_NPM is not set: scripts/acp-agents.sh (run by make test when npm is present) installs the real agents")
+	}
+	bin = filepath.Join(prefix, "node_modules", ".bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("%s is not installed under %s: %v", name, prefix, err)
+	}
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	return prefix, bin
+}
+
 // noCost is the Note of an ACP agent that reports tokens but no cost,
 // without a runtime.cost.
 const noCost = "The agent reported tokens but no cost, and its runtime.cost is not set: its spend counts $0 against the budgets."
@@ -387,13 +407,7 @@ func approveFor(t *testing.T, tg *testGW, client, req, announced string) string 
 // budget refuses the next turn.
 func TestE2EACPSpend(t *testing.T) {
 	t.Parallel()
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := fakeACPCommand(t)
 	cfg := fmt.Sprintf(`{
   gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
   models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
@@ -461,27 +475,9 @@ func TestE2EACPSpend(t *testing.T) {
 // its thread after it ended runs one more prompt of the agent there.
 func TestE2ESlackACPThread(t *testing.T) {
 	t.Parallel()
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ws := filepath.Join(t.TempDir(), "main-ws")
 	sf := slackfake.New(t)
-	cfg := fmt.Sprintf(`{
-  gateway: { shutdownGraceSeconds: 5 },
-  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["coder"] } }, list: [
-    { id: "main", default: true, workspace: %q },
-    { id: "coder", runtime: { type: "acp", command: %q, env: { %s: "work" } } }] },
-  security: { toolPolicy: { groups: { acp: "supervised" } } },
-  channels: {
-    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
-    web: { enabled: false },
-  },
-}`, ws, exe, acptest.EnvMode, slackfake.BotToken, slackfake.AppToken, sf.URL())
+	cfg := slackACPConfig(t, ws, sf.URL(), "coder", "work", "supervised")
 	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
 		for _, m := range c.Messages {
 			if m.Role == agent.RoleUser && strings.HasPrefix(m.Text, "[sub-agent result]") && strings.Contains(c.LastUser(), "what did coder say") {

@@ -10,9 +10,7 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/agent"
-	"github.com/heraldhq/herald/agent/acp/acptest"
 	"github.com/heraldhq/herald/agent/llmtest"
-	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/telegram/tgfake"
@@ -96,27 +94,9 @@ func TestE2ESlackThreadLive(t *testing.T) {
 // announce then replaces the draft, once.
 func TestE2ESlackACPThreadLive(t *testing.T) {
 	t.Parallel()
-	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
-		t.Skipf("no sandbox here: %v", err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sf := slackfake.New(t)
 	ws := filepath.Join(t.TempDir(), "main-ws")
-	cfg := fmt.Sprintf(`{
-  gateway: { shutdownGraceSeconds: 5 },
-  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
-    { id: "main", default: true, workspace: %q },
-    { id: "codex", runtime: { type: "acp", command: %q, env: { %s: "live" } } }] },
-  security: { toolPolicy: { groups: { acp: "allow" } } },
-  channels: {
-    slack: { enabled: true, botToken: %q, appToken: %q, apiUrl: %q, groups: { C1: {} } },
-    web: { enabled: false },
-  },
-}`, ws, exe, acptest.EnvMode, slackfake.BotToken, slackfake.AppToken, sf.URL())
+	cfg := slackACPConfig(t, ws, sf.URL(), "codex", "live", "allow")
 	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
 		if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
 			return llmtest.Reply{Text: "Started codex in its own thread."}

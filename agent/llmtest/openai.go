@@ -90,11 +90,7 @@ func decodeOpenAI(body []byte) (c Call, problem string) {
 			}
 			delete(pending, m.ToolCallID)
 			res := agent.ToolResult{CallID: m.ToolCallID, Name: name, Content: text}
-			if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
-				c.Messages[n-1].ToolResults = append(c.Messages[n-1].ToolResults, res)
-			} else {
-				c.Messages = append(c.Messages, agent.Message{Role: agent.RoleTool, ToolResults: []agent.ToolResult{res}})
-			}
+			c.Messages = appendToolResult(c.Messages, res)
 		default:
 			if problem == "" {
 				problem = fmt.Sprintf("Invalid value: '%s'. Supported values are: 'system', 'assistant', 'user', 'tool', 'function' and 'developer'.", m.Role)

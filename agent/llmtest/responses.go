@@ -112,11 +112,7 @@ func decodeResponses(body []byte) (c Call, problem string) {
 				problem = fmt.Sprintf("No tool call found for function call output with call_id %s (input[%d]).", it.CallID, i)
 			}
 			res := agent.ToolResult{CallID: it.CallID, Name: name, Content: responsesText(it.Output)}
-			if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
-				c.Messages[n-1].ToolResults = append(c.Messages[n-1].ToolResults, res)
-			} else {
-				c.Messages = append(c.Messages, agent.Message{Role: agent.RoleTool, ToolResults: []agent.ToolResult{res}})
-			}
+			c.Messages = appendToolResult(c.Messages, res)
 		}
 	}
 	c.System = strings.Join(system, "\n")
@@ -207,4 +203,14 @@ func writeResponsesStream(w http.ResponseWriter, hr *http.Request, c Call, r Rep
 	}
 	event("response.completed", map[string]any{"response": map[string]any{"id": respID, "object": "response", "status": "completed",
 		"model": c.Model, "output": items, "usage": usage}})
+}
+
+// appendToolResult adds res to the tool message that ends msgs, or as a
+// new one: the results of one batch of calls are one message.
+func appendToolResult(msgs []agent.Message, res agent.ToolResult) []agent.Message {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == agent.RoleTool {
+		msgs[n-1].ToolResults = append(msgs[n-1].ToolResults, res)
+		return msgs
+	}
+	return append(msgs, agent.Message{Role: agent.RoleTool, ToolResults: []agent.ToolResult{res}})
 }
