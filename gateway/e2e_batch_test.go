@@ -371,3 +371,46 @@ func TestE2EBrowserBatchPanel(t *testing.T) {
 	poll(t, ctx, "the batch's heading with 3 of 3 ended",
 		`Array.from(document.querySelectorAll("#subagents .batch")).some(h => h.textContent === "Batch `+batch+` · 3 of 3 ended")`)
 }
+
+// TestE2EBatchSurvivesRestart: the gateway stops while one child of a
+// batch still runs; after the restart that child resumes and ends, and
+// the batch's one announce is posted once, with both children.
+func TestE2EBatchSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hold := newGate(t)
+	cfg := strings.Replace(orchConfig, "shutdownGraceSeconds: 5", "shutdownGraceSeconds: 1", 1)
+	tg := newTestGatewayIn(t, dir, cfg, batchModel(map[string]*gate{"beta": hold}))
+	const client = "batch-restart"
+	key := "agent:main:web:dm:" + client
+	if res := spawnBatch(t, tg, client, "batch chat alpha beta"); !strings.Contains(res, `"status":"accepted"`) {
+		t.Fatalf("the batch: %s", res)
+	}
+	waitRunDone(t, tg, key, "alpha")
+	if !waitFor(e2eWait, func() bool {
+		for _, c := range tg.LLM.Requests() {
+			if strings.Contains(c.System, "- Task: beta") {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("beta never called the model")
+	}
+	tg.Stop() // beta's model call is held: its run is cut and resumes after the restart
+	hold.open()
+
+	tg = newTestGatewayIn(t, dir, cfg, batchModel(nil))
+	ann := waitWeb(t, tg, client, 0, "announce", func(s string) bool { return strings.HasPrefix(s, "Status: ") })
+	if !strings.HasPrefix(ann.Text, "Status: ✅ 2 success\n") || !strings.Contains(ann.Text, "— 2/2 · beta —\nStatus: success") {
+		t.Errorf("the batch announce after the restart:\n%s", ann.Text)
+	}
+	statsLast(t, ann.Text)
+	if r := waitRunDone(t, tg, key, "beta"); r.Resumes != 1 {
+		t.Errorf("beta resumed %d times, want 1", r.Resumes)
+	}
+	tg.waitDelivered(t, 2) // the spawn's reply and the batch's announce
+	if n := countWeb(t, tg, client, "announce", ""); n != 1 {
+		t.Errorf("%d announces, want the batch's one", n)
+	}
+}

@@ -570,6 +570,12 @@ func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxIt
 	if err := c.lock("batch:" + r.Batch); err != nil {
 		return nil, err
 	}
+	var live int
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&live) },
+		`SELECT COUNT(*) FROM runs WHERE batch = $1 AND status IN ($2, $3, $4)`,
+		r.Batch, StatusQueued, StatusRunning, StatusAnnouncing); err != nil || live > 0 {
+		return nil, err
+	}
 	rows, err := c.query(`SELECT `+runCols+` FROM runs WHERE batch = $1 ORDER BY created_at, `+dia.rowid, r.Batch)
 	if err != nil {
 		return nil, err
@@ -578,11 +584,6 @@ func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxIt
 	if err != nil {
 		return nil, err
 	}
-	for i := range runs {
-		if runs[i].Status != StatusDone {
-			return nil, nil
-		}
-	}
 	item := render(runs)
 	if item == nil {
 		return nil, nil
@@ -590,13 +591,16 @@ func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxIt
 	if item.RunID == "" {
 		item.RunID = "batch:" + r.Batch
 	}
-	for i := range runs {
-		files, err := listFiles(c, "result_files", "run_id", runs[i].ID)
-		if err != nil {
-			return nil, err
-		}
-		item.Files = append(item.Files, files...)
+	rows, err = c.query(`SELECT f.file_id, f.name, f.mime, f.size, f.kind, f.caption FROM result_files f
+		JOIN runs r ON r.id = f.run_id WHERE r.batch = $1 ORDER BY r.created_at, r.`+dia.rowid+`, f.seq`, r.Batch)
+	if err != nil {
+		return nil, err
 	}
+	files, err := scanFileRefs(rows)
+	if err != nil {
+		return nil, err
+	}
+	item.Files = append(item.Files, files...)
 	row, err := newOutboxRow(item)
 	if err != nil {
 		return nil, err
