@@ -1257,6 +1257,9 @@ func (m *Manager) runFiles(ctx context.Context, r *store.Run) []store.FileRef {
 	if m.d.Files != nil {
 		files = m.d.Files(r.ChildKey)
 	}
+	if !m.mayHaveChildren(r.ID) {
+		return files // it folded no child's result: no files of theirs
+	}
 	kids, err := m.d.Store.FoldedFiles(ctx, r.ChildKey, "run:"+r.ID)
 	if err != nil {
 		m.runLog(r).Warn("could not read the files of the run's sub-agents; they are not posted", zap.Error(err))
