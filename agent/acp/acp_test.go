@@ -330,7 +330,8 @@ func TestRunWithoutSandbox(t *testing.T) {
 	}
 }
 
-// TestProbe: doctor's initialize names the agent and its capabilities.
+// TestProbe: doctor's initialize names the agent and its capabilities;
+// an env_var login runtime.env can satisfy is used (authenticate).
 func TestProbe(t *testing.T) {
 	j, _ := fakeJob(t, "work")
 	mech, _ := sandbox.Probe().Pick(sandbox.Auto, "test")
@@ -338,5 +339,20 @@ func TestProbe(t *testing.T) {
 	info, err := Probe(context.Background(), j.Spec)
 	if err != nil || info.String() != "acpfake 0.1.0 · capabilities: loadSession" {
 		t.Fatalf("Probe = %q, %v", info, err)
+	}
+	// An agent that needs a login it offers through an environment
+	// variable (Codex: OPENAI_API_KEY) is sent authenticate when
+	// runtime.env sets it; without it, it needs a login.
+	j, _ = fakeJob(t, "envauth")
+	if info, err := Probe(context.Background(), j.Spec); err == nil || !strings.Contains(err.Error(), "it needs a login first") ||
+		info.String() != "acpfake 0.1.0 · capabilities: loadSession · auth: Log in, Use FAKE_KEY" {
+		t.Errorf("Probe without FAKE_KEY = %q, %v", info, err)
+	}
+	j.Env = append(j.Env, "FAKE_KEY=k")
+	if _, err := Probe(context.Background(), j.Spec); err != nil {
+		t.Errorf("Probe with FAKE_KEY: %v", err)
+	}
+	if res := Run(context.Background(), j); res.Err != nil || res.Text != "Done, counting tokens only." {
+		t.Errorf("Run with FAKE_KEY = %+v", res)
 	}
 }

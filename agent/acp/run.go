@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +101,14 @@ type Info struct {
 	LoadSession   bool
 	Capabilities  []string // what it offers beyond prompts
 	AuthMethods   []string // ways it can log in (it may need one first)
+	// envAuth are its env_var auth methods: an id and the variables it
+	// needs set.
+	envAuth []envAuth
+}
+
+type envAuth struct {
+	id   string
+	vars []string // required
 }
 
 func (i Info) String() string {
@@ -145,6 +154,13 @@ func infoOf(r sdk.InitializeResponse) Info {
 			i.AuthMethods = append(i.AuthMethods, m.Agent.Name)
 		case m.EnvVar != nil:
 			i.AuthMethods = append(i.AuthMethods, m.EnvVar.Name)
+			a := envAuth{id: m.EnvVar.Id}
+			for _, v := range m.EnvVar.Vars {
+				if !v.Optional {
+					a.vars = append(a.vars, v.Name)
+				}
+			}
+			i.envAuth = append(i.envAuth, a)
 		case m.Terminal != nil:
 			i.AuthMethods = append(i.AuthMethods, m.Terminal.Name)
 		}
@@ -346,8 +362,48 @@ func (r *runner) initialize(ctx context.Context, p *process, spec Spec) (Info, e
 }
 
 // session opens the run's ACP session: session/load of j.LoadSession when
-// the agent can, else session/new.
+// the agent can, else session/new. An agent that answers auth_required
+// and offers an env_var login whose variables runtime.env sets (Codex:
+// OPENAI_API_KEY) is sent authenticate with it, and asked once more.
 func (r *runner) session(ctx context.Context, p *process, info Info) (sdk.SessionId, error) {
+	sid, err := r.openSession(ctx, p, info)
+	var re *sdk.RequestError
+	if err == nil || !errors.As(err, &re) || re.Code != authRequired {
+		return sid, err
+	}
+	method := r.envLogin(info)
+	if method == "" {
+		return "", err
+	}
+	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	_, aerr := p.conn.Authenticate(hctx, sdk.AuthenticateRequest{MethodId: method})
+	cancel()
+	if aerr != nil {
+		return "", fmt.Errorf("%w (authenticate %s: %v)", err, method, aerr)
+	}
+	r.log.Info("acp agent authenticated with its environment", zap.String("method", method))
+	return r.openSession(ctx, p, info)
+}
+
+// envLogin is the first env_var auth method of info whose variables the
+// agent's environment sets ("" if none).
+func (r *runner) envLogin(info Info) string {
+	set := map[string]bool{}
+	for _, kv := range r.j.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			set[k] = true
+		}
+	}
+	for _, a := range info.envAuth {
+		if !slices.ContainsFunc(a.vars, func(v string) bool { return !set[v] }) {
+			return a.id
+		}
+	}
+	return ""
+}
+
+// openSession sends session/load or session/new once.
+func (r *runner) openSession(ctx context.Context, p *process, info Info) (sdk.SessionId, error) {
 	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
 	if r.j.LoadSession != "" && info.LoadSession {

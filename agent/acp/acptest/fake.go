@@ -42,6 +42,9 @@ import (
 //	euro       like costly with its cost in EUR
 //	tokens     like nousage, but reports usage (no cost)
 //	auth       refuses session/new: authentication required
+//	envauth    offers the env_var login "fake-key" (FAKE_KEY) and refuses
+//	           session/new until it was used with FAKE_KEY set; then
+//	           like tokens
 //	live       a message and a tool call in progress, then waits for go.txt
 //	           in its cwd; then the call completes and a final message in
 //	           two chunks (a test watches it live)
@@ -89,6 +92,7 @@ type fake struct {
 	cwd    string
 	n      int
 	loaded bool // session/load came: the next prompt finishes at once
+	authed bool // envauth: authenticate with fake-key came, FAKE_KEY set
 }
 
 var _ sdk.Agent = (*fake)(nil)
@@ -96,17 +100,26 @@ var _ sdk.AgentLoader = (*fake)(nil)
 
 func (a *fake) Initialize(context.Context, sdk.InitializeRequest) (sdk.InitializeResponse, error) {
 	title := "Fake ACP agent"
+	methods := []sdk.AuthMethod{}
+	if a.mode == "envauth" {
+		methods = append(methods, sdk.AuthMethod{Agent: &sdk.AuthMethodAgent{Id: "login", Name: "Log in"}},
+			sdk.AuthMethod{EnvVar: &sdk.AuthMethodEnvVarInline{Id: "fake-key", Name: "Use FAKE_KEY", Vars: []sdk.AuthEnvVar{{Name: "FAKE_KEY"}}}})
+	}
 	return sdk.InitializeResponse{ProtocolVersion: sdk.ProtocolVersionNumber,
 		AgentInfo:         &sdk.Implementation{Name: "acpfake", Title: &title, Version: "0.1.0"},
-		AgentCapabilities: sdk.AgentCapabilities{LoadSession: a.mode != "slow-noload"}, AuthMethods: []sdk.AuthMethod{}}, nil
+		AgentCapabilities: sdk.AgentCapabilities{LoadSession: a.mode != "slow-noload"}, AuthMethods: methods}, nil
 }
 
-func (a *fake) Authenticate(context.Context, sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
+func (a *fake) Authenticate(_ context.Context, r sdk.AuthenticateRequest) (sdk.AuthenticateResponse, error) {
+	if r.MethodId != "fake-key" || os.Getenv("FAKE_KEY") == "" {
+		return sdk.AuthenticateResponse{}, sdk.NewInvalidParams(map[string]any{"methodId": r.MethodId})
+	}
+	a.authed = true
 	return sdk.AuthenticateResponse{}, nil
 }
 
 func (a *fake) NewSession(_ context.Context, r sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
-	if a.mode == "auth" {
+	if a.mode == "auth" || a.mode == "envauth" && !a.authed {
 		return sdk.NewSessionResponse{}, sdk.NewAuthRequired(map[string]any{"hint": "run fake login"})
 	}
 	a.cwd = r.Cwd
@@ -227,7 +240,7 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 	case "nousage":
 		a.say(ctx, sid, "Done without counting.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
-	case "tokens":
+	case "tokens", "envauth":
 		a.say(ctx, sid, "Done, counting tokens only.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	}
