@@ -69,7 +69,7 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		rc.lr.cost += usd
 		rc.lr.priced = rc.lr.priced || priced
 		r.m.mu.Unlock()
-	}, rc)
+	}, rc.live)
 	return r.outcome(runCtx, rc, res, priced, err)
 }
 
@@ -177,10 +177,10 @@ func acpCostIn(entries []store.TranscriptEntry) (usd float64, n int) {
 // priced: the agent has a runtime.cost. err is set when the job could
 // not be set up.
 //
-// rc, if set, is told the agent's message text and tool calls as they
-// come, to show them live (SPEC §26, §16).
+// live, if set, shows the agent's message text and tool calls as they
+// come (SPEC §26, §16).
 func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entries []store.TranscriptEntry, steer <-chan agent.Steer,
-	count func(u acp.Usage, usd float64, priced bool), rc *RunCtx) (res acp.Result, priced bool, err error) {
+	count func(u acp.Usage, usd float64, priced bool), live *liveView) (res acp.Result, priced bool, err error) {
 	cfg := m.config()
 	rt, ok := cfg.ACP(run.AgentID)
 	if !ok {
@@ -220,12 +220,12 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entr
 		OnActivity: func(line string) {
 			m.SetNote(run.ID, line)
 			if strings.HasPrefix(line, acp.ToolActivity) {
-				rc.Activity(line)
+				live.showActivity(line)
 			}
 		},
 		OnText: func(text string) {
-			rc.Activity("") // it writes again: its last tool call is over
-			rc.Text(text)
+			live.showActivity("") // it writes again: its last tool call is over
+			live.showText(text)
 		},
 		OnUsage: onUsage, Check: func() error { return m.d.Spend.Check(sc) }, Clock: m.d.Clock, LoadSession: loadID,
 		OnSession: func(id string, loadable bool) {
@@ -292,9 +292,10 @@ func ACPSpec(cfg *config.Config, id, ws string, log *zap.Logger) (acp.Spec, bool
 	return acpSpec(cfg, id, rt, ws, log), true
 }
 
-// acpTurn runs one more prompt of a finished ACP run (/subagents send):
-// its agent is started again and loads the run's session when it can.
-func (m *Manager) acpTurn(ctx context.Context, run *store.Run, message string) (string, error) {
+// acpTurn runs one more prompt of a finished ACP run (/subagents send, a
+// message in its bound thread): its agent is started again and loads the
+// run's session when it can. onText, if set, streams its answer.
+func (m *Manager) acpTurn(ctx context.Context, run *store.Run, message string, onText func(string)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	r := *run
@@ -311,7 +312,7 @@ func (m *Manager) acpTurn(ctx context.Context, run *store.Run, message string) (
 		if err := m.d.Store.AddRunUsage(context.WithoutCancel(ctx), run.ID, t.Input, t.Output, t.CacheRead, t.CacheWrite); err != nil {
 			m.runLog(run).Warn("could not add the usage of one more prompt to the run", zap.Error(err))
 		}
-	}, nil)
+	}, textView(onText))
 	if err != nil {
 		return "", err
 	}

@@ -396,7 +396,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	unlock := m.lockTurn(run.ID)
 	defer unlock()
 	if run.Model == ACPModel {
-		return m.acpTurn(ctx, run, message)
+		return m.acpTurn(ctx, run, message, o.onText)
 	}
 	model, ok := m.d.Catalog.Lookup(run.Model)
 	if !ok {

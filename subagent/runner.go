@@ -73,19 +73,11 @@ type Progress interface {
 // Text reports the child's message written so far (the current model
 // call's, or the agent's message since its last tool call); "" when a new
 // message starts. Shown live where the run has a thread of its own.
-func (rc *RunCtx) Text(text string) {
-	if rc != nil && rc.live != nil {
-		rc.live.set(&rc.live.text, text)
-	}
-}
+func (rc *RunCtx) Text(text string) { rc.live.showText(text) }
 
 // Activity reports a short line of what the child does now (a tool call
 // of an ACP agent), "" when that is done; shown live under its text.
-func (rc *RunCtx) Activity(line string) {
-	if rc != nil && rc.live != nil {
-		rc.live.set(&rc.live.activity, line)
-	}
-}
+func (rc *RunCtx) Activity(line string) { rc.live.showActivity(line) }
 
 // liveView puts a run's text and activity together for its Progress.
 type liveView struct {
@@ -93,6 +85,34 @@ type liveView struct {
 	mu       sync.Mutex
 	text     string // the message so far; guarded by mu
 	activity string // what it does now; guarded by mu
+}
+
+// textView is a live view that only streams text (the reply of one more
+// turn in a bound thread: the gateway shows the turn itself).
+func textView(onText func(string)) *liveView {
+	if onText == nil {
+		return nil
+	}
+	return &liveView{p: textSink(onText)}
+}
+
+type textSink func(string)
+
+func (f textSink) Text(text string) { f(text) }
+func (textSink) Stop() string       { return "" }
+
+// showText shows the child's message so far (nil v: nothing).
+func (v *liveView) showText(text string) {
+	if v != nil {
+		v.set(&v.text, text)
+	}
+}
+
+// showActivity shows what the child does now (nil v: nothing).
+func (v *liveView) showActivity(line string) {
+	if v != nil {
+		v.set(&v.activity, line)
+	}
 }
 
 // set changes one of the view's fields and shows the view. A message

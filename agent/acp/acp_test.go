@@ -356,3 +356,19 @@ func TestProbe(t *testing.T) {
 		t.Errorf("Run with FAKE_KEY = %+v", res)
 	}
 }
+
+// TestRunReportsText: OnText is told each agent message as its chunks
+// arrive, from its first chunk (a tool call starts the next message), for
+// the live view of the run (SPEC §26, §16).
+func TestRunReportsText(t *testing.T) {
+	j, _ := fakeJob(t, "work")
+	var texts []string
+	j.OnText = func(s string) { texts = append(texts, s) }
+	if res := Run(context.Background(), j); res.Err != nil {
+		t.Fatalf("Run = %+v", res)
+	}
+	want := []string{"I will write hello.txt.", "Wrote hello.txt ", "Wrote hello.txt with a greeting."}
+	if strings.Join(texts, "|") != strings.Join(want, "|") {
+		t.Errorf("OnText got %q, want %q", texts, want)
+	}
+}
