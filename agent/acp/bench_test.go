@@ -4,9 +4,22 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/agent/acp/acptest"
 )
+
+// cpuTime is the CPU this process used so far (user + system), its
+// children (the agents) excluded.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // BenchmarkSpawnToFirstUpdate: from Run (the sandboxed process starts) to
 // the agent's first session/update reaching the run, through initialize,
@@ -34,9 +47,11 @@ func BenchmarkSpawnToFirstUpdate(b *testing.B) {
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms/first-update")
 }
 
-// BenchmarkRunningAgentMemory: the gateway's own heap and goroutines per
-// running ACP agent (the agents' processes excluded): n slow agents are
-// started and held mid-prompt, then measured against the idle baseline.
+// BenchmarkRunningAgentMemory: the gateway's own heap, goroutines and CPU
+// per running ACP agent (the agents' processes excluded): n slow agents
+// are started and held mid-prompt, then measured against the idle
+// baseline; the CPU is that of a 2 s window while they wait (their
+// prompts are at work, sending nothing).
 func BenchmarkRunningAgentMemory(b *testing.B) {
 	const n = 8
 	for b.Loop() {
@@ -58,9 +73,37 @@ func BenchmarkRunningAgentMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&during)
 		g1 := runtime.NumGoroutine()
+		const window = 2 * time.Second
+		c0 := cpuTime(b)
+		time.Sleep(window) // the window measured, not a wait for a condition
+		idle := cpuTime(b) - c0
 		cancel()
 		done.Wait()
 		b.ReportMetric(float64(int64(during.HeapAlloc)-int64(before.HeapAlloc))/n/1024, "KiB-heap/agent")
 		b.ReportMetric(float64(g1-g0)/n, "goroutines/agent")
+		b.ReportMetric(float64(idle.Microseconds())/1000/n/window.Seconds(), "cpu-ms/agent/s")
 	}
+}
+
+// BenchmarkUpdateCPU: the gateway's CPU per session/update of an agent at
+// work (the agent's process excluded): the fake sends
+// acptest.ChattyUpdates updates (message chunks, tool calls starting and
+// completing), each written to the run's transcript and shown as its
+// activity, as a run does.
+func BenchmarkUpdateCPU(b *testing.B) {
+	var cpu time.Duration
+	for b.Loop() {
+		j, _ := fakeJob(b, "chatty")
+		var n int
+		j.OnActivity = func(string) { n++ }
+		c0 := cpuTime(b)
+		if res := Run(context.Background(), j); res.Err != nil || res.Text != "Done chatting." {
+			b.Fatalf("Run = %+v", res)
+		}
+		cpu += cpuTime(b) - c0
+		if n < acptest.ChattyUpdates*2/3 {
+			b.Fatalf("%d activity lines for %d updates", n, acptest.ChattyUpdates)
+		}
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/acptest.ChattyUpdates, "cpu-µs/update")
 }

@@ -41,6 +41,8 @@ import (
 //	           after the first prompt; +$0.03 each prompt after it)
 //	euro       like costly with its cost in EUR
 //	tokens     like nousage, but reports usage (no cost)
+//	chatty     ChattyUpdates session/updates at once: per step a message
+//	           chunk and a tool call that starts and completes (3 each)
 //	auth       refuses session/new: authentication required
 //	envauth    offers the env_var login "fake-key" (FAKE_KEY) and refuses
 //	           session/new until it was used with FAKE_KEY set; then
@@ -49,6 +51,9 @@ import (
 //	           in its cwd; then the call completes and a final message in
 //	           two chunks (a test watches it live)
 const EnvMode = "HERALD_ACPFAKE"
+
+// ChattyUpdates is how many session/updates mode chatty sends.
+const ChattyUpdates = 3000
 
 // Main runs the fake agent when EnvMode is set and returns false
 // otherwise; call it first in TestMain:
@@ -240,6 +245,17 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 	case "nousage":
 		a.say(ctx, sid, "Done without counting.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn}, nil
+	case "chatty":
+		for i := range ChattyUpdates / 3 {
+			id := sdk.ToolCallId(fmt.Sprintf("call_%d", i))
+			a.say(ctx, sid, fmt.Sprintf("step %d. ", i))
+			_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.StartToolCall(id, "Read file.go",
+				sdk.WithStartKind(sdk.ToolKindRead), sdk.WithStartStatus(sdk.ToolCallStatusInProgress))})
+			_ = a.conn.SessionUpdate(ctx, sdk.SessionNotification{SessionId: sid, Update: sdk.UpdateToolCall(id,
+				sdk.WithUpdateStatus(sdk.ToolCallStatusCompleted))})
+		}
+		a.say(ctx, sid, "Done chatting.")
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	case "tokens", "envauth":
 		a.say(ctx, sid, "Done, counting tokens only.")
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
