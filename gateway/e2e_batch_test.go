@@ -414,3 +414,57 @@ func TestE2EBatchSurvivesRestart(t *testing.T) {
 		t.Errorf("%d announces, want the batch's one", n)
 	}
 }
+
+// TestE2EOrchestratorCarriesWorkerFiles: a worker of a depth-2
+// orchestrator (announce parent, posting nothing) sends a file; the file
+// goes out once, with the orchestrator's announce after its text.
+func TestE2EOrchestratorCarriesWorkerFiles(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(filesE2EConfig, `defaults: { model: "anthropic/claude-sonnet-4-5" }`,
+		`defaults: { model: "anthropic/claude-sonnet-4-5", subagents: { maxDepth: 2 } }`, 1)
+	base := batchModel(nil)
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		last := c.LastUser()
+		n := len(c.Messages)
+		toolDone := n > 0 && c.Messages[n-1].Role == agent.RoleTool
+		switch {
+		case strings.Contains(c.System, "- Task: orchestrate"):
+			switch {
+			case strings.Contains(last, "Announce step"):
+				return llmtest.Reply{Text: "Result:\n" + agent.LastAssistantText(c.Messages) + "\n\nNotes:\n(none)"}
+			case strings.HasPrefix(last, "[sub-agent result]"):
+				return llmtest.Reply{Text: "combined: " + strings.Join(resultsSeen(c), ",")}
+			case toolDone:
+				return llmtest.Reply{Text: "worker started"}
+			}
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"file-w1","label":"file-w1"}`)}}}
+		case strings.Contains(c.System, "Sub-agent context"):
+			return base(c)
+		case toolDone:
+			return llmtest.Reply{Text: "started"}
+		case strings.Contains(last, "spawn orchestrate"):
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn", Args: json.RawMessage(`{"task":"orchestrate","label":"orchestrate"}`)}}}
+		}
+		return base(c)
+	})
+	const client = "orch-files"
+	postFiles(t, tg.URL, client, "here is a chart", map[string][]byte{"chart.png": testPNG(t)})
+	waitWeb(t, tg, client, 0, "assistant", func(string) bool { return true })
+	webPost(t, tg.URL, client, "spawn orchestrate")
+	ann := waitWeb(t, tg, client, 0, "announce", func(s string) bool { return strings.Contains(s, "Task: orchestrate") })
+	if !strings.Contains(ann.Text, "combined: file-w1") {
+		t.Errorf("the orchestrator's announce does not carry its worker's result:\n%s", ann.Text)
+	}
+	waitWeb(t, tg, client, ann.Seq, "announce", func(s string) bool { return s == "chart of file-w1" })
+	var files []string
+	for _, m := range webFileMessages(t, tg.URL, client) {
+		for _, f := range m.Files {
+			if m.Role != "user" {
+				files = append(files, m.Role+" "+f.Name+": "+m.Text)
+			}
+		}
+	}
+	if len(files) != 1 || files[0] != "announce chart.png: chart of file-w1" {
+		t.Errorf("files posted: %q; want the worker's chart once, with the orchestrator's announce", files)
+	}
+}

@@ -220,12 +220,7 @@ func RenderBatch(runs []store.Run) string {
 	for _, r := range runs {
 		count[r.Outcome]++
 	}
-	var head []string
-	for _, om := range outcomeMarks {
-		if n := count[om.outcome]; n > 0 {
-			head = append(head, fmt.Sprintf("%s %d %s", om.mark, n, om.outcome))
-		}
-	}
+	head := outcomeCounts(count)
 	var b strings.Builder
 	b.WriteString("Status: " + strings.Join(head, " · ") + "\n")
 	var in, out int64
@@ -308,10 +303,18 @@ func Batches(runs []store.Run) []BatchSummary {
 		}
 	}
 	for b, j := range at {
-		for _, om := range outcomeMarks {
-			if n := count[b][om.outcome]; n > 0 {
-				out[j].Outcomes = append(out[j].Outcomes, fmt.Sprintf("%s %d %s", om.mark, n, om.outcome))
-			}
+		out[j].Outcomes = outcomeCounts(count[b])
+	}
+	return out
+}
+
+// outcomeCounts renders counts of outcomes in the announce's order:
+// ["✅ 3 success", "❌ 1 error"].
+func outcomeCounts(count map[string]int) []string {
+	var out []string
+	for _, om := range outcomeMarks {
+		if n := count[om.outcome]; n > 0 {
+			out = append(out, fmt.Sprintf("%s %d %s", om.mark, n, om.outcome))
 		}
 	}
 	return out
