@@ -70,6 +70,12 @@ func replicaModel(seen chan<- string) llmtest.Handler {
 // need PostgreSQL.
 func startReplicas(t *testing.T, n int, h llmtest.Handler) []*testGW {
 	t.Helper()
+	return startReplicasWith(t, n, replicaConfig, h)
+}
+
+// startReplicasWith is startReplicas with the config src.
+func startReplicasWith(t *testing.T, n int, src string, h llmtest.Handler) []*testGW {
+	t.Helper()
 	if !pgtest.OnPostgres() {
 		t.Skip("replicas share a PostgreSQL state (the PostgreSQL run of the suite)")
 	}
@@ -78,7 +84,7 @@ func startReplicas(t *testing.T, n int, h llmtest.Handler) []*testGW {
 	for i := range n {
 		dir := t.TempDir()
 		pgURLs.Store(dir, url)
-		gws = append(gws, newTestGatewayIn(t, dir, replicaConfig, h, func(c *config.Config) {
+		gws = append(gws, newTestGatewayIn(t, dir, src, h, func(c *config.Config) {
 			c.Gateway.ReplicaID = fmt.Sprintf("gw-%d", i)
 			c.State.LeaseSeconds = 2
 		}))

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/heraldhq/herald/agent/sandbox"
@@ -234,5 +235,45 @@ func TestE2EMetricsRefusesForeignHost(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET /metrics with Host %q: %s, want %d", host, resp.Status, want)
 		}
+	}
+}
+
+// TestE2EReplicasShareFileQuotas: two replicas on one PostgreSQL database
+// take eight 300 KB uploads at once, four each, under
+// attachments.maxTotalMB 1 (maxBytes 300 KB: each download holds 300 KB).
+// The bytes of a file being stored are held in the store, so together they
+// take three files and tell the other five people why; held in each
+// process's memory, the two took five.
+func TestE2EReplicasShareFileQuotas(t *testing.T) {
+	src := strings.Replace(replicaConfig, "agents: {", `attachments: { maxBytes: 300000, maxStoredMB: 1, maxTotalMB: 1 },
+  agents: {`, 1)
+	gws := startReplicasWith(t, 2, src, llmtest.Text("got it"))
+	var posts sync.WaitGroup
+	for i := range 8 {
+		tg, client := gws[i%2], fmt.Sprintf("share-%d", i)
+		posts.Go(func() {
+			postFiles(t, tg.URL, client, "store this", map[string][]byte{"f.txt": bytes.Repeat([]byte{'a' + byte(i)}, 300_000)})
+		})
+	}
+	posts.Wait()
+	taken := 0
+	for i := range 8 {
+		tg, client := gws[i%2], fmt.Sprintf("share-%d", i)
+		waitWeb(t, tg, client, 0, "assistant", func(s string) bool { return s == "got it" })
+		refused := false
+		for _, m := range webMessages(t, tg.URL, client, 0) {
+			if m.Role == "system" && strings.Contains(m.Text, "📎") {
+				refused = true
+				if !strings.Contains(m.Text, "(attachments.maxTotalMB)") {
+					t.Errorf("%s: %q, want the maxTotalMB reason", client, m.Text)
+				}
+			}
+		}
+		if !refused {
+			taken++
+		}
+	}
+	if taken != 3 {
+		t.Errorf("the replicas took %d of the 300 KB files under maxTotalMB 1, want 3", taken)
 	}
 }
