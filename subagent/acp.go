@@ -212,11 +212,24 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entr
 		}
 		count(u, usd, priced)
 	}
+	spec := acpSpec(cfg, run.AgentID, rt, ws, log)
+	// Its HOME outlives the process: agents keep their sessions there
+	// (Claude Code under ~/.claude), and a private /tmp would lose them,
+	// so session/load after a restart or for /subagents send would find
+	// nothing. It is the ACP agent's own folder for the conversation.
+	aws := m.d.Workspace(cfg, run.AgentID)
+	if home := tools.ConversationWorkspace(aws, run.RootKey); home != "" {
+		if err := tools.EnsureWorkspace(aws, home); err != nil {
+			log.Warn("could not create the ACP agent's home; it gets a private /tmp, so its sessions will not outlive it", zap.Error(err))
+		} else {
+			spec.Home = home
+		}
+	}
 	job := acp.Job{
-		Spec:    acpSpec(cfg, run.AgentID, rt, ws, log),
+		Spec:    spec,
 		Session: sess, Task: input, Steer: steer, Authorize: m.d.Authorize,
 		Call: agent.CallContext{SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey, AgentID: run.AgentID,
-			RunID: run.ID, Depth: run.Depth, Workspace: ws, AgentWorkspace: m.d.Workspace(cfg, run.AgentID), Origin: run.Origin},
+			RunID: run.ID, Depth: run.Depth, Workspace: ws, AgentWorkspace: aws, Origin: run.Origin},
 		OnActivity: func(line string) {
 			m.SetNote(run.ID, line)
 			if strings.HasPrefix(line, acp.ToolActivity) {

@@ -47,6 +47,10 @@ type Spec struct {
 	// Workspace is its working directory, the one folder it may write,
 	// and the folder its file requests are confined to.
 	Workspace string
+	// Home, if set, is the agent's HOME: a folder of its own that outlives
+	// its process, so the sessions it keeps there can be loaded by the
+	// next process (a restart, /subagents send). Unset: a private /tmp.
+	Home string
 	// Sandbox is the mechanism and limits (tools.exec's).
 	Sandbox sandbox.Policy
 	Logger  *zap.Logger
@@ -93,7 +97,7 @@ func start(spec Spec, client sdk.Client, log *zap.Logger) (*process, error) {
 	}
 	pol.Network, pol.CPUSeconds = spec.Network, -1
 	pol.Setting = "tools.exec.sandbox (the sandbox of ACP agent " + spec.Name + ")"
-	c, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: pol, Dir: spec.Workspace, ReadOnly: ro,
+	c, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: pol, Dir: spec.Workspace, Home: spec.Home, ReadOnly: ro,
 		Env: spec.Env, Argv: append([]string{prog}, spec.Args...)})
 	if errors.Is(err, sandbox.ErrUnavailable) && pol.Mechanism == sandbox.Auto {
 		// The sandbox's own message offers "off", which does not apply

@@ -75,8 +75,13 @@ type Spec struct {
 	// ReadOnly are further paths the process may read (for instance an MCP
 	// server's program outside the system directories).
 	ReadOnly []string
+	// Home, if set, is a folder the process may write that outlives it,
+	// made its HOME (an ACP agent keeps its sessions there, so it can load
+	// one after a restart). It must exist.
+	Home string
 	// Env is the process's whole environment: it must already be scrubbed of
-	// secrets. HOME and TMPDIR are set to the private /tmp.
+	// secrets. HOME (unless Home is set) and TMPDIR are set to the private
+	// /tmp.
 	Env []string
 	// Argv is the program and its arguments; a program without a slash is
 	// looked up in Env's PATH.
@@ -210,6 +215,11 @@ func Command(ctx context.Context, spec Spec) (*Cmd, error) {
 		ro = append(ro, a)
 	}
 	spec.ReadOnly = ro
+	if spec.Home != "" {
+		if spec.Home, err = abs(spec.Home); err != nil {
+			return nil, err
+		}
+	}
 	mech, err := Probe().Pick(spec.Mechanism, spec.Setting)
 	if err != nil {
 		return nil, err

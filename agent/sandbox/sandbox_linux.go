@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,13 +87,17 @@ func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 	c := &Cmd{Mechanism: mech}
 	switch mech {
 	case Off:
-		newCmd(ctx, c, "/bin/sh", withUmask(spec.Argv), spec.Env, spec.Dir)
+		env := spec.Env
+		if spec.Home != "" {
+			env = setEnv(env, "HOME", spec.Home)
+		}
+		newCmd(ctx, c, "/bin/sh", withUmask(spec.Argv), env, spec.Dir)
 	case Bwrap:
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: find the herald binary for bwrap: %w", err)
 		}
-		env := setEnv(setEnv(spec.Env, "HOME", "/tmp"), "TMPDIR", "/tmp")
+		env := setEnv(setEnv(spec.Env, "HOME", cmp.Or(spec.Home, "/tmp")), "TMPDIR", "/tmp")
 		args := append([]string{"bwrap"}, bwrapArgs(spec, exe)...)
 		if prlimitPath != "" {
 			// util-linux's prlimit sets the limits (a C program starts in a
@@ -112,8 +117,11 @@ func command(ctx context.Context, mech string, spec Spec) (*Cmd, error) {
 		}
 		c.tmp = tmp
 		hs.Writable = []string{spec.Dir, tmp}
+		if spec.Home != "" {
+			hs.Writable = append(hs.Writable, spec.Home)
+		}
 		js, _ := json.Marshal(hs)
-		env := setEnv(setEnv(spec.Env, "HOME", tmp), "TMPDIR", tmp)
+		env := setEnv(setEnv(spec.Env, "HOME", cmp.Or(spec.Home, tmp)), "TMPDIR", tmp)
 		newCmd(ctx, c, "/proc/self/exe", []string{outerName, string(js)}, env, spec.Dir)
 	default:
 		return nil, fmt.Errorf("sandbox: unknown mechanism %q", mech)
@@ -169,6 +177,9 @@ func bwrapArgs(spec Spec, exe string) []string {
 	a = append(a, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
 	for _, p := range spec.ReadOnly {
 		a = append(a, "--ro-bind-try", p, p)
+	}
+	if spec.Home != "" {
+		a = append(a, "--bind", spec.Home, spec.Home)
 	}
 	return append(a, "--bind", spec.Dir, spec.Dir, "--ro-bind", exe, innerPathInBwrap, "--chdir", spec.Dir)
 }

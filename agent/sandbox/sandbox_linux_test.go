@@ -153,6 +153,49 @@ func TestFileSystemView(t *testing.T) {
 	}
 }
 
+// TestHomeOutlivesProcess: with Spec.Home the process's HOME is that
+// folder, which it may write and which keeps what it wrote for the next
+// process (an ACP agent's sessions); a folder next to it stays unreadable.
+func TestHomeOutlivesProcess(t *testing.T) {
+	for _, mech := range working(t) {
+		t.Run(mech, func(t *testing.T) {
+			mech := mechanism(t, mech)
+			parent := t.TempDir()
+			dir, home := filepath.Join(parent, "ws"), filepath.Join(parent, "home")
+			for _, d := range []string{dir, home} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(parent, "secret"), []byte("s3cret"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			runIn := func(command string) string {
+				c, err := Command(context.Background(), Spec{Policy: Policy{Mechanism: mech}, Dir: dir, Home: home,
+					Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Argv: []string{"/bin/sh", "-c", command}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Cleanup()
+				var out bytes.Buffer
+				c.Stdout, c.Stderr = &out, &out
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.Wait()
+				return out.String()
+			}
+			out := runIn(`[ "$HOME" = "` + home + `" ] && echo home-set; mkdir -p "$HOME/.agent" && echo kept > "$HOME/.agent/session" && echo wrote; cat ../secret`)
+			if !strings.Contains(out, "home-set\n") || !strings.Contains(out, "wrote\n") || strings.Contains(out, "s3cret") {
+				t.Fatalf("first process: %s", out)
+			}
+			if out := runIn(`cat "$HOME/.agent/session"`); out != "kept\n" {
+				t.Errorf("the next process read %q from its HOME, want what the first wrote", out)
+			}
+		})
+	}
+}
+
 // TestRelativeDir: a working directory given relative to the gateway's
 // (a relative --state-dir) works under every mechanism.
 func TestRelativeDir(t *testing.T) {

@@ -2,19 +2,26 @@ package chaos
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/agent"
+
 	"github.com/heraldhq/herald/agent/acp/acptest"
+	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/agent/sandbox"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/devtools/harness"
+	"github.com/heraldhq/herald/devtools/pgtest"
 )
 
 // TestACPAgentsAfterKill9 (SPEC §26, §25; issue 39): a real gateway runs
@@ -56,14 +63,9 @@ func acpKill9(t *testing.T, mech string) {
 	// for these agents (bwrap, the Landlock helper, the agent): the
 	// processes of this test, not of others running at once.
 	mark := filepath.Base(filepath.Dir(r.stateDir))
-	rt := func(mode string) string {
-		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q, %s: %q } }`, exe, acptest.EnvMode, mode, markEnv, mark)
-	}
 	agents := func() []int { return sandboxed(markEnv + "=" + mark) }
 	cfg := harness.Config{Listen: r.addr, ModelURL: model.url, MainConcurrent: 2, Subagents: 4, Children: 5, GraceSeconds: 1,
-		SubagentsExtra: `allowAgents: ["*"]`,
-		Agents: fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q }, { id: "loader", %s }, { id: "noload", %s }],`,
-			ws, rt("slow"), rt("slow-noload")),
+		SubagentsExtra: `allowAgents: ["*"]`, Agents: acpAgents(exe, ws, mark),
 		Extra: fmt.Sprintf(`tools: { exec: { sandbox: %q } },`, mech)}
 	if err := cfg.Write(r.cfgPath); err != nil {
 		t.Fatal(err)
@@ -125,6 +127,94 @@ func acpKill9(t *testing.T, mech string) {
 	r.waitUntil("no ACP agent process left after the runs ended", func() bool { return len(agents()) == 0 })
 }
 
+// acpAgents is the agents.list of these tests: main working in ws, and
+// the fake ACP agent (the test binary exe) as loader (mode slow) and
+// noload (slow-noload), its processes marked with mark.
+func acpAgents(exe, ws, mark string) string {
+	rt := func(mode string) string {
+		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q, %s: %q } }`, exe, acptest.EnvMode, mode, markEnv, mark)
+	}
+	return fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q }, { id: "loader", %s }, { id: "noload", %s }],`,
+		ws, rt("slow"), rt("slow-noload"))
+}
+
+// TestACPAgentAdoptedByReplica (SPEC §26 with §14, §25): two gateway
+// processes on one PostgreSQL state sharing the main agent's workspace.
+// The one running an ACP agent mid-prompt is SIGKILLed: the agent's
+// processes end with it, and the other replica, once the lease lapses,
+// starts the agent again with session/load; the run is announced once,
+// success, resumed once.
+func TestACPAgentAdoptedByReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs real gateway processes")
+	}
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here, so no ACP agent runs: %v", err)
+	}
+	dbURL := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := harness.BuildOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := newOrchModel(nil)
+	llm := llmtest.NewOpenAI(t, model.handle)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "main-ws")
+	mark := filepath.Base(dir)
+	set := &replicaSet{t: t, ctx: ctx, bin: bin, db: dbURL, model: llm.URL, dir: dir, mainConcurrent: 2,
+		agents: acpAgents(exe, ws, mark), subagents: `allowAgents: ["*"]`}
+	p := postgresProbe(t, dbURL)
+	agents := func() []int { return sandboxed(markEnv + "=" + mark) }
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	const client = "acp-replicas"
+	conv := tools.ConversationWorkspace(ws, webKey(client))
+
+	a, b := set.start("gw-a"), set.start("gw-b")
+	if _, err := a.web.Post(ctx, client, "code: loader"); err != nil {
+		t.Fatal(err)
+	}
+	wait("the agent mid-prompt on gw-a", func() bool {
+		return exists(filepath.Join(conv, "prompted-slow.txt")) && len(agents()) > 0 &&
+			p.s(`SELECT owner FROM runs WHERE label = 'loader'`) == "gw-a"
+	})
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	wait("the agent's processes to end with gw-a", func() bool { return len(agents()) == 0 })
+	wait("the run announced", func() bool { return len(announces(t, b.web, client)["loader"]) > 0 })
+	t.Logf("gw-a SIGKILLed → the ACP run resumed and announced by gw-b after %s (leaseSeconds 2)", time.Since(killed).Round(time.Millisecond))
+	got := announces(t, b.web, client)["loader"]
+	if len(got) != 1 {
+		t.Fatalf("announced %d times, want once: %q", len(got), got)
+	}
+	for _, w := range []string{"Status: success\n", "Resumed and finished.", "Resumed after the gateway stopped (1×)."} {
+		if !strings.Contains(got[0], w) {
+			t.Errorf("the announce lacks %q:\n%s", w, got[0])
+		}
+	}
+	if owner := p.s(`SELECT owner FROM runs WHERE label = 'loader'`); owner != "gw-b" {
+		t.Errorf("the run ended owned by %q, want gw-b", owner)
+	}
+	if b, err := os.ReadFile(filepath.Join(conv, "loaded.txt")); err != nil || string(b) != "fake-session-1" {
+		t.Errorf("gw-b did not load the agent's session (loaded.txt: %q, %v)", b, err)
+	}
+	wait("no ACP agent process left after the run ended", func() bool { return len(agents()) == 0 })
+}
+
 // exists reports whether a file is there.
 func exists(path string) bool {
 	_, err := os.Stat(path)
@@ -156,4 +246,94 @@ func sandboxed(kv string) []int {
 		}
 	}
 	return pids
+}
+
+// TestRealClaudeAgentAfterKill9 (SPEC §26, issue 39): the real
+// @zed-industries/claude-agent-acp (scripts/acp-agents.sh) as a sub-agent
+// of the real binary, its model the fake Anthropic API. SIGKILL while its
+// first model call is in flight; after the restart it is started again
+// and loads its session: its next model call holds the task it was given
+// before the kill (the session's history), and the run is announced once,
+// success, resumed once.
+func TestRealClaudeAgentAfterKill9(t *testing.T) {
+	prefix := os.Getenv("HERALD_ACP_NPM")
+	if prefix == "" {
+		t.Skip("HERALD_ACP_NPM is not set: scripts/acp-agents.sh (run by make test when npm is present) installs the real agent")
+	}
+	claude := filepath.Join(prefix, "node_modules", ".bin", "claude-agent-acp")
+	if _, err := os.Stat(claude); err != nil {
+		t.Skipf("claude-agent-acp is not installed under %s: %v", prefix, err)
+	}
+	if _, err := sandbox.Probe().Pick(sandbox.Auto, "test"); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	var mu sync.Mutex
+	var calls []llmtest.Call
+	anthropic := llmtest.NewAnthropic(t, func(c llmtest.Call) llmtest.Reply {
+		if !slices.Contains(c.Tools, "Write") { // not the agent's turn (a title, a summary)
+			return llmtest.Reply{Text: "ok"}
+		}
+		mu.Lock()
+		calls = append(calls, c)
+		n := len(calls)
+		mu.Unlock()
+		if n == 1 {
+			return llmtest.Reply{Text: "never delivered", Delay: 10 * time.Minute}
+		}
+		return llmtest.Reply{Text: "Finished the task after the restart."}
+	})
+	agentCalls := func() []llmtest.Call {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]llmtest.Call(nil), calls...)
+	}
+	model := newOrchModel(nil)
+	r := orchRig(t, model, 2)
+	ws := filepath.Join(filepath.Dir(r.stateDir), "main-ws")
+	cfg := harness.Config{Listen: r.addr, ModelURL: model.url, MainConcurrent: 2, Subagents: 4, Children: 5, GraceSeconds: 1,
+		SubagentsExtra: `allowAgents: ["*"]`,
+		Agents: fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q },
+    { id: "claude", runtime: { type: "acp", command: %q, network: true, readPaths: [%q],
+        env: { PATH: "/usr/local/bin:/usr/bin:/bin", ANTHROPIC_BASE_URL: %q, ANTHROPIC_API_KEY: "sk-test",
+               DISABLE_TELEMETRY: "1", DISABLE_ERROR_REPORTING: "1", DISABLE_AUTOUPDATER: "1" } } }],`,
+			ws, claude, filepath.Join(prefix, "node_modules"), anthropic.URL),
+		Extra: `security: { toolPolicy: { groups: { acp: "allow" } } },`}
+	if err := cfg.Write(r.cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	const client = "real-claude"
+
+	gw := r.start()
+	web := harness.NewWeb(gw.Base, 2)
+	if _, err := web.Post(r.ctx, client, "code: claude"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitUntil("Claude Code in its first model call", func() bool { return len(agentCalls()) == 1 })
+	if err := gw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gw = r.start()
+	r.waitUntil("the run announced", func() bool { return len(announces(t, web, client)["claude"]) > 0 })
+	got := announces(t, web, client)["claude"]
+	if len(got) != 1 {
+		t.Fatalf("announced %d times, want once: %q", len(got), got)
+	}
+	for _, w := range []string{"Status: success\n", "Finished the task after the restart.", "Resumed after the gateway stopped (1×)."} {
+		if !strings.Contains(got[0], w) {
+			t.Errorf("the announce lacks %q:\n%s", w, got[0])
+		}
+	}
+	cs := agentCalls()
+	if len(cs) < 2 {
+		t.Fatalf("Claude Code made %d model calls, want one more after the restart", len(cs))
+	}
+	var history []string
+	for _, m := range cs[len(cs)-1].Messages {
+		if m.Role == agent.RoleUser {
+			history = append(history, m.Text)
+		}
+	}
+	if !strings.Contains(strings.Join(history, "\n"), "work on the code") {
+		t.Errorf("Claude Code's call after the restart does not hold the task it was given before the kill (its session was not loaded); its user messages: %q", history)
+	}
 }

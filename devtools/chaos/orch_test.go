@@ -687,6 +687,9 @@ type replicaSet struct {
 	bin, db, model string
 	dir            string
 	mainConcurrent int
+	// agents and subagents are harness.Config's Agents and
+	// SubagentsExtra.
+	agents, subagents string
 }
 
 // start starts replica id (again, under the same id) and waits until it
@@ -699,6 +702,7 @@ func (s *replicaSet) start(id string) *replica {
 		s.t.Fatal(err)
 	}
 	cfg := harness.Config{Listen: addr, ModelURL: s.model, MainConcurrent: s.mainConcurrent, Subagents: 4, Children: 5, GraceSeconds: 1, ReplicaID: id,
+		Agents: s.agents, SubagentsExtra: s.subagents,
 		Extra: fmt.Sprintf("state: { driver: \"postgres\", url: %q, leaseSeconds: 2 },", s.db)}
 	cfgPath := filepath.Join(dir, "herald.json5")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
