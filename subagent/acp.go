@@ -102,6 +102,12 @@ func (r acpRunner) outcome(runCtx context.Context, rc *RunCtx, res acp.Result, p
 		return Outcome{}
 	case err != nil:
 		return Outcome{Status: store.OutcomeError, Note: err.Error()}
+	case run.Resumes > 0 && errors.Is(res.Err, acp.ErrLoad):
+		// Resumed after a stop, but the agent has lost the session it
+		// worked in (it may have done part of the task): not an error of
+		// the task, an unknown outcome (SPEC §25, §26).
+		return Outcome{Status: store.OutcomeUnknown, Note: unknownNote + " Its ACP agent could not load its session when started again (" +
+			res.Err.Error() + "), so it was not resumed."}
 	case errors.Is(res.Err, spend.ErrBudget):
 		// Over budget before a prompt: none was sent (SPEC §20).
 		return Outcome{Status: store.OutcomeError, Result: res.Text, Note: budgetLine(res.Err), BudgetStopped: true}

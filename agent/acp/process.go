@@ -27,6 +27,10 @@ var (
 	ErrHandshake = errors.New("the ACP agent did not complete its handshake")
 	// ErrExited is wrapped when the agent's process ended mid-run.
 	ErrExited = errors.New("the ACP agent exited")
+	// ErrLoad is wrapped when the agent does not load the session it was
+	// asked to resume (session/load refused, unanswered, or the agent
+	// exited): what it did before is out of its reach.
+	ErrLoad = errors.New("the ACP agent could not load its session")
 )
 
 // HandshakeTimeout bounds initialize and session/new (or session/load).

@@ -415,7 +415,10 @@ func (r *runner) openSession(ctx context.Context, p *process, info Info) (sdk.Se
 		r.replaying = false
 		r.mu.Unlock()
 		if err != nil {
-			return "", r.failed(ctx, hctx, p, "session/load", err)
+			if err = r.failed(ctx, hctx, p, "session/load", err); !errors.Is(err, context.Canceled) {
+				err = fmt.Errorf("%w: %w", ErrLoad, err)
+			}
+			return "", err
 		}
 		return sdk.SessionId(r.j.LoadSession), nil
 	}

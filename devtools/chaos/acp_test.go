@@ -25,13 +25,14 @@ import (
 )
 
 // TestACPAgentsAfterKill9 (SPEC §26, §25; issue 39): a real gateway runs
-// two ACP agents (this test binary as the fake agent), both mid-prompt,
+// three ACP agents (this test binary as the fake agent), all mid-prompt,
 // and is SIGKILLed. Their processes die with it (nothing is left running:
 // bwrap --die-with-parent, or the Landlock helper's death signal). After
 // the restart the agent that advertises loadSession is started again and
 // resumed with session/load, and announced once, success, "Resumed … (1×)";
-// the one that does not ends unknown with the note saying why, announced
-// once. Run under each sandbox mechanism that works here (ACP agents are
+// the one that does not ends unknown with the note saying why; the one
+// that advertises it but has lost the session ends unknown too (not
+// error), with the agent's refusal in the note. Each is announced once. Run under each sandbox mechanism that works here (ACP agents are
 // never run unconfined: tools.exec.sandbox "off" still confines them).
 func TestACPAgentsAfterKill9(t *testing.T) {
 	if testing.Short() {
@@ -75,7 +76,7 @@ func acpKill9(t *testing.T, mech string) {
 
 	gw := r.start()
 	web := harness.NewWeb(gw.Base, 2)
-	for _, id := range []string{"loader", "noload"} {
+	for _, id := range []string{"loader", "noload", "lost"} {
 		if _, err := web.Post(r.ctx, client, "code: "+id); err != nil {
 			t.Fatal(err)
 		}
@@ -91,8 +92,9 @@ func acpKill9(t *testing.T, mech string) {
 			t.Logf("conversation: %+v\nagent processes: %v\nstate: %v", msgs, agents(), files)
 		}
 	}()
-	r.waitUntil("both ACP agents mid-prompt", func() bool {
-		return exists(filepath.Join(conv, "prompted-slow.txt")) && exists(filepath.Join(conv, "prompted-slow-noload.txt")) && len(agents()) >= 2
+	r.waitUntil("the three ACP agents mid-prompt", func() bool {
+		return exists(filepath.Join(conv, "prompted-slow.txt")) && exists(filepath.Join(conv, "prompted-slow-noload.txt")) &&
+			exists(filepath.Join(conv, "prompted-slow-lost.txt")) && len(agents()) >= 3
 	})
 	if err := gw.Kill(); err != nil {
 		t.Fatal(err)
@@ -102,14 +104,15 @@ func acpKill9(t *testing.T, mech string) {
 	t.Logf("%s: the agents' processes ended %s after the gateway was SIGKILLed", mech, time.Since(killed).Round(time.Millisecond))
 
 	gw = r.start()
-	r.waitUntil("both runs announced", func() bool {
+	r.waitUntil("the three runs announced", func() bool {
 		a := announces(t, web, client)
-		return len(a["loader"]) > 0 && len(a["noload"]) > 0
+		return len(a["loader"]) > 0 && len(a["noload"]) > 0 && len(a["lost"]) > 0
 	})
 	got := announces(t, web, client)
 	for label, want := range map[string][]string{
 		"loader": {"Status: success\n", "Resumed and finished.", "Resumed after the gateway stopped (1×)."},
 		"noload": {"Status: unknown\n", "Its ACP agent cannot load sessions (no loadSession), so it was not resumed."},
+		"lost":   {"Status: unknown\n", "Its ACP agent could not load its session when started again (", "Resource not found"},
 	} {
 		if len(got[label]) != 1 {
 			t.Errorf("%s announced %d times, want once: %q", label, len(got[label]), got[label])
@@ -128,14 +131,14 @@ func acpKill9(t *testing.T, mech string) {
 }
 
 // acpAgents is the agents.list of these tests: main working in ws, and
-// the fake ACP agent (the test binary exe) as loader (mode slow) and
-// noload (slow-noload), its processes marked with mark.
+// the fake ACP agent (the test binary exe) as loader (mode slow), noload
+// (slow-noload) and lost (slow-lost), its processes marked with mark.
 func acpAgents(exe, ws, mark string) string {
 	rt := func(mode string) string {
 		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q, %s: %q } }`, exe, acptest.EnvMode, mode, markEnv, mark)
 	}
-	return fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q }, { id: "loader", %s }, { id: "noload", %s }],`,
-		ws, rt("slow"), rt("slow-noload"))
+	return fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q }, { id: "loader", %s }, { id: "noload", %s }, { id: "lost", %s }],`,
+		ws, rt("slow"), rt("slow-noload"), rt("slow-lost"))
 }
 
 // TestACPAgentAdoptedByReplica (SPEC §26 with §14, §25): two gateway
@@ -213,6 +216,12 @@ func TestACPAgentAdoptedByReplica(t *testing.T) {
 		t.Errorf("gw-b did not load the agent's session (loaded.txt: %q, %v)", b, err)
 	}
 	wait("no ACP agent process left after the run ended", func() bool { return len(agents()) == 0 })
+}
+
+// fileHas reports whether the file at path holds text.
+func fileHas(path, text string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Contains(b, []byte(text))
 }
 
 // exists reports whether a file is there.
@@ -308,7 +317,13 @@ func TestRealClaudeAgentAfterKill9(t *testing.T) {
 	if _, err := web.Post(r.ctx, client, "code: claude"); err != nil {
 		t.Fatal(err)
 	}
-	r.waitUntil("Claude Code in its first model call", func() bool { return len(agentCalls()) == 1 })
+	// Claude Code writes its session to $HOME/.claude/projects/<cwd>/ — a
+	// kill before that leaves nothing to load (the run ends unknown).
+	sessions := filepath.Join(r.stateDir, "workspace", "claude", "conversations", "*", ".claude", "projects", "*", "*.jsonl")
+	r.waitUntil("Claude Code in its first model call, its session in its HOME", func() bool {
+		paths, _ := filepath.Glob(sessions)
+		return len(agentCalls()) == 1 && len(paths) == 1 && fileHas(paths[0], "work on the code")
+	})
 	if err := gw.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ import (
 //	           when it comes) and answers cancelled
 //	slow-noload  slow (prompted-slow-noload.txt), by an agent that does
 //	           not advertise loadSession
+//	slow-lost  slow (prompted-slow-lost.txt), by an agent that advertises
+//	           loadSession but has lost every session (session/load:
+//	           resource not found)
 //	exit-init  exits during initialize, after a line on stderr
 //	garbage    answers initialize with a line that is not JSON-RPC, then nothing
 //	silent     reads its input and never answers
@@ -132,6 +135,9 @@ func (a *fake) NewSession(_ context.Context, r sdk.NewSessionRequest) (sdk.NewSe
 }
 
 func (a *fake) LoadSession(ctx context.Context, r sdk.LoadSessionRequest) (sdk.LoadSessionResponse, error) {
+	if a.mode == "slow-lost" {
+		return sdk.LoadSessionResponse{}, &sdk.RequestError{Code: -32002, Message: "Resource not found: " + string(r.SessionId)}
+	}
 	a.cwd, a.loaded = r.Cwd, true
 	// Replay: the client must not write it to its transcript again.
 	a.say(ctx, r.SessionId, "(replayed history)")
@@ -184,7 +190,7 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	}
 	switch a.mode {
-	case "slow", "slow-noload":
+	case "slow", "slow-noload", "slow-lost":
 		_ = os.WriteFile(filepath.Join(a.cwd, "prompted-"+a.mode+".txt"), []byte(sid), 0o600)
 		a.say(ctx, sid, "Starting a long job.")
 		select {
