@@ -244,8 +244,8 @@ func TestRunReportsCost(t *testing.T) {
 	}
 }
 
-// TestRunConfinesFiles: reads outside the workspace and terminals get ACP
-// errors, never the file.
+// TestRunConfinesFiles: reads outside the workspace get ACP errors, never
+// the file.
 func TestRunConfinesFiles(t *testing.T) {
 	j, _ := fakeJob(t, "outside")
 	if err := os.WriteFile(filepath.Join(filepath.Dir(j.Workspace), "secret.txt"), []byte("TOP SECRET"), 0o600); err != nil {
@@ -262,11 +262,35 @@ func TestRunConfinesFiles(t *testing.T) {
 	if !strings.Contains(res.Text, "direct read failed") || !strings.Contains(res.Text, "env: HERALD_ACPFAKE,HOME,OPENAI_API_KEY,PWD,TMPDIR") {
 		t.Errorf("sandbox: %s", res.Text)
 	}
-	j, _ = fakeJob(t, "terminal")
-	res = Run(context.Background(), j)
-	if res.Err != nil || !strings.Contains(res.Text, "Method not found") || !strings.Contains(res.Text, "does not offer terminals") {
-		t.Fatalf("terminal: %+v", res)
+}
+
+// TestRunTerminals: terminals run in the agent's sandbox, in the
+// workspace (or a folder inside it), with the agent's environment and the
+// request's variables; their exit code and output reach the agent; a cwd
+// outside the workspace is refused; a killed one reports its signal; one
+// left running ends with the job (nothing leaks).
+func TestRunTerminals(t *testing.T) {
+	before := runtime.NumGoroutine()
+	j, _ := fakeJob(t, "terminal")
+	res := Run(context.Background(), j)
+	if res.Err != nil {
+		t.Fatalf("Run = %+v", res)
 	}
+	sub := filepath.Join(j.Workspace, "sub")
+	for _, want := range []string{
+		fmt.Sprintf(`exit 3, output "cwd=%s foo=bar\n", truncated false, err <nil>`, sub),
+		"released: <nil>; output after: true",
+		"outside: ", "is outside the workspace",
+		"killed: <nil>, signal ", "left running: <nil>",
+	} {
+		if !strings.Contains(res.Text, want) {
+			t.Errorf("the agent's report lacks %q:\n%s", want, res.Text)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(j.Workspace, "made.txt")); err != nil || string(got) != "made\n" {
+		t.Errorf("the terminal's file in the workspace: %q, %v", got, err)
+	}
+	noLeaks(t, before)
 }
 
 // TestRunBadAgents: what cannot start or does not speak ACP ends with an

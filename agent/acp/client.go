@@ -39,8 +39,16 @@ func (permissionTool) Call(context.Context, agent.CallContext, json.RawMessage) 
 // client is what Herald serves the agent: files in the workspace,
 // permission decisions, and the session/update stream into the run.
 type client struct {
-	ws  string
-	run *runner
+	ws    string
+	run   *runner
+	terms *terminals
+}
+
+// newClient is what Herald serves the agent of spec in run r.
+func newClient(spec Spec, r *runner) *client {
+	c := &client{ws: spec.Workspace, run: r}
+	c.terms = &terminals{spec: spec, cli: c}
+	return c
 }
 
 var _ sdk.Client = (*client)(nil)
@@ -152,28 +160,4 @@ func (c *client) RequestPermission(ctx context.Context, r sdk.RequestPermissionR
 func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) error {
 	c.run.update(ctx, n.Update)
 	return nil
-}
-
-// Terminals are not offered (clientCapabilities.terminal is false): an
-// agent that asks anyway is told so.
-func noTerminals(method string) error {
-	e := sdk.NewMethodNotFound(method)
-	e.Data = map[string]any{"reason": "Herald does not offer terminals to ACP agents (clientCapabilities.terminal is false); run commands with your own tools"}
-	return e
-}
-
-func (c *client) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
-	return sdk.CreateTerminalResponse{}, noTerminals("terminal/create")
-}
-func (c *client) KillTerminal(context.Context, sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
-	return sdk.KillTerminalResponse{}, noTerminals("terminal/kill")
-}
-func (c *client) TerminalOutput(context.Context, sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
-	return sdk.TerminalOutputResponse{}, noTerminals("terminal/output")
-}
-func (c *client) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
-	return sdk.ReleaseTerminalResponse{}, noTerminals("terminal/release")
-}
-func (c *client) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
-	return sdk.WaitForTerminalExitResponse{}, noTerminals("terminal/wait_for_exit")
 }

@@ -181,11 +181,13 @@ func Probe(ctx context.Context, spec Spec) (Info, error) {
 		log = zap.NewNop()
 	}
 	r := &runner{log: log, j: Job{Spec: spec, Clock: agent.SystemClock{}}, ctx: ctx, started: time.Now()}
-	p, err := start(spec, &client{ws: spec.Workspace, run: r}, log)
+	cli := newClient(spec, r)
+	p, err := start(spec, cli, log)
 	if err != nil {
 		return Info{}, err
 	}
 	defer p.stop()
+	defer cli.terms.closeAll()
 	info, err := r.initialize(ctx, p, spec)
 	if err != nil {
 		return info, err
@@ -238,11 +240,13 @@ func Run(ctx context.Context, j Job) Result {
 			return Result{Err: err}
 		}
 	}
-	p, err := start(j.Spec, &client{ws: j.Workspace, run: r}, r.log)
+	cli := newClient(j.Spec, r)
+	p, err := start(j.Spec, cli, r.log)
 	if err != nil {
 		return Result{Err: err}
 	}
 	defer p.stop()
+	defer cli.terms.closeAll() // before the agent ends: its terminals end with it
 	info, err := r.initialize(ctx, p, j.Spec)
 	res := Result{Info: info}
 	if err != nil {
@@ -353,7 +357,7 @@ func (r *runner) initialize(ctx context.Context, p *process, spec Spec) (Info, e
 	resp, err := p.conn.Initialize(hctx, sdk.InitializeRequest{
 		ProtocolVersion:    sdk.ProtocolVersionNumber,
 		ClientInfo:         &sdk.Implementation{Name: "herald", Version: "1"},
-		ClientCapabilities: sdk.ClientCapabilities{Fs: sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true}},
+		ClientCapabilities: sdk.ClientCapabilities{Fs: sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true}, Terminal: true},
 	})
 	if err != nil {
 		return Info{}, r.failed(ctx, hctx, p, "initialize", err)

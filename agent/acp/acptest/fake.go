@@ -37,7 +37,9 @@ import (
 //	silent     reads its input and never answers
 //	outside    asks to read /etc/hostname and a ../ path; reports what it got,
 //	           whether it can read the ../ path itself, and its variables
-//	terminal   asks for a terminal; reports the error
+//	terminal   runs terminals: a command writing a file and printing
+//	           its cwd and a variable, one in a folder outside the
+//	           workspace, one it kills; reports what each gave
 //	nousage    like work without permission, and reports no usage
 //	costly     like nousage, but reports usage and its session's cost:
 //	           usage_update with the running total ($0.02, then $0.05
@@ -226,8 +228,7 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		a.say(ctx, sid, strings.Join(got, "\n"))
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	case "terminal":
-		_, err := a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "ls"})
-		a.say(ctx, sid, fmt.Sprintf("terminal: %v", err))
+		a.say(ctx, sid, a.terminals(ctx, sid))
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	case "live":
 		a.say(ctx, sid, "Reading the code.")
@@ -313,4 +314,48 @@ func (a *fake) SetSessionConfigOption(context.Context, sdk.SetSessionConfigOptio
 }
 func (a *fake) SetSessionMode(context.Context, sdk.SetSessionModeRequest) (sdk.SetSessionModeResponse, error) {
 	return sdk.SetSessionModeResponse{}, nil
+}
+
+// terminals runs mode terminal's commands and says what each gave.
+func (a *fake) terminals(ctx context.Context, sid sdk.SessionId) string {
+	var got []string
+	sub := filepath.Join(a.cwd, "sub")
+	_ = os.Mkdir(sub, 0o700)
+	t, err := a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "/bin/sh", Cwd: &sub,
+		Args: []string{"-c", "echo made > ../made.txt; echo \"cwd=$(pwd) foo=$FOO\"; exit 3"},
+		Env:  []sdk.EnvVariable{{Name: "FOO", Value: "bar"}}})
+	if err != nil {
+		return "create: " + err.Error()
+	}
+	w, err := a.conn.WaitForTerminalExit(ctx, sdk.WaitForTerminalExitRequest{SessionId: sid, TerminalId: t.TerminalId})
+	if err != nil || w.ExitCode == nil {
+		return fmt.Sprintf("wait: %+v %v", w, err)
+	}
+	out, err := a.conn.TerminalOutput(ctx, sdk.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
+	got = append(got, fmt.Sprintf("exit %d, output %q, truncated %v, err %v", *w.ExitCode, out.Output, out.Truncated, err))
+	_, err = a.conn.ReleaseTerminal(ctx, sdk.ReleaseTerminalRequest{SessionId: sid, TerminalId: t.TerminalId})
+	_, err2 := a.conn.TerminalOutput(ctx, sdk.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
+	got = append(got, fmt.Sprintf("released: %v; output after: %v", err, err2 != nil))
+
+	outside := filepath.Dir(a.cwd)
+	_, err = a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "ls", Cwd: &outside})
+	got = append(got, fmt.Sprintf("outside: %v", err))
+
+	t, err = a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "sleep", Args: []string{"60"}})
+	if err != nil {
+		return strings.Join(append(got, "sleep: "+err.Error()), "\n")
+	}
+	_, err = a.conn.KillTerminal(ctx, sdk.KillTerminalRequest{SessionId: sid, TerminalId: t.TerminalId})
+	w, err2 = a.conn.WaitForTerminalExit(ctx, sdk.WaitForTerminalExitRequest{SessionId: sid, TerminalId: t.TerminalId})
+	killed := "?"
+	if w.Signal != nil {
+		killed = "signal " + *w.Signal
+	} else if w.ExitCode != nil {
+		killed = fmt.Sprintf("exit %d", *w.ExitCode)
+	}
+	got = append(got, fmt.Sprintf("killed: %v, %s, %v", err, killed, err2))
+	// Left running on purpose: the job's end must end it.
+	_, err = a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "sleep", Args: []string{"61"}})
+	got = append(got, fmt.Sprintf("left running: %v", err))
+	return strings.Join(got, "\n")
 }
