@@ -411,6 +411,11 @@ func TestDendriteDMKeyedByPerson(t *testing.T) {
 	if !errors.Is(err, channels.ErrPermanent) || !strings.Contains(err.Error(), "no longer in a direct chat") {
 		t.Fatalf("a message for alice after she left: %v; want a permanent refusal", err)
 	}
+	// An origin stored before DMs were keyed by the person names the room.
+	legacy := channels.Origin{Channel: Name, ChatID: string(room), ChatType: channels.ChatDM, SenderID: string(alice.UserID)}
+	if err := a.Send(ctx, legacy, channels.Message{Kind: channels.KindReply, Text: "for alice only"}); !errors.Is(err, channels.ErrPermanent) {
+		t.Fatalf("a message for alice's room-keyed conversation after she left: %v; want a permanent refusal", err)
+	}
 
 	matrixtest.Post(t, mallory, room, "what did alice tell you?")
 	got = in.next(t)

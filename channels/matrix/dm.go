@@ -50,11 +50,16 @@ func (a *Adapter) noteDM(ctx context.Context, person id.UserID, room id.RoomID) 
 // it is, a person's user id (a DM) as the room of their DM, checked to be
 // a DM with that person still — with fresh, against the homeserver's
 // member list now (a new message: /sync may not have brought a leave and
-// a join yet), else against what /sync showed (an edit, typing). Anything
-// else is ErrPermanent.
+// a join yet), else against what /sync showed (an edit, typing). A DM
+// origin that names a room (stored before DMs were keyed by the person)
+// is checked the same way against its sender. Anything else is
+// ErrPermanent.
 func (a *Adapter) inRoom(ctx context.Context, to channels.Origin, fresh bool) (channels.Origin, error) {
 	switch {
 	case strings.HasPrefix(to.ChatID, "!"):
+		if to.ChatType == channels.ChatDM && strings.HasPrefix(to.SenderID, "@") {
+			return to, a.stillDM(ctx, id.UserID(to.SenderID), to.ChatID, fresh)
+		}
 		return to, nil
 	case !strings.HasPrefix(to.ChatID, "@"):
 		return to, fmt.Errorf("matrix: %q is neither a Matrix room id nor a user id: %w", to.ChatID, channels.ErrPermanent)
@@ -78,11 +83,20 @@ func (a *Adapter) inRoom(ctx context.Context, to channels.Origin, fresh bool) (c
 	if !ok {
 		return to, fmt.Errorf("matrix: no direct chat with %s is known: %w", person, channels.ErrPermanent)
 	}
-	if peer, dm := a.dmPeer(ctx, id.RoomID(room), fresh); !dm || peer != person {
-		a.log.Warn("matrix message for a DM not sent: its person is no longer the room's other member",
-			zap.String("person", string(person)), zap.String("roomId", room), zap.String("now", string(peer)))
-		return to, fmt.Errorf("matrix: %s is no longer in a direct chat with the bot in %s: %w", person, room, channels.ErrPermanent)
+	if err := a.stillDM(ctx, person, room, fresh); err != nil {
+		return to, err
 	}
 	to.ChatID = room
 	return to, nil
+}
+
+// stillDM is nil while room is a two-member room with person in it, else
+// ErrPermanent: the message is not posted to whoever is there now.
+func (a *Adapter) stillDM(ctx context.Context, person id.UserID, room string, fresh bool) error {
+	if peer, dm := a.dmPeer(ctx, id.RoomID(room), fresh); !dm || peer != person {
+		a.log.Warn("matrix message for a DM not sent: its person is no longer the room's other member",
+			zap.String("person", string(person)), zap.String("roomId", room), zap.String("now", string(peer)))
+		return fmt.Errorf("matrix: %s is no longer in a direct chat with the bot in %s: %w", person, room, channels.ErrPermanent)
+	}
+	return nil
 }
