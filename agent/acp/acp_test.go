@@ -265,13 +265,17 @@ func TestRunConfinesFiles(t *testing.T) {
 }
 
 // TestRunTerminals: terminals run in the agent's sandbox, in the
-// workspace (or a folder inside it), with the agent's environment and the
+// workspace (or a folder inside it), with the agent's HOME, its environment and the
 // request's variables; their exit code and output reach the agent; a cwd
 // outside the workspace is refused; a killed one reports its signal; one
 // left running ends with the job (nothing leaks).
 func TestRunTerminals(t *testing.T) {
 	before := runtime.NumGoroutine()
 	j, _ := fakeJob(t, "terminal")
+	j.Home = filepath.Join(t.TempDir(), "home")
+	if err := os.Mkdir(j.Home, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	res := Run(context.Background(), j)
 	if res.Err != nil {
 		t.Fatalf("Run = %+v", res)
@@ -289,6 +293,9 @@ func TestRunTerminals(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(j.Workspace, "made.txt")); err != nil || string(got) != "made\n" {
 		t.Errorf("the terminal's file in the workspace: %q, %v", got, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(j.Home, "kept.txt")); err != nil || string(got) != "kept\n" {
+		t.Errorf("the terminal's file in the agent's HOME: %q, %v", got, err)
 	}
 	noLeaks(t, before)
 }

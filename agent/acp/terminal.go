@@ -28,8 +28,8 @@ const (
 
 // terminals are the commands an agent runs through Herald (terminal/*,
 // SPEC §26): each in a sandbox of its own like the agent's — the
-// workspace writable, the agent's network, its environment plus the
-// request's variables — so a terminal gives the agent nothing it could
+// workspace and the agent's HOME writable, the agent's network, its
+// environment plus the request's variables — so a terminal gives the agent nothing it could
 // not do itself, and needs no permission beyond the one the agent asks
 // for the call. Every terminal ends with the job (closeAll).
 type terminals struct {
@@ -128,7 +128,8 @@ func (ts *terminals) create(r sdk.CreateTerminalRequest) (string, error) {
 	case len(ts.m) >= maxTerminals:
 		return "", fmt.Errorf("%d terminals are open: release one first (terminal/release)", maxTerminals)
 	}
-	cmd, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: pol, Dir: ts.spec.Workspace, ReadOnly: ts.spec.ReadPaths, Env: env, Argv: argv})
+	cmd, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: pol, Dir: ts.spec.Workspace, Home: ts.spec.Home, ReadOnly: ts.spec.ReadPaths,
+		Env: env, Argv: argv})
 	if err != nil {
 		return "", fmt.Errorf("terminal %q: %w", r.Command, err)
 	}

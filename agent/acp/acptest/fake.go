@@ -322,7 +322,7 @@ func (a *fake) terminals(ctx context.Context, sid sdk.SessionId) string {
 	sub := filepath.Join(a.cwd, "sub")
 	_ = os.Mkdir(sub, 0o700)
 	t, err := a.conn.CreateTerminal(ctx, sdk.CreateTerminalRequest{SessionId: sid, Command: "/bin/sh", Cwd: &sub,
-		Args: []string{"-c", "echo made > ../made.txt; echo \"cwd=$(pwd) foo=$FOO\"; exit 3"},
+		Args: []string{"-c", "echo made > ../made.txt; echo \"cwd=$(pwd) foo=$FOO\"; echo kept > $HOME/kept.txt; exit 3"},
 		Env:  []sdk.EnvVariable{{Name: "FOO", Value: "bar"}}})
 	if err != nil {
 		return "create: " + err.Error()
