@@ -468,3 +468,38 @@ func TestE2EOrchestratorCarriesWorkerFiles(t *testing.T) {
 		t.Errorf("files posted: %q; want the worker's chart once, with the orchestrator's announce", files)
 	}
 }
+
+// TestE2ESilentChildFileWithNextReply: a child spawned with announce
+// silent posts nothing; the file it sent goes out with the reply of the
+// turn that takes its result in, once, and not with the turn after.
+func TestE2ESilentChildFileWithNextReply(t *testing.T) {
+	t.Parallel()
+	tg := newTestGateway(t, filesE2EConfig, batchModel(nil))
+	const client = "silent-file"
+	postFiles(t, tg.URL, client, "here is a chart", map[string][]byte{"chart.png": testPNG(t)})
+	waitWeb(t, tg, client, 0, "assistant", func(string) bool { return true })
+	if res := spawnBatch(t, tg, client, "batch silent file-a"); !strings.Contains(res, `"status":"accepted"`) {
+		t.Fatalf("the batch: %s", res)
+	}
+	waitRunDone(t, tg, "agent:main:web:dm:"+client, "file-a")
+	seq := webPost(t, tg.URL, client, "what did it find?")
+	reply := waitWeb(t, tg, client, seq, "assistant", func(s string) bool { return strings.HasPrefix(s, "seen:") })
+	if reply.Text != "seen: file-a" {
+		t.Errorf("the next turn saw %q, want the silent child's result", reply.Text)
+	}
+	waitWeb(t, tg, client, reply.Seq, "assistant", func(s string) bool { return s == "chart of file-a" })
+	if got := askSeen(t, tg, client, "and now?"); got != "seen: file-a" {
+		t.Errorf("the turn after saw %q", got)
+	}
+	var files []string
+	for _, m := range webFileMessages(t, tg.URL, client) {
+		for _, f := range m.Files {
+			if m.Role != "user" {
+				files = append(files, m.Role+" "+f.Name+": "+m.Text)
+			}
+		}
+	}
+	if len(files) != 1 || files[0] != "assistant chart.png: chart of file-a" {
+		t.Errorf("files posted: %q; want the silent child's chart once, with the reply that took its result in", files)
+	}
+}

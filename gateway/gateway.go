@@ -75,7 +75,13 @@ type Gateway struct {
 
 	db       store.Store
 	attached attachedFiles // send_file's files, by session key, until the reply or announce takes them
-	inFlight atomic.Int64  // inbound files' bytes this process is storing now (the disk floor, quota.go)
+
+	// foldedTurns holds the intake ids whose turn took sub-agent results
+	// into its history (startTurn), until complete reads those results'
+	// files for its reply.
+	foldedTurns sync.Map
+
+	inFlight atomic.Int64 // inbound files' bytes this process is storing now (the disk floor, quota.go)
 	catalog  *agent.Catalog
 	provOpts providers.Options
 	subs     *subagent.Manager

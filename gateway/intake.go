@@ -306,12 +306,19 @@ func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channe
 	var reply *store.OutboxItem
 	files := g.attached.take(it.SessionKey) // send_file's, after the text
 	// The files of the announce parent/silent sub-agents whose results
-	// this turn took in: they posted nothing themselves (SPEC §23).
-	kids, err := g.db.FoldedFiles(context.WithoutCancel(laneCtx), it.SessionKey, fmt.Sprintf("intake:%d", it.ID))
-	if err != nil {
-		log.Warn("could not read the files of the sub-agents whose results this turn took in; they are not posted", zap.Error(err))
+	// this turn took in: they posted nothing themselves (SPEC §23). Only
+	// a turn that took results in (this process saw it: startTurn), a
+	// wake, or one that started before (a restart) can have any.
+	_, folded := g.foldedTurns.LoadAndDelete(it.ID)
+	var err error
+	if folded || it.Kind == store.IntakeWake || !it.StartedAt.IsZero() {
+		var kids []store.FileRef
+		kids, err = g.db.FoldedFiles(context.WithoutCancel(laneCtx), it.SessionKey, fmt.Sprintf("intake:%d", it.ID))
+		if err != nil {
+			log.Warn("could not read the files of the sub-agents whose results this turn took in; they are not posted", zap.Error(err))
+		}
+		files = append(files, kids...)
 	}
-	files = append(files, kids...)
 	if strings.TrimSpace(text) != "" || len(files) > 0 {
 		reply = &store.OutboxItem{Origin: it.Origin, Kind: kind, Text: text, CreatedAt: g.clock.Now(), SessionKey: it.SessionKey, AgentID: it.AgentID,
 			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(laneCtx), Files: files}

@@ -436,6 +436,7 @@ func (g *Gateway) startTurn(ctx context.Context, s *sessionState, it store.Intak
 	}
 	if n > 0 {
 		log.Info("sub-agent results taken into the history", zap.Int("results", n), zap.Int64("intakeId", it.ID))
+		g.foldedTurns.Store(it.ID, true)
 	}
 	return nil
 }
