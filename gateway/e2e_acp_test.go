@@ -264,7 +264,8 @@ func TestE2ERealClaudeAgent(t *testing.T) {
 // (approval_policy "untrusted") is approved with /approve, the command
 // writes hello.txt in the conversation workspace, and the announce is
 // success with its final message; Codex reports no token usage, and the
-// Notes say so.
+// Notes say so. /subagents send to the finished run starts Codex again,
+// which loads its session (its first task is in what it sends its model).
 func TestE2ERealCodex(t *testing.T) {
 	prefix, bin := realACPAgent(t, "codex-acp")
 	node, err := exec.LookPath("node")
@@ -275,6 +276,16 @@ func TestE2ERealCodex(t *testing.T) {
 	const client = "real-codex"
 	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
 	codex := llmtest.NewResponses(t, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.LastUser(), "say bye") {
+			// One more prompt after the run ended: Codex loaded its
+			// session, so the first task is in what it sends.
+			for _, m := range c.Messages {
+				if m.Role == agent.RoleUser && strings.Contains(m.Text, "write hello.txt") {
+					return llmtest.Reply{Text: "bye, and hello.txt is written"}
+				}
+			}
+			return llmtest.Reply{Text: "bye, but what task?"}
+		}
 		if last := c.Messages[len(c.Messages)-1]; last.Role == agent.RoleTool {
 			return llmtest.Reply{Text: "I wrote hello.txt."}
 		}
@@ -324,6 +335,13 @@ func TestE2ERealCodex(t *testing.T) {
 	}
 	if n := codex.Count(); n != 2 {
 		t.Errorf("Codex made %d model calls, want 2 (the command, then its answer)", n)
+	}
+	// /subagents send to the finished run starts Codex again, which loads
+	// its session (session/load; its ~/.codex outlived the first process).
+	seq := webPost(t, tg.URL, client, "/subagents send 1 now say bye")
+	bye := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "bye") })
+	if !strings.Contains(bye.Text, "bye, and hello.txt is written") {
+		t.Errorf("/subagents send to the finished Codex run: %q", bye.Text)
 	}
 }
 
