@@ -14,8 +14,15 @@ import (
 func run(t *testing.T, mech string, p Policy, dir, command string) (string, int) {
 	t.Helper()
 	p.Mechanism = mech
-	c, err := Command(context.Background(), Spec{Policy: p, Dir: dir, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
-		Argv: []string{"/bin/sh", "-c", command}})
+	return runSpec(t, Spec{Policy: p, Dir: dir}, command)
+}
+
+// runSpec runs a shell command as spec says (its Env: a PATH).
+func runSpec(t *testing.T, spec Spec, command string) (string, int) {
+	t.Helper()
+	mech := spec.Mechanism
+	spec.Env, spec.Argv = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, []string{"/bin/sh", "-c", command}
+	c, err := Command(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("%s: %v", mech, err)
 	}
@@ -171,19 +178,8 @@ func TestHomeOutlivesProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			runIn := func(command string) string {
-				c, err := Command(context.Background(), Spec{Policy: Policy{Mechanism: mech}, Dir: dir, Home: home,
-					Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Argv: []string{"/bin/sh", "-c", command}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Cleanup()
-				var out bytes.Buffer
-				c.Stdout, c.Stderr = &out, &out
-				if err := c.Start(); err != nil {
-					t.Fatal(err)
-				}
-				_ = c.Wait()
-				return out.String()
+				out, _ := runSpec(t, Spec{Policy: Policy{Mechanism: mech}, Dir: dir, Home: home}, command)
+				return out
 			}
 			out := runIn(`[ "$HOME" = "` + home + `" ] && echo home-set; mkdir -p "$HOME/.agent" && echo kept > "$HOME/.agent/session" && echo wrote; cat ../secret`)
 			if !strings.Contains(out, "home-set\n") || !strings.Contains(out, "wrote\n") || strings.Contains(out, "s3cret") {

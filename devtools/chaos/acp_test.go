@@ -174,14 +174,7 @@ func TestACPAgentAdoptedByReplica(t *testing.T) {
 		agents: acpAgents(exe, ws, mark), subagents: `allowAgents: ["*"]`}
 	p := postgresProbe(t, dbURL)
 	agents := func() []int { return sandboxed(markEnv + "=" + mark) }
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	wait := func(what string, cond func() bool) { t.Helper(); waitFor(t, what, cond) }
 	const client = "acp-replicas"
 	conv := tools.ConversationWorkspace(ws, webKey(client))
 

@@ -727,6 +727,16 @@ func (s *replicaSet) start(id string) *replica {
 	return &replica{Gateway: g, id: id, web: harness.NewWeb(g.Base, 2)}
 }
 
+// waitFor polls cond until it holds, or fails the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 // s is the text query q returns ("" when none).
 func (p *probe) s(q string) string {
 	var s string
@@ -762,14 +772,7 @@ func TestOrchestrationOnTwoReplicas(t *testing.T) {
 	llm := llmtest.NewOpenAI(t, model.handle)
 	set := &replicaSet{t: t, ctx: ctx, bin: bin, db: dbURL, model: llm.URL, dir: t.TempDir(), mainConcurrent: 1}
 	p := postgresProbe(t, dbURL)
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	wait := func(what string, cond func() bool) { t.Helper(); waitFor(t, what, cond) }
 	owner := func(label string) string {
 		return p.s(fmt.Sprintf(`SELECT owner FROM runs WHERE label = '%s'`, label))
 	}
