@@ -3,8 +3,11 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/openai/openai-go/v3"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
@@ -52,5 +55,55 @@ func TestStreamBothProviders(t *testing.T) {
 				t.Error("the request was not a streaming one")
 			}
 		})
+	}
+}
+
+// The streamed reply put together by chunkAccumulator is the one
+// openai-go's ChatCompletionAccumulator puts together, for what
+// openAIResponse reads: text in pieces, tool calls whose arguments come in
+// pieces and interleave, a chunk of another reply (skipped), the finish
+// reason and the usage chunk (every chunk names the model, as the API's
+// do); cache writes are counted too (the SDK's accumulator drops them).
+func TestChunkAccumulatorMatchesSDK(t *testing.T) {
+	lines := []string{
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}`,
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"delta":{"content":"lo"}}]}`,
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"sessions_spawn","arguments":"{\"ta"}}]}}]}`,
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"exec","arguments":""}}]}}]}`,
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"sk\":\"a\"}"}},{"index":1,"function":{"arguments":"{\"command\":\"ls\"}"}}]}}]}`,
+		`{"id":"other","choices":[{"index":0,"delta":{"content":" not this"}}]}`,
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+		`{"id":"c1","model":"gpt-x","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":7,"total_tokens":57,"prompt_tokens_details":{"cached_tokens":20}}}`,
+	}
+	var sdk openai.ChatCompletionAccumulator
+	var ours chunkAccumulator
+	for _, l := range lines {
+		var c openai.ChatCompletionChunk
+		if err := json.Unmarshal([]byte(l), &c); err != nil {
+			t.Fatal(err)
+		}
+		sdk.AddChunk(c)
+		if err := ours.add(&c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, got := openAIResponse(&sdk.ChatCompletion), openAIResponse(ours.completion())
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("chunkAccumulator:\n%+v\nSDK accumulator:\n%+v", got, want)
+	}
+	if got.Text != "Hello" || len(got.ToolCalls) != 2 || string(got.ToolCalls[0].Args) != `{"task":"a"}` || got.Usage.CacheRead != 20 {
+		t.Errorf("response = %+v", got)
+	}
+
+	var c openai.ChatCompletionChunk
+	_ = json.Unmarshal([]byte(`{"id":"c2","choices":[],"usage":{"prompt_tokens":50,"prompt_tokens_details":{"cache_write_tokens":30}}}`), &c)
+	var w chunkAccumulator
+	_ = w.add(&c)
+	if u := w.completion().Usage.PromptTokensDetails.CacheWriteTokens; u != 30 {
+		t.Errorf("cache writes = %d, want 30", u)
+	}
+	_ = json.Unmarshal([]byte(`{"id":"c3","choices":[{"index":0,"delta":{"tool_calls":[{"index":100000,"id":"x"}]}}]}`), &c)
+	if err := (&chunkAccumulator{}).add(&c); err == nil {
+		t.Error("a tool call index of 100000 was taken")
 	}
 }
