@@ -162,12 +162,15 @@ func TestE2ESlackThreadStopBetween(t *testing.T) {
 		switch {
 		case p.ThreadTS == "":
 			top++
-		case p.ThreadTS == slackT1 && strings.HasPrefix(p.Text, "🧵 alpha works in its own thread: "):
+		case p.ThreadTS == slackT1 && strings.HasPrefix(p.Text, "🧵 alpha works in its own thread"):
 			link++
 		}
 	}
 	if top != 1 || link != 1 {
-		t.Errorf("posts %+v: want one starter in C1 and one link line in T1", sf.Posted())
+		for _, p := range sf.Posted() {
+			t.Logf("post %s in %q: %.60q", p.TS, p.ThreadTS, p.Text)
+		}
+		t.Errorf("%d top-level posts in C1, %d link lines in T1; want one starter and one link line", top, link)
 	}
 	if len(in) != 1 || !strings.HasPrefix(in[0].Text, "Status: success\nTask: alpha") {
 		t.Fatalf("alpha's thread %s = %+v, want its announce", starter.TS, in)

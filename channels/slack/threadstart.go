@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
@@ -54,7 +55,11 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	}
 	to.ThreadID = ts
 	a.threads.add(to.ChatID + "/" + ts) // a thread the bot is in (§9)
-	link, err := a.api.GetPermalinkContext(ctx, &slack.PermalinkParameters{Channel: to.ChatID, Ts: ts})
+	// The thread exists now: its link is asked for even when the caller
+	// is being stopped, so the thread is recorded with it.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	link, err := a.api.GetPermalinkContext(lctx, &slack.PermalinkParameters{Channel: to.ChatID, Ts: ts})
 	if err != nil {
 		a.log.Debug("slack: no permalink for a new thread", zap.Error(err))
 		link = ""
