@@ -304,3 +304,49 @@ func TestE2ETelegramTopicLive(t *testing.T) {
 		t.Errorf("no typing in the child's topic: %+v", tf.ChatActions())
 	}
 }
+
+// TestE2EDiscordThreadLive: on Discord a child spawned with thread: true
+// types in its new thread and shows a draft of its text there, edited as
+// it grows; its announce then replaces that draft: the thread holds one
+// message of the bot, the announce.
+func TestE2EDiscordThreadLive(t *testing.T) {
+	t.Parallel()
+	f := newDiscordFake(t)
+	const work = "alpha at work: reading the release notes, then the changelog, then writing it up."
+	child := func() string {
+		if th := f.Threads(dcGeneral); len(th) == 2 {
+			return th[1].ID
+		}
+		return ""
+	}
+	base := threadModel()
+	tg := newTestGateway(t, discordConfig(f), func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && strings.HasPrefix(c.LastUser(), "alpha: dig") {
+			return llmtest.Reply{Text: work, BeforePiece: func(i int) {
+				switch i {
+				case 1:
+					if !waitFor(e2eWait, func() bool { id := child(); return id != "" && len(f.BotMessages(id)) == 1 }) {
+						t.Error("no draft of the child in its thread")
+					}
+				case 2:
+					if !waitFor(e2eWait, func() bool { m := f.BotMessages(child()); return len(m) == 1 && m[0].Edits > 0 }) {
+						t.Error("the draft was not edited")
+					}
+				}
+			}}
+		}
+		return base(c)
+	})
+	dcConnected(t, f)
+	root := f.Say(dcGeneral, dcBob, "a topic", "")
+	f.StartThread(dcGeneral, root.ID, "a topic", dcBob)
+	f.Say(root.ID, dcAlice, dcMention(f, "look at this in its own thread"), "")
+	tg.waitDelivered(t, 3) // link, reply, announce
+	in := f.BotMessages(child())
+	if len(in) != 1 || !strings.HasPrefix(in[0].Content, "Status: success\nTask: alpha") || in[0].Edits < 2 {
+		t.Errorf("alpha's thread = %+v, want one message: the draft, edited, turned into the announce", in)
+	}
+	if f.Typing(child()) == 0 {
+		t.Error("no typing in alpha's thread")
+	}
+}
