@@ -141,6 +141,8 @@ type Adapter struct {
 	// e2ee is the end-to-end encryption state while started with
 	// Encryption (crypto.go); nil otherwise.
 	e2ee *e2ee
+	// refetchTrust, when set (tests), stands in for freshTrust.
+	refetchTrust func(ctx context.Context, user id.UserID, dev *id.Device) (id.TrustState, bool)
 }
 
 var (

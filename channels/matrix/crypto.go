@@ -511,7 +511,8 @@ func (a *Adapter) decryptEarlier(ctx context.Context, room id.RoomID, evt *event
 	return dec
 }
 
-// freshTrust fetches user's device keys from the homeserver again and
+// freshTrust fetches user's device keys from the homeserver again (within
+// ctx: deviceDoubt bounds it) and
 // resolves the trust of dev (the device a message was decrypted from) with
 // them; ok is false when the fetch fails or the homeserver now lists other
 // keys for the device.
@@ -520,8 +521,6 @@ func (a *Adapter) freshTrust(ctx context.Context, user id.UserID, dev *id.Device
 	if c == nil {
 		return id.TrustStateUnset, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	devices, err := c.mach.FetchKeys(ctx, []id.UserID{user}, true)
 	if err != nil {
 		a.log.Warn("matrix: the keys of an approver could not be read again", zap.String("sender", string(user)), zap.Error(err))

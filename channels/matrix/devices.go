@@ -3,19 +3,28 @@ package matrix
 import (
 	"context"
 	"strings"
+	"time"
 
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 )
 
-// deviceDoubt is unverifiedDevice(evt), but for a command (text starting
-// with "/", so an /approve) from a device its keys said was not verified,
-// the sender's keys are read again from the homeserver first: a person who
-// has just verified the device and answers at once is not refused because
-// the device-list change is still on its way to the bot's /sync.
+// freshTrustDeadline bounds the key query deviceDoubt makes: it runs on
+// the /sync goroutine, so a slow homeserver must not stall it for long.
+// Past it the stale answer stands (refused; the person sends /approve
+// again).
+const freshTrustDeadline = 3 * time.Second
+
+// deviceDoubt is unverifiedDevice(evt), but for an /approve (the only
+// command that reads Inbound.Unverified) from a device its keys said was
+// not verified, the sender's keys are read again from the homeserver
+// first, within freshTrustDeadline: a person who has just verified the
+// device and answers at once is not refused because the device-list
+// change is still on its way to the bot's /sync. Other messages and
+// commands cost no key query.
 func (a *Adapter) deviceDoubt(ctx context.Context, evt *event.Event, text string) string {
 	why := unverifiedDevice(evt)
-	if why == "" || !strings.HasPrefix(strings.TrimSpace(text), "/") || evt.Mautrix.ForwardedKeys || evt.Mautrix.TrustSource == nil {
+	if why == "" || !isApprove(text) || evt.Mautrix.ForwardedKeys || evt.Mautrix.TrustSource == nil {
 		return why
 	}
 	switch evt.Mautrix.TrustState {
@@ -23,13 +32,31 @@ func (a *Adapter) deviceDoubt(ctx context.Context, evt *event.Event, text string
 	default:
 		return why // not a matter of stale keys
 	}
-	state, ok := a.freshTrust(ctx, evt.Sender, evt.Mautrix.TrustSource)
+	ctx, cancel := context.WithTimeout(ctx, freshTrustDeadline)
+	defer cancel()
+	refetch := a.refetchTrust
+	if refetch == nil {
+		refetch = a.freshTrust
+	}
+	state, ok := refetch(ctx, evt.Sender, evt.Mautrix.TrustSource)
 	if !ok {
 		return why
 	}
 	again := *evt
 	again.Mautrix.TrustState = state
 	return unverifiedDevice(&again)
+}
+
+// isApprove reports whether text (its leading mention already removed) is
+// an /approve command, as the gateway parses it: "/approve", any case,
+// optionally "/approve@bot".
+func isApprove(text string) bool {
+	fields := strings.Fields(text)
+	if len(fields) == 0 {
+		return false
+	}
+	name, _, _ := strings.Cut(fields[0], "@")
+	return strings.EqualFold(name, "/approve")
 }
 
 // unverifiedDevice says why the device that sent evt is not known to be a

@@ -53,7 +53,7 @@ func (a *Adapter) noteDM(ctx context.Context, person id.UserID, room id.RoomID) 
 // a join yet), else against what /sync showed (an edit, typing). A DM
 // origin that names a room (stored before DMs were keyed by the person)
 // is checked the same way against its sender. Anything else is
-// ErrPermanent.
+// ErrPermanent; a member list that cannot be read now is retryable.
 func (a *Adapter) inRoom(ctx context.Context, to channels.Origin, fresh bool) (channels.Origin, error) {
 	switch {
 	case strings.HasPrefix(to.ChatID, "!"):
@@ -90,10 +90,16 @@ func (a *Adapter) inRoom(ctx context.Context, to channels.Origin, fresh bool) (c
 	return to, nil
 }
 
-// stillDM is nil while room is a two-member room with person in it, else
-// ErrPermanent: the message is not posted to whoever is there now.
+// stillDM is nil while room is a two-member room with person in it, and
+// ErrPermanent when the member list shows it is not: the message is not
+// posted to whoever is there now. A member list that cannot be read now
+// (a timeout, a 502) is a plain error, so the outbox tries again later.
 func (a *Adapter) stillDM(ctx context.Context, person id.UserID, room string, fresh bool) error {
-	if peer, dm := a.dmPeer(ctx, id.RoomID(room), fresh); !dm || peer != person {
+	peer, dm, err := a.dmPeer(ctx, id.RoomID(room), fresh)
+	if err != nil {
+		return fmt.Errorf("matrix: could not check that %s is still in a direct chat with the bot in %s: %w", person, room, err)
+	}
+	if !dm || peer != person {
 		a.log.Warn("matrix message for a DM not sent: its person is no longer the room's other member",
 			zap.String("person", string(person)), zap.String("roomId", room), zap.String("now", string(peer)))
 		return fmt.Errorf("matrix: %s is no longer in a direct chat with the bot in %s: %w", person, room, channels.ErrPermanent)

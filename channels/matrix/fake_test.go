@@ -23,16 +23,20 @@ type fakeHS struct {
 	srv *httptest.Server
 
 	mu        sync.Mutex
-	token     string                                 // the access token it accepts
-	firstSync map[string]any                         // the body of the first /sync (no since)
-	queued    chan []byte                            // later /sync bodies, one per response
-	members   map[string]int                         // room id -> joined member count
-	sendReply func(n int) (int, http.Header, string) // status, headers, body for the n-th send (1-based)
-	sent      []map[string]any                       // contents of sent events, in order
-	sendAuth  []string                               // Authorization header of each send
-	batch     int
-	answered  map[string][]byte // since -> the queued batch answered to it, as a homeserver answers the same since again
-	sinces    []string          // the since of each /sync, in order
+	token     string              // the access token it accepts
+	firstSync map[string]any      // the body of the first /sync (no since)
+	queued    chan []byte         // later /sync bodies, one per response
+	members   map[string]int      // room id -> joined member count
+	joined    map[string][]string // room id -> joined user ids (overrides members)
+	// membersReply, when set, answers joined_members instead when it
+	// returns a status other than 0.
+	membersReply func() (int, string)
+	sendReply    func(n int) (int, http.Header, string) // status, headers, body for the n-th send (1-based)
+	sent         []map[string]any                       // contents of sent events, in order
+	sendAuth     []string                               // Authorization header of each send
+	batch        int
+	answered     map[string][]byte // since -> the queued batch answered to it, as a homeserver answers the same since again
+	sinces       []string          // the since of each /sync, in order
 }
 
 func newFakeHS(t *testing.T) *fakeHS {
@@ -42,6 +46,7 @@ func newFakeHS(t *testing.T) *fakeHS {
 		firstSync: map[string]any{},
 		queued:    make(chan []byte, 16),
 		members:   map[string]int{},
+		joined:    map[string][]string{},
 		answered:  map[string][]byte{},
 	}
 	mux := http.NewServeMux()
@@ -73,10 +78,26 @@ func newFakeHS(t *testing.T) *fakeHS {
 	mux.HandleFunc("GET /_matrix/client/v3/rooms/{room}/joined_members", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		n := f.members[r.PathValue("room")]
+		ids := f.joined[r.PathValue("room")]
+		reply := f.membersReply
 		f.mu.Unlock()
+		if reply != nil {
+			if status, body := reply(); status != 0 {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				_, _ = w.Write([]byte(body))
+				return
+			}
+		}
 		joined := map[string]any{}
 		for i := range n {
 			joined[fmt.Sprintf("@member%d:test", i)] = map[string]any{}
+		}
+		if ids != nil {
+			joined = map[string]any{}
+			for _, u := range ids {
+				joined[u] = map[string]any{}
+			}
 		}
 		writeJSON(w, 200, map[string]any{"joined": joined})
 	})

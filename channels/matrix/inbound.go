@@ -144,18 +144,20 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		SenderID:  string(evt.Sender),
 		MessageID: string(evt.ID),
 	}
-	switch {
-	case chatType == channels.ChatDM:
+	if chatType == channels.ChatDM {
 		mentioned = true
 		// Keyed by the person, not the room (dm.go).
 		origin.ChatID = string(evt.Sender)
-	case !mentioned && root != "" && origin.ThreadID == string(root) && a.opts.Bound != nil && a.opts.Bound(ctx, origin):
-		// A thread bound to a sub-agent (SPEC §24) is one the bot is in,
-		// also after a restart whose first /sync no longer shows the
-		// bot's posts there: the binding is in the store.
-		mentioned = true
 	}
-	if !a.opts.Access.Admit(chatType, string(evt.RoomID), string(evt.Sender), mentioned) {
+	// A thread bound to a sub-agent (SPEC §24) is one the bot is in, also
+	// after a restart whose first /sync no longer shows the bot's posts
+	// there: the binding is in the store, asked only where it decides.
+	var bound func() bool
+	if root != "" && origin.ThreadID == string(root) && a.opts.Bound != nil {
+		bound = func() bool { return a.opts.Bound(ctx, origin) }
+	}
+	admit, mentioned := a.opts.Access.AdmitInThread(chatType, string(evt.RoomID), string(evt.Sender), mentioned, bound)
+	if !admit {
 		a.log.Debug("matrix message not admitted", zap.String("roomId", string(evt.RoomID)),
 			zap.String("sender", string(evt.Sender)), zap.String("chatType", chatType), zap.Bool("mentioned", mentioned))
 		return
@@ -199,29 +201,35 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 }
 
 // chatType is "dm" for a room with exactly two joined members, else
-// "group". The answer is cached until the room's membership changes.
+// "group" (also when the member list cannot be read now). The answer is
+// cached until the room's membership changes.
 func (a *Adapter) chatType(ctx context.Context, roomID id.RoomID) string {
-	if _, dm := a.dmPeer(ctx, roomID, false); dm {
+	_, dm, err := a.dmPeer(ctx, roomID, false)
+	if err != nil {
+		a.log.Warn("matrix joined members lookup failed, treating room as a group",
+			zap.String("roomId", string(roomID)), zap.Error(err))
+	}
+	if dm {
 		return channels.ChatDM
 	}
 	return channels.ChatGroup
 }
 
 // dmPeer is the other member of a room with exactly two joined members
-// (dm true), from the cache or (fresh, or not cached) the homeserver; a
-// lookup that fails counts the room as a group.
-func (a *Adapter) dmPeer(ctx context.Context, roomID id.RoomID, fresh bool) (peer id.UserID, dm bool) {
+// (dm true), from the cache or (fresh, or not cached) the homeserver. A
+// lookup that fails is err, classified as a send error (a timeout or a
+// 5xx retryable, the bot no longer in the room permanent); nothing is
+// cached then.
+func (a *Adapter) dmPeer(ctx context.Context, roomID id.RoomID, fresh bool) (peer id.UserID, dm bool, err error) {
 	a.mu.Lock()
 	v, ok := a.dmRooms.get(string(roomID))
 	a.mu.Unlock()
 	if ok && !fresh {
-		return id.UserID(v), v != channels.ChatGroup
+		return id.UserID(v), v != channels.ChatGroup, nil
 	}
 	resp, err := a.client.JoinedMembers(ctx, roomID)
 	if err != nil {
-		a.log.Warn("matrix joined members lookup failed, treating room as a group",
-			zap.String("roomId", string(roomID)), zap.Error(err))
-		return "", false
+		return "", false, classifySendError("matrix: read the members of "+string(roomID), err)
 	}
 	v = channels.ChatGroup
 	if len(resp.Joined) == 2 {
@@ -234,7 +242,7 @@ func (a *Adapter) dmPeer(ctx context.Context, roomID id.RoomID, fresh bool) (pee
 	a.mu.Lock()
 	a.dmRooms.put(string(roomID), v)
 	a.mu.Unlock()
-	return id.UserID(v), v != channels.ChatGroup
+	return id.UserID(v), v != channels.ChatGroup, nil
 }
 
 // noteRoomSize takes a room's joined-member count from a /sync summary:
