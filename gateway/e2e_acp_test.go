@@ -589,3 +589,43 @@ func TestE2ESlackACPThread(t *testing.T) {
 		t.Errorf("%d announces, want 1: a follow-up in the thread is not announced", n)
 	}
 }
+
+// TestE2EACPDelegate: delegate to an ACP agent (SPEC §26) runs the agent,
+// not a model loop under its id: its permission request is approved with
+// /approve, it writes hello.txt in the conversation workspace, and the
+// caller's next model call has its final message as delegate's result.
+func TestE2EACPDelegate(t *testing.T) {
+	t.Parallel()
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	tg := newTestGateway(t, acpConfig(t, ws), func(c llmtest.Call) llmtest.Reply {
+		if last := c.Messages[len(c.Messages)-1]; last.Role == agent.RoleTool {
+			return llmtest.Reply{Text: "delegated: " + last.ToolResults[0].Content}
+		}
+		if strings.Contains(c.LastUser(), "delegate to codex") {
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "delegate", Args: json.RawMessage(`{"agent":"codex","task":"write hello.txt"}`)}}}
+		}
+		return llmtest.Reply{Text: "hello"}
+	})
+	const client = "acp-delegate"
+	conv := tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client)
+	webPost(t, tg.URL, client, "delegate to codex")
+	req := waitText(t, tg, client, "🔐 Approval needed")
+	if !strings.Contains(req, "wants to run acp") || !strings.Contains(req, `"title":"Write hello.txt"`) {
+		t.Errorf("approval request:\n%s", req)
+	}
+	reply := approveFor(t, tg, client, req, "delegated: ")
+	var res struct {
+		Status, Result string
+		Tokens         struct{ Total int64 }
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(reply, "delegated: ")), &res); err != nil || res.Status != "ok" ||
+		res.Result != "Wrote hello.txt with a greeting.\n\n("+noCost+")" || res.Tokens.Total != 1500 {
+		t.Errorf("delegate's result %q: %+v, %v", reply, res, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(conv, "hello.txt")); err != nil || string(got) != "hello from acpfake" {
+		t.Errorf("hello.txt in the conversation workspace = %q, %v", got, err)
+	}
+	if runs := tg.runsOf(t, "agent:main:web:dm:"+client); len(runs) != 0 {
+		t.Errorf("delegate made runs: %+v", runs)
+	}
+}

@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/acp"
 	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/spend"
 	"github.com/heraldhq/herald/store"
 )
@@ -339,4 +342,42 @@ func (m *Manager) acpTurn(ctx context.Context, run *store.Run, message string, o
 		return res.Text, res.Err
 	}
 	return res.Text, nil
+}
+
+// delegateACP runs ACP agent agentID on task for delegate (SPEC §26): in a
+// delegate session of its own, in the caller's conversation workspace, its
+// permission requests decided like a run's, its budget checked and its
+// spend counted like a run's; the caller waits for its final message.
+func (m *Manager) delegateACP(ctx context.Context, cc agent.CallContext, agentID, task string) DelegateResult {
+	var res DelegateResult
+	res.Status = "error"
+	id := uuid.NewString()
+	key := string(ids.NewDelegate(agentID))
+	now := m.d.Clock.Now()
+	root := cmp.Or(cc.RootKey, cc.SessionKey)
+	if _, err := m.d.Store.EnsureSession(ctx, &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindDelegate,
+		ParentKey: cc.SessionKey, RootKey: root, Depth: cc.Depth + 1, Model: ACPModel, Origin: cc.Origin,
+		TranscriptPath: m.d.Store.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}); err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	run := &store.Run{ID: cmp.Or(cc.RunID, "delegate:"+id), AgentID: agentID, Model: ACPModel, ChildKey: key, ChildSessionID: id,
+		RootKey: root, RequesterKey: cc.SessionKey, Depth: cc.Depth + 1, Origin: cc.Origin, Task: task, Label: "delegate: " + task,
+		StartedAt: now}
+	out, priced, err := m.runACP(ctx, run, task, nil, nil, func(acp.Usage, float64, bool) {}, nil)
+	res.Tokens.Input, res.Tokens.Output, res.Tokens.Total = out.Usage.Input, out.Usage.Output, out.Usage.Total()
+	switch {
+	case err != nil:
+		res.Error = err.Error()
+	case out.Err != nil:
+		res.Result, res.Error = out.Text, budgetLine(out.Err)
+	case out.StopReason != "end_turn":
+		res.Result, res.Error = out.Text, fmt.Sprintf("the agent stopped with %q instead of ending its turn", out.StopReason)
+	default:
+		res.Status, res.Result = "ok", out.Text
+		if n := strings.TrimSpace(usageNote(out, priced)); n != "" {
+			res.Result += "\n\n(" + n + ")" // what its spend is not known of
+		}
+	}
+	return res
 }

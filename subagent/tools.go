@@ -552,6 +552,9 @@ func (m *Manager) Delegate(ctx context.Context, cc agent.CallContext, agentID, t
 			cmp.Or(strings.Join(lim.AllowAgents, ", "), "itself (subagents.allowAgents is empty)"))
 		return res
 	}
+	if _, ok := cfg.ACP(agentID); ok {
+		return m.delegateACP(ctx, cc, agentID, task)
+	}
 	model, ok := m.d.Catalog.Lookup(a.Model.Primary)
 	if !ok {
 		res.Error = fmt.Sprintf("agent %q has no usable model (%s)", agentID, a.Model.Primary)
