@@ -25,15 +25,20 @@ import (
 )
 
 // TestACPAgentsAfterKill9 (SPEC §26, §25; issue 39): a real gateway runs
-// three ACP agents (this test binary as the fake agent), all mid-prompt,
-// and is SIGKILLed. Their processes die with it (nothing is left running:
-// bwrap --die-with-parent, or the Landlock helper's death signal). After
-// the restart the agent that advertises loadSession is started again and
-// resumed with session/load, and announced once, success, "Resumed … (1×)";
-// the one that does not ends unknown with the note saying why; the one
-// that advertises it but has lost the session ends unknown too (not
-// error), with the agent's refusal in the note. Each is announced once. Run under each sandbox mechanism that works here (ACP agents are
-// never run unconfined: tools.exec.sandbox "off" still confines them).
+// four ACP agents (this test binary as the fake agent), three mid-prompt
+// and one in session/new, and is SIGKILLed. Their processes die with it
+// (nothing is left running: bwrap --die-with-parent, or the Landlock
+// helper's death signal). After the restart:
+//   - the agent that advertises loadSession is started again, resumed
+//     with session/load, and ends success, "Resumed … (1×)";
+//   - the one that does not advertise it ends unknown, saying why;
+//   - the one that advertises it but has lost the session ends unknown
+//     too (not error), with the agent's refusal in the note;
+//   - the one killed before it had a session starts over with its task.
+//
+// Each is announced once. Run under each sandbox mechanism that works here
+// (ACP agents are never run unconfined: tools.exec.sandbox "off" still
+// confines them).
 func TestACPAgentsAfterKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: runs real gateway processes")
@@ -76,7 +81,7 @@ func acpKill9(t *testing.T, mech string) {
 
 	gw := r.start()
 	web := harness.NewWeb(gw.Base, 2)
-	for _, id := range []string{"loader", "noload", "lost"} {
+	for _, id := range []string{"loader", "noload", "lost", "fresh"} {
 		if _, err := web.Post(r.ctx, client, "code: "+id); err != nil {
 			t.Fatal(err)
 		}
@@ -92,9 +97,9 @@ func acpKill9(t *testing.T, mech string) {
 			t.Logf("conversation: %+v\nagent processes: %v\nstate: %v", msgs, agents(), files)
 		}
 	}()
-	r.waitUntil("the three ACP agents mid-prompt", func() bool {
+	r.waitUntil("three ACP agents mid-prompt, one in session/new", func() bool {
 		return exists(filepath.Join(conv, "prompted-slow.txt")) && exists(filepath.Join(conv, "prompted-slow-noload.txt")) &&
-			exists(filepath.Join(conv, "prompted-slow-lost.txt")) && len(agents()) >= 3
+			exists(filepath.Join(conv, "prompted-slow-lost.txt")) && exists(filepath.Join(conv, "held-new.txt")) && len(agents()) >= 4
 	})
 	if err := gw.Kill(); err != nil {
 		t.Fatal(err)
@@ -104,15 +109,16 @@ func acpKill9(t *testing.T, mech string) {
 	t.Logf("%s: the agents' processes ended %s after the gateway was SIGKILLed", mech, time.Since(killed).Round(time.Millisecond))
 
 	gw = r.start()
-	r.waitUntil("the three runs announced", func() bool {
+	r.waitUntil("the four runs announced", func() bool {
 		a := announces(t, web, client)
-		return len(a["loader"]) > 0 && len(a["noload"]) > 0 && len(a["lost"]) > 0
+		return len(a["loader"]) > 0 && len(a["noload"]) > 0 && len(a["lost"]) > 0 && len(a["fresh"]) > 0
 	})
 	got := announces(t, web, client)
 	for label, want := range map[string][]string{
 		"loader": {"Status: success\n", "Resumed and finished.", "Resumed after the gateway stopped (1×)."},
 		"noload": {"Status: unknown\n", "Its ACP agent cannot load sessions (no loadSession), so it was not resumed."},
 		"lost":   {"Status: unknown\n", "Its ACP agent could not load its session when started again (", "Resource not found"},
+		"fresh":  {"Status: success\n", "Started over: work on the code", "Resumed after the gateway stopped (1×)."},
 	} {
 		if len(got[label]) != 1 {
 			t.Errorf("%s announced %d times, want once: %q", label, len(got[label]), got[label])
@@ -132,13 +138,14 @@ func acpKill9(t *testing.T, mech string) {
 
 // acpAgents is the agents.list of these tests: main working in ws, and
 // the fake ACP agent (the test binary exe) as loader (mode slow), noload
-// (slow-noload) and lost (slow-lost), its processes marked with mark.
+// (slow-noload), lost (slow-lost) and fresh (hold-new), its processes
+// marked with mark.
 func acpAgents(exe, ws, mark string) string {
 	rt := func(mode string) string {
 		return fmt.Sprintf(`runtime: { type: "acp", command: %q, env: { %s: %q, %s: %q } }`, exe, acptest.EnvMode, mode, markEnv, mark)
 	}
-	return fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q }, { id: "loader", %s }, { id: "noload", %s }, { id: "lost", %s }],`,
-		ws, rt("slow"), rt("slow-noload"), rt("slow-lost"))
+	return fmt.Sprintf(`list: [{ id: "main", default: true, workspace: %q }, { id: "loader", %s }, { id: "noload", %s }, { id: "lost", %s }, { id: "fresh", %s }],`,
+		ws, rt("slow"), rt("slow-noload"), rt("slow-lost"), rt("hold-new"))
 }
 
 // TestACPAgentAdoptedByReplica (SPEC §26 with §14, §25): two gateway

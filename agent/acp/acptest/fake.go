@@ -32,6 +32,9 @@ import (
 //	slow-lost  slow (prompted-slow-lost.txt), by an agent that advertises
 //	           loadSession but has lost every session (session/load:
 //	           resource not found)
+//	hold-new   holds session/new (after writing held-new.txt in the
+//	           session's cwd) until it is killed; once held-new.txt exists
+//	           it opens its session and answers "Started over: <prompt>"
 //	exit-init  exits during initialize, after a line on stderr
 //	garbage    answers initialize with a line that is not JSON-RPC, then nothing
 //	silent     reads its input and never answers
@@ -128,9 +131,17 @@ func (a *fake) Authenticate(_ context.Context, r sdk.AuthenticateRequest) (sdk.A
 	return sdk.AuthenticateResponse{}, nil
 }
 
-func (a *fake) NewSession(_ context.Context, r sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
+func (a *fake) NewSession(ctx context.Context, r sdk.NewSessionRequest) (sdk.NewSessionResponse, error) {
 	if a.mode == "auth" || a.mode == "envauth" && !a.authed {
 		return sdk.NewSessionResponse{}, sdk.NewAuthRequired(map[string]any{"hint": "run fake login"})
+	}
+	if held := filepath.Join(r.Cwd, "held-new.txt"); a.mode == "hold-new" {
+		if _, err := os.Stat(held); err != nil {
+			// The first process: hold session/new until it is killed.
+			_ = os.WriteFile(held, []byte("held"), 0o600)
+			<-ctx.Done()
+			return sdk.NewSessionResponse{}, ctx.Err()
+		}
 	}
 	a.cwd = r.Cwd
 	return sdk.NewSessionResponse{SessionId: "fake-session-1"}, nil
@@ -185,6 +196,10 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 	}
 	if a.loaded {
 		a.say(ctx, sid, "Resumed and finished.")
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+	}
+	if a.mode == "hold-new" {
+		a.say(ctx, sid, "Started over: "+prompt.String())
 		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	}
 	if a.n > 1 {
