@@ -104,23 +104,35 @@ func runMatrixGateway(t *testing.T, src, dir string) (g *gateway.Gateway, stop f
 // is pointed at the returned homeserver, the people's clients stay on hs.
 func relationsCounter(t *testing.T, hs *matrixtest.Homeserver) (*matrixtest.Homeserver, func() int64) {
 	t.Helper()
+	var n atomic.Int64
+	return proxiedHomeserver(t, hs, func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.Contains(r.URL.Path, "/relations/") {
+			n.Add(1)
+		}
+		return false
+	}), n.Load
+}
+
+// proxiedHomeserver puts a reverse proxy in front of hs that shows each
+// request to intercept first: when it returns true it has answered the
+// request itself. The gateway is pointed at the returned homeserver.
+func proxiedHomeserver(t *testing.T, hs *matrixtest.Homeserver, intercept func(http.ResponseWriter, *http.Request) bool) *matrixtest.Homeserver {
+	t.Helper()
 	target, err := url.Parse(hs.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n atomic.Int64
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) {
 		w.WriteHeader(http.StatusBadGateway) // a /sync cancelled at the gateway's stop: nothing to log
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/relations/") {
-			n.Add(1)
+		if !intercept(w, r) {
+			proxy.ServeHTTP(w, r)
 		}
-		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return &matrixtest.Homeserver{URL: srv.URL}, n.Load
+	return &matrixtest.Homeserver{URL: srv.URL}
 }
 
 // spawningModel is the fake LLM: asked to "research", the main agent spawns
@@ -387,5 +399,54 @@ func TestE2EMatrixDMKeyedByPerson(t *testing.T) {
 	}
 	if asked != 1 {
 		t.Errorf("mallory's message reached the model %d times, want 1", asked)
+	}
+}
+
+// TestE2EMatrixDMReplyOutlastsMemberListError: a DM reply is posted only
+// after the homeserver's member list shows the room is still a DM with the
+// person. When that list cannot be read for a moment (a proxy answering
+// 502 just as the reply goes out), the reply waits in the outbox and is
+// delivered on a retry; it was marked failed for good before.
+func TestE2EMatrixDMReplyOutlastsMemberListError(t *testing.T) {
+	hs := matrixtest.Start(t)
+	alice := hs.RegisterUser(t, "alice")
+	bot := hs.RegisterUser(t, "herald")
+	var (
+		armed  atomic.Int64 // unix nanoseconds the outage began; 0 = none
+		failed atomic.Int64
+	)
+	proxied := proxiedHomeserver(t, hs, func(w http.ResponseWriter, r *http.Request) bool {
+		// The outage: every member-list read fails until two have failed
+		// (the client retries once itself) and a second has passed.
+		at := armed.Load()
+		if at == 0 || !strings.HasSuffix(r.URL.Path, "/joined_members") ||
+			(failed.Load() >= 2 && time.Since(time.Unix(0, at)) > time.Second) {
+			return false
+		}
+		failed.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte(`{"errcode":"M_UNKNOWN","error":"bad gateway"}`))
+		return true
+	})
+	llm := llmtest.NewAnthropic(t, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.LastUser(), "during the outage") {
+			armed.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		return spawningModel(c)
+	})
+	startMatrixGateway(t, proxied, bot, llm)
+	room := matrixtest.CreateRoomWith(t, alice, bot.UserID)
+	matrixtest.WaitJoined(t, alice, room, bot.UserID)
+
+	matrixtest.Post(t, alice, room, "hello before")
+	matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 1)
+	matrixtest.Post(t, alice, room, "a question during the outage")
+	got := matrixtest.WaitThreadMessages(t, alice, room, "", bot.UserID, 2)
+	if b := matrixBody(got[1]); b != "plain answer to: a question during the outage" {
+		t.Fatalf("the bot answered %q", b)
+	}
+	if n := failed.Load(); n < 2 {
+		t.Fatalf("the member list failed %d times, want the reply's first attempt to meet the outage", n)
 	}
 }
