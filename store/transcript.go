@@ -76,21 +76,32 @@ func (s fileSink) close() error { return nil }
 // first, so new lines never run into it. The file is not held open between
 // lines.
 func openFileTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("open transcript %s: %w", path, err)
-	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if errors.Is(err, fs.ErrNotExist) { // its folder is missing
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("open transcript %s: %w", path, err)
+		}
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, descriptorError(err, false))
 	}
 	size, err := cutTornLine(f)
+	if err == nil && size == 0 {
+		// A new transcript: its header is written through this open rather
+		// than a second one (every sub-agent run creates one).
+		var line []byte
+		if line, err = json.Marshal(h.withDefaults()); err == nil {
+			_, err = f.Write(append(line, '\n'))
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
-	return newTranscript(ctx, path, fileSink{path}, size == 0, h)
+	return newTranscript(ctx, path, fileSink{path}, false, h)
 }
 
 // newTranscript wraps out, writing the header h (with its defaults) first
@@ -98,21 +109,27 @@ func openFileTranscript(ctx context.Context, path string, h TranscriptHeader) (*
 func newTranscript(ctx context.Context, path string, out lineSink, empty bool, h TranscriptHeader) (*Transcript, error) {
 	t := &Transcript{path: path, out: out}
 	if empty {
-		if h.Type == "" {
-			h.Type = "session"
-		}
-		if h.Version == 0 {
-			h.Version = TranscriptVersion
-		}
-		if h.CreatedAt.IsZero() {
-			h.CreatedAt = time.Now().UTC()
-		}
-		if err := t.writeLine(ctx, h); err != nil {
+		if err := t.writeLine(ctx, h.withDefaults()); err != nil {
 			out.close()
 			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// withDefaults is h with Type "session", Version TranscriptVersion and
+// CreatedAt now where they are unset.
+func (h TranscriptHeader) withDefaults() TranscriptHeader {
+	if h.Type == "" {
+		h.Type = "session"
+	}
+	if h.Version == 0 {
+		h.Version = TranscriptVersion
+	}
+	if h.CreatedAt.IsZero() {
+		h.CreatedAt = time.Now().UTC()
+	}
+	return h
 }
 
 // cutTornLine truncates f after its last newline when it does not end with
