@@ -483,6 +483,39 @@ func TestE2EACPSpend(t *testing.T) {
 	}
 }
 
+// TestE2EACPResumedCost: an agent whose session's running cost survives
+// session/load (Claude Code restores its own) is not billed again for
+// what it cost before: /subagents send to its finished run loads the
+// session and counts only what the total grew by since the last prompt
+// counted (the total recorded with the run's cost, SPEC §20, §26).
+func TestE2EACPResumedCost(t *testing.T) {
+	t.Parallel()
+	exe := fakeACPCommand(t)
+	cfg := fmt.Sprintf(`{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %[1]q },
+    { id: "keeper", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "kept" } } }] },
+  channels: { web: { enabled: true } },
+}`, filepath.Join(t.TempDir(), "main-ws"), exe, acptest.EnvMode)
+	tg := newTestGateway(t, cfg, acpModel)
+	const client = "acp-resumed-cost"
+	seq := webPost(t, tg.URL, client, "code: keeper")
+	if ann := waitWeb(t, tg, client, seq, "announce", func(s string) bool { return strings.Contains(s, "Task: keeper") }).Text; !strings.Contains(ann, "• est $0.05 •") {
+		t.Fatalf("announce:\n%s", ann)
+	}
+	for _, total := range []string{"$0.08", "$0.11"} {
+		seq = webPost(t, tg.URL, client, "/subagents send 1 go on")
+		waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.Contains(s, "Running total "+total+".") })
+	}
+	seq = webPost(t, tg.URL, client, "/usage")
+	usage := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "💸 Usage") }).Text
+	if !strings.Contains(usage, "This conversation: today $0.11 ·") {
+		t.Errorf("/usage after two resumed prompts (the agent's total went $0.05 → $0.08 → $0.11):\n%s", usage)
+	}
+}
+
 // TestE2ESlackACPThread: an ACP child spawned with thread: true (SPEC §24,
 // §26) gets its own Slack thread — the starter in C1, one link line in the
 // requester's thread T1; its permission request is posted in its thread

@@ -163,6 +163,26 @@ const acpCostType = "acp_cost"
 
 type acpCostLine struct {
 	USD float64 `json:"usd"`
+	// Total is the session's running cost total the agent reported, as
+	// counted up to this line (absent: it reported none).
+	Total *float64 `json:"total,omitempty"`
+}
+
+// acpCostTotalIn is the running cost total counted up to in the
+// transcript's last ACP session (acp.Job.CostTotal of a job that loads
+// it): the last total an acp_cost line records after that session's
+// acp_session line, 0 when none does.
+func acpCostTotalIn(entries []store.TranscriptEntry) float64 {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i].Type == acpSessionType {
+			return 0
+		}
+		var l acpCostLine
+		if entries[i].Type == acpCostType && json.Unmarshal([]byte(entries[i].Content), &l) == nil && l.Total != nil {
+			return *l.Total
+		}
+	}
+	return 0
 }
 
 // acpCostIn sums the costs a transcript records (n: how many prompts).
@@ -212,8 +232,12 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entr
 			usd, priced = price.EstimateCost(u.Tokens)
 		}
 		m.d.Spend.Record(ctx, sc, price.Ref, usd, u.Tokens)
-		if usd > 0 {
-			b, _ := json.Marshal(acpCostLine{USD: usd})
+		if usd > 0 || u.HasCost {
+			l := acpCostLine{USD: usd}
+			if u.HasCost {
+				l.Total = &u.Total // a later session/load counts from here
+			}
+			b, _ := json.Marshal(l)
 			e := store.TranscriptEntry{Type: acpCostType, Content: string(b), Timestamp: m.d.Clock.Now().UTC()}
 			if err := sess.Transcript.Append(context.WithoutCancel(ctx), e); err != nil {
 				log.Warn("could not record the cost of an ACP prompt in its transcript", zap.Error(err))
@@ -250,6 +274,7 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entr
 			live.showText(text)
 		},
 		OnUsage: onUsage, Check: func() error { return m.d.Spend.Check(sc) }, Clock: m.d.Clock, LoadSession: loadID,
+		CostTotal: acpCostTotalIn(entries),
 		OnSession: func(id string, loadable bool) {
 			b, _ := json.Marshal(acpSessionLine{ID: id, Load: loadable})
 			e := store.TranscriptEntry{Type: acpSessionType, Content: string(b), Timestamp: m.d.Clock.Now().UTC()}

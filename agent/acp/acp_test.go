@@ -244,6 +244,41 @@ func TestRunReportsCost(t *testing.T) {
 	}
 }
 
+// TestRunLoadedCostCountsFromTotal: an agent whose session's running cost
+// survives session/load (no usage_update replayed) is counted, in the
+// loaded session, only what it added after the total the last job counted
+// up to (Job.CostTotal); a total below it (a restarted count) counts whole.
+func TestRunLoadedCostCountsFromTotal(t *testing.T) {
+	j, _ := fakeJob(t, "kept")
+	res := Run(context.Background(), j)
+	if res.Err != nil || fmt.Sprintf("%.4f", res.Cost) != "0.0500" {
+		t.Fatalf("first job = %+v", res)
+	}
+	ws := j.Workspace
+	resume := func(total float64) (Result, []Usage) {
+		t.Helper()
+		j, _ := fakeJob(t, "kept")
+		j.Workspace, j.LoadSession, j.CostTotal, j.Task = ws, "fake-session-1", total, "go on"
+		var got []Usage
+		j.OnUsage = func(u Usage) { got = append(got, u) }
+		return Run(context.Background(), j), got
+	}
+	// The agent's total goes from $0.05 to $0.08: $0.03 is what it cost.
+	res, got := resume(0.05)
+	if res.Err != nil || res.Text != "Running total $0.08." || fmt.Sprintf("%.4f", res.Cost) != "0.0300" {
+		t.Fatalf("resumed job = %+v", res)
+	}
+	if len(got) != 1 || fmt.Sprintf("%.4f %.4f", got[0].USD, got[0].Total) != "0.0300 0.0800" {
+		t.Errorf("OnUsage of the resumed job got %+v", got)
+	}
+	// Counted up to more than it reports now ($0.11): a count that
+	// restarted, so all of it is this prompt's.
+	res, _ = resume(1)
+	if res.Err != nil || fmt.Sprintf("%.4f", res.Cost) != "0.1100" {
+		t.Errorf("job resumed above the agent's total = %+v", res)
+	}
+}
+
 // TestRunConfinesFiles: reads outside the workspace get ACP errors, never
 // the file.
 func TestRunConfinesFiles(t *testing.T) {

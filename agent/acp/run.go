@@ -54,6 +54,12 @@ type Job struct {
 	// LoadSession, if set, is an ACP session to resume with session/load
 	// (when the agent advertises loadSession) instead of a new one.
 	LoadSession string
+	// CostTotal is the running cost total (USD) the agent last reported in
+	// the session LoadSession resumes, as already counted (Usage.Total of
+	// its last counted prompt): an agent whose total survives the load
+	// (Claude Code restores its own) is counted only what it adds after
+	// it. A total that comes back lower restarted, and counts whole.
+	CostTotal float64
 	// OnSession, if set, is told the ACP session id once it exists.
 	OnSession func(id string, loadable bool)
 }
@@ -67,6 +73,10 @@ type Usage struct {
 	HasTokens bool
 	USD       float64
 	HasCost   bool
+	// Total is the session's running cost total (USD) the agent reported
+	// last, when HasCost: the point counted up to (Job.CostTotal of a
+	// later job that loads the session).
+	Total float64
 	// Currency names a currency other than USD the agent reported its
 	// cost in (that cost is not counted).
 	Currency string
@@ -320,15 +330,16 @@ func (r *runner) promptUsage(u *sdk.Usage) Usage {
 		}
 	}
 	r.mu.Lock()
-	out.USD, out.HasCost, out.Currency = r.costAdded, r.costSeen, r.currency
+	out.USD, out.HasCost, out.Currency, out.Total = r.costAdded, r.costSeen, r.currency, r.costTotal
 	r.costAdded, r.costSeen = 0, false
 	r.mu.Unlock()
 	return out
 }
 
 // costLocked takes a usage_update's cost: the session's running total.
-// What it added since the last one is counted; a total that went down
-// (an agent that counts per prompt, or a new process) counts whole.
+// What it added since the last one (or since Job.CostTotal, in a loaded
+// session) is counted; a total that went down (an agent that counts per
+// prompt, or a new process that restarted its total) counts whole.
 // r.mu must be held.
 func (r *runner) costLocked(c *sdk.Cost) {
 	if c == nil {
@@ -413,6 +424,9 @@ func (r *runner) openSession(ctx context.Context, p *process, info Info) (sdk.Se
 	if r.j.LoadSession != "" && info.LoadSession {
 		r.mu.Lock()
 		r.replaying = true
+		// What it reported in the session is counted up to here; a
+		// usage_update it replays during the load says the same.
+		r.costTotal = r.j.CostTotal
 		r.mu.Unlock()
 		_, err := p.conn.LoadSession(hctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(r.j.LoadSession), Cwd: r.j.Workspace, McpServers: []sdk.McpServer{}})
 		r.mu.Lock()

@@ -47,6 +47,10 @@ import (
 //	costly     like nousage, but reports usage and its session's cost:
 //	           usage_update with the running total ($0.02, then $0.05
 //	           after the first prompt; +$0.03 each prompt after it)
+//	kept       like nousage, but its session's running cost survives
+//	           session/load (kept in cost-total.txt in its cwd, not
+//	           replayed): $0.05 after its first prompt, +$0.03 each
+//	           prompt after it, in this process or a later one
 //	euro       like costly with its cost in EUR
 //	tokens     like nousage, but reports usage (no cost)
 //	chatty     ChattyUpdates session/updates at once: per step a message
@@ -104,8 +108,9 @@ type fake struct {
 	conn   *sdk.AgentSideConnection
 	cwd    string
 	n      int
-	loaded bool // session/load came: the next prompt finishes at once
-	authed bool // envauth: authenticate with fake-key came, FAKE_KEY set
+	loaded bool    // session/load came: the next prompt finishes at once
+	authed bool    // envauth: authenticate with fake-key came, FAKE_KEY set
+	kept   float64 // kept: the session's running cost
 }
 
 var _ sdk.Agent = (*fake)(nil)
@@ -152,6 +157,10 @@ func (a *fake) LoadSession(ctx context.Context, r sdk.LoadSessionRequest) (sdk.L
 		return sdk.LoadSessionResponse{}, &sdk.RequestError{Code: -32002, Message: "Resource not found: " + string(r.SessionId)}
 	}
 	a.cwd, a.loaded = r.Cwd, true
+	if a.mode == "kept" {
+		b, _ := os.ReadFile(filepath.Join(r.Cwd, "cost-total.txt"))
+		_, _ = fmt.Sscanf(string(b), "%g", &a.kept)
+	}
 	// Replay: the client must not write it to its transcript again.
 	a.say(ctx, r.SessionId, "(replayed history)")
 	_ = os.WriteFile(filepath.Join(r.Cwd, "loaded.txt"), []byte(string(r.SessionId)), 0o600)
@@ -193,6 +202,13 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 			a.say(ctx, sid, "Done, and it cost something.")
 			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 		}
+	}
+	if a.mode == "kept" {
+		a.kept += map[bool]float64{true: 0.05, false: 0.03}[a.kept == 0]
+		_ = os.WriteFile(filepath.Join(a.cwd, "cost-total.txt"), []byte(fmt.Sprint(a.kept)), 0o600)
+		a.cost(ctx, sid, a.kept, "USD")
+		a.say(ctx, sid, fmt.Sprintf("Running total $%.2f.", a.kept))
+		return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 	}
 	if a.loaded {
 		a.say(ctx, sid, "Resumed and finished.")
