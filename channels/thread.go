@@ -182,6 +182,13 @@ type Thread struct {
 // the platform refused to open one.
 var ErrNoThreads = errors.New("this chat has no threads")
 
+// ErrThreadMaybeOpened: StartThread failed in a way that does not say
+// whether the platform opened the thread (a timeout, a lost answer, a
+// 5xx), and StartThread again with the same Key and Retry finds that
+// thread if it was opened: the caller keeps the thread pending and asks
+// again, rather than give up on a thread that may exist.
+var ErrThreadMaybeOpened = errors.New("the thread may have been opened")
+
 // ThreadName is a new thread's name as a platform takes it: white space
 // folded, at most max characters (cut with "…"), "Sub-agent" when empty.
 func ThreadName(name string, max int) string {

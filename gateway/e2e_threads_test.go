@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -333,6 +334,35 @@ func TestE2EDiscordSpawnThread(t *testing.T) {
 	// The starter of the thread Discord refused is not left in the channel.
 	if starters := f.BotMessages(dcGeneral); len(starters) != 1 || starters[0].ID != child {
 		t.Errorf("messages of the bot in general = %+v, want only alpha's starter", starters)
+	}
+
+	// Discord starts the thread but its answer is lost (a 500): the starter
+	// stays, and the run, starting, finds it (its nonce) and its thread.
+	f.LoseNext("POST", "/channels/"+dcGeneral+"/messages/", 500)
+	f.Say(root.ID, dcAlice, dcMention(f, "look at this in its own thread once more"), "")
+	tg.waitDelivered(t, 9) // link, reply, announce
+	threads = f.Threads(dcGeneral)
+	if len(threads) != 3 {
+		t.Fatalf("threads of general = %+v, want the person's and two of alpha's", threads)
+	}
+	third := threads[2].ID
+	if starters := f.BotMessages(dcGeneral); len(starters) != 2 || starters[1].ID != third {
+		t.Errorf("messages of the bot in general = %+v, want alpha's two starters", starters)
+	}
+	if in := f.BotMessages(third); len(in) != 1 || !strings.HasPrefix(in[0].Content, "Status: success\nTask: alpha") {
+		t.Errorf("the third thread = %+v, want its announce", in)
+	}
+	// The reply and the link line (the run's start opened the thread) in
+	// either order.
+	inReq = f.BotMessages(root.ID)
+	last := make([]string, 0, 2)
+	for _, m := range inReq[min(4, len(inReq)):] {
+		last = append(last, m.Content)
+	}
+	slices.Sort(last)
+	if len(last) != 2 || !strings.HasPrefix(last[0], `spawned: {"status":"accepted"`) || strings.Contains(last[0], "warning") ||
+		last[1] != "🧵 alpha works in its own thread: <#"+third+">" {
+		t.Errorf("requester's thread ends %q, want the reply and the link line to the third thread", last)
 	}
 }
 

@@ -272,7 +272,8 @@ func stepStops(step string) bool {
 // thread's key, so a retry finds a thread opened before a crash where the
 // platform allows. A refusal (no threads, no permission) is recorded too:
 // the run stays in the requester's thread and warning says why. err: the
-// thread is still pending (a stop, the store).
+// thread is still pending (a stop, the store, or a failure that may have
+// opened it: channels.ErrThreadMaybeOpened).
 func (m *Manager) openRunThread(ctx context.Context, run *store.Run, retry bool) (warning string, err error) {
 	requester := run.Origin
 	title := TaskTitle(run.Label, run.Task)
@@ -286,7 +287,9 @@ func (m *Manager) openRunThread(ctx context.Context, run *store.Run, retry bool)
 	defer cancel()
 	th, err := m.d.StartThread(tctx, requester, channels.NewThread{Name: Truncate(title, 100), Text: starter, Key: run.ID, Retry: retry})
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, channels.ErrThreadMaybeOpened) {
+			// Still pending: the platform may have opened it, and the
+			// next try (with the key) finds it.
 			return "", err
 		}
 		m.runLog(run).Info("sessions_spawn thread: no thread opened; the child runs in the requester's thread", zap.Error(err))

@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/bwmarrin/discordgo"
@@ -33,25 +34,38 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	}
 	id, err := a.postMessage(ctx, in.ChatID, p)
 	if err != nil {
-		return channels.Thread{}, channels.ThreadRefused("discord: post the starter of a thread in "+in.ChatID, classify(a.redact(err)))
+		return channels.Thread{}, threadFailed("discord: post the starter of a thread in "+in.ChatID, classify(a.redact(err)), t.Key)
 	}
 	tctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	if _, err := a.s.MessageThreadStartComplex(in.ChatID, id, &discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440},
 		discordgo.WithContext(tctx)); err != nil && !isCode(err, codeThreadAlreadyCreated) {
-		if ctx.Err() == nil {
+		err = classify(a.redact(err))
+		if errors.Is(err, channels.ErrPermanent) {
 			// Refused (no permission to start threads): the spawn runs in
 			// the requester's thread, and the starter of a thread that
-			// never was does not stay in the channel.
+			// never was does not stay in the channel. Any other failure
+			// (a timeout, a 5xx) may have started the thread: the starter
+			// stays, and a retry with the key finds it and its thread.
 			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 			if derr := a.s.ChannelMessageDelete(in.ChatID, id, discordgo.WithContext(dctx)); derr != nil {
 				a.log.Warn("discord: could not delete the starter of a thread that was not started", zap.String("channelId", in.ChatID), zap.Error(a.redact(derr)))
 			}
 			dcancel()
 		}
-		return channels.Thread{}, channels.ThreadRefused("discord: start a thread in "+in.ChatID, classify(a.redact(err)))
+		return channels.Thread{}, threadFailed("discord: start a thread in "+in.ChatID, err, t.Key)
 	}
 	a.markThread(ctx, id) // a thread the bot is in (§9)
 	to := channels.Origin{Channel: Name, Account: in.Account, ChatID: in.ChatID, ChatType: in.ChatType, ThreadID: id}
 	return channels.Thread{Origin: to, Link: "<#" + id + ">"}, nil
+}
+
+// threadFailed is the error of a StartThread step that failed with err:
+// a refusal (a 4xx) wraps ErrNoThreads; any other failure, with a key to
+// find the starter by (its nonce), wraps ErrThreadMaybeOpened.
+func threadFailed(what string, err error, key string) error {
+	if key != "" && !errors.Is(err, channels.ErrPermanent) {
+		return fmt.Errorf("%s: %w: %w", what, err, channels.ErrThreadMaybeOpened)
+	}
+	return channels.ThreadRefused(what, err)
 }

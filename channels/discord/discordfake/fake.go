@@ -179,7 +179,8 @@ type bucket struct {
 type pendingLimit struct {
 	method, pathPrefix string
 	retryAfter         float64
-	status             int // 0: a 429 with retryAfter; else this error status
+	status             int  // 0: a 429 with retryAfter; else this error status
+	lost               bool // the request is carried out, then answered status
 }
 
 type session struct {
@@ -559,6 +560,16 @@ func (s *Server) FailNext(method, pathPrefix string, status int) {
 	s.limits = append(s.limits, pendingLimit{method: method, pathPrefix: pathPrefix, status: status})
 }
 
+// LoseNext carries out the next request whose method matches and whose
+// path (after /api/v10) starts with pathPrefix, then answers it with
+// status (a 5xx, say) as if the answer were lost on the way back: the
+// client cannot tell whether it happened.
+func (s *Server) LoseNext(method, pathPrefix string, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = append(s.limits, pendingLimit{method: method, pathPrefix: pathPrefix, status: status, lost: true})
+}
+
 // SetBucket enforces a bucket of limit requests per window on requests whose
 // method matches and whose path (after /api/v10) starts with pathPrefix:
 // every answer carries X-RateLimit-Limit, -Remaining, -Reset-After and
@@ -910,6 +921,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		if l.method == r.Method && strings.HasPrefix(path, l.pathPrefix) {
 			s.limits = slices.Delete(s.limits, i, i+1)
 			s.mu.Unlock()
+			if l.lost {
+				s.serveAPI(httptest.NewRecorder(), r)
+			}
 			if l.status != 0 {
 				apiError(w, l.status, 0, strconv.Itoa(l.status)+": "+http.StatusText(l.status))
 				return
