@@ -438,3 +438,24 @@ func TestRunReportsText(t *testing.T) {
 		t.Errorf("OnText got %q, want %q", texts, want)
 	}
 }
+
+// TestLastLine: the activity line of a message is its last non-blank line,
+// its last 80 characters after "…" when longer.
+func TestLastLine(t *testing.T) {
+	long := strings.Repeat("é", 100)
+	for in, want := range map[string]string{
+		"":                            "",
+		"  hello  ":                   "hello",
+		"first\nsecond\n\n":           "second",
+		"first\n   indented":          "indented",
+		"\n\n  " + long:               "…" + long[40:],
+		"a\n" + long[:160] + " ":      long[:160],
+		"a\n" + long[:162]:            "…" + long[2:162],
+		strings.Repeat(" ", 90) + "x": "x",
+		"héllo wörld\nçava":           "çava",
+	} {
+		if got := lastLine(in); got != want {
+			t.Errorf("lastLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -2,12 +2,18 @@ package acp
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/acp/acptest"
 )
 
@@ -106,4 +112,55 @@ func BenchmarkUpdateCPU(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/acptest.ChattyUpdates, "cpu-µs/update")
+}
+
+// chunkRunner is a runner fed message chunks directly (no agent process),
+// its text and activity going where a run's go.
+func chunkRunner() *runner {
+	return &runner{j: Job{OnText: func(string) {}, OnActivity: func(string) {}, Clock: agent.SystemClock{}},
+		log: zap.NewNop(), ctx: context.Background(), open: map[string]agent.ToolCall{}}
+}
+
+// feedChunks sends one message of n chunks of 100 bytes (no newline).
+func feedChunks(r *runner, n int) {
+	chunk := strings.Repeat("x", 99) + " "
+	for range n {
+		r.update(context.Background(), sdk.UpdateAgentMessageText(chunk))
+	}
+	r.mu.Lock()
+	r.text.Reset()
+	r.mu.Unlock()
+}
+
+// BenchmarkMessageChunks: the gateway's cost of an agent's message chunks
+// (transcript aside) per chunk, for messages of 1,000 and 10,000 chunks of
+// 100 bytes: the same per chunk whatever the message's length (it was
+// the message so far, copied per chunk: quadratic).
+//
+//	go test -tags goolm -run '^$' -bench MessageChunks ./agent/acp/
+func BenchmarkMessageChunks(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("chunks=%d", n), func(b *testing.B) {
+			r := chunkRunner()
+			b.ReportAllocs()
+			for b.Loop() {
+				feedChunks(r, n)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/chunk")
+		})
+	}
+}
+
+// TestMessageChunksCostTheirLength: a 200 KB message in 2,000 chunks
+// allocates about its own size, not the message so far per chunk (which
+// was 2,000 copies of up to 200 KB, ×4 as runes: ~800 MB).
+func TestMessageChunksCostTheirLength(t *testing.T) {
+	r := chunkRunner()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	feedChunks(r, 2000)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Errorf("2,000 chunks of a 200 KB message allocated %d MB; want about the message's size", got>>20)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
@@ -614,6 +616,8 @@ func (r *runner) update(_ context.Context, u sdk.SessionUpdate) {
 	switch {
 	case u.AgentMessageChunk != nil:
 		if t := u.AgentMessageChunk.Content.Text; t != nil {
+			// Builder.String does not copy, and lastLine reads only
+			// the end: a chunk costs its own length, not the message's.
 			r.text.WriteString(t.Text)
 			if r.j.OnText != nil {
 				r.j.OnText(r.text.String())
@@ -744,13 +748,35 @@ func (r *runner) permission(ctx context.Context, req sdk.RequestPermissionReques
 	return cancelled
 }
 
+// lastLine is the last non-blank line of s (trimmed), its last 80
+// characters after "…" when longer. It reads only the end of s (at most
+// 81 characters back, or to the line's start): a message growing by
+// chunks is not read whole for every chunk.
 func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
+	const keep = 80
+	s = strings.TrimRightFunc(s, unicode.IsSpace)
+	i, n := len(s), 0
+	for i > 0 && n <= keep {
+		r, size := utf8.DecodeLastRuneInString(s[:i])
+		if r == '\n' {
+			break
+		}
+		i -= size
+		n++
 	}
-	if r := []rune(s); len(r) > 80 {
-		s = "…" + string(r[len(r)-80:])
+	line, whole := s[i:], i == 0 || s[i-1] == '\n'
+	if !whole && strings.TrimLeftFunc(s[:i], unicode.IsSpace) == "" {
+		whole = true // only blanks before it
 	}
-	return s
+	if whole {
+		line = strings.TrimLeftFunc(line, unicode.IsSpace)
+		if utf8.RuneCountInString(line) <= keep {
+			return line
+		}
+	}
+	for utf8.RuneCountInString(line) > keep {
+		_, size := utf8.DecodeRuneInString(line)
+		line = line[size:]
+	}
+	return "…" + line
 }
