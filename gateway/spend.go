@@ -40,7 +40,7 @@ func (g *Gateway) warnUnpriced() {
 	}
 	if un := spend.Unpriced(cfg); len(un) > 0 {
 		sort.Strings(un)
-		g.log.Warn("budgets are set but these models have no cost (models.providers.<id>.models[].cost): their calls count $0",
+		g.log.Warn("budgets are set but these models have no cost (models.providers.<id>.models[].cost; acp:<agent>: agents.list[].runtime.cost): their calls count $0 (an ACP agent's count what it reports of its own cost, if it does)",
 			zap.Strings("models", un))
 	}
 }

@@ -419,9 +419,17 @@ func (l *Ledger) SpentOf(conversation, agentID string) Spent {
 	}
 }
 
-// Unpriced lists the configured models without cost (they count $0).
+// Unpriced lists the configured models without cost (they count $0),
+// and as acp:<id> (the model their spend is counted at) the ACP agents
+// without runtime.cost: their tokens count $0 unless the agent reports its
+// own cost, which cannot be known before it runs.
 func Unpriced(cfg *config.Config) []string {
 	var out []string
+	for _, id := range cfg.ACPAgents() {
+		if rt, _ := cfg.ACP(id); rt.Cost == nil {
+			out = append(out, "acp:"+id)
+		}
+	}
 	for id, p := range cfg.Models.Providers {
 		if p.API == "demo" {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,5 +221,26 @@ func TestRefreshKeepsUnwrittenSpend(t *testing.T) {
 	l2.Load(ctx)
 	if err := l2.Check(conv); err != nil {
 		t.Fatalf("$0.60 written and refreshed counted twice: %v", err)
+	}
+}
+
+// TestUnpricedNamesACPAgents: the start-up warning's list names the models
+// without cost and, as acp:<id>, the ACP agents without runtime.cost (an
+// agent may report its own cost, but that is not known before it runs).
+func TestUnpricedNamesACPAgents(t *testing.T) {
+	cfg, err := config.Parse("unpriced.json5", []byte(`{
+  models: { providers: { p: { api: "anthropic", apiKey: "k", models: [{ id: "free" }, { id: "paid", cost: { input: 1, output: 2 } }] } } },
+  agents: { defaults: { model: "p/paid" }, list: [
+    { id: "main", default: true },
+    { id: "codex", runtime: { type: "acp", command: "codex-acp" } },
+    { id: "metered", runtime: { type: "acp", command: "codex-acp", cost: { input: 1, output: 2 } } }] },
+}`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := spend.Unpriced(cfg)
+	slices.Sort(got)
+	if want := []string{"acp:codex", "p/free"}; !slices.Equal(got, want) {
+		t.Errorf("Unpriced = %q, want %q", got, want)
 	}
 }
