@@ -88,6 +88,48 @@ func TestE2ESlackThreadLive(t *testing.T) {
 	}
 }
 
+// TestE2ESlackThreadLiveSkipped: a child shown live in its own thread
+// whose announce step answers ANNOUNCE_SKIP posts no announce; its draft
+// is finished instead — edited, once, to its text and the line
+// "Status: success" — so it does not look like a child still writing.
+func TestE2ESlackThreadLiveSkipped(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	const work = "alpha at work: reading the release notes, then the changelog, nothing new."
+	base := threadModel()
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && strings.Contains(c.LastUser(), "Announce step") {
+			return llmtest.Reply{Text: "ANNOUNCE_SKIP"}
+		}
+		if strings.Contains(c.System, "Sub-agent context") && strings.HasPrefix(c.LastUser(), "alpha: dig") {
+			return llmtest.Reply{Text: work, BeforePiece: func(i int) {
+				if i == 1 && !waitFor(e2eWait, func() bool { _, in := childThreadPosts(sf); return len(in) == 1 }) {
+					t.Error("no draft of the child in its thread")
+				}
+			}}
+		}
+		return base(c)
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	tg.waitDelivered(t, 3) // the link line, the reply, the finished draft
+	_, in := childThreadPosts(sf)
+	if want := work + "\n\nStatus: success"; len(in) != 1 || in[0].Text != want {
+		t.Fatalf("alpha's thread = %+v, want one message: the draft, finished as %q", in, want)
+	}
+	finals := 0
+	for _, u := range sf.Updates() {
+		if u.TS == in[0].TS && strings.HasSuffix(u.Text, "Status: success") {
+			finals++
+		}
+	}
+	if finals != 1 {
+		t.Errorf("the draft was finished %d times, want once", finals)
+	}
+}
+
 // TestE2ESlackACPThreadLive: an ACP coding agent spawned with thread: true
 // shows its session/update stream live in its own thread (SPEC §26, §24):
 // its message and the tool call it is in, while that call runs; its

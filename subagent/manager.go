@@ -178,6 +178,7 @@ type liveRun struct {
 	priced   bool       // some call's model had a cost; guarded by Manager.mu
 	waiting  int        // children spawned with announce parent it waits for; guarded by Manager.mu
 	draft    string     // the platform id of the draft its live view left ("" = none); guarded by Manager.mu
+	drafted  string     // the child's text that draft was showing; guarded by Manager.mu
 	// parent: a run was enqueued in this process with this run's session
 	// as its requester; guarded by Manager.mu. With fresh (not a run
 	// resumed after a restart, whose children may be older) it says
@@ -778,9 +779,9 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	}
 	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt)}
 	out := m.runnerFor(&run).Run(ctx, rc)
-	draft := rc.live.stop()
+	draft, drafted := rc.live.stop()
 	m.mu.Lock()
-	lr.draft = draft
+	lr.draft, lr.drafted = draft, drafted
 	m.mu.Unlock()
 	if out.Status == "" {
 		// The gateway is shutting down mid-run: leave the run "running" in
@@ -1302,7 +1303,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	}
 	m.setArchive(&r)
 	m.mu.Lock()
-	span, draft := lr.span, lr.draft
+	span, draft, drafted := lr.span, lr.draft, lr.drafted
 	m.mu.Unlock()
 	tp := ""
 	if span != nil {
@@ -1314,6 +1315,13 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		// The run was shown live in its thread: the announce replaces
 		// that draft, so the thread shows it once (SPEC §16, §24).
 		item.DraftRef = draft
+	} else if draft != "" && drafted != "" {
+		// No announce in the thread (stopped, ANNOUNCE_SKIP, announce
+		// parent/silent): the draft is finished instead, once, so it
+		// does not look like a child still writing.
+		ends.Announce = &store.OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindReply, Text: drafted + "\n\nStatus: " + outcome,
+			CreatedAt: r.EndedAt, SessionKey: r.RequesterKey, AgentID: r.AgentID, DraftRef: draft, TraceParent: tp}
+		item = ends.Announce
 	}
 	if span != nil {
 		if span.IsRecording() {
@@ -1345,7 +1353,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	} else {
 		batched := ends.Batch != nil && ends.Batch.Announce != nil
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
-			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil),
+			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil && item.Kind == channels.KindAnnounce),
 			zap.Bool("wakes", wake != nil && wake.ID != 0), zap.Bool("batchAnnounced", batched))
 		m.handWake(wake)
 		if batched {

@@ -134,12 +134,16 @@ func (v *liveView) set(field *string, s string) {
 	}
 }
 
-// stop ends the live view; "" when there was none.
-func (v *liveView) stop() string {
+// stop ends the live view: the draft it shows ("" when none) and the
+// child's message it was showing then.
+func (v *liveView) stop() (ref, text string) {
 	if v == nil {
-		return ""
+		return "", ""
 	}
-	return v.p.Stop()
+	ref = v.p.Stop()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return ref, strings.TrimSpace(v.text)
 }
 
 // Stopped reports whether a person or a cascade stopped the run.
