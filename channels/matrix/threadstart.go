@@ -27,7 +27,14 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 		return channels.Thread{}, fmt.Errorf("matrix: room id %q is not a Matrix room id: %w", in.ChatID, channels.ErrPermanent)
 	}
 	to := channels.Origin{Channel: Name, Account: in.Account, ChatID: in.ChatID, ChatType: in.ChatType}
-	root, err := a.sendText(ctx, to, t.Text, "")
+	txn := ""
+	if t.Key != "" {
+		// The homeserver de-duplicates a transaction id per device: the
+		// starter posted again after a crash (Retry) is the same event,
+		// so the run keeps one thread.
+		txn = "herald-thread-" + t.Key
+	}
+	root, err := a.sendText(ctx, to, t.Text, txn)
 	if err != nil {
 		if errors.Is(err, channels.ErrPermanent) {
 			return channels.Thread{}, fmt.Errorf("matrix: start a thread in %s: %w: %w", in.ChatID, err, channels.ErrNoThreads)
