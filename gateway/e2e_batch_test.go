@@ -20,7 +20,8 @@ import (
 // sessions_spawn with tasks, each task its label) and answers the tool's
 // result with "tool: <result JSON>". A child waits for its label's gate,
 // if any; a child whose task starts with "fail" gets a 400 from the model
-// (its run ends error); one whose task starts with "file" first sends the
+// (its run ends error); "status <runId>" calls session_status; one whose
+// task starts with "file" first sends the
 // conversation's attachments/chart.png with send_file; one whose task
 // starts with "long" answers with a result of about 1,500 characters. A
 // wake (results as the input) is answered "woken: <labels>", any other
@@ -63,6 +64,9 @@ func batchModel(gates map[string]*gate) llmtest.Handler {
 			}
 			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
 				Args: json.RawMessage(fmt.Sprintf(`{"announce":%q,"tasks":[%s]}`, announce, strings.Join(tasks, ",")))}}}
+		}
+		if runID, ok := strings.CutPrefix(last, "status "); ok {
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "session_status", Args: json.RawMessage(fmt.Sprintf(`{"runId":%q}`, runID))}}}
 		}
 		if strings.HasPrefix(last, "[sub-agent result]") {
 			return llmtest.Reply{Text: "woken: " + strings.Join(resultsSeen(c), ",")}
@@ -372,6 +376,26 @@ func TestE2EBrowserBatchPanel(t *testing.T) {
 		`Array.from(document.querySelectorAll("#subagents .batch")).some(h => h.textContent === "Batch `+batch+` · 3 of 3 ended")`)
 }
 
+// startAlphaBeta spawns the batch "alpha beta" with announce chat and
+// waits until alpha has ended and beta has called the model.
+func startAlphaBeta(t *testing.T, tg *testGW, client string) {
+	t.Helper()
+	if res := spawnBatch(t, tg, client, "batch chat alpha beta"); !strings.Contains(res, `"status":"accepted"`) {
+		t.Fatalf("the batch: %s", res)
+	}
+	waitRunDone(t, tg, "agent:main:web:dm:"+client, "alpha")
+	if !waitFor(e2eWait, func() bool {
+		for _, c := range tg.LLM.Requests() {
+			if strings.Contains(c.System, "- Task: beta") {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("beta never called the model")
+	}
+}
+
 // TestE2EBatchSurvivesRestart: the gateway stops while one child of a
 // batch still runs; after the restart that child resumes and ends, and
 // the batch's one announce is posted once, with both children.
@@ -383,20 +407,7 @@ func TestE2EBatchSurvivesRestart(t *testing.T) {
 	tg := newTestGatewayIn(t, dir, cfg, batchModel(map[string]*gate{"beta": hold}))
 	const client = "batch-restart"
 	key := "agent:main:web:dm:" + client
-	if res := spawnBatch(t, tg, client, "batch chat alpha beta"); !strings.Contains(res, `"status":"accepted"`) {
-		t.Fatalf("the batch: %s", res)
-	}
-	waitRunDone(t, tg, key, "alpha")
-	if !waitFor(e2eWait, func() bool {
-		for _, c := range tg.LLM.Requests() {
-			if strings.Contains(c.System, "- Task: beta") {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatal("beta never called the model")
-	}
+	startAlphaBeta(t, tg, client)
 	tg.Stop() // beta's model call is held: its run is cut and resumes after the restart
 	hold.open()
 
@@ -501,5 +512,68 @@ func TestE2ESilentChildFileWithNextReply(t *testing.T) {
 	}
 	if len(files) != 1 || files[0] != "assistant chart.png: chart of file-a" {
 		t.Errorf("files posted: %q; want the silent child's chart once, with the reply that took its result in", files)
+	}
+}
+
+// TestE2EBatchGroupTimeout: a batch with announce chat whose child beta
+// does not end within groupTimeoutSeconds posts its one announce then,
+// with alpha's result and beta shown still running — also when the
+// gateway stopped and started again meanwhile; beta's later end posts no
+// second announce, and its result still reaches the conversation's
+// history. /subagents info and session_status name beta's batch.
+func TestE2EBatchGroupTimeout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := strings.Replace(orchConfig, "shutdownGraceSeconds: 5", "shutdownGraceSeconds: 1", 1)
+	cfg = strings.Replace(cfg, `defaults: { model: "anthropic/m" }`, `defaults: { model: "anthropic/m", subagents: { groupTimeoutSeconds: 4 } }`, 1)
+	hold := newGate(t)
+	tg := newTestGatewayIn(t, dir, cfg, batchModel(map[string]*gate{"beta": hold}))
+	const client = "batch-deadline"
+	key := "agent:main:web:dm:" + client
+	startAlphaBeta(t, tg, client)
+	// Stopped (most likely) before the deadline: the restarted gateway
+	// arms it again from the stored runs; either way the batch announces
+	// once.
+	tg.Stop()
+	hold.open()
+
+	again := newGate(t)
+	tg = newTestGatewayIn(t, dir, cfg, batchModel(map[string]*gate{"beta": again}))
+	ann := waitWeb(t, tg, client, 0, "announce", func(s string) bool { return strings.HasPrefix(s, "Status: ") })
+	if !strings.HasPrefix(ann.Text, "Status: ✅ 1 success · ⏳ 1 running\n") ||
+		!strings.Contains(ann.Text, "— 1/2 · alpha —\nStatus: success") || !strings.Contains(ann.Text, "findings of alpha") ||
+		!strings.Contains(ann.Text, "— 2/2 · beta —\nStatus: running") || !strings.Contains(ann.Text, "still running when groupTimeoutSeconds passed") {
+		t.Errorf("the batch announce at its group deadline:\n%s", ann.Text)
+	}
+	statsLast(t, ann.Text)
+
+	var beta store.Run
+	for _, r := range tg.runsOf(t, key) {
+		if r.Label == "beta" {
+			beta = r
+		}
+	}
+	if beta.Status == store.StatusDone || beta.Batch == "" {
+		t.Fatalf("beta: status %s, batch %q; want still running, in a batch", beta.Status, beta.Batch)
+	}
+	seq := webPost(t, tg.URL, client, "/subagents info beta")
+	if info := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "ℹ️ Subagent info") }); !strings.Contains(info.Text, "\nBatch: "+beta.Batch+"\n") {
+		t.Errorf("/subagents info beta does not name its batch %s:\n%s", beta.Batch, info.Text)
+	}
+	seq = webPost(t, tg.URL, client, "status "+beta.ID)
+	if st := waitWeb(t, tg, client, seq, "assistant", func(s string) bool { return strings.HasPrefix(s, "tool: ") }); !strings.Contains(st.Text, `"batch":"`+beta.Batch+`"`) {
+		t.Errorf("session_status of beta does not name its batch %s: %s", beta.Batch, st.Text)
+	}
+
+	again.open()
+	waitRunDone(t, tg, key, "beta")
+	if got := askSeen(t, tg, client, "what did they find?"); got != "seen: alpha,beta" {
+		t.Errorf("the next turn saw %q, want both results, beta's too", got)
+	}
+	if !waitFor(e2eWait, func() bool { p, _, _ := tg.outbox(t); return p == 0 }) {
+		t.Fatal("the outbox never emptied")
+	}
+	if n := countWeb(t, tg, client, "announce", ""); n != 1 {
+		t.Errorf("%d announces, want the batch's one: beta's end after the deadline posts none", n)
 	}
 }

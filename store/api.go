@@ -38,6 +38,10 @@ type Runs interface {
 	SetRunStatus(ctx context.Context, runID, status string) error
 	FinishRun(ctx context.Context, r *Run, announce *OutboxItem) error // the run's end + its outbox row, one transaction
 	EndRun(ctx context.Context, r *Run, end RunEnd) error              // FinishRun with the run's result for its requester too
+	// AnnounceBatch adds a batch's one announce before its last run ends
+	// (its groupTimeoutSeconds, SPEC §23): Render gets every run of the
+	// batch, live ones too; once per batch, as RunEnd.Batch.
+	AnnounceBatch(ctx context.Context, batch string, render func(runs []Run) *OutboxItem) (*OutboxItem, error)
 	AddRunUsage(ctx context.Context, runID string, in, out, cacheRead, cacheWrite int64) error
 	GetRun(ctx context.Context, runID string) (*Run, error)
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error) // newest first

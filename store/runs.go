@@ -576,7 +576,38 @@ func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxIt
 		r.Batch, StatusQueued, StatusRunning, StatusAnnouncing); err != nil || live > 0 {
 		return nil, err
 	}
-	rows, err := c.query(`SELECT `+runCols+` FROM runs WHERE batch = $1 ORDER BY created_at, `+dia.rowid, r.Batch)
+	return insertBatchAnnounce(c, dia, r.Batch, render)
+}
+
+// AnnounceBatch adds the announce of a batch whose runs may still run
+// (its group deadline passed, SPEC §23) and returns it; nil when render
+// gave none or the batch's announce is stored already — by its last end
+// or by an earlier call — so it is added once, and the ends of the runs
+// still live add no second one.
+func (d *DB) AnnounceBatch(ctx context.Context, batch string, render func(runs []Run) *OutboxItem) (*OutboxItem, error) {
+	var item *OutboxItem
+	err := d.tx(ctx, func(c conn) error {
+		// The same lock as the ends of the batch's runs: either the last
+		// end sees this announce, or this sees that end and its announce.
+		if err := c.lock("batch:" + batch); err != nil {
+			return err
+		}
+		var err error
+		item, err = insertBatchAnnounce(c, d.dialect, batch, render)
+		return err
+	})
+	if err != nil {
+		return nil, d.wrap("announce batch "+batch, err)
+	}
+	return item, nil
+}
+
+// insertBatchAnnounce renders the announce of the batch from its runs in
+// spawn order and adds it with the files of their results, unless an
+// announce of the batch is stored already; the caller holds the batch's
+// lock.
+func insertBatchAnnounce(c conn, dia *dialect, batch string, render func([]Run) *OutboxItem) (*OutboxItem, error) {
+	rows, err := c.query(`SELECT `+runCols+` FROM runs WHERE batch = $1 ORDER BY created_at, `+dia.rowid, batch)
 	if err != nil {
 		return nil, err
 	}
@@ -589,10 +620,10 @@ func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxIt
 		return nil, nil
 	}
 	if item.RunID == "" {
-		item.RunID = "batch:" + r.Batch
+		item.RunID = "batch:" + batch
 	}
 	rows, err = c.query(`SELECT f.file_id, f.name, f.mime, f.size, f.kind, f.caption FROM result_files f
-		JOIN runs r ON r.id = f.run_id WHERE r.batch = $1 ORDER BY r.created_at, r.`+dia.rowid+`, f.seq`, r.Batch)
+		JOIN runs r ON r.id = f.run_id WHERE r.batch = $1 ORDER BY r.created_at, r.`+dia.rowid+`, f.seq`, batch)
 	if err != nil {
 		return nil, err
 	}

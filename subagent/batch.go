@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
 )
@@ -94,13 +95,14 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 		}
 	}
 	lim := m.config().SubagentLimits(cc.AgentID)
+	most := batchBound(lim)
 	switch {
 	case strings.TrimSpace(p.Task) != "":
 		return spawnError("give either task (one sub-agent) or tasks (a batch), not both")
 	case len(p.Tasks) == 0:
 		return spawnError("tasks is empty: give at least one {task, label?} or use task")
-	case lim.MaxChildrenPerSession > 0 && len(p.Tasks) > lim.MaxChildrenPerSession:
-		return spawnError("tasks has %d tasks; a batch may have at most maxChildrenPerSession (%d)", len(p.Tasks), lim.MaxChildrenPerSession)
+	case len(p.Tasks) > most.max:
+		return spawnError("tasks has %d tasks; a batch may have at most %s", len(p.Tasks), most.name)
 	case strings.TrimSpace(p.Label) != "":
 		return spawnError("label names one sub-agent: with tasks give each its own tasks[i].label")
 	case p.Thread:
@@ -140,9 +142,17 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 		}
 		run.Batch = batch
 		run.TraceParent = telemetry.Traceparent(ctx)
+		if announcesInChat(run) {
+			// The batch's one announce waits for its children at most
+			// groupTimeoutSeconds (SPEC §23), as a wake does.
+			if _, g, _ := announceOf(one, cc, lim, run.TimeoutSeconds); g > 0 {
+				run.GroupDeadline = run.CreatedAt.Add(time.Duration(g) * time.Second)
+			}
+		}
 		runs, children = append(runs, run), append(children, child)
 		spawned = append(spawned, SpawnedRun{RunID: run.ID, ChildSessionKey: run.ChildKey, Label: run.Label, ModelApplied: run.Model, Warning: warning})
 	}
+	batchDeadline(runs)
 	err := m.d.Store.SpawnRuns(ctx, runs, children, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {
@@ -164,6 +174,52 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 	m.log.Info("sub-agent batch spawned", zap.String("batch", batch), zap.Int("runs", len(runs)), zap.String("requester", cc.SessionKey),
 		zap.String("announce", runs[0].Announce))
 	return SpawnResult{Status: "accepted", BatchID: batch, Runs: spawned}
+}
+
+// MaxBatchTasks bounds a batch (SPEC §23) when neither
+// maxChildrenPerSession nor maxTotalSpawns does (both 0, no limit).
+const MaxBatchTasks = 50
+
+// bound is the largest batch a session may spawn and how an error names
+// that limit.
+type bound struct {
+	max  int
+	name string
+}
+
+// batchBound is the limit on a batch's tasks: the smaller of
+// maxChildrenPerSession and maxTotalSpawns that is set (a batch beyond it
+// could never be stored), else MaxBatchTasks.
+func batchBound(lim config.Limits) bound {
+	b := bound{MaxBatchTasks, fmt.Sprintf("%d (maxChildrenPerSession and maxTotalSpawns are 0, no limit; a batch still has at most %d)", MaxBatchTasks, MaxBatchTasks)}
+	if n := lim.MaxTotalSpawns; n > 0 {
+		b = bound{n, fmt.Sprintf("maxTotalSpawns (%d)", n)}
+	}
+	if n := lim.MaxChildrenPerSession; n > 0 && (lim.MaxTotalSpawns == 0 || n <= lim.MaxTotalSpawns) {
+		b = bound{n, fmt.Sprintf("maxChildrenPerSession (%d)", n)}
+	}
+	return b
+}
+
+// batchDeadline gives every run of a chat batch the batch's group
+// deadline: the latest of theirs — none when one has none (a child
+// without runTimeoutSeconds, and no groupTimeoutSeconds given).
+func batchDeadline(runs []*store.Run) {
+	var latest time.Time
+	for _, r := range runs {
+		if r.GroupDeadline.IsZero() || !announcesInChat(r) {
+			latest = time.Time{}
+			break
+		}
+		if r.GroupDeadline.After(latest) {
+			latest = r.GroupDeadline
+		}
+	}
+	for _, r := range runs {
+		if announcesInChat(r) {
+			r.GroupDeadline = latest
+		}
+	}
 }
 
 // spawnedBatch is the answer of a batch spawn already recorded (its call
@@ -188,6 +244,7 @@ var outcomeMarks = []struct{ outcome, mark string }{
 	{store.OutcomeTimeout, "⏱"},
 	{store.OutcomeUnknown, "❔"},
 	{store.OutcomeStopped, "⏹"},
+	{stillRunning, "⏳"},
 }
 
 // batchAnnounce is the one announce of a batch spawned with announce chat
@@ -198,6 +255,13 @@ var outcomeMarks = []struct{ outcome, mark string }{
 // child that replied ANNOUNCE_SKIP is left out; nil when nothing is left
 // to post (every child skipped or stopped).
 func (m *Manager) batchAnnounce(runs []store.Run) *store.OutboxItem {
+	return m.batchAnnounceAt(runs, time.Time{})
+}
+
+// batchAnnounceAt is batchAnnounce at the batch's group deadline at, when
+// runs still live are shown as still running (zero at: at the end of its
+// last run).
+func (m *Manager) batchAnnounceAt(runs []store.Run, at time.Time) *store.OutboxItem {
 	var shown []store.Run
 	posts := false
 	for _, r := range runs {
@@ -210,15 +274,39 @@ func (m *Manager) batchAnnounce(runs []store.Run) *store.OutboxItem {
 	if !posts {
 		return nil
 	}
+	text := RenderBatch(shown)
+	if !at.IsZero() {
+		text = renderBatch(shown, at)
+	}
+	created := lastEnd(shown)
+	if at.After(created) {
+		created = at
+	}
 	return &store.OutboxItem{RunID: "batch:" + shown[0].Batch, Origin: shown[0].Origin, Kind: channels.KindAnnounce,
-		Text: RenderBatch(shown), CreatedAt: lastEnd(shown), SessionKey: shown[0].RequesterKey, AgentID: shown[0].AgentID}
+		Text: text, CreatedAt: created, SessionKey: shown[0].RequesterKey, AgentID: shown[0].AgentID}
 }
 
-// RenderBatch renders a batch announce of the runs (SPEC §23).
+// stillRunning is the outcome a batch announce shows for a child that had
+// not ended at the batch's group deadline (SPEC §23).
+const stillRunning = "running"
+
+// RenderBatch renders a batch announce of the ended runs (SPEC §23).
 func RenderBatch(runs []store.Run) string {
+	return renderBatch(runs, lastEnd(runs))
+}
+
+// renderBatch renders a batch announce at end: a run that had not ended
+// then is shown still running, its result to come in the requester's
+// history.
+func renderBatch(runs []store.Run, end time.Time) string {
+	runs = slices.Clone(runs)
 	count := map[string]int{}
-	for _, r := range runs {
-		count[r.Outcome]++
+	for i := range runs {
+		if runs[i].Status != "" && runs[i].Status != store.StatusDone {
+			runs[i].Outcome = stillRunning
+			runs[i].Result = "(still running when groupTimeoutSeconds passed; its result reaches the conversation's history when it ends)"
+		}
+		count[runs[i].Outcome]++
 	}
 	head := outcomeCounts(count)
 	var b strings.Builder
@@ -244,7 +332,7 @@ func RenderBatch(runs []store.Run) string {
 		}
 	}
 	stats := []string{
-		fmt.Sprintf("runtime %s (batch of %d)", FormatRuntime(lastEnd(runs).Sub(start)), len(runs)),
+		fmt.Sprintf("runtime %s (batch of %d)", FormatRuntime(end.Sub(start)), len(runs)),
 		fmt.Sprintf("tokens %s (in %s / out %s)", FormatTokens(in+out), FormatTokens(in), FormatTokens(out)),
 	}
 	if priced {

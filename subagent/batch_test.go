@@ -3,6 +3,7 @@ package subagent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,41 @@ func TestBatchRefusesBadInput(t *testing.T) {
 	}
 	if runs, _ := h.db.ListRuns(ctx, store.RunFilter{}); len(runs) != 0 {
 		t.Errorf("%d runs spawned from bad input", len(runs))
+	}
+}
+
+// TestBatchBoundedWithoutChildLimit: with maxChildrenPerSession 0 (no
+// limit) a batch is still bounded — by maxTotalSpawns, or by
+// MaxBatchTasks when that is 0 too — and refused naming tasks and the
+// limit before any child is built or stored.
+func TestBatchBoundedWithoutChildLimit(t *testing.T) {
+	ctx := context.Background()
+	tasks := func(n int) []json.RawMessage {
+		out := make([]json.RawMessage, n)
+		for i := range out {
+			out[i] = json.RawMessage(fmt.Sprintf(`{"task":"t%d"}`, i))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		limits string
+		n      int
+		want   string
+	}{
+		{"maxChildrenPerSession: 0, maxTotalSpawns: 4", 5, "tasks has 5 tasks; a batch may have at most maxTotalSpawns (4)"},
+		{"maxChildrenPerSession: 0, maxTotalSpawns: 0", MaxBatchTasks + 1, fmt.Sprintf("tasks has %d tasks; a batch may have at most %d (maxChildrenPerSession and maxTotalSpawns are 0", MaxBatchTasks+1, MaxBatchTasks)},
+		{"maxChildrenPerSession: 6, maxTotalSpawns: 3", 4, "a batch may have at most maxTotalSpawns (3)"},
+	} {
+		t.Run(c.limits, func(t *testing.T) {
+			h := newHarness(t, c.limits, "", standard)
+			res := h.m.Spawn(ctx, caller("1"), SpawnParams{Tasks: tasks(c.n)})
+			if res.Status != "error" || !strings.Contains(res.Error, c.want) {
+				t.Errorf("spawn of %d = %+v, want an error containing %q", c.n, res, c.want)
+			}
+			if runs, _ := h.db.ListRuns(ctx, store.RunFilter{}); len(runs) != 0 {
+				t.Errorf("%d runs spawned from a refused batch", len(runs))
+			}
+		})
 	}
 }
 

@@ -78,7 +78,7 @@ func (m *Manager) spawnToolDef() agent.Tool {
 		"Start a background sub-agent on a task, or several at once with tasks (a batch: all are started or none). Returns at once with a runId (a batch: runs); when one finishes its result is added to your history as a \"[sub-agent result]\" message and, with announce chat, posted to the chat (a batch: one message for all of them when the last ends). Use it for research, long work or slow tools in parallel.",
 		`{"type":"object","properties":{
 "task":{"type":"string","description":"what the sub-agent should do (or give tasks)"},
-"tasks":{"type":"array","minItems":1,"description":"a batch in place of task: one sub-agent per element, all started or none (at most maxChildrenPerSession); the other arguments apply to each; with announce chat one message reports them all","items":{"type":"object","properties":{"task":{"type":"string"},"label":{"type":"string","description":"short name, unique in the batch"},"agentId":{"type":"string"},"model":{"type":"string"},"outputSchema":{"type":"object"}},"required":["task"]}},
+"tasks":{"type":"array","minItems":1,"description":"a batch in place of task: one sub-agent per element, all started or none (at most maxChildrenPerSession, or maxTotalSpawns, or 50 when both are unlimited); the other arguments apply to each; with announce chat one message reports them all","items":{"type":"object","properties":{"task":{"type":"string"},"label":{"type":"string","description":"short name, unique in the batch"},"agentId":{"type":"string"},"model":{"type":"string"},"outputSchema":{"type":"object"}},"required":["task"]}},
 "label":{"type":"string","description":"short name shown to people"},
 "agentId":{"type":"string","description":"run as another configured agent (if allowed)"},
 "model":{"type":"string","description":"provider/model to use"},
@@ -92,7 +92,7 @@ func (m *Manager) spawnToolDef() agent.Tool {
 "sessionKey":{"type":"string"},"message":{"type":"string"},
 "attachments":{"type":"array","items":{"type":"string"},"description":"workspace files to hand to the sub-agent, e.g. [\"attachments/chart.png\"]"},
 "announce":{"type":"string","enum":["chat","parent","silent"],"description":"chat: the result is posted to the chat (default at the top level); parent: nothing is posted, you are woken once with the results of all children spawned this way in this turn (default below); silent: only your history gets it"},
-"groupTimeoutSeconds":{"type":"integer","minimum":0,"description":"with announce parent: wake with the results so far after this long (default: the longest child's runTimeoutSeconds)"},
+"groupTimeoutSeconds":{"type":"integer","minimum":0,"description":"with announce parent: wake with the results so far after this long; a chat batch posts its one message then, the children still running shown as such (default: the longest child's runTimeoutSeconds)"},
 "outputSchema":{"type":"object","description":"a JSON Schema the result must match: the sub-agent ends with one JSON value matching it, given to you as Output"}}}`,
 		func(ctx context.Context, cc agent.CallContext, args json.RawMessage) (any, error) {
 			var p SpawnParams
@@ -349,11 +349,14 @@ type StatusView struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	// WaitingFor is how many children spawned with announce "parent" a
 	// run with status "waiting" waits for.
-	WaitingFor int    `json:"waitingFor,omitempty"`
-	StartedAt  string `json:"startedAt,omitempty"`
-	EndedAt    string `json:"endedAt,omitempty"`
-	RuntimeMs  int64  `json:"runtimeMs"`
-	Tokens     struct {
+	WaitingFor int `json:"waitingFor,omitempty"`
+	// Batch is the batchId of the sessions_spawn with tasks that started
+	// the run (SPEC §23).
+	Batch     string `json:"batch,omitempty"`
+	StartedAt string `json:"startedAt,omitempty"`
+	EndedAt   string `json:"endedAt,omitempty"`
+	RuntimeMs int64  `json:"runtimeMs"`
+	Tokens    struct {
 		Input  int64 `json:"input"`
 		Output int64 `json:"output"`
 		Total  int64 `json:"total"`
@@ -363,7 +366,7 @@ type StatusView struct {
 // Status describes a run for session_status.
 func (m *Manager) Status(r *store.Run) StatusView {
 	var v StatusView
-	v.Status, v.Outcome, v.Note = r.Status, r.Outcome, r.Note
+	v.Status, v.Outcome, v.Note, v.Batch = r.Status, r.Outcome, r.Note, r.Batch
 	if r.Status == store.StatusDone {
 		v.Result = r.Result
 		if r.Output != "" {

@@ -68,22 +68,34 @@ func (m *Manager) handWake(w *store.Intake) {
 	m.d.Wake(*w)
 }
 
-// armGroup sets the timer that wakes the requester of r's spawn group at
-// its deadline with the results so far, should a child of it still run
-// then (groupTimeoutSeconds, SPEC §23).
+// armGroup sets the timer that, at the deadline of r's group, wakes the
+// requester of its spawn group with the results so far, or posts the
+// announce of its chat batch, should a child of it still run then
+// (groupTimeoutSeconds, SPEC §23). The deadline is stored with the runs
+// and armed again when a restart adopts them: no poller.
 func (m *Manager) armGroup(r *store.Run) {
-	if r.Announce != store.AnnounceParent || r.Depth != 1 || r.GroupDeadline.IsZero() {
+	if r.GroupDeadline.IsZero() {
+		return
+	}
+	var group string
+	var fire func(context.Context, *store.Run)
+	switch {
+	case r.Announce == store.AnnounceParent && r.Depth == 1:
+		group, fire = r.SpawnGroup, m.groupTimedOut
+	case r.Batch != "" && announcesInChat(r):
+		group, fire = "batch:"+r.Batch, m.batchTimedOut
+	default:
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.groupTimers == nil || m.groupTimers[r.SpawnGroup] != nil && !m.groupDeadline[r.SpawnGroup].Before(r.GroupDeadline) {
+	if m.groupTimers == nil || m.groupTimers[group] != nil && !m.groupDeadline[group].Before(r.GroupDeadline) {
 		return // stopped, or a later deadline of the group is set
 	}
-	if t := m.groupTimers[r.SpawnGroup]; t != nil && t.Stop() {
+	if t := m.groupTimers[group]; t != nil && t.Stop() {
 		m.bg.Done()
 	}
-	group, run := r.SpawnGroup, *r
+	run := *r
 	m.bg.Add(1)
 	m.groupDeadline[group] = r.GroupDeadline
 	m.groupTimers[group] = time.AfterFunc(max(r.GroupDeadline.Sub(m.d.Clock.Now()), 0), func() {
@@ -92,8 +104,47 @@ func (m *Manager) armGroup(r *store.Run) {
 		delete(m.groupTimers, group)
 		delete(m.groupDeadline, group)
 		m.mu.Unlock()
-		m.groupTimedOut(m.bgCtx, &run)
+		fire(m.bgCtx, &run)
 	})
+}
+
+// batchTimedOut posts the announce of r's chat batch at its group
+// deadline when children of it still run: the ended ones with their
+// results, the others shown as still running. Their later ends post no
+// second announce (the batch's is stored); their results still reach the
+// requester's history.
+func (m *Manager) batchTimedOut(ctx context.Context, r *store.Run) {
+	if ctx.Err() != nil {
+		return
+	}
+	log := m.runLog(r)
+	item, err := m.d.Store.AnnounceBatch(ctx, r.Batch, func(runs []store.Run) *store.OutboxItem {
+		now, live := m.d.Clock.Now(), 0
+		for i := range runs {
+			if runs[i].Status != store.StatusDone {
+				if runs[i].GroupDeadline.After(now) {
+					return nil // not due yet
+				}
+				live++
+			}
+		}
+		if live == 0 {
+			return nil // the batch ended: its last end announced it
+		}
+		item := m.batchAnnounceAt(runs, now)
+		if item != nil {
+			item.TraceParent = r.TraceParent
+		}
+		return item
+	})
+	if err != nil {
+		log.Warn("could not announce a batch at its group deadline; it is announced when its last child ends", zap.Error(err))
+		return
+	}
+	if item != nil {
+		log.Info("batch group timed out; announced with its children still running", zap.String("batch", r.Batch))
+		m.d.Notify()
+	}
 }
 
 // stopGroupTimers stops the group timers not fired yet (Shutdown); the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -486,6 +487,10 @@ func (h handler) info(r *store.Run) string {
 		"Archive: " + archive,
 		"Outcome: " + outcome,
 		"Tokens: " + tokens(r.TokensIn, r.TokensOut),
+	}
+	if r.Batch != "" {
+		// Which sessions_spawn with tasks started it (SPEC §23).
+		lines = slices.Insert(lines, 5, "Batch: "+r.Batch)
 	}
 	return strings.Join(lines, "\n")
 }

@@ -262,4 +262,37 @@ func testBatch(t *testing.T, s Store) {
 	if files, err := s.FoldedFiles(ctx, convKey, "intake:8"); err != nil || len(files) != 0 {
 		t.Errorf("FoldedFiles of another turn = %+v, %v", files, err)
 	}
+
+	// A batch's group deadline passes while one of its runs still runs:
+	// AnnounceBatch adds its announce once, with the live run as it is,
+	// and that run's end adds no second one.
+	late, lateChildren := batch("b3-1", "b3-2")
+	for _, r := range late {
+		r.Batch, r.SpawnCallID = "b3", ""
+	}
+	if err := s.SpawnRuns(ctx, late, lateChildren, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	end(late[0], store.OutcomeSuccess, false, nil)
+	rendered = nil
+	early := func(runs []store.Run) *store.OutboxItem {
+		rendered = append(rendered, runs)
+		return &store.OutboxItem{Origin: origin, Kind: channels.KindAnnounce, Text: fmt.Sprintf("batch of %d so far", len(runs)), SessionKey: convKey}
+	}
+	a, err = s.AnnounceBatch(ctx, "b3", early)
+	if err != nil || a == nil || a.ID == 0 || a.RunID != "batch:b3" {
+		t.Fatalf("AnnounceBatch with one run live = %+v, %v", a, err)
+	}
+	if rs := rendered[0]; len(rs) != 2 || rs[0].Status != store.StatusDone || rs[1].Status != store.StatusQueued {
+		t.Errorf("AnnounceBatch rendered %+v, want the ended run and the live one", rs)
+	}
+	if again, err := s.AnnounceBatch(ctx, "b3", early); err != nil || again != nil {
+		t.Errorf("a second AnnounceBatch added %+v, %v", again, err)
+	}
+	if after := end(late[1], store.OutcomeSuccess, false, nil); after != nil {
+		t.Errorf("the end of the run still live at the deadline added another batch announce: %+v", after)
+	}
+	if list, _ := s.ListOutbox(ctx, false, 0); len(list) != 2 {
+		t.Errorf("outbox holds %d items, want the two batches' announces", len(list))
+	}
 }
