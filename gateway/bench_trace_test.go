@@ -48,16 +48,7 @@ func BenchmarkTracedMessage(b *testing.B) {
 			cpu0, start := rusageCPU(b), time.Now()
 			b.ResetTimer()
 			for i := range b.N {
-				body, _ := json.Marshal(map[string]string{"client": fmt.Sprintf("b%d", i%64), "text": fmt.Sprintf("spawn 1 researcher on topic %d", i)})
-				resp, err := client.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusAccepted {
-					b.Fatalf("POST /api/messages: %s", resp.Status)
-				}
+				benchPost(b, client, base, fmt.Sprintf("b%d", i%64), fmt.Sprintf("spawn 1 researcher on topic %d", i))
 			}
 			deadline := time.Now().Add(5 * time.Minute)
 			for {
@@ -88,14 +79,20 @@ func BenchmarkTracedMessage(b *testing.B) {
 // given telemetry section until the benchmark ends.
 func benchGateway(b *testing.B, telemetry string) (*gateway.Gateway, string) {
 	b.Helper()
-	src := `{
+	return benchGatewayOf(b, `{
   gateway: { shutdownGraceSeconds: 5 },
   models: { providers: { demo: { api: "demo", models: [{ id: "demo" }] } } },
   agents: { defaults: { model: "demo/demo", maxConcurrent: 8,
     subagents: { maxConcurrent: 8, maxChildrenPerSession: 1000000, maxTotalSpawns: 1000000 } }, list: [{ id: "main" }] },
   channels: { web: { enabled: true, rateLimit: { perMinute: 1000000, burst: 1000000 } } },
-  telemetry: ` + telemetry + `,
-}`
+  telemetry: `+telemetry+`,
+}`)
+}
+
+// benchGatewayOf runs a gateway configured by src until the benchmark
+// ends.
+func benchGatewayOf(b *testing.B, src string) (*gateway.Gateway, string) {
+	b.Helper()
 	cfg, err := config.Parse("bench.json5", []byte(src), func(string) (string, bool) { return "", false })
 	if err == nil {
 		err = cfg.Validate()
@@ -137,6 +134,20 @@ func benchGateway(b *testing.B, telemetry string) (*gateway.Gateway, string) {
 		b.Fatalf("gateway on %s", base)
 	}
 	return g, base
+}
+
+// benchPost posts text from the web client to the gateway at base.
+func benchPost(b *testing.B, client *http.Client, base, from, text string) {
+	body, _ := json.Marshal(map[string]string{"client": from, "text": text})
+	resp, err := client.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		b.Fatalf("POST /api/messages: %s", resp.Status)
+	}
 }
 
 // rusageCPU is the user+system CPU time this process has used.
