@@ -453,9 +453,13 @@ func TestE2EACPSpend(t *testing.T) {
 		strings.Contains(ann, "est $") {
 		t.Errorf("announce of the unpriced agent:\n%s", ann)
 	}
-	// The cost it reported: $0.05 over two usage_updates.
-	if ann := announce("pricey"); !strings.HasPrefix(ann, "Status: success\nTask: pricey\n\nResult:\nDone, and it cost something.\n\nNotes:\n(none)\n") ||
-		!strings.Contains(ann, "• est $0.05 •") {
+	// The cost it reported: $0.05 over two usage_updates, the second past
+	// its agent budget ($0.04): its prompt is cancelled then (it had
+	// ended already), its spend counted, its run ends with the 💸 line.
+	tomorrow := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
+	if ann := announce("pricey"); !strings.HasPrefix(ann, "Status: error\nTask: pricey\n\nResult:\nDone, and it cost something.\n\nNotes:\n"+
+		"💸 Budget reached: agent pricey $0.05 of $0.04 today (resets "+tomorrow+" 00:00 UTC).\n") ||
+		!strings.Contains(ann, "tokens 1.5k (in 1.2k / out 300) • est $0.05 •") {
 		t.Errorf("announce of the agent reporting its cost:\n%s", ann)
 	}
 	seq := webPost(t, tg.URL, client, "/usage")
@@ -465,7 +469,6 @@ func TestE2EACPSpend(t *testing.T) {
 	}
 
 	// pricey spent $0.05 of its $0.04: its next run never starts.
-	tomorrow := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
 	if ann := announce("pricey"); !strings.HasPrefix(ann, "Status: error\nTask: pricey\n\nResult:\n(not available)\n\nNotes:\n💸 Budget reached: agent pricey $0.05 of $0.04 today (resets "+tomorrow+" 00:00 UTC).\n") {
 		t.Errorf("announce of the agent over its budget:\n%s", ann)
 	}
@@ -513,6 +516,43 @@ func TestE2EACPResumedCost(t *testing.T) {
 	usage := waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "💸 Usage") }).Text
 	if !strings.Contains(usage, "This conversation: today $0.11 ·") {
 		t.Errorf("/usage after two resumed prompts (the agent's total went $0.05 → $0.08 → $0.11):\n%s", usage)
+	}
+}
+
+// TestE2EACPBudgetCutsPrompt: an ACP agent whose reported cost passes a
+// budget during its prompt is cancelled then (session/cancel), not at the
+// prompt's end, and its run ends error with the 💸 line as a model run's
+// does (SPEC §20, §26); what it spent is counted.
+func TestE2EACPBudgetCutsPrompt(t *testing.T) {
+	t.Parallel()
+	exe := fakeACPCommand(t)
+	ws := filepath.Join(t.TempDir(), "main-ws")
+	cfg := fmt.Sprintf(`{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %[1]q },
+    { id: "spender", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "spender" } } }] },
+  budgets: { agent: { dailyUSD: 0.04 }, warnAtPercent: 0 },
+  channels: { web: { enabled: true } },
+}`, ws, exe, acptest.EnvMode)
+	tg := newTestGateway(t, cfg, acpModel)
+	const client = "acp-budget-cut"
+	start := time.Now()
+	seq := webPost(t, tg.URL, client, "code: spender")
+	ann := waitWeb(t, tg, client, seq, "announce", func(s string) bool { return strings.Contains(s, "Task: spender") }).Text
+	tomorrow := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
+	if !strings.HasPrefix(ann, "Status: error\nTask: spender\n\nResult:\nSpending.") ||
+		!strings.Contains(ann, "\n\nNotes:\n💸 Budget reached: agent spender $0.05 of $0.04 today (resets "+tomorrow+" 00:00 UTC).\n") ||
+		!strings.Contains(ann, "• est $0.05 •") {
+		t.Errorf("announce of the agent that passed its budget mid-prompt:\n%s", ann)
+	}
+	// The agent would have gone on for 5 s more without session/cancel.
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("the run took %s: its prompt was not cut", took)
+	}
+	if _, err := os.Stat(filepath.Join(tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client), "cancelled.txt")); err != nil {
+		t.Errorf("the agent did not see session/cancel: %v", err)
 	}
 }
 

@@ -286,7 +286,12 @@ func (l *Ledger) forEach(c Call, day, month string, fn func(check) bool) {
 
 // Check returns a *BudgetError when a budget the call counts against is
 // reached (spent ≥ limit), else nil. It reads memory only.
-func (l *Ledger) Check(c Call) error {
+func (l *Ledger) Check(c Call) error { return l.CheckPending(c, 0) }
+
+// CheckPending is Check with pending USD more spent than the ledger
+// counts yet: what a call still in flight has cost so far (an ACP
+// agent's prompt, which is counted when it ends).
+func (l *Ledger) CheckPending(c Call, pending float64) error {
 	if l == nil {
 		return nil
 	}
@@ -298,7 +303,7 @@ func (l *Ledger) Check(c Call) error {
 	var over *BudgetError
 	l.mu.Lock()
 	l.forEach(c, day, month, func(ch check) bool {
-		if spent := l.sums[ch.k]; spent >= ch.limit {
+		if spent := l.sums[ch.k] + pending; spent >= ch.limit {
 			over = &BudgetError{Which: ch.which(), Spent: spent, Limit: ch.limit, Period: ch.period, Resets: ch.resets(now)}
 			return false
 		}

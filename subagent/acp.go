@@ -274,6 +274,7 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entr
 			live.showText(text)
 		},
 		OnUsage: onUsage, Check: func() error { return m.d.Spend.Check(sc) }, Clock: m.d.Clock, LoadSession: loadID,
+		CheckCost: func(usd float64) error { return m.d.Spend.CheckPending(sc, usd) },
 		CostTotal: acpCostTotalIn(entries),
 		OnSession: func(id string, loadable bool) {
 			b, _ := json.Marshal(acpSessionLine{ID: id, Load: loadable})

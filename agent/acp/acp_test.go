@@ -279,6 +279,37 @@ func TestRunLoadedCostCountsFromTotal(t *testing.T) {
 	}
 }
 
+// TestRunCostOverBudgetCancels: a usage_update whose cost passes
+// CheckCost cancels the prompt in flight (session/cancel): the job ends
+// with CheckCost's error, its cost so far told to OnUsage.
+func TestRunCostOverBudgetCancels(t *testing.T) {
+	j, _ := fakeJob(t, "spender")
+	over := errors.New("💸 Budget reached")
+	var asked []string
+	j.CheckCost = func(usd float64) error {
+		asked = append(asked, fmt.Sprintf("%.2f", usd))
+		if usd >= 0.04 {
+			return over
+		}
+		return nil
+	}
+	var got []Usage
+	j.OnUsage = func(u Usage) { got = append(got, u) }
+	res := Run(context.Background(), j)
+	if !errors.Is(res.Err, over) || res.StopReason != "cancelled" || !strings.HasPrefix(res.Text, "Spending.") || fmt.Sprintf("%.4f", res.Cost) != "0.0500" {
+		t.Fatalf("Run = %+v", res)
+	}
+	if strings.Join(asked, " ") != "0.02 0.05" {
+		t.Errorf("CheckCost asked with %q", asked)
+	}
+	if len(got) != 1 || fmt.Sprintf("%.4f", got[0].USD) != "0.0500" || !got[0].HasTokens {
+		t.Errorf("OnUsage got %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(j.Workspace, "cancelled.txt")); err != nil {
+		t.Errorf("the agent did not see session/cancel: %v", err)
+	}
+}
+
 // TestRunConfinesFiles: reads outside the workspace get ACP errors, never
 // the file.
 func TestRunConfinesFiles(t *testing.T) {

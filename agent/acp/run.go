@@ -52,7 +52,12 @@ type Job struct {
 	// further prompt: an error (a budget reached) ends the job with it,
 	// and no prompt is sent.
 	Check func() error
-	Clock agent.Clock
+	// CheckCost, if set, is asked on each usage_update during a prompt
+	// with the USD the prompt added so far: an error (a budget reached)
+	// cancels the prompt (session/cancel) and ends the job with it, once
+	// the agent answered (its cost so far is still told to OnUsage).
+	CheckCost func(pendingUSD float64) error
+	Clock     agent.Clock
 	// LoadSession, if set, is an ACP session to resume with session/load
 	// (when the agent advertises loadSession) instead of a new one.
 	LoadSession string
@@ -229,6 +234,8 @@ type runner struct {
 	costAdded float64    // what the current prompt added to it
 	costSeen  bool       // the current prompt reported a cost
 	currency  string     // a currency other than USD it reported a cost in
+	over      error      // what CheckCost refused (the prompt is cancelled)
+	overCh    chan struct{}
 	text      strings.Builder
 	lastText  string                    // the last flushed message text
 	open      map[string]agent.ToolCall // tool calls without a result yet
@@ -246,7 +253,7 @@ func Run(ctx context.Context, j Job) Result {
 	if j.Logger == nil {
 		j.Logger = zap.NewNop()
 	}
-	r := &runner{j: j, log: j.Logger, ctx: ctx, open: map[string]agent.ToolCall{}, started: j.Clock.Now()}
+	r := &runner{j: j, log: j.Logger, ctx: ctx, open: map[string]agent.ToolCall{}, started: j.Clock.Now(), overCh: make(chan struct{})}
 	if j.Check != nil {
 		if err := j.Check(); err != nil {
 			return Result{Err: err}
@@ -361,6 +368,12 @@ func (r *runner) costLocked(c *sdk.Cost) {
 	}
 	r.costAdded += added
 	r.costSeen = true
+	if r.j.CheckCost != nil && r.over == nil && r.overCh != nil {
+		if err := r.j.CheckCost(r.costAdded); err != nil {
+			r.over = err
+			close(r.overCh) // the prompt is cancelled
+		}
+	}
 }
 
 // initialize runs the handshake's first step.
@@ -491,9 +504,9 @@ func (p *process) waitExit() string {
 	return p.exited()
 }
 
-// prompt sends one prompt and waits for its end. When ctx ends first it
-// sends session/cancel and waits a little for the agent to answer
-// "cancelled" before giving up on it.
+// prompt sends one prompt and waits for its end. When ctx ends first, or
+// its cost passes CheckCost, it sends session/cancel and waits a little
+// for the agent to answer "cancelled" before giving up on it.
 func (r *runner) prompt(ctx context.Context, p *process, sid sdk.SessionId, text string) (sdk.StopReason, *sdk.Usage, error) {
 	type answer struct {
 		resp sdk.PromptResponse
@@ -507,9 +520,17 @@ func (r *runner) prompt(ctx context.Context, p *process, sid sdk.SessionId, text
 		done <- answer{resp, err}
 	}()
 	var a answer
+	var why error
 	select {
 	case a = <-done:
 	case <-ctx.Done():
+		why = ctx.Err()
+	case <-r.overCh:
+		r.mu.Lock()
+		why = r.over
+		r.mu.Unlock()
+	}
+	if why != nil {
 		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		if err := p.conn.Cancel(cctx, sdk.CancelNotification{SessionId: sid}); err != nil {
 			r.log.Debug("session/cancel not sent", zap.Error(err))
@@ -521,10 +542,11 @@ func (r *runner) prompt(ctx context.Context, p *process, sid sdk.SessionId, text
 			cancel()
 			a = <-done
 		}
-		if a.err == nil && a.resp.StopReason == sdk.StopReasonCancelled {
-			return a.resp.StopReason, a.resp.Usage, ctx.Err()
+		if a.err == nil {
+			// Cancelled, or it ended first: what it used counts.
+			return sdk.StopReasonCancelled, a.resp.Usage, why
 		}
-		return sdk.StopReasonCancelled, nil, ctx.Err()
+		return sdk.StopReasonCancelled, nil, why
 	}
 	if a.err != nil {
 		if how := p.waitExit(); how != "" {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -51,6 +52,9 @@ import (
 //	           session/load (kept in cost-total.txt in its cwd, not
 //	           replayed): $0.05 after its first prompt, +$0.03 each
 //	           prompt after it, in this process or a later one
+//	spender    reports its session's running cost $0.02, then $0.05 during
+//	           its prompt, then waits for session/cancel (up to 5 s; then
+//	           it ends end_turn) and answers cancelled
 //	euro       like costly with its cost in EUR
 //	tokens     like nousage, but reports usage (no cost)
 //	chatty     ChattyUpdates session/updates at once: per step a message
@@ -96,7 +100,7 @@ func Main() bool {
 			}
 		}
 	}
-	a := &fake{mode: mode}
+	a := &fake{mode: mode, cancel: make(chan struct{})}
 	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
 	<-a.conn.Done()
 	os.Exit(0)
@@ -111,6 +115,8 @@ type fake struct {
 	loaded bool    // session/load came: the next prompt finishes at once
 	authed bool    // envauth: authenticate with fake-key came, FAKE_KEY set
 	kept   float64 // kept: the session's running cost
+	cancel chan struct{}
+	once   sync.Once // closes cancel
 }
 
 var _ sdk.Agent = (*fake)(nil)
@@ -168,6 +174,7 @@ func (a *fake) LoadSession(ctx context.Context, r sdk.LoadSessionRequest) (sdk.L
 }
 
 func (a *fake) Cancel(_ context.Context, r sdk.CancelNotification) error {
+	a.once.Do(func() { close(a.cancel) })
 	_ = os.WriteFile(filepath.Join(a.cwd, "cancelled.txt"), []byte(string(r.SessionId)), 0o600)
 	return nil
 }
@@ -200,6 +207,32 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		a.cost(ctx, sid, 0.05+0.03*float64(a.n-1), cur)
 		if a.n == 1 {
 			a.say(ctx, sid, "Done, and it cost something.")
+			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+		}
+	}
+	if a.mode == "spender" {
+		a.cost(ctx, sid, 0.02, "USD")
+		a.say(ctx, sid, "Spending. ")
+		a.cost(ctx, sid, 0.05, "USD")
+		select {
+		case <-a.cancel:
+			a.say(ctx, sid, "Cancelled.")
+			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled, Usage: usage}, nil
+		case <-time.After(5 * time.Second):
+			a.say(ctx, sid, "Spent it all.")
+			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
+		}
+	}
+	if a.mode == "spender" {
+		a.cost(ctx, sid, 0.02, "USD")
+		a.say(ctx, sid, "Spending. ")
+		a.cost(ctx, sid, 0.05, "USD")
+		select {
+		case <-a.cancel:
+			a.say(ctx, sid, "Cancelled.")
+			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled, Usage: usage}, nil
+		case <-time.After(5 * time.Second):
+			a.say(ctx, sid, "Spent it all.")
 			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 		}
 	}
