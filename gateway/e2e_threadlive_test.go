@@ -130,6 +130,73 @@ func TestE2ESlackThreadLiveSkipped(t *testing.T) {
 	}
 }
 
+// TestE2ESlackFocusLive: a running child (no thread of its own) that
+// /focus binds to thread T2 streams its work live into T2 (SPEC §24: its
+// live output goes to the bound thread); its announce goes to T1, where it
+// was asked for, and its draft in T2 is finished once: its text and
+// "Status: success".
+func TestE2ESlackFocusLive(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	const work = "alpha at work: reading the release notes, then the changelog, then writing it up."
+	focused := newGate(t)
+	inT2 := func() []slackfake.Post {
+		var in []slackfake.Post
+		for _, p := range sf.Posted() {
+			if p.ThreadTS == slackT2 {
+				in = append(in, p)
+			}
+		}
+		return in
+	}
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") {
+			if strings.Contains(c.LastUser(), "Announce step") {
+				return llmtest.Reply{Text: "Result:\nfound it\n\nNotes:\n(none)"}
+			}
+			return llmtest.Reply{Text: work, BeforePiece: func(i int) {
+				switch i {
+				case 0:
+					focused.wait()
+				case 1:
+					if !waitFor(e2eWait, func() bool { return len(inT2()) == 2 }) {
+						t.Error("no draft of the child in the focused thread")
+					}
+				}
+			}}
+		}
+		if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == agent.RoleTool {
+			return llmtest.Reply{Text: "Started alpha."}
+		}
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "sessions_spawn",
+			Args: json.RawMessage(`{"task":"alpha: dig into the release notes","label":"alpha"}`)}}}
+	})
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.SendMention("C1", slackfake.UserID, "look at the release notes", slackT1)
+	sf.WaitPosts(1, e2eWait)
+	sf.SendMention("C1", slackfake.UserID, "/focus alpha", slackT2)
+	if !waitFor(e2eWait, func() bool { in := inT2(); return len(in) == 1 && in[0].Text == "🎯 This thread now talks to alpha." }) {
+		t.Fatalf("T2 = %+v, want the /focus reply", inT2())
+	}
+	focused.open()
+	tg.waitDelivered(t, 4) // the reply, /focus's reply, the announce in T1, the finished draft in T2
+	in := inT2()
+	if want := work + "\n\nStatus: success"; len(in) != 2 || in[1].Text != want {
+		t.Fatalf("T2 = %+v, want the /focus reply and the child's draft, finished as %q", in, want)
+	}
+	announced := 0
+	for _, p := range sf.Posted() {
+		if strings.HasPrefix(p.Text, "Status: success\nTask: alpha") && p.ThreadTS == slackT1 {
+			announced++
+		}
+	}
+	if announced != 1 {
+		t.Errorf("announces of alpha in T1: %d, want 1", announced)
+	}
+}
+
 // TestE2ESlackACPThreadLive: an ACP coding agent spawned with thread: true
 // shows its session/update stream live in its own thread (SPEC §26, §24):
 // its message and the tool call it is in, while that call runs; its

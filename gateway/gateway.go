@@ -213,6 +213,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 		StartThread: g.startThread,
 		Live:        g.runLive,
+		LiveAt:      g.runLiveAt,
 		Wake:        func(it store.Intake) { g.enqueueTurn(it, g.turnLog(it)) },
 	})
 	g.sessDeps = sessionDeps{db: db, lock: func(ctx context.Context, agentID, key string, o channels.Origin) (*sessionState, error) {

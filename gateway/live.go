@@ -227,6 +227,17 @@ func (g *Gateway) runLive(run *store.Run, draftRef string) subagent.Progress {
 	return runProgress{l}
 }
 
+// runLiveAt shows a running sub-agent in thread, which /focus bound to
+// its child (subagent.Deps.LiveAt, SPEC §24); its draft is kept in
+// memory only. nil when the channel shows nothing live.
+func (g *Gateway) runLiveAt(thread channels.Origin, run *store.Run) subagent.Progress {
+	l := g.startLiveAt(g.cfg(), thread, "", nil, g.log.With(zap.String("runId", run.ID), zap.Stringer("focus", thread)))
+	if l == nil {
+		return nil
+	}
+	return runProgress{l}
+}
+
 // runProgress is a liveReply as a run's subagent.Progress.
 type runProgress struct{ l *liveReply }
 

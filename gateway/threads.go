@@ -142,12 +142,22 @@ type threadBindings struct {
 
 func (t threadBindings) Focus(ctx context.Context, thread channels.Origin, run *store.Run, by string) error {
 	now := t.g.clock.Now()
-	return t.g.db.BindThread(ctx, &store.Binding{Thread: thread, ChildKey: run.ChildKey, RunID: run.ID, AgentID: t.agentID,
-		CreatedBy: by, CreatedAt: now, ExpiresAt: now.Add(threadIdle(t.g.cfg(), t.agentID))})
+	if err := t.g.db.BindThread(ctx, &store.Binding{Thread: thread, ChildKey: run.ChildKey, RunID: run.ID, AgentID: t.agentID,
+		CreatedBy: by, CreatedAt: now, ExpiresAt: now.Add(threadIdle(t.g.cfg(), t.agentID))}); err != nil {
+		return err
+	}
+	if t.g.subs != nil {
+		t.g.subs.Unfocused(thread)       // it talked to another child
+		t.g.subs.Focused(run.ID, thread) // a running child streams here (§24)
+	}
+	return nil
 }
 
 func (t threadBindings) Unfocus(ctx context.Context, thread channels.Origin) (bool, error) {
 	_, err := t.g.db.UnbindThread(ctx, thread, t.g.clock.Now())
+	if t.g.subs != nil && err == nil {
+		t.g.subs.Unfocused(thread)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}

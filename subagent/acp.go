@@ -72,7 +72,7 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		rc.lr.cost += usd
 		rc.lr.priced = rc.lr.priced || priced
 		r.m.mu.Unlock()
-	}, rc.live)
+	}, rc)
 	return r.outcome(runCtx, rc, res, priced, err)
 }
 
@@ -209,7 +209,7 @@ func acpCostIn(entries []store.TranscriptEntry) (usd float64, n int) {
 // live, if set, shows the agent's message text and tool calls as they
 // come (SPEC §26, §16).
 func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entries []store.TranscriptEntry, steer <-chan agent.Steer,
-	count func(u acp.Usage, usd float64, priced bool), live *liveView) (res acp.Result, priced bool, err error) {
+	count func(u acp.Usage, usd float64, priced bool), live liveShow) (res acp.Result, priced bool, err error) {
 	cfg := m.config()
 	rt, ok := cfg.ACP(run.AgentID)
 	if !ok {
@@ -257,6 +257,9 @@ func (m *Manager) runACP(ctx context.Context, run *store.Run, input string, entr
 		} else {
 			spec.Home = home
 		}
+	}
+	if live == nil {
+		live = (*liveView)(nil)
 	}
 	job := acp.Job{
 		Spec:    spec,

@@ -115,6 +115,10 @@ type Deps struct {
 	// run left ("" = none), to go on with. It returns nil when the channel
 	// shows nothing live.
 	Live func(run *store.Run, draftRef string) Progress
+	// LiveAt, if set, shows run live in thread (one /focus bound to its
+	// child, SPEC §24), the same way; nil when the channel shows nothing
+	// live there.
+	LiveAt func(thread channels.Origin, run *store.Run) Progress
 	// Wake, if set, runs the owed turn of a wake this replica claimed
 	// (SPEC §23: the requester of announce "parent" children, woken once
 	// with their results) on the gateway's main lane.
@@ -179,6 +183,11 @@ type liveRun struct {
 	waiting  int        // children spawned with announce parent it waits for; guarded by Manager.mu
 	draft    string     // the platform id of the draft its live view left ("" = none); guarded by Manager.mu
 	drafted  string     // the child's text that draft was showing; guarded by Manager.mu
+	// focus shows the running child live in the thread /focus bound to
+	// it (focusAt); focusEnded: its runner returned. Guarded by Manager.mu.
+	focus      *liveView
+	focusAt    channels.Origin
+	focusEnded bool
 	// parent: a run was enqueued in this process with this run's session
 	// as its requester; guarded by Manager.mu. With fresh (not a run
 	// resumed after a restart, whose children may be older) it says
@@ -780,6 +789,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt)}
 	out := m.runnerFor(&run).Run(ctx, rc)
 	draft, drafted := rc.live.stop()
+	m.focusEnd(lr, &run, out.Status)
 	m.mu.Lock()
 	lr.draft, lr.drafted = draft, drafted
 	m.mu.Unlock()
@@ -824,8 +834,8 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	defer sess.Close()
 
 	turn := m.childTurn(lr, run, model)
-	if rc.live != nil {
-		turn.OnText = rc.Text // the work, not the announce step, is shown live
+	if rc.live != nil || m.d.LiveAt != nil {
+		turn.OnText = rc.Text // the work, not the announce step, is shown live (its thread, a /focus thread)
 	}
 	problems := &agent.ProblemLog{}
 	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)

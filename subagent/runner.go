@@ -73,11 +73,31 @@ type Progress interface {
 // Text reports the child's message written so far (the current model
 // call's, or the agent's message since its last tool call); "" when a new
 // message starts. Shown live where the run has a thread of its own.
-func (rc *RunCtx) Text(text string) { rc.live.showText(text) }
+func (rc *RunCtx) Text(text string) {
+	rc.live.showText(text)
+	if rc.m != nil {
+		rc.m.focusView(rc.lr).showText(text)
+	}
+}
+
+// liveShow is where a runner shows a child's text and activity: a
+// liveView, or a RunCtx (its own thread's view and a /focus thread's).
+type liveShow interface {
+	showText(text string)
+	showActivity(line string)
+}
+
+func (rc *RunCtx) showText(text string)     { rc.Text(text) }
+func (rc *RunCtx) showActivity(line string) { rc.Activity(line) }
 
 // Activity reports a short line of what the child does now (a tool call
 // of an ACP agent), "" when that is done; shown live under its text.
-func (rc *RunCtx) Activity(line string) { rc.live.showActivity(line) }
+func (rc *RunCtx) Activity(line string) {
+	rc.live.showActivity(line)
+	if rc.m != nil {
+		rc.m.focusView(rc.lr).showActivity(line)
+	}
+}
 
 // liveView puts a run's text and activity together for its Progress.
 type liveView struct {
