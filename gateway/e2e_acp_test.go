@@ -425,18 +425,8 @@ func approveFor(t *testing.T, tg *testGW, client, req, announced string) string 
 // budget refuses the next turn.
 func TestE2EACPSpend(t *testing.T) {
 	t.Parallel()
-	exe := fakeACPCommand(t)
-	cfg := fmt.Sprintf(`{
-  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
-  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
-    { id: "main", default: true, workspace: %[1]q },
-    { id: "pricey", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "costly" } } },
-    { id: "metered", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "tokens" }, cost: { input: 10, output: 20 } } },
-    { id: "free", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "tokens" } } }] },
-  budgets: { agent: { dailyUSD: 0.04 }, conversation: { dailyUSD: 0.08 }, warnAtPercent: 0 },
-  channels: { web: { enabled: true } },
-}`, filepath.Join(t.TempDir(), "main-ws"), exe, acptest.EnvMode)
+	cfg := webACPConfig(t, filepath.Join(t.TempDir(), "main-ws"), "agent: { dailyUSD: 0.04 }, conversation: { dailyUSD: 0.08 }",
+		"pricey=costly", "metered=tokens cost: { input: 10, output: 20 }", "free=tokens")
 	tg := newTestGateway(t, cfg, acpModel)
 	const client = "acp-spend"
 	announce := func(agentID string) string {
@@ -493,15 +483,7 @@ func TestE2EACPSpend(t *testing.T) {
 // counted (the total recorded with the run's cost, SPEC §20, §26).
 func TestE2EACPResumedCost(t *testing.T) {
 	t.Parallel()
-	exe := fakeACPCommand(t)
-	cfg := fmt.Sprintf(`{
-  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
-  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
-    { id: "main", default: true, workspace: %[1]q },
-    { id: "keeper", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "kept" } } }] },
-  channels: { web: { enabled: true } },
-}`, filepath.Join(t.TempDir(), "main-ws"), exe, acptest.EnvMode)
+	cfg := webACPConfig(t, filepath.Join(t.TempDir(), "main-ws"), "", "keeper=kept")
 	tg := newTestGateway(t, cfg, acpModel)
 	const client = "acp-resumed-cost"
 	seq := webPost(t, tg.URL, client, "code: keeper")
@@ -525,17 +507,8 @@ func TestE2EACPResumedCost(t *testing.T) {
 // does (SPEC §20, §26); what it spent is counted.
 func TestE2EACPBudgetCutsPrompt(t *testing.T) {
 	t.Parallel()
-	exe := fakeACPCommand(t)
 	ws := filepath.Join(t.TempDir(), "main-ws")
-	cfg := fmt.Sprintf(`{
-  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
-  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
-  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
-    { id: "main", default: true, workspace: %[1]q },
-    { id: "spender", runtime: { type: "acp", command: %[2]q, env: { %[3]s: "spender" } } }] },
-  budgets: { agent: { dailyUSD: 0.04 }, warnAtPercent: 0 },
-  channels: { web: { enabled: true } },
-}`, ws, exe, acptest.EnvMode)
+	cfg := webACPConfig(t, ws, "agent: { dailyUSD: 0.04 }", "spender=spender")
 	tg := newTestGateway(t, cfg, acpModel)
 	const client = "acp-budget-cut"
 	start := time.Now()
@@ -554,6 +527,34 @@ func TestE2EACPBudgetCutsPrompt(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client), "cancelled.txt")); err != nil {
 		t.Errorf("the agent did not see session/cancel: %v", err)
 	}
+}
+
+// webACPConfig: main (workspace ws) on the fake model, on the web
+// channel, may spawn fake ACP agents, each "id=mode" (then, after a space,
+// more runtime keys: "id=mode cost: {…}"); budgets, if set, are the
+// budgets' limits (warnAtPercent off).
+func webACPConfig(t *testing.T, ws, budgets string, agents ...string) string {
+	t.Helper()
+	exe := fakeACPCommand(t)
+	var list strings.Builder
+	for _, a := range agents {
+		id, mode, _ := strings.Cut(a, "=")
+		mode, extra, _ := strings.Cut(mode, " ")
+		if extra != "" {
+			extra = ", " + extra
+		}
+		fmt.Fprintf(&list, ",\n    { id: %q, runtime: { type: \"acp\", command: %q, env: { %s: %q }%s } }", id, exe, acptest.EnvMode, mode, extra)
+	}
+	if budgets != "" {
+		budgets = "\n  budgets: { " + budgets + ", warnAtPercent: 0 },"
+	}
+	return fmt.Sprintf(`{
+  gateway: { http: { listen: "127.0.0.1:0" }, shutdownGraceSeconds: 2 },
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m", subagents: { allowAgents: ["*"] } }, list: [
+    { id: "main", default: true, workspace: %q }%s] },%s
+  channels: { web: { enabled: true } },
+}`, ws, list.String(), budgets)
 }
 
 // TestE2ESlackACPThread: an ACP child spawned with thread: true (SPEC §24,

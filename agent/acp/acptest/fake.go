@@ -223,19 +223,6 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 		}
 	}
-	if a.mode == "spender" {
-		a.cost(ctx, sid, 0.02, "USD")
-		a.say(ctx, sid, "Spending. ")
-		a.cost(ctx, sid, 0.05, "USD")
-		select {
-		case <-a.cancel:
-			a.say(ctx, sid, "Cancelled.")
-			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled, Usage: usage}, nil
-		case <-time.After(5 * time.Second):
-			a.say(ctx, sid, "Spent it all.")
-			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
-		}
-	}
 	if a.mode == "kept" {
 		a.kept += map[bool]float64{true: 0.05, false: 0.03}[a.kept == 0]
 		_ = os.WriteFile(filepath.Join(a.cwd, "cost-total.txt"), []byte(fmt.Sprint(a.kept)), 0o600)
