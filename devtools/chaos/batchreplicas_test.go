@@ -25,6 +25,15 @@ import (
 //     replicas restart and resume one each; their announce steps are
 //     released together, so the two ends race on two replicas.
 //
+// To make the two ends' transactions overlap, not merely their calls,
+// the test holds a lock on the results table when it releases the two
+// announce steps: each end has marked its run done and waits to insert
+// its result; then the lock goes and both go on at once. (With the
+// batch's lock taken out of the end, each can see the other still live
+// and the batch is never announced: the test failed so in 1 of 3 runs —
+// which end reaches its live count first after the release is up to the
+// scheduler.)
+//
 // Each batch gets exactly one announce row and one posted announce
 // (✅ 3 success, three sections), and the parent's next turn holds the
 // three results once.
@@ -50,6 +59,29 @@ func TestBatchLastEndsOnTwoReplicas(t *testing.T) {
 	// conversation wrote to the outbox (run_id "batch:<id>").
 	batchAnnounces := func(client string) int {
 		return p.n(fmt.Sprintf(`SELECT count(*) FROM outbox WHERE run_id LIKE 'batch:%%' AND session_key = '%s'`, webKey(client)))
+	}
+	// releaseTogether lets the announce steps of the labels answer while
+	// the results table is locked, waits until the ends of both are
+	// blocked inside their transactions, and unlocks it.
+	releaseTogether := func(labels ...string) {
+		t.Helper()
+		tx, err := p.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.Exec(`LOCK TABLE results IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range labels {
+			model.open("announce:" + l)
+		}
+		wait("both ends waiting inside their transactions", func() bool {
+			return p.n(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO results%'`) == len(labels)
+		})
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// check waits for the batch's ends and its one announce, then asks
 	// the parent what it found.
@@ -105,8 +137,7 @@ func TestBatchLastEndsOnTwoReplicas(t *testing.T) {
 	if n := batchAnnounces("one"); n != 0 {
 		t.Fatalf("%d batch announce rows while b2 and b3 run; a batch posts once, when its last child ends", n)
 	}
-	model.open("announce:b2")
-	model.open("announce:b3")
+	releaseTogether("b2", "b3")
 	check(b.web, "one", "b1", "b2", "b3")
 
 	// The last two end on two replicas at once.
@@ -139,7 +170,6 @@ func TestBatchLastEndsOnTwoReplicas(t *testing.T) {
 	if oa, ob := owner("c2"), owner("c3"); oa != "gw-a" || ob != "gw-b" {
 		t.Fatalf("c2 is owned by %q and c3 by %q; the test needs them on gw-a and gw-b", oa, ob)
 	}
-	model.open("announce:c2")
-	model.open("announce:c3")
+	releaseTogether("c2", "c3")
 	check(a.web, "two", "c1", "c2", "c3")
 }
