@@ -51,33 +51,53 @@ type terminal struct {
 	exit sdk.TerminalExitStatus
 }
 
-// tailBuffer keeps the last limit bytes written to it.
+// tailBuffer keeps the last limit bytes written to it. It holds up to
+// half as much again before it drops the oldest bytes, so a command that
+// writes much more than limit costs one copy of at most limit bytes per
+// limit/2 written, not one per write (a chatty command's 32 KiB writes
+// into an 8 MiB limit moved 8 MiB each).
 type tailBuffer struct {
 	mu        sync.Mutex
 	limit     int
-	buf       []byte
-	truncated bool
+	buf       []byte // its last limit bytes are the output; guarded by mu
+	truncated bool   // bytes were dropped; guarded by mu
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.limit; over > 0 {
-		// Cut at a character boundary: the output must stay UTF-8.
-		for over < len(b.buf) && b.buf[over]&0xC0 == 0x80 {
-			over++
-		}
-		b.buf = append(b.buf[:0], b.buf[over:]...)
+	if len(p) >= b.limit {
+		p = p[len(p)-b.limit:]
+		b.truncated = b.truncated || n > b.limit || len(b.buf) > 0
+		b.buf = append(b.buf[:0], p...)
+		return n, nil
+	}
+	if len(b.buf)+len(p) > b.limit+b.limit/2 {
+		keep := b.buf[len(b.buf)-(b.limit-len(p)):]
+		b.buf = append(b.buf[:0], keep...)
 		b.truncated = true
 	}
-	return len(p), nil
+	b.buf = append(b.buf, p...)
+	return n, nil
 }
 
+// String is the output kept (its last limit bytes, from a character
+// boundary when bytes were dropped: it stays UTF-8) and whether bytes
+// were dropped.
 func (b *tailBuffer) String() (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return string(b.buf), b.truncated
+	out, cut := b.buf, b.truncated
+	if over := len(out) - b.limit; over > 0 {
+		out, cut = out[over:], true
+	}
+	if cut {
+		for len(out) > 0 && out[0]&0xC0 == 0x80 {
+			out = out[1:]
+		}
+	}
+	return string(out), cut
 }
 
 func (ts *terminals) get(id string) (*terminal, error) {
