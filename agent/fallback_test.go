@@ -120,9 +120,19 @@ func TestStreamFallsBackOnlyBeforeFirstText(t *testing.T) {
 		t.Fatal("no text streamed before the cut")
 	}
 
+	// Text streamed to nobody (Turn.Shown false: a sub-agent without a
+	// live view) does not keep the cut call from the fallback.
+	p, f, _, fs = chainModels(t, llmtest.Script(llmtest.Reply{Text: "The first words and then the connection breaks", CutAfter: 1}),
+		llmtest.Text("fallback after unseen text"))
+	res, err := newSession(t).Run(context.Background(), agent.Turn{Model: p, Fallbacks: []*agent.Model{f},
+		OnText: func(string) {}, Shown: func() bool { return false }}, "hi")
+	if err != nil || res.Text != "fallback after unseen text" || fs.Count() != 1 {
+		t.Errorf("unseen text: res = %+v, err = %v, fallback calls %d; want the fallback's answer", res, err, fs.Count())
+	}
+
 	// Failing before its first text, the same stream falls back.
 	p, f, _, fs = chainModels(t, llmtest.Script(llmtest.Reply{Status: 529}), llmtest.Text("fallback streamed"))
-	res, err := newSession(t).Run(context.Background(), agent.Turn{Model: p, Fallbacks: []*agent.Model{f}, OnText: func(string) {}}, "hi")
+	res, err = newSession(t).Run(context.Background(), agent.Turn{Model: p, Fallbacks: []*agent.Model{f}, OnText: func(string) {}}, "hi")
 	if err != nil || res.Text != "fallback streamed" || fs.Count() != 1 || !fs.Requests()[0].Stream {
 		t.Errorf("res = %+v, err = %v, fallback calls %d", res, err, fs.Count())
 	}

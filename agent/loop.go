@@ -164,6 +164,12 @@ type Turn struct {
 	// written so far as it arrives (from a Streamer provider; others call
 	// it once with the whole text). Each model call starts again from "".
 	OnText func(text string)
+	// Shown, if set, reports whether the text OnText got so far reached
+	// anyone (nil: it did). A call whose text was shown never moves to a
+	// fallback model (a person would see two answers spliced); text shown
+	// to nobody (a sub-agent streamed only in case a /focus comes) does
+	// not stop the fallback.
+	Shown  func() bool
 	Logger *zap.Logger
 	Clock  Clock
 	// Resume continues a turn cut short (a crash, a drain) from the
@@ -325,10 +331,10 @@ func (s *Session) completeChain(ctx context.Context, t Turn, res *Result) (*Resp
 		wrote := false
 		if t.OnText != nil {
 			tm.OnText = func(text string) {
-				if text != "" {
+				t.OnText(text)
+				if text != "" && (t.Shown == nil || t.Shown()) {
 					wrote = true
 				}
-				t.OnText(text)
 			}
 		}
 		resp, err := s.complete(ctx, tm, res)

@@ -245,3 +245,26 @@ func TestE2EUsageCommand(t *testing.T) {
 		t.Errorf("/metrics lacks the spend of six $0.11 calls:\n%s", regexp.MustCompile(`(?m)^herald_spend.*$`).FindAll(body, -1))
 	}
 }
+
+// TestE2EFallbackAfterUnseenText: a sub-agent shown nowhere live (the web
+// chat) whose primary's stream breaks after its first words is answered
+// by the fallback: those words reached nobody, so nothing would be
+// spliced. (dab78e1 streamed every child for /focus, and the first text
+// then kept the call from its fallback: the run ended error.)
+func TestE2EFallbackAfterUnseenText(t *testing.T) {
+	oa := llmtest.NewOpenAI(t, spawnerModel)
+	cfg := strings.Replace(spendConfig(oa.URL, "{}", `, subagents: { model: { primary: "anthropic/claude-sonnet-4-20250514", fallbacks: ["openai/gpt-4o"] } }`),
+		`model: { primary: "anthropic/claude-sonnet-4-20250514", fallbacks: ["openai/gpt-4o"] }, subagents`, `model: "openai/gpt-4o", subagents`, 1)
+	tg := newTestGateway(t, cfg, func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && !strings.Contains(c.LastUser(), "Announce step") {
+			return llmtest.Reply{Text: "the first words and then the connection breaks", CutAfter: 1}
+		}
+		return spawnerModel(c)
+	})
+	const client = "fallback-unseen"
+	seq := webPost(t, tg.URL, client, "research the docs")
+	ann := waitWeb(t, tg, client, seq, "announce", func(string) bool { return true })
+	if !strings.HasPrefix(ann.Text, "Status: success\nTask: alpha\n") {
+		t.Errorf("announce of a child whose primary broke after unseen text:\n%s", ann.Text)
+	}
+}

@@ -836,6 +836,9 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	turn := m.childTurn(lr, run, model)
 	if rc.live != nil || m.d.LiveAt != nil {
 		turn.OnText = rc.Text // the work, not the announce step, is shown live (its thread, a /focus thread)
+		// Streamed only in case a /focus comes, text seen by nobody does
+		// not keep a failing call from its fallback model.
+		turn.Shown = func() bool { return rc.live != nil || m.focusView(lr) != nil }
 	}
 	problems := &agent.ProblemLog{}
 	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)
