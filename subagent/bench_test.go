@@ -253,3 +253,31 @@ func rssKB() int64 {
 	}
 	return 0
 }
+
+// BenchmarkRunCtxText is the per-chunk cost of a streamed child's text
+// (RunCtx.Text, called for every delta of every child run): with no
+// viewer (no thread of its own, no /focus) and with a /focus view. Run
+// in parallel, as many children stream at once, so a lock shared by all
+// runs shows up.
+func BenchmarkRunCtxText(b *testing.B) {
+	for _, focused := range []bool{false, true} {
+		name := "unseen"
+		if focused {
+			name = "focused"
+		}
+		b.Run(name, func(b *testing.B) {
+			m := &Manager{live: map[string]*liveRun{}}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				lr := &liveRun{}
+				if focused {
+					lr.focus.Store(&liveView{p: textSink(func(string) {})})
+				}
+				rc := &RunCtx{m: m, lr: lr}
+				for pb.Next() {
+					rc.Text("the child's message so far")
+				}
+			})
+		})
+	}
+}

@@ -2,6 +2,7 @@ package subagent
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -22,13 +23,13 @@ func (m *Manager) Focused(runID string, thread channels.Origin) {
 	m.mu.Lock()
 	lr, ok := m.live[runID]
 	if !ok || lr.stopped || lr.run.Status != store.StatusRunning || lr.focusEnded ||
-		sameThread(lr.run.Origin, thread) || (lr.focus != nil && sameThread(lr.focusAt, thread)) {
+		sameThread(lr.run.Origin, thread) || (lr.focus.Load() != nil && sameThread(lr.focusAt, thread)) {
 		m.mu.Unlock()
 		return
 	}
-	old := lr.focus
+	old := lr.focus.Swap(nil)
 	run := lr.run
-	lr.focus, lr.focusAt = nil, thread
+	lr.focusAt = thread
 	m.mu.Unlock()
 	old.stop()
 	p := m.d.LiveAt(thread, &run)
@@ -37,12 +38,12 @@ func (m *Manager) Focused(runID string, thread channels.Origin) {
 	}
 	v := &liveView{p: p}
 	m.mu.Lock()
-	if lr.focusEnded || !sameThread(lr.focusAt, thread) || lr.focus != nil {
+	if lr.focusEnded || !sameThread(lr.focusAt, thread) || lr.focus.Load() != nil {
 		m.mu.Unlock()
 		v.stop() // the run ended, or another /focus came, meanwhile
 		return
 	}
-	lr.focus = v
+	lr.focus.Store(v)
 	m.mu.Unlock()
 }
 
@@ -52,9 +53,10 @@ func (m *Manager) Unfocused(thread channels.Origin) {
 	m.mu.Lock()
 	var views []*liveView
 	for _, lr := range m.live {
-		if lr.focus != nil && sameThread(lr.focusAt, thread) {
-			views = append(views, lr.focus)
-			lr.focus, lr.focusAt = nil, channels.Origin{}
+		if v := lr.focus.Load(); v != nil && sameThread(lr.focusAt, thread) {
+			views = append(views, v)
+			lr.focus.Store(nil)
+			lr.focusAt = channels.Origin{}
 		}
 	}
 	m.mu.Unlock()
@@ -63,24 +65,26 @@ func (m *Manager) Unfocused(thread channels.Origin) {
 	}
 }
 
-// focusView is the live view a /focus started for lr (nil: none).
-func (m *Manager) focusView(lr *liveRun) *liveView {
+// focusView is the live view a /focus started for lr (nil: none). It
+// takes no lock: it is called for every streamed chunk of every run.
+func focusView(lr *liveRun) *liveView {
 	if lr == nil {
 		return nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return lr.focus
+	return lr.focus.Load()
 }
+
+// focusEndTimeout bounds focusEnd's outbox write.
+const focusEndTimeout = 10 * time.Second
 
 // focusEnd stops lr's focus view when its runner returned with outcome
 // ("" = cut by a shutdown) and finishes the draft it shows in the focused
 // thread, through the outbox: the child's last text and "Status:
 // <outcome>" (its announce goes to its own origin, not there).
-func (m *Manager) focusEnd(lr *liveRun, run *store.Run, outcome string) {
+func (m *Manager) focusEnd(ctx context.Context, lr *liveRun, run *store.Run, outcome string) {
 	m.mu.Lock()
-	v, at := lr.focus, lr.focusAt
-	lr.focus, lr.focusEnded = nil, true
+	v, at := lr.focus.Swap(nil), lr.focusAt
+	lr.focusEnded = true
 	m.mu.Unlock()
 	if v == nil {
 		return
@@ -91,8 +95,12 @@ func (m *Manager) focusEnd(lr *liveRun, run *store.Run, outcome string) {
 	}
 	item := &store.OutboxItem{Origin: at, Kind: channels.KindReply, Text: text + "\n\nStatus: " + outcome, DraftRef: ref,
 		CreatedAt: m.d.Clock.Now(), SessionKey: run.RequesterKey, AgentID: run.AgentID}
-	if _, err := m.d.Store.EnqueueOutbox(context.Background(), item); err != nil {
-		m.runLog(run).Warn("could not finish the draft in the focused thread", zap.Error(err))
+	// Bounded: a store outage must not hold the run's end (the run's ctx
+	// may be cut by a shutdown after the runner returned: not this write).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), focusEndTimeout)
+	defer cancel()
+	if _, err := m.d.Store.EnqueueOutbox(ctx, item); err != nil {
+		m.runLog(run).Warn("could not finish the draft in the focused thread", zap.Error(err)) // runLog: with runId
 		return
 	}
 	m.d.Notify()

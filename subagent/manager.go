@@ -184,8 +184,11 @@ type liveRun struct {
 	draft    string     // the platform id of the draft its live view left ("" = none); guarded by Manager.mu
 	drafted  string     // the child's text that draft was showing; guarded by Manager.mu
 	// focus shows the running child live in the thread /focus bound to
-	// it (focusAt); focusEnded: its runner returned. Guarded by Manager.mu.
-	focus      *liveView
+	// it (focusAt); focusEnded: its runner returned. focusAt and
+	// focusEnded are guarded by Manager.mu; focus is stored under
+	// Manager.mu too but loaded without it, once per streamed chunk
+	// (RunCtx.Text), so that chunks of all runs never share a lock.
+	focus      atomic.Pointer[liveView]
 	focusAt    channels.Origin
 	focusEnded bool
 	// parent: a run was enqueued in this process with this run's session
@@ -789,7 +792,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt)}
 	out := m.runnerFor(&run).Run(ctx, rc)
 	draft, drafted := rc.live.stop()
-	m.focusEnd(lr, &run, out.Status)
+	m.focusEnd(ctx, lr, &run, out.Status)
 	m.mu.Lock()
 	lr.draft, lr.drafted = draft, drafted
 	m.mu.Unlock()
@@ -838,7 +841,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		turn.OnText = rc.Text // the work, not the announce step, is shown live (its thread, a /focus thread)
 		// Streamed only in case a /focus comes, text seen by nobody does
 		// not keep a failing call from its fallback model.
-		turn.Shown = func() bool { return rc.live != nil || m.focusView(lr) != nil }
+		turn.Shown = func() bool { return rc.live != nil || lr.focus.Load() != nil }
 	}
 	problems := &agent.ProblemLog{}
 	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)

@@ -75,9 +75,7 @@ type Progress interface {
 // message starts. Shown live where the run has a thread of its own.
 func (rc *RunCtx) Text(text string) {
 	rc.live.showText(text)
-	if rc.m != nil {
-		rc.m.focusView(rc.lr).showText(text)
-	}
+	focusView(rc.lr).showText(text)
 }
 
 // liveShow is where a runner shows a child's text and activity: a
@@ -94,9 +92,7 @@ func (rc *RunCtx) showActivity(line string) { rc.Activity(line) }
 // of an ACP agent), "" when that is done; shown live under its text.
 func (rc *RunCtx) Activity(line string) {
 	rc.live.showActivity(line)
-	if rc.m != nil {
-		rc.m.focusView(rc.lr).showActivity(line)
-	}
+	focusView(rc.lr).showActivity(line)
 }
 
 // liveView puts a run's text and activity together for its Progress.
