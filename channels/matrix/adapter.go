@@ -122,6 +122,10 @@ type Adapter struct {
 	// batch being processed: the rest of the batch is not handed over and
 	// the batch is fetched again (see backoffSyncer.ProcessResponse).
 	refused error
+	// memberRetries counts, per event, the /sync batches refused because
+	// its room's member list could not be read (inboundChatType); cleared
+	// once a batch is taken whole.
+	memberRetries map[id.EventID]int
 	// rewind is the token of a refused batch, to be saved back as the
 	// sync token before /sync runs again ("" when none).
 	rewind string
@@ -576,7 +580,7 @@ func (s *backoffSyncer) ProcessResponse(ctx context.Context, res *mautrix.RespSy
 			a.retaken[e] = true
 		}
 	} else {
-		a.retaken = nil
+		a.retaken, a.memberRetries = nil, nil
 	}
 	a.batchTaken = nil
 	a.mu.Unlock()

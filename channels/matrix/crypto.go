@@ -437,7 +437,12 @@ func (a *Adapter) tellUndecryptable(ctx context.Context, evt *event.Event) {
 		return
 	}
 	content := evt.Content.AsEncrypted()
-	chatType := a.chatType(ctx, evt.RoomID)
+	chatType, err := a.chatType(ctx, evt.RoomID)
+	if err != nil {
+		a.log.Warn("matrix joined members lookup failed, treating room as a group",
+			zap.String("roomId", string(evt.RoomID)), zap.Error(err))
+		chatType = channels.ChatGroup
+	}
 	// The mention is inside the ciphertext: the sender's allowlist and the
 	// room's are what can be checked.
 	if !a.opts.Access.Admit(chatType, string(evt.RoomID), string(evt.Sender), true) {

@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/matrix/matrixtest"
 )
 
 // TestDMMemberListErrorIsRetryable: a message for a person's DM is checked
@@ -71,6 +74,83 @@ func TestDMMemberListErrorIsRetryable(t *testing.T) {
 	}
 	if n := len(f.sentEvents()); n != 2 {
 		t.Fatalf("%d events posted, want the 2 retried ones only", n)
+	}
+}
+
+// TestInboundDMOutlastsMemberListError: a DM message that arrives while
+// the room's member list cannot be read is not judged a group message and
+// dropped (it has no mention): the /sync batch is fetched again until the
+// list answers, and the message is delivered as the person's DM. Where the
+// state store knows the room's members (member events seen in /sync), the
+// message is judged from it at once.
+func TestInboundDMOutlastsMemberListError(t *testing.T) {
+	f := newFakeHS(t)
+	f.joined["!d:test"] = []string{"@herald:test", "@alice:test"}
+	f.joined["!known:test"] = []string{"@herald:test", "@bob:test"}
+	in := make(inbox, 32)
+	a, err := New(Options{Homeserver: f.srv.URL, AccessToken: "bot-token",
+		Access: channels.Access{GroupPolicy: channels.GroupOpen}, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The state store knows !known:test (bob and the bot joined), nothing
+	// of !d:test.
+	state := mautrix.NewMemoryStateStore()
+	for _, u := range []id.UserID{"@herald:test", "@bob:test"} {
+		if err := state.SetMembership(ctx, "!known:test", u, event.MembershipJoin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.client.StateStore = state
+	if err := a.Start(ctx, in.sink); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	f.mu.Lock()
+	f.membersReply = func() (int, string) { return 502, `{"errcode":"M_UNKNOWN","error":"bad gateway"}` }
+	f.mu.Unlock()
+
+	f.queueSync(joinedRooms(map[string][]map[string]any{
+		"!known:test": {msg("$b", "@bob:test", "hi from bob", nil)},
+	}))
+	if got := in.next(t); got.Origin.MessageID != "$b" || got.Origin.ChatType != channels.ChatDM || got.Origin.ChatID != "@bob:test" {
+		t.Fatalf("delivered %+v, want $b as bob's DM (judged from the state store)", got.Origin)
+	}
+
+	before := len(f.syncSinces())
+	f.queueSync(joinedRooms(map[string][]map[string]any{
+		"!d:test": {msg("$a", "@alice:test", "are you there?", nil)},
+	}))
+	// The batch is asked for again while the member list fails.
+	deadline := time.Now().Add(matrixtest.WaitTimeout)
+	for {
+		s := f.syncSinces()
+		if len(s) >= before+2 && s[len(s)-1] == s[len(s)-2] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch with alice's message was not fetched again; sinces %v", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case got := <-in:
+		t.Fatalf("delivered %+v while the member list could not be read", got.Origin)
+	default:
+	}
+	f.mu.Lock()
+	f.membersReply = nil
+	f.mu.Unlock()
+	got := in.next(t)
+	if got.Origin.MessageID != "$a" || got.Origin.ChatType != channels.ChatDM || got.Origin.ChatID != "@alice:test" || !got.Mentioned {
+		t.Fatalf("delivered %+v (mentioned %v), want $a as alice's DM", got.Origin, got.Mentioned)
 	}
 }
 

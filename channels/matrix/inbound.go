@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -134,7 +135,16 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 		return // an edit of an earlier message
 	}
 
-	chatType := a.chatType(ctx, evt.RoomID)
+	chatType, err := a.inboundChatType(ctx, evt.RoomID, evt.ID)
+	if err != nil {
+		// Neither the homeserver nor the state store can say whether this
+		// is a DM: the batch is fetched again (with the sync backoff)
+		// rather than the message judged a group one and dropped.
+		a.mu.Lock()
+		a.refused = err
+		a.mu.Unlock()
+		return
+	}
 	mentioned, text := a.addressed(evt, content, root)
 	origin := channels.Origin{
 		Channel:   Name,
@@ -201,18 +211,87 @@ func (a *Adapter) onMessage(ctx context.Context, evt *event.Event) {
 }
 
 // chatType is "dm" for a room with exactly two joined members, else
-// "group" (also when the member list cannot be read now). The answer is
-// cached until the room's membership changes.
-func (a *Adapter) chatType(ctx context.Context, roomID id.RoomID) string {
+// "group". The answer is cached until the room's membership changes. When
+// the homeserver's member list cannot be read, the state store (the member
+// events seen in /sync, kept when encryption is on) answers; when it knows
+// nothing of the room either, err is the lookup's error.
+func (a *Adapter) chatType(ctx context.Context, roomID id.RoomID) (string, error) {
 	_, dm, err := a.dmPeer(ctx, roomID, false)
-	if err != nil {
-		a.log.Warn("matrix joined members lookup failed, treating room as a group",
-			zap.String("roomId", string(roomID)), zap.Error(err))
+	if err == nil {
+		if dm {
+			return channels.ChatDM, nil
+		}
+		return channels.ChatGroup, nil
 	}
-	if dm {
-		return channels.ChatDM
+	if kind, ok := a.storedChatType(ctx, roomID); ok {
+		a.log.Warn("matrix joined members lookup failed, room judged from the state store",
+			zap.String("roomId", string(roomID)), zap.String("chatType", kind), zap.Error(err))
+		return kind, nil
 	}
-	return channels.ChatGroup
+	return "", err
+}
+
+// inboundChatType is chatType for a message of the /sync batch being
+// processed. When the room cannot be judged, err wraps
+// channels.ErrUnavailable: the batch is fetched again (with the sync
+// backoff) rather than a DM taken for a group message and dropped; at most
+// maxMemberRetries times for one event, after which the room is taken as a
+// group (and the failure logged), so a member list that never answers
+// cannot stop all intake.
+func (a *Adapter) inboundChatType(ctx context.Context, roomID id.RoomID, evtID id.EventID) (string, error) {
+	kind, err := a.chatType(ctx, roomID)
+	if err == nil {
+		return kind, nil
+	}
+	a.mu.Lock()
+	if a.memberRetries == nil {
+		a.memberRetries = map[id.EventID]int{}
+	}
+	a.memberRetries[evtID]++
+	n := a.memberRetries[evtID]
+	a.mu.Unlock()
+	if n > maxMemberRetries {
+		a.log.Error("matrix joined members lookup keeps failing, treating room as a group",
+			zap.String("roomId", string(roomID)), zap.String("eventId", string(evtID)), zap.Int("tries", n), zap.Error(err))
+		return channels.ChatGroup, nil
+	}
+	a.log.Warn("matrix joined members lookup failed, the /sync batch is fetched again",
+		zap.String("roomId", string(roomID)), zap.Int("try", n), zap.Error(err))
+	return "", fmt.Errorf("%w: %w", channels.ErrUnavailable, err)
+}
+
+// maxMemberRetries is how often one message's /sync batch is fetched again
+// because its room's member list cannot be read (with the sync backoff,
+// about 1+2+4+8+16 s).
+const maxMemberRetries = 5
+
+// storedChatType judges a room from the client's state store (the member
+// events seen in /sync), ok false when it has none or does not list the
+// bot as joined (it knows nothing useful of the room then).
+func (a *Adapter) storedChatType(ctx context.Context, roomID id.RoomID) (kind string, ok bool) {
+	store := a.client.StateStore
+	if store == nil {
+		return "", false
+	}
+	members, err := store.GetRoomJoinedOrInvitedMembers(ctx, roomID)
+	if err != nil || len(members) == 0 {
+		return "", false
+	}
+	joined, self := 0, false
+	for _, u := range members {
+		if !store.IsMembership(ctx, roomID, u, event.MembershipJoin) {
+			continue
+		}
+		joined++
+		self = self || u == a.client.UserID
+	}
+	if !self {
+		return "", false
+	}
+	if joined == 2 {
+		return channels.ChatDM, true
+	}
+	return channels.ChatGroup, true
 }
 
 // dmPeer is the other member of a room with exactly two joined members
