@@ -103,16 +103,7 @@ func TestInboundDMOutlastsMemberListError(t *testing.T) {
 		}
 	}
 	a.client.StateStore = state
-	if err := a.Start(ctx, in.sink); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startAdapter(t, a, in.sink)
 	f.mu.Lock()
 	f.membersReply = func() (int, string) { return 502, `{"errcode":"M_UNKNOWN","error":"bad gateway"}` }
 	f.mu.Unlock()

@@ -257,6 +257,13 @@ func startFakeSink(t *testing.T, f *fakeHS, mutate func(*Options), sink channels
 	if err != nil {
 		t.Fatal(err)
 	}
+	startAdapter(t, a, sink)
+	return a
+}
+
+// startAdapter starts a with sink, stopped when the test ends.
+func startAdapter(t *testing.T, a *Adapter, sink channels.Sink) {
+	t.Helper()
 	if err := a.Start(context.Background(), sink); err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -267,5 +274,4 @@ func startFakeSink(t *testing.T, f *fakeHS, mutate func(*Options), sink channels
 			t.Errorf("stop: %v", err)
 		}
 	})
-	return a
 }
