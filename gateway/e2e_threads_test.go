@@ -184,6 +184,58 @@ func TestE2ESlackSpawnThread(t *testing.T) {
 	tg.waitDelivered(t, 4)
 }
 
+// TestE2ESlackSpawnThreadLostStarter: Slack posts the starter of alpha's
+// thread but its answer is lost (a 500): the thread stays pending, and the
+// run, starting, finds that starter (its metadata) and works in its thread
+// — one starter in C1, the link line and the reply (no warning) in T1, the
+// announce in alpha's thread. A refusal here used to run alpha in T1 and
+// leave the starter of a thread nobody used in the channel.
+func TestE2ESlackSpawnThreadLostStarter(t *testing.T) {
+	t.Parallel()
+	sf := slackfake.New(t)
+	tg := newTestGateway(t, fmt.Sprintf(slackE2EConfig, slackfake.BotToken, slackfake.AppToken, sf.URL()), threadModel())
+	if !sf.WaitConnected(e2eWait) {
+		t.Fatal("Slack did not connect")
+	}
+	sf.LoseNextPost(500)
+	sf.SendMention("C1", slackfake.UserID, "look at this in its own thread please", slackT1)
+	tg.waitDelivered(t, 3) // the link line, the reply, the announce
+	posts := sf.Posted()
+	var starters, inT1, inChild []slackfake.Post
+	for _, p := range posts {
+		switch {
+		case p.ThreadTS == "":
+			starters = append(starters, p)
+		case p.ThreadTS == slackT1:
+			inT1 = append(inT1, p)
+		default:
+			inChild = append(inChild, p)
+		}
+	}
+	if len(starters) != 1 || !strings.HasPrefix(starters[0].Text, "🧵 alpha\n") {
+		t.Fatalf("top-level posts in C1 = %+v, want alpha's one starter", starters)
+	}
+	starter := starters[0]
+	runs := tg.runsOf(t, slackK1)
+	if len(runs) != 1 || runs[0].Origin.ThreadID != starter.TS {
+		t.Fatalf("runs of T1 = %+v, want alpha with its thread %s as origin", runs, starter.TS)
+	}
+	// The reply and the link line (the run's start opened the thread) in
+	// either order.
+	link := "🧵 alpha works in its own thread: https://" + slackfake.Workspace + ".slack.com/archives/C1/p" + strings.ReplaceAll(starter.TS, ".", "")
+	texts := make([]string, 0, len(inT1))
+	for _, p := range inT1 {
+		texts = append(texts, p.Text)
+	}
+	slices.Sort(texts)
+	if len(texts) != 2 || !strings.HasPrefix(texts[0], `spawned: {"status":"accepted"`) || strings.Contains(texts[0], "warning") || texts[1] != link {
+		t.Errorf("T1 = %q, want the reply (no warning) and the link line %q", texts, link)
+	}
+	if len(inChild) != 1 || inChild[0].ThreadTS != starter.TS || !strings.HasPrefix(inChild[0].Text, "Status: success\nTask: alpha") {
+		t.Errorf("posts in threads other than T1 = %+v, want alpha's announce in its thread", inChild)
+	}
+}
+
 // telegramThreadConfig: the forum supergroup -100123 and the plain group
 // -100777, both needing a mention.
 const telegramThreadConfig = `{

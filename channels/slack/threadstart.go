@@ -37,7 +37,7 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	if t.Retry && starter.ID != "" {
 		var found bool
 		if ts, found, err = a.FindPart(ctx, to, starter); err != nil {
-			return channels.Thread{}, fmt.Errorf("slack: look for a thread opened before in %s: %w", in.ChatID, err)
+			return channels.Thread{}, threadFailed("slack: look for a thread opened before in "+in.ChatID, err, t.Key)
 		}
 		if !found {
 			ts = ""
@@ -47,11 +47,7 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 		ts, err = a.post(ctx, to, starter)
 	}
 	if err != nil {
-		var se slack.SlackErrorResponse
-		if errors.As(err, &se) && permanentErrors[se.Err] {
-			return channels.Thread{}, fmt.Errorf("slack: start a thread in %s: %w: %w", in.ChatID, err, channels.ErrNoThreads)
-		}
-		return channels.Thread{}, fmt.Errorf("slack: start a thread in %s: %w", in.ChatID, err)
+		return channels.Thread{}, threadFailed("slack: start a thread in "+in.ChatID, err, t.Key)
 	}
 	to.ThreadID = ts
 	a.threads.add(to.ChatID + "/" + ts) // a thread the bot is in (§9)
@@ -65,4 +61,22 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 		link = ""
 	}
 	return channels.Thread{Origin: to, Link: link}, nil
+}
+
+// threadFailed is the error of a StartThread step that failed with err:
+// a permanent Slack error (permanentErrors: no such channel, not in it, no
+// permission) is a refusal and wraps ErrNoThreads; any other failure (a
+// timeout, a 5xx, a network error, a lost answer) may have left the
+// starter posted, and with a key (the starter's metadata, which a retry
+// finds with FindPart) wraps ErrThreadMaybeOpened: the thread stays
+// pending and the next try finds that starter.
+func threadFailed(what string, err error, key string) error {
+	var se slack.SlackErrorResponse
+	if errors.As(err, &se) && permanentErrors[se.Err] {
+		return fmt.Errorf("%s: %w: %w", what, err, channels.ErrNoThreads)
+	}
+	if key != "" {
+		return fmt.Errorf("%s: %w: %w", what, err, channels.ErrThreadMaybeOpened)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

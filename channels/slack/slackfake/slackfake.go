@@ -107,6 +107,7 @@ type Server struct {
 	seq        int64
 	closed     bool
 	holdPosts  int // posts recorded whose answer is then withheld until the caller hangs up
+	loseStatus int // the next post is recorded, then answered this HTTP status
 	done       chan struct{}
 	wg         sync.WaitGroup
 	fs         fileState
@@ -357,6 +358,16 @@ func (s *Server) HoldNextPosts(n int) {
 	s.holdPosts = n
 }
 
+// LoseNextPost makes the next chat.postMessage call succeed on the fake's
+// side (recorded in Posted) and then answer HTTP status (a 5xx, say), as
+// if its answer were lost on the way back: the caller cannot tell whether
+// Slack has the post.
+func (s *Server) LoseNextPost(status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loseStatus = status
+}
+
 // Acked reports whether the envelope id was acknowledged.
 func (s *Server) Acked(id string) bool {
 	s.mu.Lock()
@@ -495,7 +506,13 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	if hold {
 		s.holdPosts--
 	}
+	lost := s.loseStatus
+	s.loseStatus = 0
 	s.mu.Unlock()
+	if lost != 0 {
+		http.Error(w, http.StatusText(lost), lost)
+		return
+	}
 	if hold {
 		// Slack has the post; its answer never reaches the caller (the
 		// gateway is killed meanwhile).
