@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -140,5 +142,45 @@ Notes:
 Stats: runtime 1m35s (batch of 3) • tokens 1.8k (in 1.5k / out 300) • est $0.03 • batch 01234567`
 	if got != want {
 		t.Errorf("RenderBatch =\n%s\n\nwant\n%s", got, want)
+	}
+}
+
+// TestGroupTimerForgottenAtEarlyEnd: a chat batch and a parent spawn
+// group with a long groupTimeoutSeconds hold one timer each while a child
+// runs; when the last child ends (the batch announce written, the wake
+// added) the manager holds no timer or deadline of either any more.
+func TestGroupTimerForgottenAtEarlyEnd(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, "maxChildrenPerSession: 5", "", func(c llmtest.Call) llmtest.Reply {
+		if taskOf(c) == "slow" && !strings.Contains(c.LastUser(), "Announce step") {
+			<-release
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	hour := 3600
+	batch := h.m.Spawn(ctx, caller("1"), SpawnParams{GroupTimeoutSeconds: &hour,
+		Tasks: tasksOf(`{"task":"quick","label":"a"}`, `{"task":"slow","label":"b"}`)})
+	if batch.Status != "accepted" || len(batch.Runs) != 2 {
+		t.Fatalf("batch = %+v", batch)
+	}
+	wake := h.m.Spawn(ctx, caller("2"), SpawnParams{Task: "slow", Announce: "parent", GroupTimeoutSeconds: &hour})
+	if wake.Status != "accepted" {
+		t.Fatalf("parent spawn = %+v", wake)
+	}
+	h.waitDone(batch.Runs[0].RunID)
+	groups, deadlines := h.m.armedGroups()
+	if want := []string{"agent:main:slack:group:C1:thread:2", "batch:" + batch.BatchID}; !slices.Equal(groups, want) || deadlines != 2 {
+		t.Fatalf("while the slow children run the timers are %v (%d deadlines), want %v", groups, deadlines, want)
+	}
+	close(release)
+	h.waitDone(batch.Runs[1].RunID)
+	h.waitDone(wake.RunID)
+	if items := h.waitAnnounces(1); !strings.Contains(items[0].Text, "2 success") {
+		t.Fatalf("batch announce:\n%s", items[0].Text)
+	}
+	if !waitUntil(func() bool { g, d := h.m.armedGroups(); return len(g) == 0 && d == 0 }) {
+		groups, deadlines := h.m.armedGroups()
+		t.Fatalf("after the early ends the manager still holds timers %v (%d deadlines)", groups, deadlines)
 	}
 }

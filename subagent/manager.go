@@ -327,9 +327,11 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 			end.Announce.DraftRef = rt.DraftRef // its live output's draft becomes the announce
 		}
 	}
+	lastOfBatch := watchBatchEnd(&end)
 	if err := m.d.Store.EndRun(ctx, r, end); err != nil {
 		return fmt.Errorf("recover run %s: %w", r.ID, err)
 	}
+	m.groupEnded(r, *lastOfBatch, end.Wake)
 	m.handWake(end.Wake)
 	m.runEnded()
 	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
@@ -1353,6 +1355,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	// context; a store that does not take it is retried (an outage), so
 	// the announce is not left for a restart.
 	log := m.runLog(&r)
+	lastOfBatch := watchBatchEnd(&ends)
 	finish := func(ctx context.Context) error {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -1371,6 +1374,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
 			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil && item.Kind == channels.KindAnnounce),
 			zap.Bool("wakes", wake != nil && wake.ID != 0), zap.Bool("batchAnnounced", batched))
+		m.groupEnded(&r, *lastOfBatch, wake)
 		m.handWake(wake)
 		if batched {
 			item = ends.Batch.Announce

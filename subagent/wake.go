@@ -98,14 +98,63 @@ func (m *Manager) armGroup(r *store.Run) {
 	run := *r
 	m.bg.Add(1)
 	m.groupDeadline[group] = r.GroupDeadline
-	m.groupTimers[group] = time.AfterFunc(max(r.GroupDeadline.Sub(m.d.Clock.Now()), 0), func() {
+	var t *time.Timer
+	t = time.AfterFunc(max(r.GroupDeadline.Sub(m.d.Clock.Now()), 0), func() {
 		defer m.bg.Done()
 		m.mu.Lock()
-		delete(m.groupTimers, group)
-		delete(m.groupDeadline, group)
+		if m.groupTimers[group] == t { // not replaced or disarmed meanwhile
+			delete(m.groupTimers, group)
+			delete(m.groupDeadline, group)
+		}
 		m.mu.Unlock()
 		fire(m.bgCtx, &run)
 	})
+	m.groupTimers[group] = t
+}
+
+// groupEnded stops and forgets the group timer that the stored end of r
+// left nothing to do: r was the last live run of its chat batch (its
+// announce written, or none due), or its end added the wake of its
+// spawn group. Other timers stay until they fire; either way the map
+// holds no timer of a group that ended or timed out.
+func (m *Manager) groupEnded(r *store.Run, batchEnded bool, wake *store.Intake) {
+	switch {
+	case batchEnded && r.Batch != "":
+		m.disarmGroup("batch:" + r.Batch)
+	case wake != nil && wake.ID != 0 && r.SpawnGroup != "":
+		m.disarmGroup(r.SpawnGroup)
+	}
+}
+
+// disarmGroup stops the timer of group and forgets it. A timer already
+// firing finds the group gone and fires once more, finding nothing to do.
+func (m *Manager) disarmGroup(group string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.groupTimers[group]
+	if t == nil {
+		return
+	}
+	if t.Stop() {
+		m.bg.Done()
+	}
+	delete(m.groupTimers, group)
+	delete(m.groupDeadline, group)
+}
+
+// watchBatchEnd makes end report, once it is stored, whether its run was
+// the last live run of its batch: Store.EndRun calls BatchEnd.Render in
+// the end's transaction only when no other run of the batch is live.
+func watchBatchEnd(end *store.RunEnd) *bool {
+	last := new(bool)
+	if end.Batch != nil && end.Batch.Render != nil {
+		render := end.Batch.Render
+		end.Batch.Render = func(runs []store.Run) *store.OutboxItem {
+			*last = true
+			return render(runs)
+		}
+	}
+	return last
 }
 
 // batchTimedOut posts the announce of r's chat batch at its group
@@ -158,7 +207,7 @@ func (m *Manager) stopGroupTimers() {
 		}
 		delete(m.groupTimers, g)
 	}
-	m.groupTimers = nil
+	m.groupTimers, m.groupDeadline = nil, nil
 }
 
 // groupTimedOut wakes the requester of r's group when children of it
