@@ -2,7 +2,6 @@ package matrix
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -36,10 +35,7 @@ func (a *Adapter) StartThread(ctx context.Context, in channels.Origin, t channel
 	}
 	root, err := a.sendText(ctx, to, t.Text, txn)
 	if err != nil {
-		if errors.Is(err, channels.ErrPermanent) {
-			return channels.Thread{}, fmt.Errorf("matrix: start a thread in %s: %w: %w", in.ChatID, err, channels.ErrNoThreads)
-		}
-		return channels.Thread{}, fmt.Errorf("matrix: start a thread in %s: %w", in.ChatID, err)
+		return channels.Thread{}, channels.ThreadRefused("matrix: start a thread in "+in.ChatID, err)
 	}
 	a.botThreads.put(roomKey(id.RoomID(in.ChatID), root), "") // a thread the bot is in (§9)
 	to.ThreadID = string(root)
