@@ -119,7 +119,6 @@ func Runs(runs []store.Run, now time.Time) []Run {
 	return out
 }
 
-// running reports whether the run can still be stopped or steered.
 // RunTree arranges runs as trees (a run's parent is the run whose child
 // session spawned it), newest root first, children oldest first, with
 // tokens and cost rolled up. With keep set, only the runs it keeps and
