@@ -11,9 +11,8 @@ import (
 )
 
 // The JSON objects of the console's API (SPEC §27, camelCase like the web
-// chat's). `herald`'s CLI prints the same outbox and intake objects
-// (OutboxItems, IntakeItems), so a script reads one shape from either; its
-// `runs list --json` keeps its own earlier shape.
+// chat's). `herald`'s CLI prints the same objects (Runs, OutboxItems,
+// IntakeItems), so a script reads one shape from either.
 
 // OutboxItem is one outbound message.
 type OutboxItem struct {
