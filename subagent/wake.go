@@ -225,19 +225,15 @@ func (m *Manager) groupTimedOut(ctx context.Context, r *store.Run) {
 		return
 	}
 	now := m.d.Clock.Now()
-	var labels []string
 	for _, c := range live {
 		if c.GroupDeadline.After(now) {
 			return // a later child of the group set a later deadline
 		}
-		labels = append(labels, TaskTitle(c.Label, c.Task))
 	}
-	if len(labels) == 0 {
+	if len(live) == 0 {
 		return // the group ended: its last child woke the requester
 	}
-	slices.Sort(labels)
-	w := m.wakeOf(r, store.OutcomeSuccess, fmt.Sprintf("%s groupTimeoutSeconds passed while %d of your sub-agents still run (%s); the results so far are above; the others reach this conversation when they end.",
-		WakePrefix, len(labels), strings.Join(labels, ", ")))
+	w := m.wakeOf(r, store.OutcomeSuccess, timeoutInput(live, "; the others reach this conversation when they end."))
 	w.CreatedAt = now
 	added, err := m.d.Store.AddIntake(ctx, w)
 	if err != nil {
@@ -245,13 +241,25 @@ func (m *Manager) groupTimedOut(ctx context.Context, r *store.Run) {
 		return
 	}
 	if added {
-		log.Info("spawn group timed out; requester woken", zap.String("group", r.SpawnGroup), zap.Int("running", len(labels)))
+		log.Info("spawn group timed out; requester woken", zap.String("group", r.SpawnGroup), zap.Int("running", len(live)))
 		m.handWake(w)
 	}
 }
 
 // WakePrefix begins the input of a wake at a group's deadline.
 const WakePrefix = "[sub-agent wake]"
+
+// timeoutInput is the input of a wake at a group's deadline: which of
+// the group's children (live) still run, then tail.
+func timeoutInput(live []store.Run, tail string) string {
+	labels := make([]string, len(live))
+	for i := range live {
+		labels[i] = TaskTitle(live[i].Label, live[i].Task)
+	}
+	slices.Sort(labels)
+	return fmt.Sprintf("%s groupTimeoutSeconds passed while %d of your sub-agents still run (%s); the results so far are above%s",
+		WakePrefix, len(labels), strings.Join(labels, ", "), tail)
+}
 
 // announcesInChat reports whether r's end posts the §6 announce (announce
 // chat, also for runs from before announce existed).
@@ -333,13 +341,7 @@ func (m *Manager) awaitChildren(ctx context.Context, rc *RunCtx, sess *agent.Ses
 			wait = min(wait, deadline.Sub(m.d.Clock.Now()))
 		}
 		if !deadline.IsZero() && wait <= 0 {
-			labels := make([]string, len(live))
-			for i := range live {
-				labels[i] = TaskTitle(live[i].Label, live[i].Task)
-			}
-			slices.Sort(labels)
-			timedOut = fmt.Sprintf("%s groupTimeoutSeconds passed while %d of your sub-agents still run (%s); the results so far are above.",
-				WakePrefix, len(labels), strings.Join(labels, ", "))
+			timedOut = timeoutInput(live, ".")
 			break
 		}
 		t := time.NewTimer(wait)
