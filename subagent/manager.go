@@ -1040,13 +1040,7 @@ func (m *Manager) withFallback(lr *liveRun, note string) string {
 	m.mu.Lock()
 	fb := lr.fallback
 	m.mu.Unlock()
-	switch {
-	case fb == "":
-		return note
-	case note == "":
-		return fb
-	}
-	return fb + "\n" + note
+	return joinNonEmpty(fb, note, "\n")
 }
 
 // chain resolves the fallbacks of a run's model under cfg: the configured

@@ -238,13 +238,18 @@ const threadHere = "; the sub-agent runs in this thread instead"
 
 // joinWarnings joins two warnings of a spawn result.
 func joinWarnings(a, b string) string {
+	return joinNonEmpty(a, b, "; ")
+}
+
+// joinNonEmpty joins a and b with sep, or is the one not empty.
+func joinNonEmpty(a, b, sep string) string {
 	switch {
 	case a == "":
 		return b
 	case b == "":
 		return a
 	}
-	return a + "; " + b
+	return a + sep + b
 }
 
 // testHookThread, when set by a test, is called at each step of opening a
