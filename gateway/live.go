@@ -24,11 +24,6 @@ const editDraftEvery = 500 * time.Millisecond
 // liveCallTimeout bounds one typing or draft call to a platform.
 const liveCallTimeout = 5 * time.Second
 
-// draftStore is the one store method a live reply uses.
-type draftStore interface {
-	SetIntakeDraft(ctx context.Context, id int64, ref string) error
-}
-
 // liveReply shows a running turn in its chat (SPEC §16): typing while it
 // runs and, on a channel that drafts, the reply as the model writes it. One
 // goroutine, owned by the turn (stop waits for it), makes every platform
@@ -60,9 +55,8 @@ type liveReply struct {
 // nil when the channel shows nothing live or channels.<name>.streaming is
 // "off". A turn resumed after a crash goes on with the draft it had.
 func (g *Gateway) startLive(cfg *config.Config, it store.Intake, log *zap.Logger) *liveReply {
-	var drafts draftStore = g.db
 	return g.startLiveAt(cfg, it.Origin, it.DraftRef, func(ctx context.Context, ref string) error {
-		return drafts.SetIntakeDraft(ctx, it.ID, ref)
+		return g.db.SetIntakeDraft(ctx, it.ID, ref)
 	}, log)
 }
 
