@@ -67,11 +67,7 @@ func (r acpRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		if u.HasTokens {
 			rc.AddUsage(u.Tokens)
 		}
-		r.m.mu.Lock()
-		rc.lr.calls++
-		rc.lr.cost += usd
-		rc.lr.priced = rc.lr.priced || priced
-		r.m.mu.Unlock()
+		r.m.addCall(rc.lr, usd, priced)
 	}, rc)
 	return r.outcome(runCtx, rc, res, priced, err)
 }

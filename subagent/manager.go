@@ -1014,15 +1014,21 @@ func (m *Manager) onCall(lr *liveRun, sc spend.Call) func(*agent.Model, agent.Us
 	counter := m.d.Spend.Counter(sc)
 	return func(model *agent.Model, u agent.Usage) {
 		usd, priced := model.EstimateCost(u)
-		m.mu.Lock()
-		lr.calls++
-		lr.cost += usd
-		lr.priced = lr.priced || priced
-		m.mu.Unlock()
+		m.addCall(lr, usd, priced)
 		if counter != nil {
 			counter(model, u)
 		}
 	}
+}
+
+// addCall counts one call of a run costing usd (priced: its cost is
+// known) for the Stats line.
+func (m *Manager) addCall(lr *liveRun, usd float64, priced bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lr.calls++
+	lr.cost += usd
+	lr.priced = lr.priced || priced
 }
 
 // noteFallback keeps the fallback note of a run's call for its Notes.
