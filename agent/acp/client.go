@@ -71,7 +71,7 @@ func fsError(op, p string, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s %q: no such file in the workspace", op, p)
-	case strings.Contains(err.Error(), "path escapes"):
+	case tools.IsEscape(err):
 		return fmt.Errorf("%s %q: the path leaves the workspace through a symbolic link", op, p)
 	}
 	return fmt.Errorf("%s %q: %v", op, p, err)

@@ -48,7 +48,7 @@ func LoadBootstrap(workspace string, subagent bool) (string, error) {
 	for _, name := range names {
 		text, err := readBootstrapFile(root, name, DefaultBootstrapMaxBytes)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) || isEscape(err) {
+			if !errors.Is(err, fs.ErrNotExist) || IsEscape(err) {
 				errs = append(errs, fmt.Errorf("bootstrap: read %s in %s: %w", name, workspace, err))
 			}
 			continue

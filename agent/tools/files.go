@@ -231,7 +231,7 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 		if !fi.Mode().IsRegular() {
 			return "", fmt.Errorf("%s: %q is not a regular file (%s); only regular files can be written", WriteFileName, p, fi.Mode().Type())
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) || isEscape(err) {
+	} else if !errors.Is(err, fs.ErrNotExist) || IsEscape(err) {
 		return "", fsErr(WriteFileName, "write", p, err)
 	} else if appendMode {
 		// Appending to a file of the agent workspace appends to this

@@ -234,7 +234,7 @@ func outsideErr(tool, p string) error {
 // the model can act on.
 func fsErr(tool, op, p string, err error) error {
 	switch {
-	case isEscape(err):
+	case IsEscape(err):
 		return fmt.Errorf("%s: path %q leads %w through a symbolic link; only links that are relative and stay inside the workspace can be followed",
 			tool, p, ErrOutsideWorkspace)
 	case errors.Is(err, fs.ErrNotExist):
@@ -249,10 +249,10 @@ func fsErr(tool, op, p string, err error) error {
 	return fmt.Errorf("%s: %s %q: %w", tool, op, p, err)
 }
 
-// isEscape reports whether err is os.Root refusing a path that leaves the
+// IsEscape reports whether err is os.Root refusing a path that leaves the
 // root. os does not export that sentinel; its text is stable since Go 1.24
 // and the confinement tests fail if it ever changes.
-func isEscape(err error) bool {
+func IsEscape(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
 }
 
@@ -293,7 +293,7 @@ func statLayered(tool string, cc agent.CallContext, rel string, lay layer, shown
 				return root, fi, convLayer, nil
 			}
 			root.Close()
-			if !errors.Is(err, fs.ErrNotExist) || isEscape(err) {
+			if !errors.Is(err, fs.ErrNotExist) || IsEscape(err) {
 				return nil, nil, lay, fsErr(tool, "read", shown, err)
 			}
 		} else if !errors.Is(err, fs.ErrNotExist) {
@@ -308,7 +308,7 @@ func statLayered(tool string, cc agent.CallContext, rel string, lay layer, shown
 			return nil, nil, lay, fmt.Errorf("%s: the workspace %s does not exist yet; write a file first to create it", tool, cc.Workspace)
 		case errors.Is(err, fs.ErrNotExist) && convErr != nil:
 			return nil, nil, lay, fsErr(tool, "read", shown, convErr)
-		case errors.Is(err, fs.ErrNotExist), isEscape(err):
+		case errors.Is(err, fs.ErrNotExist), IsEscape(err):
 			return nil, nil, lay, fsErr(tool, "read", shown, err)
 		}
 		return nil, nil, lay, err
