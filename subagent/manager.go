@@ -155,7 +155,6 @@ type Manager struct {
 
 	groupTimers   map[string]*time.Timer // by spawn group: its groupTimeoutSeconds wake; nil after Shutdown; guarded by mu
 	groupDeadline map[string]time.Time   // the deadline each timer is set for; guarded by mu
-	ended         chan struct{}          // closed and replaced when a run ends (runs waiting for children); guarded by mu
 
 	archiveWake chan struct{}
 	// archiveNext is when the archiver looks next (Clock unix nanos; 0
@@ -173,6 +172,7 @@ type liveRun struct {
 	cancel   context.CancelFunc
 	steer    chan agent.Steer
 	ended    chan struct{} // closed when the run is no longer live (forgetLocked)
+	kidEnded chan struct{} // closed and replaced when a child of the run ends (awaitChildren); nil until it waits; guarded by Manager.mu
 	stopped  bool
 	usage    agent.Usage
 	span     trace.Span // the herald.run span while it runs; nil before
@@ -227,7 +227,6 @@ func New(d Deps) *Manager {
 		turnLocks:   make(map[string]*turnLock),
 		archiveWake: make(chan struct{}, 1),
 		groupTimers: map[string]*time.Timer{}, groupDeadline: map[string]time.Time{},
-		ended: make(chan struct{}),
 		bgCtx: ctx, stopBG: cancel,
 	}
 	m.conf.Store(d.Config)
@@ -333,7 +332,7 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 	}
 	m.groupEnded(r, *lastOfBatch, end.Wake)
 	m.handWake(end.Wake)
-	m.runEnded()
+	m.runEnded(r)
 	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
 	return nil
 }
@@ -1383,7 +1382,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	m.mu.Lock()
 	m.forgetLocked(r.ID)
 	m.mu.Unlock()
-	m.runEnded()
+	m.runEnded(&r)
 	if item != nil {
 		m.d.Notify()
 	}

@@ -275,19 +275,25 @@ func resultText(res *store.Result) string {
 	return res.Text
 }
 
-// runEnded tells the runs waiting for their children that one ended.
-func (m *Manager) runEnded() {
-	m.mu.Lock()
-	close(m.ended)
-	m.ended = make(chan struct{})
-	m.mu.Unlock()
-}
-
-// endedChan is closed at the next end of a run.
-func (m *Manager) endedChan() <-chan struct{} {
+// runEnded tells r's requester, when it is a run live here waiting for
+// its children, that one ended.
+func (m *Manager) runEnded(r *store.Run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ended
+	if p, ok := m.live[m.liveKeys[r.RequesterKey]]; ok && p.kidEnded != nil {
+		close(p.kidEnded)
+		p.kidEnded = make(chan struct{})
+	}
+}
+
+// kidEndedChan is closed at the next end of a child of lr's run.
+func (m *Manager) kidEndedChan(lr *liveRun) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if lr.kidEnded == nil {
+		lr.kidEnded = make(chan struct{})
+	}
+	return lr.kidEnded
 }
 
 // childRecheck is how often a run waiting for its children looks at the
@@ -312,7 +318,7 @@ func (m *Manager) awaitChildren(ctx context.Context, rc *RunCtx, sess *agent.Ses
 	timedOut := ""
 	var parentRuns map[string]bool
 	for {
-		ended := m.endedChan()
+		ended := m.kidEndedChan(rc.lr)
 		kids, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: run.ChildKey})
 		if err != nil {
 			return "", err
