@@ -95,10 +95,7 @@ func start(spec Spec, client sdk.Client, log *zap.Logger) (*process, error) {
 		// An npm bin is a link into its package folder.
 		ro = append(ro, filepath.Dir(real), filepath.Dir(filepath.Dir(real)))
 	}
-	pol := spec.Sandbox
-	if pol.Mechanism == "" || pol.Mechanism == sandbox.Off {
-		pol.Mechanism = sandbox.Auto
-	}
+	pol := spec.Sandbox.Confining()
 	pol.Network, pol.CPUSeconds = spec.Network, -1
 	pol.Setting = "tools.exec.sandbox (the sandbox of ACP agent " + spec.Name + ")"
 	c, err := sandbox.Command(context.Background(), sandbox.Spec{Policy: pol, Dir: spec.Workspace, Home: spec.Home, ReadOnly: ro,

@@ -133,10 +133,7 @@ func (ts *terminals) create(r sdk.CreateTerminalRequest) (string, error) {
 	if r.OutputByteLimit != nil && *r.OutputByteLimit > 0 {
 		limit = min(*r.OutputByteLimit, maxTerminalOutput)
 	}
-	pol := ts.spec.Sandbox
-	if pol.Mechanism == "" || pol.Mechanism == sandbox.Off {
-		pol.Mechanism = sandbox.Auto
-	}
+	pol := ts.spec.Sandbox.Confining()
 	pol.Network = ts.spec.Network
 	pol.Setting = "tools.exec.sandbox (the terminals of ACP agent " + ts.spec.Name + ")"
 

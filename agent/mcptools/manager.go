@@ -582,11 +582,8 @@ func (s *server) transportFor(log *zap.Logger) (mcp.Transport, *exec.Cmd, func()
 // directories and its program's folder.
 func (s *server) sandboxed(log *zap.Logger) (mcp.Transport, *exec.Cmd, func(), error) {
 	s.m.mu.Lock()
-	p := s.m.sandbox
+	p := s.m.sandbox.Confining()
 	s.m.mu.Unlock()
-	if p.Mechanism == "" || p.Mechanism == sandbox.Off {
-		p.Mechanism = sandbox.Auto
-	}
 	p.Network, p.CPUSeconds = s.cfg.Network, -1
 	p.Setting = "mcp.servers." + s.name + ".sandbox (with tools.exec.sandbox)"
 	cleanup := func() {}

@@ -44,6 +44,16 @@ type Policy struct {
 	Setting string
 }
 
+// Confining returns p for a process that must always run confined (an
+// ACP agent, its terminals, a stdio MCP server): "off", which unconfines
+// only exec commands, and an unset mechanism both become auto.
+func (p Policy) Confining() Policy {
+	if p.Mechanism == "" || p.Mechanism == Off {
+		p.Mechanism = Auto
+	}
+	return p
+}
+
 func (p Policy) withDefaults() Policy {
 	if p.Mechanism == "" {
 		p.Mechanism = Auto
