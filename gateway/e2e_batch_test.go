@@ -14,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/channels/slack/slackfake"
 	"github.com/heraldhq/herald/channels/web/webtest"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
 )
 
 // batchModel spawns a batch for "batch <announce> <label>…" (one
@@ -24,7 +25,8 @@ import (
 // task starts with "file" first sends the
 // conversation's attachments/chart.png with send_file; one whose task
 // starts with "long" answers with a result of about 1,500 characters. A
-// wake (results as the input) is answered "woken: <labels>", any other
+// wake (results as the input) is answered "woken: <labels>", a wake at a
+// group's deadline "deadline: <labels> | <its input>", any other
 // message "seen: <labels>" (orchModel).
 func batchModel(gates map[string]*gate) llmtest.Handler {
 	base := orchModel(nil)
@@ -70,6 +72,9 @@ func batchModel(gates map[string]*gate) llmtest.Handler {
 		}
 		if strings.HasPrefix(last, "[sub-agent result]") {
 			return llmtest.Reply{Text: "woken: " + strings.Join(resultsSeen(c), ",")}
+		}
+		if strings.HasPrefix(last, subagent.WakePrefix) {
+			return llmtest.Reply{Text: "deadline: " + strings.Join(resultsSeen(c), ",") + " | " + last}
 		}
 		return base(c)
 	}
@@ -393,6 +398,43 @@ func startAlphaBeta(t *testing.T, tg *testGW, client string) {
 		return false
 	}) {
 		t.Fatal("beta never called the model")
+	}
+}
+
+// TestE2EParentWokenAtGroupTimeout: a parent whose batch (announce
+// parent) has a child still running at groupTimeoutSeconds is woken then,
+// once, with the results so far in its history and an input that names
+// the child still running; that child's later end does not wake it again
+// (the parent runs once per group, SPEC §23) but its result reaches the
+// next turn, and no announce is posted.
+func TestE2EParentWokenAtGroupTimeout(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(orchConfig, `defaults: { model: "anthropic/m" }`, `defaults: { model: "anthropic/m", subagents: { groupTimeoutSeconds: 2 } }`, 1)
+	hold := newGate(t)
+	tg := newTestGateway(t, cfg, batchModel(map[string]*gate{"beta": hold}))
+	const client = "parent-deadline"
+	if res := spawnBatch(t, tg, client, "batch parent alpha beta"); !strings.Contains(res, `"status":"accepted"`) {
+		t.Fatalf("the batch: %s", res)
+	}
+	woke := waitWeb(t, tg, client, 0, "assistant", func(s string) bool { return strings.HasPrefix(s, "deadline: ") })
+	want := "deadline: alpha | " + subagent.WakePrefix + " groupTimeoutSeconds passed while 1 of your sub-agents still run (beta); " +
+		"the results so far are above; the others reach this conversation when they end."
+	if woke.Text != want {
+		t.Errorf("the wake at the group deadline:\n got %q\nwant %q", woke.Text, want)
+	}
+	hold.open()
+	waitRunDone(t, tg, "agent:main:web:dm:"+client, "beta")
+	if got := askSeen(t, tg, client, "what did they find?"); got != "seen: alpha,beta" {
+		t.Errorf("the next turn saw %q, want both results, beta's too", got)
+	}
+	if n := countWeb(t, tg, client, "assistant", "woken: "); n != 0 {
+		t.Errorf("beta's end after the deadline woke the parent again (%d); the parent runs once per group", n)
+	}
+	if n := countWeb(t, tg, client, "assistant", "deadline: "); n != 1 {
+		t.Errorf("%d wakes at the deadline, want one", n)
+	}
+	if n := countWeb(t, tg, client, "announce", ""); n != 0 {
+		t.Errorf("%d announces for a batch with announce parent, want none", n)
 	}
 }
 
