@@ -54,6 +54,10 @@ func newOpenAI(id string, p config.Provider, opts Options, log *zap.Logger) (*op
 		// Set even when empty, so an OPENAI_API_KEY in the environment is
 		// never sent to a third-party server; empty sends no Authorization.
 		option.WithAPIKey(firstKey(keys)),
+		// Requests go through client.Post with a body of ours (openai_body.go),
+		// which would send an OPENAI_ADMIN_KEY from the environment where no
+		// API key is set; herald calls no admin endpoint.
+		option.WithAdminAPIKey(""),
 		// Retries are ours (see retrier).
 		option.WithMaxRetries(0),
 	)
@@ -79,10 +83,10 @@ func openAIKey(key string, opts ...option.RequestOption) []option.RequestOption 
 
 // Complete sends req to the Chat Completions API.
 func (p *openAIProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
-	params := p.params(req)
+	body := p.body(req, false)
 	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
-		cc, err := p.client.Chat.Completions.New(ctx, params, openAIKey(key)...)
-		if err != nil {
+		var cc *openai.ChatCompletion
+		if err := p.client.Post(ctx, "chat/completions", body, &cc, openAIKey(key)...); err != nil {
 			return nil, err
 		}
 		if len(cc.Choices) == 0 {
@@ -124,81 +128,6 @@ func (p *openAIProvider) reasoningEffort(model, level string) shared.ReasoningEf
 		return ""
 	}
 	return effort
-}
-
-func (p *openAIProvider) params(req agent.Request) openai.ChatCompletionNewParams {
-	params := openai.ChatCompletionNewParams{
-		Model:    shared.ChatModel(req.Model),
-		Messages: openAIMessages(req, !p.compatible),
-	}
-	maxTokens := req.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = modelConfig(p.cfg, req.Model).MaxTokens
-	}
-	if maxTokens > 0 {
-		if p.compatible {
-			// Older local servers know only max_tokens.
-			params.MaxTokens = openai.Int(int64(maxTokens))
-		} else {
-			// OpenAI deprecated max_tokens; reasoning models reject it.
-			params.MaxCompletionTokens = openai.Int(int64(maxTokens))
-		}
-	}
-	params.ReasoningEffort = p.reasoningEffort(req.Model, req.Thinking)
-	for _, t := range req.Tools {
-		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{}}}
-		if t.Description != "" {
-			fd.Description = openai.String(t.Description)
-		}
-		if schema := parseSchema(t.Schema); len(schema) > 0 {
-			fd.Parameters = schema
-		}
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
-	}
-	return params
-}
-
-// openAIMessages maps the conversation: tool calls ride on the assistant
-// message, each tool result is its own role "tool" message. documents: PDFs
-// go as file parts (OpenAI's own API; OpenAI-compatible servers rarely take
-// them, so they get the reference line only).
-func openAIMessages(req agent.Request, documents bool) []openai.ChatCompletionMessageParamUnion {
-	var out []openai.ChatCompletionMessageParamUnion
-	if req.System != "" {
-		out = append(out, openai.SystemMessage(req.System))
-	}
-	for _, m := range req.Messages {
-		switch m.Role {
-		case agent.RoleUser:
-			out = append(out, openAIUser(req, m, documents))
-		case agent.RoleAssistant:
-			am := openai.ChatCompletionAssistantMessageParam{}
-			if m.Text != "" || len(m.ToolCalls) == 0 {
-				am.Content.OfString = openai.String(m.Text)
-			}
-			for _, tc := range m.ToolCalls {
-				am.ToolCalls = append(am.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID: tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-							Name:      tc.Name,
-							Arguments: string(jsonObject(tc.Args)),
-						},
-					},
-				})
-			}
-			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &am})
-		case agent.RoleTool:
-			for _, r := range m.ToolResults {
-				content := r.Content
-				if r.IsError && !strings.Contains(strings.ToLower(content), "error") {
-					content = "error: " + content
-				}
-				out = append(out, openai.ToolMessage(content, r.CallID))
-			}
-		}
-	}
-	return out
 }
 
 func openAIResponse(cc *openai.ChatCompletion) *agent.Response {
@@ -291,33 +220,4 @@ func classifyOpenAIStreamError(se *ssestream.StreamError) failure {
 		f.contextLength = contextLengthMessage(f.status, f.message)
 	}
 	return f
-}
-
-// openAIUser is a user message: its text, and its images (image_url with
-// a data: URL) when the model takes images, and with documents its PDFs as
-// file parts (file_data as a data: URL).
-func openAIUser(req agent.Request, m agent.Message, documents bool) openai.ChatCompletionMessageParamUnion {
-	var parts []openai.ChatCompletionContentPartUnionParam
-	for _, f := range m.Files {
-		kind := asContent(req, f, documents, 0)
-		if kind == "" {
-			continue
-		}
-		data, err := fileBase64(req, f)
-		if err != nil {
-			continue
-		}
-		url := "data:" + f.MIME + ";base64," + data
-		if kind == "image" {
-			parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: url}))
-		} else {
-			parts = append(parts, openai.FileContentPart(openai.ChatCompletionContentPartFileFileParam{
-				Filename: openai.String(f.Name), FileData: openai.String(url)}))
-		}
-	}
-	if len(parts) == 0 {
-		return openai.UserMessage(m.Text)
-	}
-	parts = append(parts, openai.TextContentPart(m.Text))
-	return openai.UserMessage(parts)
 }

@@ -3,11 +3,13 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
@@ -83,7 +85,11 @@ func TestChunkAccumulatorMatchesSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 		sdk.AddChunk(c)
-		if err := ours.add(&c); err != nil {
+		var sc streamChunk
+		if err := decodeChunk(ssestream.Event{Data: []byte(l)}, &sc); err != nil {
+			t.Fatal(err)
+		}
+		if err := ours.add(&sc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,15 +101,49 @@ func TestChunkAccumulatorMatchesSDK(t *testing.T) {
 		t.Errorf("response = %+v", got)
 	}
 
-	var c openai.ChatCompletionChunk
-	_ = json.Unmarshal([]byte(`{"id":"c2","choices":[],"usage":{"prompt_tokens":50,"prompt_tokens_details":{"cache_write_tokens":30}}}`), &c)
+	var c streamChunk
+	_ = decodeChunk(ssestream.Event{Data: []byte(`{"id":"c2","choices":[],"usage":{"prompt_tokens":50,"prompt_tokens_details":{"cache_write_tokens":30}}}`)}, &c)
 	var w chunkAccumulator
 	_ = w.add(&c)
 	if u := w.completion().Usage.PromptTokensDetails.CacheWriteTokens; u != 30 {
 		t.Errorf("cache writes = %d, want 30", u)
 	}
-	_ = json.Unmarshal([]byte(`{"id":"c3","choices":[{"index":0,"delta":{"tool_calls":[{"index":100000,"id":"x"}]}}]}`), &c)
+	_ = decodeChunk(ssestream.Event{Data: []byte(`{"id":"c3","choices":[{"index":0,"delta":{"tool_calls":[{"index":100000,"id":"x"}]}}]}`)}, &c)
 	if err := (&chunkAccumulator{}).add(&c); err == nil {
 		t.Error("a tool call index of 100000 was taken")
+	}
+}
+
+// A chunk encoding/json refuses (a count written 5.0, an index as a
+// string) is read as the SDK reads it; an event with an error member is
+// the SDK's StreamError.
+func TestDecodeChunkLenientAsSDK(t *testing.T) {
+	for _, l := range []string{
+		`{"id":"c1","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5.0,"completion_tokens":2}}`,
+		`{"id":"c1","choices":[{"index":"0","delta":{"content":"hi","tool_calls":[{"index":0,"id":"a","function":{"name":"n","arguments":"{}"}}]}}]}`,
+	} {
+		var sdk openai.ChatCompletionChunk
+		if err := json.Unmarshal([]byte(l), &sdk); err != nil {
+			t.Fatal(err)
+		}
+		var want openai.ChatCompletionAccumulator
+		want.AddChunk(sdk)
+		var c streamChunk
+		if err := decodeChunk(ssestream.Event{Data: []byte(l)}, &c); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		var got chunkAccumulator
+		if err := got.add(&c); err != nil {
+			t.Fatal(err)
+		}
+		if g, w := openAIResponse(got.completion()), openAIResponse(&want.ChatCompletion); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s:\nours %+v\nSDK  %+v", l, g, w)
+		}
+	}
+	var c streamChunk
+	err := decodeChunk(ssestream.Event{Data: []byte(`{"error":{"message":"overloaded","type":"server_error"}}`)}, &c)
+	var se *ssestream.StreamError
+	if !errors.As(err, &se) || !strings.Contains(se.Message, "overloaded") {
+		t.Errorf("error event: %v", err)
 	}
 }

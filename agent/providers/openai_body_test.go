@@ -1,0 +1,201 @@
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/tidwall/sjson"
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/config"
+)
+
+// The Chat Completions body herald writes itself (openai_body.go) is the
+// body openai-go wrote for the same request — ChatCompletionNewParams built
+// as the provider built it before, marshalled by the SDK, with "stream" set
+// as NewStreaming sets it — for every kind of message and tool, on OpenAI
+// and on an OpenAI-compatible server.
+func TestOpenAIBodyMatchesSDK(t *testing.T) {
+	schema := json.RawMessage(`{"type":"object","properties":{"pattern":{"type":"string","description":"a <regexp> & more"},"n":{"type":"integer","minimum":1e2}},"required":["pattern"],"additionalProperties":false}`)
+	files := map[string]string{"img": "\x89PNG fake", "doc": "%PDF-1.4 fake"}
+	open := func(_ context.Context, id string) (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader(files[id])), nil
+	}
+	conversation := []agent.Message{
+		{Role: agent.RoleUser, Text: "look at these \u2028 \"quoted\" \t tab \x01 ctl \xff bad utf-8 ✓", Files: []agent.File{
+			{ID: "img", Name: "a.png", MIME: "image/png", Size: 11}, {ID: "doc", Name: "b.pdf", MIME: "application/pdf", Size: 13},
+			{ID: "x", Name: "c.zip", MIME: "application/zip", Size: 3}}},
+		{Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{
+			{ID: "call_1", Name: "grep", Args: json.RawMessage(`{"pattern":"a"}`)},
+			{ID: "call_2", Name: "exec", Args: nil},
+			{ID: "call_3", Name: "exec", Args: json.RawMessage(`not json`)}}},
+		{Role: agent.RoleTool, ToolResults: []agent.ToolResult{
+			{CallID: "call_1", Name: "grep", Content: "found"},
+			{CallID: "call_2", Name: "exec", Content: "denied", IsError: true},
+			{CallID: "call_3", Name: "exec", Content: "Error: bad", IsError: true}}},
+		{Role: agent.RoleAssistant, Text: "done, with text and a call", ToolCalls: []agent.ToolCall{{ID: "call_4", Name: "grep", Args: json.RawMessage(`{}`)}}},
+		{Role: agent.RoleTool, ToolResults: []agent.ToolResult{{CallID: "call_4", Content: ""}}},
+		{Role: agent.RoleAssistant},
+		{Role: agent.RoleUser, Text: ""},
+	}
+	tools := []agent.ToolSpec{
+		{Name: "grep", Description: "search files", Schema: schema},
+		{Name: "now"},
+		{Name: "odd", Description: "a schema that is no object", Schema: json.RawMessage(`[1,2]`)},
+		{Name: "empty", Schema: json.RawMessage(`{}`)},
+		{Name: "spaced", Schema: json.RawMessage("{ \"type\" : \"object\" ,\n \"properties\": {} }")},
+	}
+	cases := []struct {
+		name string
+		cfg  config.Provider
+		req  agent.Request
+	}{
+		{"plain", config.Provider{API: "openai"}, agent.Request{Model: "gpt-4o", Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}},
+		{"everything", config.Provider{API: "openai"}, agent.Request{Model: "o3", System: "be brief <b>", Messages: conversation,
+			Tools: tools, Thinking: agent.ThinkingHigh, MaxTokens: 4096, Images: true, OpenFile: open}},
+		{"compatible", config.Provider{API: APIOpenAICompatible, BaseURL: "http://x"}, agent.Request{Model: "llama", System: "s", Messages: conversation,
+			Tools: tools, Thinking: agent.ThinkingLow, MaxTokens: 100, Images: true, OpenFile: open}},
+		{"no images", config.Provider{API: "openai"}, agent.Request{Model: "gpt-5-chat", Messages: conversation, Thinking: agent.ThinkingMedium, OpenFile: open}},
+		{"configured max tokens", config.Provider{API: "openai", Models: []config.Model{{ID: "gpt-4o", MaxTokens: 777}}},
+			agent.Request{Model: "gpt-4o", Messages: conversation[:1]}},
+	}
+	for _, c := range cases {
+		for _, stream := range []bool{false, true} {
+			p := &openAIProvider{cfg: c.cfg, compatible: c.cfg.API == APIOpenAICompatible, log: zap.NewNop()}
+			params := p.sdkParams(c.req)
+			if stream {
+				params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			}
+			want, err := params.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stream {
+				want, _ = sjson.SetBytes(want, "stream", true)
+			}
+			got := p.body(c.req, stream)
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("%s: our body is not JSON: %v\n%s", c.name, err, got)
+			}
+			_ = json.Unmarshal(want, &w)
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("%s (stream %v):\nours %s\nSDK  %s", c.name, stream, got, want)
+			}
+		}
+	}
+}
+
+// The SDK's ChatCompletionNewParams as the provider built them before it
+// wrote its bodies itself: the reference TestOpenAIBodyMatchesSDK holds
+// the body to.
+func (p *openAIProvider) sdkParams(req agent.Request) openai.ChatCompletionNewParams {
+	params := openai.ChatCompletionNewParams{
+		Model:    shared.ChatModel(req.Model),
+		Messages: sdkMessages(req, !p.compatible),
+	}
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = modelConfig(p.cfg, req.Model).MaxTokens
+	}
+	if maxTokens > 0 {
+		if p.compatible {
+			// Older local servers know only max_tokens.
+			params.MaxTokens = openai.Int(int64(maxTokens))
+		} else {
+			// OpenAI deprecated max_tokens; reasoning models reject it.
+			params.MaxCompletionTokens = openai.Int(int64(maxTokens))
+		}
+	}
+	params.ReasoningEffort = p.reasoningEffort(req.Model, req.Thinking)
+	for _, t := range req.Tools {
+		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{}}}
+		if t.Description != "" {
+			fd.Description = openai.String(t.Description)
+		}
+		if schema := parseSchema(t.Schema); len(schema) > 0 {
+			fd.Parameters = schema
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
+	}
+	return params
+}
+
+// sdkMessages maps the conversation: tool calls ride on the assistant
+// message, each tool result is its own role "tool" message. documents: PDFs
+// go as file parts (OpenAI's own API; OpenAI-compatible servers rarely take
+// them, so they get the reference line only).
+func sdkMessages(req agent.Request, documents bool) []openai.ChatCompletionMessageParamUnion {
+	var out []openai.ChatCompletionMessageParamUnion
+	if req.System != "" {
+		out = append(out, openai.SystemMessage(req.System))
+	}
+	for _, m := range req.Messages {
+		switch m.Role {
+		case agent.RoleUser:
+			out = append(out, sdkUser(req, m, documents))
+		case agent.RoleAssistant:
+			am := openai.ChatCompletionAssistantMessageParam{}
+			if m.Text != "" || len(m.ToolCalls) == 0 {
+				am.Content.OfString = openai.String(m.Text)
+			}
+			for _, tc := range m.ToolCalls {
+				am.ToolCalls = append(am.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID: tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+							Name:      tc.Name,
+							Arguments: string(jsonObject(tc.Args)),
+						},
+					},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &am})
+		case agent.RoleTool:
+			for _, r := range m.ToolResults {
+				content := r.Content
+				if r.IsError && !strings.Contains(strings.ToLower(content), "error") {
+					content = "error: " + content
+				}
+				out = append(out, openai.ToolMessage(content, r.CallID))
+			}
+		}
+	}
+	return out
+}
+
+// sdkUser is a user message: its text, and its images (image_url with
+// a data: URL) when the model takes images, and with documents its PDFs as
+// file parts (file_data as a data: URL).
+func sdkUser(req agent.Request, m agent.Message, documents bool) openai.ChatCompletionMessageParamUnion {
+	var parts []openai.ChatCompletionContentPartUnionParam
+	for _, f := range m.Files {
+		kind := asContent(req, f, documents, 0)
+		if kind == "" {
+			continue
+		}
+		data, err := fileBase64(req, f)
+		if err != nil {
+			continue
+		}
+		url := "data:" + f.MIME + ";base64," + data
+		if kind == "image" {
+			parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: url}))
+		} else {
+			parts = append(parts, openai.FileContentPart(openai.ChatCompletionContentPartFileFileParam{
+				Filename: openai.String(f.Name), FileData: openai.String(url)}))
+		}
+	}
+	if len(parts) == 0 {
+		return openai.UserMessage(m.Text)
+	}
+	parts = append(parts, openai.TextContentPart(m.Text))
+	return openai.UserMessage(parts)
+}
