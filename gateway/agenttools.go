@@ -22,7 +22,16 @@ func (g *Gateway) agentContext(ctx context.Context, cfg *config.Config, agentID,
 		g.log.Debug("skill skipped", zap.String("path", p.Path), zap.String("problem", p.Error))
 	}
 	block := skills.Prompt(list)
-	pinned, err := memory.Pinned(ctx, g.db, memory.Scope(cfg.Memory, agentID, rootKey), cfg.Memory.InjectTokens)
+	sc := memory.Scope(cfg.Memory, agentID, rootKey)
+	var pinned string
+	var err error
+	if g.pins != nil {
+		pinned, err = g.pins.Pinned(ctx, sc, cfg.Memory.InjectTokens)
+	} else {
+		// A shared state: other replicas write memories, and a turn here
+		// right after one must see its pin, so it is read every time.
+		pinned, err = memory.Pinned(ctx, g.db, sc, cfg.Memory.InjectTokens)
+	}
 	if err != nil {
 		g.log.Warn("could not read the pinned memories; the prompt goes without them", zap.String("agentId", agentID), zap.Error(err))
 	}
@@ -46,5 +55,5 @@ func (g *Gateway) skillDirs(cfg *config.Config) []string {
 
 // memoryCommand runs /memory for the conversation key of agentID.
 func (g *Gateway) memoryCommand(ctx context.Context, key, agentID, args string) string {
-	return memory.Command(ctx, g.db, g.cfg().Memory, agentID, key, args)
+	return memory.Command(ctx, g.memories, g.cfg().Memory, agentID, key, args)
 }

@@ -184,6 +184,18 @@ func TestE2EMemoryScopeConversation(t *testing.T) {
 	if got := ask(t, tg, a, "recall launch code"); strings.Contains(got, "4711") {
 		t.Errorf("a forgotten memory was found: %q", got)
 	}
+
+	// The pinned memory forgotten, the next turn's system prompt is
+	// without it (the gateway keeps the pinned block between writes).
+	pinID := strings.Fields(lines[0])[1]
+	seq = webPost(t, tg.URL, a, "/memory forget "+pinID)
+	waitWeb(t, tg, a, seq, "system", func(s string) bool { return s == "🧠 Forgot "+pinID+"." })
+	ask(t, tg, a, "hello after forgetting")
+	for _, c := range tg.LLM.Requests() {
+		if c.LastUser() == "hello after forgetting" && strings.Contains(c.System, "Ada") {
+			t.Errorf("a forgotten pinned memory is still in the system prompt:\n%s", c.System)
+		}
+	}
 }
 
 // TestE2EMemoryScopeAgent: with memory.scope "agent" another conversation

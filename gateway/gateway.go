@@ -73,7 +73,12 @@ type Gateway struct {
 	// ownsProcess: Options.OwnsProcess
 	ownsProcess bool
 
-	db       store.Store
+	db store.Store
+	// memories is where the memory tools and /memory write: the store, or
+	// on SQLite pins' write path, which drops the pinned blocks it keeps
+	// (nil pins: a shared state, read on every turn; agentContext).
+	memories store.Memories
+	pins     *memory.PinCache
 	attached attachedFiles // send_file's files, by session key, until the reply or announce takes them
 
 	// foldedTurns holds the intake ids whose turn took sub-agent results
@@ -166,6 +171,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		launch:   func(ch channels.Channel) { g.launchChannel(ch); g.outbox.wakeUp() },
 		takeOver: g.claimLeft, handlers: g.busHandlers(), log: o.Logger.Named("cluster"),
 	}, cfg.ReplicaID(), time.Duration(cfg.State.LeaseSeconds)*time.Second, o.OnLeaseLost)
+	g.memories = db
+	if !g.cluster.shared {
+		g.pins = memory.NewPinCache(db)
+		g.memories = g.pins.Store()
+	}
 	g.tracer, err = telemetry.New(telemetry.Options{Config: cfg.Telemetry, StateDir: o.StateDir, Replica: g.cluster.id, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
@@ -635,7 +645,7 @@ func (g *Gateway) setToolOptions(cfg *config.Config) {
 	opts := tools.OptionsFromConfig(cfg.Tools)
 	opts.Logger = g.log
 	opts.Files = fileSink{g}
-	opts.Extra = memory.Tools(g.db, cfg.Memory)
+	opts.Extra = memory.Tools(g.memories, cfg.Memory)
 	prev := g.tools.Swap(&opts)
 	switch {
 	case prev == nil && opts.Sandbox.Mechanism != sandbox.Off:

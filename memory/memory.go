@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -353,4 +354,88 @@ func Command(ctx context.Context, st store.Memories, c config.Memory, agentID, c
 		return fmt.Sprintf("🧠 Forgot %s.", f[1])
 	}
 	return UsageCommand
+}
+
+// PinCache keeps the pinned-memory block of each scope between writes:
+// every turn of every conversation and sub-agent puts it in its system
+// prompt, and reading it from the store each time was 1–2 % of the
+// gateway's CPU with 10,000 sub-agents in flight (docs/performance.md).
+// Every write goes through Store(), which drops what was kept, so the
+// cache is right only where this process is the store's one writer: the
+// gateway uses it on SQLite, not on a shared PostgreSQL state where
+// other replicas write memories too. Safe for concurrent use.
+type PinCache struct {
+	st store.Memories
+	mu sync.Mutex
+	// gen counts the writes; a block read while one happened is not
+	// kept. Guarded by mu.
+	gen uint64
+	m   map[pinKey]string // guarded by mu
+}
+
+type pinKey struct {
+	scope  store.MemoryScope
+	tokens int
+}
+
+// maxPinScopes bounds the scopes a PinCache keeps (one per agent and
+// conversation); past it the oldest half is dropped.
+const maxPinScopes = 4096
+
+// NewPinCache caches the pinned memories of st.
+func NewPinCache(st store.Memories) *PinCache {
+	return &PinCache{st: st, m: make(map[pinKey]string)}
+}
+
+// Pinned is Pinned over the cache's store, kept until the next write.
+func (c *PinCache) Pinned(ctx context.Context, sc store.MemoryScope, injectTokens int) (string, error) {
+	k := pinKey{sc, injectTokens}
+	c.mu.Lock()
+	block, ok := c.m[k]
+	gen := c.gen
+	c.mu.Unlock()
+	if ok {
+		return block, nil
+	}
+	block, err := Pinned(ctx, c.st, sc, injectTokens)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	if c.gen == gen {
+		if len(c.m) >= maxPinScopes {
+			clear(c.m) // rare: thousands of scopes; they are read again
+		}
+		c.m[k] = block
+	}
+	c.mu.Unlock()
+	return block, nil
+}
+
+// Store is the cache's store whose AddMemory and ForgetMemory drop what
+// the cache kept: give it to the tools and the /memory command.
+func (c *PinCache) Store() store.Memories { return pinWrites{c.st, c} }
+
+// forget drops every kept block.
+func (c *PinCache) forget() {
+	c.mu.Lock()
+	c.gen++
+	clear(c.m)
+	c.mu.Unlock()
+}
+
+// pinWrites is a store.Memories whose writes drop a PinCache.
+type pinWrites struct {
+	store.Memories
+	c *PinCache
+}
+
+func (w pinWrites) AddMemory(ctx context.Context, m *store.Memory) error {
+	defer w.c.forget()
+	return w.Memories.AddMemory(ctx, m)
+}
+
+func (w pinWrites) ForgetMemory(ctx context.Context, sc store.MemoryScope, id string) error {
+	defer w.c.forget()
+	return w.Memories.ForgetMemory(ctx, sc, id)
 }
