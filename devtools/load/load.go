@@ -36,13 +36,14 @@ type Options struct {
 	ProfileDir    string        // when set, CPU, heap and goroutine profiles are written here
 	PostgresURL   string        // when set, the gateway's state is this PostgreSQL database (state.driver postgres)
 	Replicas      int           // gateway processes sharing PostgresURL (default 1); conversations are spread over them
+	Serial        bool          // post one conversation's message only after the previous one's replies all arrived (a loop of turns)
 	Log           io.Writer     // progress lines; nil for none
 }
 
 // Result is what one run measured.
 type Result struct {
 	Options
-	Runs, Announced   int
+	Runs, Announced   int           // with M=0: Announced counts the replies
 	StartToReady      time.Duration // process start → /readyz 200
 	IdleRSS           int64         // after ready, before any message
 	PeakRSS           int64         // highest sample during the run
@@ -55,7 +56,7 @@ type Result struct {
 	CPU               time.Duration // gateway CPU from the first POST to the last announce
 	ModelCalls        int64
 	ModelFloor        time.Duration // what the model alone needs from the first spawn: a work turn and an announce step
-	GatewayOverheadMs float64       // CPU per sub-agent run
+	GatewayOverheadMs float64       // CPU per sub-agent run (with M=0: per turn)
 	PerReplica        []int         // with replicas: runs each one ran to their end
 }
 
@@ -163,7 +164,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		cfgPath := filepath.Join(gwDir, "herald.json5")
 		cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations,
-			Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5}
+			Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5,
+			// Within the default of channels.web.maxStreams, leave the key
+			// out: builds older than it (-bin of an older commit) start.
+			NoMaxStreams: o.Conversations <= 60}
 		if o.PostgresURL != "" {
 			cfg.Extra = fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
 		}
@@ -207,15 +211,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		firstAnn, lastAnn    time.Time
 		annAt                []time.Time
 		allDone              = make(chan struct{})
+		progress             = make(chan struct{}, 1)
 		streams              sync.WaitGroup
 		streamCtx, endStream = context.WithCancel(ctx)
 	)
 	defer func() { endStream(); streams.Wait() }()
+	// With no sub-agents (M=0) each conversation's reply is what is
+	// waited for and counted, and the CPU is per turn.
+	want, role := res.Runs, "announce"
+	if o.SubAgents == 0 {
+		want, role = o.Conversations, "assistant"
+	}
 	for i := range o.Conversations {
 		ready := make(chan struct{})
 		streams.Go(func() {
 			err := web(i).Events(streamCtx, client(i), ready, func(m harness.Message, at time.Time) {
-				if m.Role != "announce" {
+				if m.Role != role {
 					return
 				}
 				mu.Lock()
@@ -226,7 +237,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				}
 				lastAnn = at
 				annAt = append(annAt, at)
-				if announced == res.Runs {
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+				if announced == want {
 					close(allDone)
 				}
 			})
@@ -274,7 +289,26 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	posted := time.Now()
 	var posts sync.WaitGroup
 	errs := make(chan error, o.Conversations)
+	perConv := want / o.Conversations
 	for i := range o.Conversations {
+		if o.Serial && i > 0 {
+			// Wait for the previous conversation's replies.
+			for {
+				mu.Lock()
+				n := announced
+				mu.Unlock()
+				if n >= i*perConv {
+					break
+				}
+				select {
+				case <-progress:
+				case <-gw.Exited():
+					return res, fmt.Errorf("the gateway exited during the load; log:\n%s", gw.Tail(20))
+				case <-ctx.Done():
+					return res, fmt.Errorf("serial: conversation %d's replies did not arrive: %w", i-1, ctx.Err())
+				}
+			}
+		}
 		posts.Go(func() {
 			text := fmt.Sprintf("SPAWN %d t%d", o.SubAgents, i)
 			if o.SubAgents == 0 {
@@ -289,9 +323,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	close(errs)
 	if err := <-errs; err != nil {
 		return res, err
-	}
-	if res.Runs == 0 {
-		close(allDone)
 	}
 	var runErr error
 	select {
@@ -326,9 +357,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			res.PerReplica = append(res.PerReplica, strings.Count(string(b), `"msg":"sub-agent run ended"`))
 		}
 	}
-	if res.Runs > 0 {
-		res.GatewayOverheadMs = float64(res.CPU.Microseconds()) / 1000 / float64(res.Runs)
-	}
+	res.GatewayOverheadMs = float64(res.CPU.Microseconds()) / 1000 / float64(want)
 	res.ModelCalls = model.Calls()
 	res.ModelFloor = 2 * o.Latency
 	return res, runErr
