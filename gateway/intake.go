@@ -303,6 +303,13 @@ func (g *Gateway) resumeOwed(ctx context.Context) error {
 // for the next start or another replica. A retry after a commit whose
 // outcome was lost adds nothing twice (CompleteIntake).
 func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, log *zap.Logger) {
+	g.completeUsage(laneCtx, it, kind, text, nil, log)
+}
+
+// completeUsage is complete for a turn that called the model: its usage
+// (nil: none) is added to the session's totals in the same transaction
+// (store.TurnEnd), one commit where there were two.
+func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, usage *agent.Usage, log *zap.Logger) {
 	var reply *store.OutboxItem
 	files := g.attached.take(it.SessionKey) // send_file's, after the text
 	// The files of the announce parent/silent sub-agents whose results
@@ -326,7 +333,11 @@ func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channe
 	var next *store.Intake
 	err = g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
 		var err error
-		_, next, err = g.db.CompleteIntake(context.WithoutCancel(ctx), it.ID, reply, g.clock.Now())
+		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now()}
+		if usage != nil {
+			end.AddUsage, end.TokensIn, end.TokensOut = true, usage.Input, usage.Output
+		}
+		_, next, err = g.db.CompleteTurn(context.WithoutCancel(ctx), end)
 		return err
 	})
 	if err != nil {

@@ -75,6 +75,9 @@ type outboxDeps struct {
 type deliverer struct {
 	outboxDeps
 	wake chan struct{}
+	// sent is nudged when a send ended: a pass follows only if an item is
+	// due then (its destination's next one, say), not at every send.
+	sent chan struct{}
 
 	// mu makes claiming what is due and counting the sends in flight one
 	// step. A claimed item is the oldest pending one of its destination and
@@ -92,7 +95,7 @@ type deliverer struct {
 }
 
 func newDeliverer(deps outboxDeps) *deliverer {
-	return &deliverer{outboxDeps: deps, wake: make(chan struct{}, 1), sending: map[int64]bool{}, again: map[int64]bool{}}
+	return &deliverer{outboxDeps: deps, wake: make(chan struct{}, 1), sent: make(chan struct{}, 1), sending: map[int64]bool{}, again: map[int64]bool{}}
 }
 
 // wakeUp asks for a delivery pass now, here and on the other replicas (an
@@ -115,25 +118,42 @@ func (d *deliverer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if full {
-			continue
+		if !full && !d.idle(ctx) {
+			return
 		}
+	}
+}
+
+// idle waits until the next pass is due: a wake-up (a new item, an
+// operator's retry), the earliest time an item not in flight here is due
+// (at least 5 ms on: a due item this replica cannot take, on a channel it
+// does not run, is not looked at in a busy loop), at most a minute (or
+// poll), or a send's end when an item is due by then. It reports false
+// when ctx ended.
+func (d *deliverer) idle(ctx context.Context) bool {
+	floor := 5 * time.Millisecond
+	for {
 		wait := time.Minute
 		if d.poll > 0 {
 			wait = d.poll
 		}
-		if next, ok, err := d.db.NextOutboxAt(ctx); err == nil && ok {
-			wait = min(wait, max(next.Sub(d.clock.Now()), 5*time.Millisecond))
+		if next, ok, err := d.db.NextOutboxAt(ctx, d.replica); err == nil && ok {
+			wait = min(wait, max(next.Sub(d.clock.Now()), floor))
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return false
 		case <-d.wake:
+			t.Stop()
+			return true
 		case <-t.C:
+			return true
+		case <-d.sent:
+			t.Stop()
+			floor = 0 // an item due now is passed at once
 		}
-		t.Stop()
 	}
 }
 
@@ -164,8 +184,12 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		return false
 	}
 	limit := min(outboxBatch, room)
-	d.bury(ctx)
-	items, err := d.db.ClaimOutbox(ctx, store.Claim{Holder: d.replica, Reclaim: !d.started, Limit: limit}, d.sendsOn(), d.clock.Now())
+	// Dead letters are buried (SPEC §27) in the claim's transaction, before
+	// it, so a dead item is never claimed.
+	lim := d.limits()
+	got, err := d.db.PassOutbox(ctx, store.Claim{Holder: d.replica, Reclaim: !d.started, Limit: limit}, d.sendsOn(), lim, d.clock.Now())
+	d.buried(got.Dead, lim)
+	items := got.Claimed
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("read outbox", zap.Error(err))
@@ -201,35 +225,32 @@ func (d *deliverer) pass(ctx context.Context) bool {
 			d.mu.Lock()
 			d.inflight--
 			delete(d.sending, it.ID)
-			if d.again[it.ID] {
+			again := d.again[it.ID]
+			if again {
 				delete(d.again, it.ID)
 				d.started = false
 			}
 			d.mu.Unlock()
 			d.changed()
-			d.wakeLocal() // the next message to this destination may be due
+			if again {
+				d.wakeLocal() // a pass takes this replica's claims back
+			} else {
+				nudge(d.sent) // the next message to this destination may be due
+			}
 		}()
 	}
 	return len(items) == limit
 }
 
-// bury makes dead letters of the items past the outbox's limits before
-// they would be claimed (SPEC §27): each stops blocking its chat, is
-// counted and logged at error level, and waits for an operator's retry or
-// drop. Items whose send is in flight here are this replica's claims and
-// not buried.
-func (d *deliverer) bury(ctx context.Context) {
-	dead, err := d.db.BuryOutbox(ctx, store.Claim{Holder: d.replica}, d.limits(), d.clock.Now())
-	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Error("bury dead letters", zap.Error(err))
-		}
-		return
-	}
+// buried reports the dead letters a pass made of the items past the
+// outbox's limits lim before they would be claimed (SPEC §27): each stops
+// blocking its chat, is counted and logged at error level, and waits for
+// an operator's retry or drop. Items whose send is in flight here are this
+// replica's claims and not buried.
+func (d *deliverer) buried(dead []store.OutboxItem, lim store.OutboxLimits) {
 	if len(dead) > 0 {
 		d.changed()
 	}
-	lim := d.limits()
 	for _, it := range dead {
 		d.metrics.dead.WithLabelValues(string(it.Origin.Channel)).Inc()
 		d.log.Error("message is a dead letter: not retried any more; `herald outbox retry|drop <id>` or the console's outbox view decides",
@@ -263,10 +284,17 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		return
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout*time.Duration(1+len(files)))
+	var mark *deliveryMark
 	if ps, ok := ch.(channels.PartSender); ok {
 		err = d.sendParts(sctx, ch, ps, it, files, log)
 	} else {
 		if strings.TrimSpace(it.Text) != "" || len(files) == 0 {
+			if len(files) == 0 {
+				// One message delivers the item: a channel that stores it
+				// (the web chat's log) marks the item delivered with it.
+				mark = &deliveryMark{id: it.ID, at: d.clock.Now()}
+				sctx = context.WithValue(sctx, deliveryMarkKey{}, mark)
+			}
 			_, span := d.startSpan(sctx, it, it.Text, 1, 1)
 			err = ch.Send(sctx, it.Origin, channels.Message{Kind: it.Kind, Text: it.Text, RunID: it.RunID, ID: strconv.FormatInt(it.ID, 10), DraftRef: it.DraftRef})
 			endSpan(span, "", err)
@@ -288,6 +316,9 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	now = d.clock.Now()
 	var ra *channels.RetryAfterError
 	switch {
+	case err == nil && mark != nil && mark.done:
+		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
+		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case err == nil:
 		at := d.clock.Now()
 		if err := d.retryWrite(d.writeCtx, "mark delivered", log, func(wctx context.Context) error {
@@ -314,6 +345,24 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		d.retry(ctx, it, now.Add(backoff), err.Error())
 		log.Warn("send failed; will retry", zap.Error(err), zap.Duration("after", backoff), zap.Int("attempt", it.Attempts+1))
 	}
+}
+
+// deliveryMark is the outbox item a send delivers whole, carried in the
+// send's context to a channel's store write (webLog.Append): the message
+// is stored and the item marked delivered in one transaction, done then
+// set, and the deliverer writes no mark of its own.
+type deliveryMark struct {
+	id   int64
+	at   time.Time
+	done bool // set by the write that marked it; read after the send returned
+}
+
+type deliveryMarkKey struct{}
+
+// deliveryOf is the item the send of ctx delivers whole (nil for none).
+func deliveryOf(ctx context.Context) *deliveryMark {
+	m, _ := ctx.Value(deliveryMarkKey{}).(*deliveryMark)
+	return m
 }
 
 // sendParts splits the message at the channel's limit and sends the parts

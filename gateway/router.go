@@ -359,9 +359,14 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	if ref := live.stop(); ref != "" {
 		it.DraftRef = ref // the reply replaces the draft
 	}
-	if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
-		log.Warn("could not record usage", zap.Error(err))
+	// The usage is recorded with the turn's completion (completeUsage);
+	// a turn left owed records it on its own.
+	addUsage := func() {
+		if err := g.db.AddSessionUsage(context.WithoutCancel(ctx), key, res.Usage.Input, res.Usage.Output); err != nil {
+			log.Warn("could not record usage", zap.Error(err))
+		}
 	}
+	usage := &res.Usage
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.AttrIterations.Int(res.Iterations), telemetry.GenAIInputTokens.Int64(res.Usage.Input),
 			telemetry.GenAIOutputTokens.Int64(res.Usage.Output))
@@ -369,36 +374,38 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	switch {
 	case err == nil:
 		outcome = "done"
-		g.complete(laneCtx, it, channels.KindReply, res.Text, log)
+		g.completeUsage(laneCtx, it, channels.KindReply, res.Text, usage, log)
 		log.Info("turn done", zap.Int("iterations", res.Iterations), zap.Int64("tokens", res.Usage.Total()), zap.Duration("took", time.Since(start)))
 	case laneCtx.Err() != nil:
 		// Cut by shutdown: the turn stays owed and continues after the next
 		// start; the person is not told "context canceled".
+		addUsage()
 		log.Info("turn cut by shutdown; it stays owed", zap.Int64("intakeId", it.ID))
 	case errors.Is(context.Cause(tctx), errTurnTimeout):
 		outcome = "timeout"
 		span.SetStatus(codes.Error, "turn timed out")
 		log.Warn("turn timed out", zap.Duration("after", turnTimeout), zap.Error(err))
-		g.complete(laneCtx, it, channels.KindSystem, fmt.Sprintf("⏱ This turn took longer than %s (agents.defaults.turnTimeoutSeconds) and was stopped. Try again, or ask for less at once.", turnTimeout), log)
+		g.completeUsage(laneCtx, it, channels.KindSystem, fmt.Sprintf("⏱ This turn took longer than %s (agents.defaults.turnTimeoutSeconds) and was stopped. Try again, or ask for less at once.", turnTimeout), usage, log)
 	case ctx.Err() != nil:
 		outcome = "aborted"
-		g.complete(laneCtx, it, channels.KindReply, "", log)
+		g.completeUsage(laneCtx, it, channels.KindReply, "", usage, log)
 		log.Info("turn aborted")
 	case errors.Is(err, spend.ErrBudget):
 		// Over budget: no model call was made; nothing is retried into it.
 		log.Warn("turn stopped by a budget", zap.Error(err))
-		g.complete(laneCtx, it, channels.KindSystem, err.Error(), log)
+		g.completeUsage(laneCtx, it, channels.KindSystem, err.Error(), usage, log)
 	case errors.Is(err, agent.ErrTranscript):
 		// The store cut the turn short: what the history holds beyond the
 		// transcript is dropped with the session, and the turn runs again
 		// from the transcript once the store takes writes.
+		addUsage()
 		g.evict(s)
 		g.retryTurn(laneCtx, it, log, err)
 	default:
 		outcome = "failed"
 		span.SetStatus(codes.Error, "the agent could not answer")
 		log.Warn("turn failed", zap.Error(err))
-		g.complete(laneCtx, it, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), log)
+		g.completeUsage(laneCtx, it, channels.KindSystem, "⚠️ The agent could not answer: "+err.Error(), usage, log)
 	}
 }
 

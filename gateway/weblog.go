@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/store"
@@ -22,7 +23,19 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 	for _, f := range e.Files {
 		m.Files = append(m.Files, store.FileRef{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
 	}
+	// The outbox item this entry delivers whole is marked delivered in
+	// the append's transaction (one commit, not two; and a crash between
+	// them can no longer leave it stored but not marked).
+	mark := deliveryOf(ctx)
+	if mark != nil && e.Key == "outbox:"+strconv.FormatInt(mark.id, 10) {
+		m.Delivers, m.DeliveredAt = mark.id, mark.at
+	} else {
+		mark = nil
+	}
 	seq, err := l.db.AppendWeb(ctx, client, &m)
+	if err == nil && mark != nil {
+		mark.done = true
+	}
 	if err == nil && l.told != nil {
 		l.told(client)
 	}

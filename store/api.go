@@ -67,6 +67,7 @@ type Turns interface {
 	AddIntake(ctx context.Context, in *Intake) (added bool, err error) // a re-delivered platform id adds nothing
 	StartIntake(ctx context.Context, id int64, at time.Time) error
 	CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, *Intake, error) // returns the session's next turn, claimed
+	CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error)                                   // CompleteIntake with the turn's usage
 	ClaimOwed(ctx context.Context, c Claim) ([]Intake, error)
 	OwedIntake(ctx context.Context) ([]Intake, error)              // arrival order
 	RecentIntake(ctx context.Context, limit int) ([]Intake, error) // newest first, owed or answered
@@ -78,7 +79,7 @@ type Outbox interface {
 	EnqueueOutbox(ctx context.Context, o *OutboxItem) (int64, error) // a known RunID returns the existing row
 	ClaimOutbox(ctx context.Context, c Claim, chans []string, now time.Time) ([]OutboxItem, error)
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
-	NextOutboxAt(ctx context.Context) (time.Time, bool, error)
+	NextOutboxAt(ctx context.Context, holder string) (time.Time, bool, error) // holder's own claims left out
 	MarkDelivered(ctx context.Context, id int64, at time.Time) error
 	MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error
 	MarkFailed(ctx context.Context, id int64, at time.Time, errText string) error
@@ -92,6 +93,9 @@ type Outbox interface {
 	// Dead letters (SPEC §27): past its limits an item is dead where it
 	// would be claimed; an operator retries or drops it.
 	BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time.Time) ([]OutboxItem, error)
+	// PassOutbox is BuryOutbox then ClaimOutbox in one transaction (a
+	// delivery pass).
+	PassOutbox(ctx context.Context, c Claim, chans []string, lim OutboxLimits, now time.Time) (OutboxPass, error)
 	RetryOutbox(ctx context.Context, id int64, now time.Time) error // ErrNotFound: unknown or delivered
 	DropOutbox(ctx context.Context, id int64) error                 // ErrNotFound: unknown or delivered
 }

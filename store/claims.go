@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -150,12 +151,29 @@ func (d *DB) ClaimOwed(ctx context.Context, c Claim) ([]Intake, error) {
 // them go. A later item to a destination waits until the earlier one is
 // delivered or failed, on whichever replica sends it.
 func (d *DB) ClaimOutbox(ctx context.Context, c Claim, chans []string, now time.Time) ([]OutboxItem, error) {
+	pass, err := d.PassOutbox(ctx, c, chans, OutboxLimits{}, now)
+	return pass.Claimed, err
+}
+
+// OutboxPass is what one delivery pass took (PassOutbox).
+type OutboxPass struct {
+	Dead    []OutboxItem // made dead letters (BuryOutbox), oldest first
+	Claimed []OutboxItem // claimed to be sent (ClaimOutbox), oldest first
+}
+
+// PassOutbox is a delivery pass's one transaction: BuryOutbox with lim,
+// then ClaimOutbox, for c.Holder. A dead item is failed, so its
+// destination's next item may be claimed in the same pass; with other
+// replicas the two statements see one snapshot (a claim transaction).
+func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim OutboxLimits, now time.Time) (OutboxPass, error) {
 	holder, limit := c.Holder, c.Limit
 	if holder == "" {
-		return nil, ErrNoHolder
+		return OutboxPass{}, ErrNoHolder
 	}
-	if chans != nil && len(chans) == 0 {
-		return nil, nil
+	// Never the holder's own claims: their sends may be in flight.
+	buryQ, buryArgs, bury := d.buryQuery(Claim{Holder: holder}, lim, now)
+	if chans != nil && len(chans) == 0 && !bury {
+		return OutboxPass{}, nil
 	}
 	if limit <= 0 {
 		limit = noLimit
@@ -168,12 +186,47 @@ func (d *DB) ClaimOutbox(ctx context.Context, c Claim, chans []string, now time.
 	q := `UPDATE outbox SET claimed_by = $1 WHERE id IN (
 		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND next_attempt_at <= $2` + onChans + ` AND ` + d.free("claimed_by", "$1", c.Reclaim) + `
 		ORDER BY id LIMIT $3` + d.dialect.skipLocked + `) RETURNING ` + outboxCols
-	out, err := claim(d, ctx, q, args, scanOutbox)
+	claimAll := chans == nil || len(chans) > 0
+	var out OutboxPass
+	err := d.claimTx(ctx, func(c conn) error {
+		out = OutboxPass{}
+		var err error
+		if bury {
+			if out.Dead, err = queryOutbox(c, buryQ, buryArgs...); err != nil {
+				return fmt.Errorf("bury: %w", err)
+			}
+		}
+		if claimAll {
+			out.Claimed, err = queryOutbox(c, q, args...)
+		}
+		return err
+	})
 	if err != nil {
-		return nil, d.wrap("claim outbox", err)
+		return OutboxPass{}, d.wrap("claim outbox", err)
 	}
-	slices.SortFunc(out, func(a, b OutboxItem) int { return cmp.Compare(a.ID, b.ID) })
+	for _, l := range [][]OutboxItem{out.Dead, out.Claimed} {
+		slices.SortFunc(l, func(a, b OutboxItem) int { return cmp.Compare(a.ID, b.ID) })
+	}
 	return out, nil
+}
+
+// queryOutbox runs q (an UPDATE … RETURNING outboxCols) on c and scans
+// the rows.
+func queryOutbox(c conn, q string, args ...any) ([]OutboxItem, error) {
+	rows, err := c.query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []OutboxItem
+	for rows.Next() {
+		var o OutboxItem
+		if err := scanOutbox(rows, &o); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
 }
 
 // ClaimRuns claims for c.Holder the runs that are queued, running or

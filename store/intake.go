@@ -247,6 +247,26 @@ func (d *DB) StartIntake(ctx context.Context, id int64, at time.Time) error {
 // claimed for the same replica in the same transaction and returned: its
 // turn is the next one to run.
 func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at time.Time) (int64, *Intake, error) {
+	return d.CompleteTurn(ctx, TurnEnd{ID: id, Reply: reply, At: at})
+}
+
+// TurnEnd is how an owed turn ends (CompleteTurn).
+type TurnEnd struct {
+	ID    int64       // the owed message
+	Reply *OutboxItem // nil for none
+	At    time.Time   // done at
+	// With AddUsage, TokensIn and TokensOut (the turn's model usage) are
+	// added to its session's totals and its UpdatedAt bumped
+	// (AddSessionUsage) in the transaction that marks the message done:
+	// once, whatever retries the completion.
+	AddUsage            bool
+	TokensIn, TokensOut int64
+}
+
+// CompleteTurn is CompleteIntake with the turn's usage (TurnEnd): a
+// turn's end is one commit.
+func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error) {
+	id, reply, at := e.ID, e.Reply, e.At
 	var row *outboxRow
 	if reply != nil {
 		r, err := newOutboxRow(reply)
@@ -293,6 +313,14 @@ func (d *DB) CompleteIntake(ctx context.Context, id int64, reply *OutboxItem, at
 		}
 		if row != nil {
 			if outID, err = row.insert(c); err != nil {
+				return err
+			}
+		}
+		if e.AddUsage {
+			// A session gone meanwhile (deleted) loses the count, as
+			// AddSessionUsage's ErrNotFound did.
+			if _, err := c.exec(`UPDATE sessions SET tokens_in = tokens_in + $1, tokens_out = tokens_out + $2,
+				updated_at = $3 WHERE key = $4`, e.TokensIn, e.TokensOut, time.Now().UnixMilli(), key); err != nil {
 				return err
 			}
 		}

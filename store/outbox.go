@@ -175,12 +175,15 @@ func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
 	return &o, nil
 }
 
-// NextOutboxAt returns the earliest NextAttemptAt of the pending items; ok
-// is false when nothing is pending.
-func (d *DB) NextOutboxAt(ctx context.Context) (time.Time, bool, error) {
+// NextOutboxAt returns the earliest NextAttemptAt of the pending items
+// that are the oldest pending item of their destination, leaving out those
+// holder claimed ("" = none left out): their sends are in flight at the
+// holder, whose end makes it look again. ok is false when nothing is
+// pending.
+func (d *DB) NextOutboxAt(ctx context.Context, holder string) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
-		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+d.dialect.pendingHead)
+		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+d.dialect.pendingHead+` AND (claimed_by <> $1 OR $1 = '')`, holder)
 	if err != nil {
 		return time.Time{}, false, d.wrap("next outbox", err)
 	}
@@ -361,8 +364,22 @@ func (d *DB) BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time
 	if c.Holder == "" {
 		return nil, ErrNoHolder
 	}
-	if lim.MaxAttempts <= 0 && lim.MaxAge <= 0 {
+	q, args, ok := d.buryQuery(c, lim, now)
+	if !ok {
 		return nil, nil
+	}
+	out, err := claim(d, ctx, q, args, scanOutbox)
+	if err != nil {
+		return nil, d.wrap("bury outbox", err)
+	}
+	slices.SortFunc(out, func(a, b OutboxItem) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// buryQuery is BuryOutbox's statement; ok is false when lim has no limit.
+func (d *DB) buryQuery(c Claim, lim OutboxLimits, now time.Time) (q string, args []any, ok bool) {
+	if lim.MaxAttempts <= 0 && lim.MaxAge <= 0 {
+		return "", nil, false
 	}
 	at := msOrNow(now)
 	maxAttempts, bornBefore := int64(math.MaxInt32), int64(0) // attempts is a 32-bit column on PostgreSQL
@@ -372,15 +389,10 @@ func (d *DB) BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time
 	if lim.MaxAge > 0 {
 		bornBefore = at - lim.MaxAge.Milliseconds()
 	}
-	q := `UPDATE outbox SET dead_at = $2, failed_at = $2, claimed_by = '' WHERE id IN (
+	q = `UPDATE outbox SET dead_at = $2, failed_at = $2, claimed_by = '' WHERE id IN (
 		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND ` + d.free("claimed_by", "$1", c.Reclaim) + `
 		AND (attempts >= $3 OR (created_at < $4 AND revived_at < $4))` + d.dialect.skipLocked + `) RETURNING ` + outboxCols
-	out, err := claim(d, ctx, q, []any{c.Holder, at, maxAttempts, bornBefore}, scanOutbox)
-	if err != nil {
-		return nil, d.wrap("bury outbox", err)
-	}
-	slices.SortFunc(out, func(a, b OutboxItem) int { return cmp.Compare(a.ID, b.ID) })
-	return out, nil
+	return q, []any{c.Holder, at, maxAttempts, bornBefore}, true
 }
 
 // RetryOutbox puts a failed, dead or waiting item back to the front: no

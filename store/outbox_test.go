@@ -62,7 +62,7 @@ func TestEnqueueOutbox(t *testing.T) {
 func TestOutboxDeliveryCycle(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t)
-	if _, ok, err := db.NextOutboxAt(ctx); ok || err != nil {
+	if _, ok, err := db.NextOutboxAt(ctx, ""); ok || err != nil {
 		t.Errorf("NextOutboxAt on empty = %v, %v", ok, err)
 	}
 	var ids []int64
@@ -112,7 +112,7 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 	if got := texts(t0.Add(10*time.Second), 0); !reflect.DeepEqual(got, []string{"elsewhere"}) {
 		t.Errorf("due while first waits = %v, want [elsewhere]", got)
 	}
-	if at, ok, err := db.NextOutboxAt(ctx); err != nil || !ok || !at.Equal(ms(t0.Add(time.Second))) {
+	if at, ok, err := db.NextOutboxAt(ctx, ""); err != nil || !ok || !at.Equal(ms(t0.Add(time.Second))) {
 		t.Errorf("NextOutboxAt while first waits = %v, %v, %v; want elsewhere's time", at, ok, err)
 	}
 	it, _ := db.GetOutbox(ctx, ids[0])
@@ -122,7 +122,7 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 	if err := db.MarkDelivered(ctx, other.ID, t0.Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if at, ok, _ := db.NextOutboxAt(ctx); !ok || !at.Equal(ms(next)) {
+	if at, ok, _ := db.NextOutboxAt(ctx, ""); !ok || !at.Equal(ms(next)) {
 		t.Errorf("NextOutboxAt = %v, want first's retry %v (not second's earlier time)", at, ms(next))
 	}
 	delivered := t0.Add(31 * time.Second)
@@ -149,7 +149,7 @@ func TestOutboxDeliveryCycle(t *testing.T) {
 	if got := texts(t0.Add(time.Hour), 0); !reflect.DeepEqual(got, []string{"third"}) {
 		t.Errorf("due at the end = %v, want [third]", got)
 	}
-	nextAt, ok, err := db.NextOutboxAt(ctx)
+	nextAt, ok, err := db.NextOutboxAt(ctx, "")
 	if err != nil || !ok || !nextAt.Equal(ms(t0.Add(2*time.Second))) {
 		t.Errorf("NextOutboxAt = %v, %v, %v", nextAt, ok, err)
 	}

@@ -264,6 +264,12 @@ type WebMessage struct {
 	Key string `json:"-"`
 	// Files are the message's files (SPEC §18), references only.
 	Files []FileRef `json:"files,omitempty"`
+	// Delivers, when set, is the outbox item this message delivers whole:
+	// AppendWeb marks it delivered (MarkDelivered, at DeliveredAt; zero =
+	// At) in the transaction that stores the message, also when Key finds
+	// the message stored already.
+	Delivers    int64     `json:"-"`
+	DeliveredAt time.Time `json:"-"`
 }
 
 // SessionFilter selects sessions for ListSessions.

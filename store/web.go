@@ -27,6 +27,20 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 		if err := c.lock("web:" + client); err != nil {
 			return err
 		}
+		if m.Delivers != 0 {
+			at := m.At
+			if !m.DeliveredAt.IsZero() {
+				at = m.DeliveredAt
+			}
+			n, err := c.execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`,
+				at.UnixMilli(), m.Delivers)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
+			}
+		}
 		for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
 			if q.val == "" {
 				continue

@@ -2,12 +2,15 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -103,5 +106,38 @@ func testWebLogConcurrent(t *testing.T, s Store) {
 	}
 	if got, _ := s.WebAfter(ctx, "c1", 0, 0); len(got) != n {
 		t.Errorf("%d messages stored, want %d", len(got), n)
+	}
+}
+
+// A web message that delivers an outbox item whole marks it delivered in
+// the transaction that stores it; appended again (a re-send after a
+// crash) it shows once and the first time stays. An unknown item stores
+// nothing.
+func testWebLogDelivers(t *testing.T, s Store) {
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "alice", ChatType: channels.ChatDM}
+	item := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: "hello", CreatedAt: t0}
+	if _, err := s.EnqueueOutbox(ctx, item); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0); err != nil || len(got) != 1 {
+		t.Fatalf("claim = %v, %v", texts(got), err)
+	}
+	key := "outbox:" + strconv.FormatInt(item.ID, 10)
+	for i, at := range []time.Time{t0.Add(time.Second), t0.Add(time.Minute)} {
+		seq, err := s.AppendWeb(ctx, "alice", &store.WebMessage{Role: "assistant", Text: "hello", At: at, Key: key, Delivers: item.ID})
+		if err != nil || seq != 1 {
+			t.Fatalf("append %d = %d, %v; want seq 1", i, seq, err)
+		}
+	}
+	got, err := s.GetOutbox(ctx, item.ID)
+	if err != nil || got.State() != store.OutboxDelivered || !got.DeliveredAt.Equal(ms(t0.Add(time.Second))) || got.ClaimedBy != "" {
+		t.Fatalf("item after the append = %+v, %v; want delivered at the first append, unclaimed", got, err)
+	}
+	if _, err := s.AppendWeb(ctx, "alice", &store.WebMessage{Role: "assistant", Text: "lost", At: t0, Delivers: item.ID + 1000}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("append delivering an unknown item = %v, want ErrNotFound", err)
+	}
+	if msgs, _ := s.WebAfter(ctx, "alice", 0, 0); len(msgs) != 1 {
+		t.Errorf("messages = %+v; want the one", msgs)
 	}
 }
