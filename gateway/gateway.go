@@ -494,6 +494,13 @@ func (g *Gateway) sendsOn() []string {
 	return out
 }
 
+// sendsHere reports whether this replica sends the outbox items of the
+// channel name (sendsOn).
+func (g *Gateway) sendsHere(name channels.Name) bool {
+	on := g.sendsOn()
+	return on == nil || slices.Contains(on, string(name))
+}
+
 // uncertainKey is the outbox's policy for a part to the channel whose
 // delivery is uncertain (its module reads it from the channel's section of
 // the config in force, on every delivery), with the key that sets it.

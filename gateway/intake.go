@@ -331,9 +331,18 @@ func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind c
 			DraftRef: it.DraftRef, TraceParent: telemetry.Traceparent(laneCtx), Files: files}
 	}
 	var next *store.Intake
+	// The reply is claimed for this replica in the completing transaction
+	// when it sends on the reply's channel, and handed to the deliverer:
+	// no delivery pass (and its commit) before it goes out.
+	claimFor := ""
+	if reply != nil && g.sendsHere(reply.Origin.Channel) {
+		claimFor = g.cluster.id
+	}
+	tries := 0
 	err = g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
 		var err error
-		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now()}
+		tries++
+		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now(), ClaimReply: claimFor}
 		if usage != nil {
 			end.AddUsage, end.TokensIn, end.TokensOut = true, usage.Input, usage.Output
 		}
@@ -344,7 +353,14 @@ func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind c
 		log.Error("could not complete the turn; it stays owed", zap.Int64("intakeId", it.ID), zap.Error(err))
 		return
 	}
-	if reply != nil {
+	switch {
+	case reply != nil && claimFor != "" && reply.ClaimedBy == claimFor:
+		g.outbox.hand(*reply)
+	case reply != nil && claimFor != "" && tries > 1:
+		// A try whose commit was lost may have claimed it: the next pass
+		// takes this replica's claims back.
+		g.outbox.reclaim()
+	case reply != nil:
 		g.outbox.wakeUp()
 	}
 	g.watchers.changed()

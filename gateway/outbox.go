@@ -86,6 +86,9 @@ type deliverer struct {
 	mu       sync.Mutex
 	inflight int  // sends in flight (≤ maxSends)
 	started  bool // the first pass (which takes back this replica's own claims) was made
+	// ctx is the delivery loop's, set by its passes: sends handed over
+	// (hand) run under it as a pass's do.
+	ctx context.Context
 	// sending are the ids of the items whose send is in flight here.
 	sending map[int64]bool
 	// again are the ids of items in sending that a pass claimed again: the
@@ -201,6 +204,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		return false
 	}
 	d.started = true
+	d.ctx = ctx
 	for i := range items {
 		it := items[i]
 		if d.sending[it.ID] {
@@ -216,30 +220,59 @@ func (d *deliverer) pass(ctx context.Context) bool {
 			d.log.Debug("outbox item claimed again while its send is in flight", zap.Int64("outboxId", it.ID))
 			continue
 		}
-		d.sending[it.ID] = true
-		d.inflight++
-		d.sends.Add(1)
-		go func() {
-			defer d.sends.Done()
-			d.deliver(ctx, d.channel(it.Origin.Channel), &it)
-			d.mu.Lock()
-			d.inflight--
-			delete(d.sending, it.ID)
-			again := d.again[it.ID]
-			if again {
-				delete(d.again, it.ID)
-				d.started = false
-			}
-			d.mu.Unlock()
-			d.changed()
-			if again {
-				d.wakeLocal() // a pass takes this replica's claims back
-			} else {
-				nudge(d.sent) // the next message to this destination may be due
-			}
-		}()
+		d.startLocked(ctx, it)
 	}
 	return len(items) == limit
+}
+
+// hand starts the send of it, which a turn's completion claimed for this
+// replica in its own transaction (store.TurnEnd.ClaimReply): a reply goes
+// out without a pass of its own. Without room for it, or with no pass
+// made yet (or the loop stopped), the next pass takes the claim back.
+func (d *deliverer) hand(it store.OutboxItem) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx == nil || d.ctx.Err() != nil || d.inflight >= maxSends || d.sending[it.ID] {
+		d.started = false
+		d.wakeLocal()
+		return
+	}
+	d.startLocked(d.ctx, it)
+}
+
+// reclaim makes the next pass take this replica's own claims back, now.
+func (d *deliverer) reclaim() {
+	d.mu.Lock()
+	d.started = false
+	d.mu.Unlock()
+	d.wakeLocal()
+}
+
+// startLocked starts the send of the claimed item it under d.mu, counted
+// in flight.
+func (d *deliverer) startLocked(ctx context.Context, it store.OutboxItem) {
+	d.sending[it.ID] = true
+	d.inflight++
+	d.sends.Add(1)
+	go func() {
+		defer d.sends.Done()
+		d.deliver(ctx, d.channel(it.Origin.Channel), &it)
+		d.mu.Lock()
+		d.inflight--
+		delete(d.sending, it.ID)
+		again := d.again[it.ID]
+		if again {
+			delete(d.again, it.ID)
+			d.started = false
+		}
+		d.mu.Unlock()
+		d.changed()
+		if again {
+			d.wakeLocal() // a pass takes this replica's claims back
+		} else {
+			nudge(d.sent) // the next message to this destination may be due
+		}
+	}()
 }
 
 // buried reports the dead letters a pass made of the items past the

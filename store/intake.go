@@ -261,6 +261,11 @@ type TurnEnd struct {
 	// once, whatever retries the completion.
 	AddUsage            bool
 	TokensIn, TokensOut int64
+	// ClaimReply, when set, is the replica that claims the reply for
+	// sending (ClaimOutbox) in the same transaction, when the reply is the
+	// oldest pending item of its destination: Reply.ClaimedBy says whether
+	// it did, and its fields are then the claimed row's.
+	ClaimReply string
 }
 
 // CompleteTurn is CompleteIntake with the turn's usage (TurnEnd): a
@@ -277,8 +282,9 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	}
 	var outID int64
 	var next *Intake
+	var claimed OutboxItem
 	err := d.tx(ctx, func(c conn) error {
-		next = nil
+		next, claimed = nil, OutboxItem{}
 		var key, holder, agentID string
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder, &agentID) },
 			`SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id); err != nil {
@@ -315,6 +321,16 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 			if outID, err = row.insert(c); err != nil {
 				return err
 			}
+			if e.ClaimReply != "" && row.runID == nil {
+				claimed = OutboxItem{}
+				err := c.queryRow(func(rows *sql.Rows) error { return scanOutbox(rows, &claimed) },
+					`UPDATE outbox SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
+						SELECT 1 FROM outbox o WHERE o.dest = $3 AND o.id < $2 AND o.delivered_at IS NULL AND o.failed_at IS NULL)
+					RETURNING `+outboxCols, e.ClaimReply, outID, row.dest)
+				if err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+			}
 		}
 		if e.AddUsage {
 			// A session gone meanwhile (deleted) loses the count, as
@@ -348,6 +364,10 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	if reply != nil && outID != 0 {
 		reply.ID = outID
 		row.apply(reply)
+		if claimed.ID == outID {
+			claimed.Files = reply.Files
+			*reply = claimed
+		}
 	}
 	return outID, next, nil
 }

@@ -181,10 +181,15 @@ func testIntake(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	// The turn's usage is added with its completion, once.
+	// The reply, the oldest pending item of its chat, is claimed for r1 in
+	// the same transaction.
 	reply := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "answer"}
-	id, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: a.ID, Reply: reply, At: t0, AddUsage: true, TokensIn: 30, TokensOut: 4})
-	if err != nil || id == 0 {
-		t.Fatalf("CompleteTurn = %d, %v", id, err)
+	id, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: a.ID, Reply: reply, At: t0, AddUsage: true, TokensIn: 30, TokensOut: 4, ClaimReply: "r1"})
+	if err != nil || id == 0 || reply.ID != id || reply.ClaimedBy != "r1" || reply.Text != "answer" || reply.Origin != origin {
+		t.Fatalf("CompleteTurn = %d, %v; reply %+v, want it claimed by r1", id, err, reply)
+	}
+	if got, _ := s.ClaimOutbox(ctx, store.Claim{Holder: "r2"}, nil, t0.Add(time.Hour)); len(got) != 0 {
+		t.Errorf("r2 claimed %v; want nothing (r1 holds the reply)", texts(got))
 	}
 	if id2, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: a.ID, Reply: &store.OutboxItem{Origin: origin, Text: "answer"}, At: t0, AddUsage: true, TokensIn: 30, TokensOut: 4}); err != nil || id2 != 0 {
 		t.Errorf("second CompleteTurn = %d, %v; want no second reply", id2, err)
@@ -206,6 +211,11 @@ func testIntake(t *testing.T, s Store) {
 	item, err := s.GetOutbox(ctx, id)
 	if err != nil || item.Text != "answer" || item.Origin.ChatID != "C42" {
 		t.Errorf("reply in the outbox = %+v, %v", item, err)
+	}
+	// Behind a pending item of its chat, a reply waits for its turn.
+	later := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "later"}
+	if _, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: b.ID, Reply: later, At: t0, ClaimReply: "r1"}); err != nil || later.ID == 0 || later.ClaimedBy != "" {
+		t.Errorf("CompleteTurn behind a pending reply = %v; reply %+v, want it stored and not claimed", err, later)
 	}
 }
 
