@@ -64,7 +64,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer a.streams.Done()
 
 	// Subscribe before the first read so nothing appended in between is missed.
-	wake, unsubscribe := a.hub.subscribe(client)
+	sub, unsubscribe := a.hub.subscribe(client)
 	defer unsubscribe()
 	if a.opts.OnStream != nil {
 		a.opts.OnStream(client)
@@ -90,6 +90,9 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 	var buf bytes.Buffer
 	// send writes every entry after last and advances it.
 	send := func() bool {
+		if !sub.entries.Swap(false) {
+			return true // woken for the live state alone
+		}
 		for {
 			entries, err := a.opts.Log.After(r.Context(), client, last, streamBatch)
 			if err != nil {
@@ -171,7 +174,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-a.streamsCtx.Done():
 			return
-		case <-wake:
+		case <-sub.wake:
 			if !send() || !sendLive() {
 				return
 			}

@@ -1,36 +1,51 @@
 package web
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // hub is the per-client broadcast behind the event streams. It carries no
 // entries, only a wake-up: a woken stream reads what is new from the Log, so
 // a re-delivered announce (same RunID, no new entry) sends nothing and a
-// slow stream never makes Append wait.
+// slow stream never makes Append wait. A wake-up for the live state alone
+// (typing, a draft, the sub-agents panel) says so: the stream then does
+// not read the Log.
 type hub struct {
 	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{} // client → wake channels
-	live map[string]liveState                  // client → typing and draft (SPEC §16)
+	subs map[string]map[*sub]struct{} // client → its streams
+	live map[string]liveState         // client → typing and draft (SPEC §16)
+}
+
+// sub is one stream's subscription.
+type sub struct {
+	wake chan struct{}
+	// entries is set with a wake-up for new entries, and cleared by the
+	// stream when it reads them.
+	entries atomic.Bool
 }
 
 func newHub() *hub {
-	return &hub{subs: make(map[string]map[chan struct{}]struct{})}
+	return &hub{subs: make(map[string]map[*sub]struct{})}
 }
 
-// subscribe registers a wake channel for client; call the returned func to
-// unregister it.
-func (h *hub) subscribe(client string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+// subscribe registers a stream of client; call the returned func to
+// unregister it. The subscription starts with entries set: the stream
+// reads what it missed first.
+func (h *hub) subscribe(client string) (*sub, func()) {
+	s := &sub{wake: make(chan struct{}, 1)}
+	s.entries.Store(true)
 	h.mu.Lock()
 	set := h.subs[client]
 	if set == nil {
-		set = make(map[chan struct{}]struct{})
+		set = make(map[*sub]struct{})
 		h.subs[client] = set
 	}
-	set[ch] = struct{}{}
+	set[s] = struct{}{}
 	h.mu.Unlock()
-	return ch, func() {
+	return s, func() {
 		h.mu.Lock()
-		delete(h.subs[client], ch)
+		delete(h.subs[client], s)
 		if len(h.subs[client]) == 0 {
 			delete(h.subs, client)
 		}
@@ -38,14 +53,21 @@ func (h *hub) subscribe(client string) (<-chan struct{}, func()) {
 	}
 }
 
-// notify wakes every stream of client. Wake-ups coalesce: a stream that has
-// not yet read the previous one gets a single wake-up for both.
-func (h *hub) notify(client string) {
+// notify wakes every stream of client to read its new entries. Wake-ups
+// coalesce: a stream that has not yet read the previous one gets a single
+// wake-up for both.
+func (h *hub) notify(client string) { h.wakeAll(client, true) }
+
+// wakeAll wakes every stream of client; with entries, to read the Log too.
+func (h *hub) wakeAll(client string, entries bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.subs[client] {
+	for s := range h.subs[client] {
+		if entries {
+			s.entries.Store(true)
+		}
 		select {
-		case ch <- struct{}{}:
+		case s.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -76,7 +98,7 @@ func (h *hub) setLive(client string, change func(*liveState)) {
 		h.live[client] = st
 	}
 	h.mu.Unlock()
-	h.notify(client)
+	h.wakeAll(client, false)
 }
 
 // liveOf returns the live state of client.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -826,5 +827,56 @@ func TestEndStreamsClosesOpenStreams(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the event stream stayed open after EndStreams")
+	}
+}
+
+// countingLog counts the reads of the conversation.
+type countingLog struct {
+	*web.MemoryLog
+	reads atomic.Int64
+}
+
+func (l *countingLog) After(ctx context.Context, client string, after int64, limit int) ([]web.Entry, error) {
+	l.reads.Add(1)
+	return l.MemoryLog.After(ctx, client, after, limit)
+}
+
+// A stream woken for the live state (typing on and off) writes it without
+// reading the conversation again; a new entry is read and streamed.
+func TestEventsLiveStateReadsNoEntries(t *testing.T) {
+	log := &countingLog{MemoryLog: web.NewMemoryLog()}
+	h := newHarness(t, web.Options{Log: log}, nil)
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "fay", ChatType: "dm"}
+	ev, _, _ := openEvents(t, h, "client=fay", nil)
+	waitData := func(want string) {
+		t.Helper()
+		select {
+		case e := <-ev:
+			if e.data != want {
+				t.Fatalf("event data %s, want %s", e.data, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event %s", want)
+		}
+	}
+	for range 3 {
+		if err := h.a.Typing(ctx, to, true); err != nil {
+			t.Fatal(err)
+		}
+		waitData(`{"active":true}`)
+		if err := h.a.Typing(ctx, to, false); err != nil {
+			t.Fatal(err)
+		}
+		waitData(`{"active":false}`)
+	}
+	if n := log.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the conversation for six typing changes; want the stream's first one only", n)
+	}
+	if err := h.a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(t, ev); e.Text != "hi" || e.Seq != 1 {
+		t.Fatalf("entry %+v, want the reply", e)
 	}
 }
