@@ -48,6 +48,8 @@ func main() {
 	compareNames := flag.String("compare-names", "", "with -compare: names for the two binaries, OLD,NEW")
 	rounds := flag.Int("rounds", 2, "with -compare: rounds (each measures OLD then NEW)")
 	starts := flag.Int("starts", 5, "with -compare: starts per binary per round (the median is kept)")
+	startsOnly := flag.Bool("starts-only", false, "with -compare: measure start and idle memory only, no turns")
+	settle := flag.Duration("settle", 2*time.Second, "with -compare: how long after ready the idle memory is read")
 	uploadAttachments := flag.String("upload-attachments", "", `with -uploads: more fields of the attachments config, e.g. "maxStoredMB: 50, maxTotalMB: 500"`)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -61,7 +63,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *compare != "" {
-		co := load.CompareOptions{Rounds: *rounds, Starts: *starts, Log: o.Log}
+		co := load.CompareOptions{Rounds: *rounds, Starts: *starts, NoTurns: *startsOnly, Settle: *settle, Log: o.Log}
 		bins, names := strings.Split(*compare, ","), strings.Split(*compareNames+",", ",")
 		if len(bins) != 2 {
 			fmt.Fprintln(os.Stderr, "herald-load: -compare takes two binaries, OLD,NEW")

@@ -18,11 +18,12 @@ import (
 // CompareOptions of one interleaved comparison of two built binaries
 // (herald-load -compare; scripts/perfcompare.sh builds them).
 type CompareOptions struct {
-	Bins   [2]string // A (the older build) and B
-	Names  [2]string // printed beside the figures
-	Rounds int       // rounds; each measures A then B (default 2)
-	Starts int       // starts per binary per round; the median is kept (default 5)
-	Turns  int       // plain turns and SPAWN 8s per binary per round (default 5)
+	Bins    [2]string // A (the older build) and B
+	Names   [2]string // printed beside the figures
+	Rounds  int       // rounds; each measures A then B (default 2)
+	Starts  int       // starts per binary per round; the median is kept (default 5)
+	Turns   int       // plain turns and SPAWN 8s per binary per round (default 5)
+	NoTurns bool      // starts and idle memory only
 	// Settle is how long an idle gateway is left after /readyz says 200
 	// before its memory is read (start-up work that runs after ready, such
 	// as the sandbox probe, is done by then).
@@ -92,7 +93,7 @@ func Compare(ctx context.Context, o CompareOptions) ([][2]Sample, error) {
 		for i, bin := range o.Bins {
 			s := &out[r][i]
 			s.Ready, s.ReadyCPU, s.RSS, s.RSSAnon, s.RSSFile = median(ready[i]), median(cpu[i]), int64(median(rss[i])), int64(median(anon[i])), int64(median(file[i]))
-			if o.Turns > 0 {
+			if !o.NoTurns {
 				if _, err := startIdle(ctx, bin, model.URL, 0, func(gw *harness.Gateway) error {
 					if s.Turn, s.Spawn8, err = turns(ctx, gw, o.Turns); err != nil {
 						return err
