@@ -116,6 +116,13 @@ type Gateway struct {
 
 	owedMu   sync.Mutex
 	owedHere map[int64]bool // intake ids whose turn is queued or running here
+	owedDone map[int64]bool // those of owedHere that complete() ended: done in the store
+	// owedUnsure says that a message this replica holds may be owed in the
+	// store with no turn queued for it here: a turn ended without
+	// completing its message, the lane refused one, or storing a message
+	// failed. sweepOwed reads the store for such turns only then when
+	// no other process writes the state (SQLite).
+	owedUnsure atomic.Bool
 
 	listener net.Listener
 	server   *http.Server
@@ -152,7 +159,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("make the gateway process non-dumpable: %w", err)
 	}
 	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock, ownsProcess: o.OwnsProcess,
-		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), owedHere: make(map[int64]bool)}
+		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), owedHere: make(map[int64]bool), owedDone: make(map[int64]bool)}
 	g.conf.Store(cfg)
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	g.metrics = newMetrics()

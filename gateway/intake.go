@@ -137,6 +137,7 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	}
 	added, err := g.db.AddIntake(context.WithoutCancel(ctx), it)
 	if err != nil {
+		g.owedUnsure.Store(true) // its commit may have gone through all the same
 		span.SetStatus(codes.Error, "message not stored")
 		if storeFailed(err) {
 			// Not acknowledged: the platform (or the web client) sends it
@@ -195,8 +196,13 @@ func (g *Gateway) enqueueTurn(it store.Intake, log *zap.Logger) {
 	err := g.mainLane.Enqueue(lane.Job{Key: it.SessionKey, Run: func(ctx context.Context) {
 		defer func() {
 			g.owedMu.Lock()
+			done := g.owedDone[it.ID]
 			delete(g.owedHere, it.ID)
+			delete(g.owedDone, it.ID)
 			g.owedMu.Unlock()
+			if !done {
+				g.owedUnsure.Store(true) // after the delete: the sweep finds it unqueued
+			}
 		}()
 		g.turn(ctx, it)
 	}})
@@ -204,6 +210,7 @@ func (g *Gateway) enqueueTurn(it store.Intake, log *zap.Logger) {
 		g.owedMu.Lock()
 		delete(g.owedHere, it.ID)
 		g.owedMu.Unlock()
+		g.owedUnsure.Store(true)
 		log.Info("turn left owed for the next start", zap.Int64("intakeId", it.ID), zap.Error(err))
 	}
 }
@@ -211,9 +218,26 @@ func (g *Gateway) enqueueTurn(it store.Intake, log *zap.Logger) {
 // sweepOwed queues, every few seconds, the owed turns this replica holds
 // (or that are free) but has not queued: a message whose store write was
 // committed while its caller saw an error (the connection dropped with the
-// commit's answer) is stored and claimed, yet nobody would run it until a
-// restart. A turn is taken only when two sweeps in a row found it unqueued,
-// so one handed on by CompleteIntake a moment ago is not queued twice.
+// commit's answer), or whose turn ended without completing it (a store
+// error it could not wait out), is stored and claimed, yet nobody would
+// run it until a restart. A turn is taken only when two sweeps in a row
+// found it unqueued, so one handed on by CompleteIntake a moment ago is
+// not queued twice.
+//
+// On a shared store (PostgreSQL) every sweep reads the store: a commit's
+// answer can be lost with the connection, and other replicas' rows
+// (claims of a replica that went away, free ones) are only seen there.
+// On SQLite only this process adds or claims owed messages (herald's
+// commands read them), its group commit tells each caller exactly
+// whether its change was committed, and every message this process
+// claims is queued here (enqueueTurn) — so an owed message can be left
+// unqueued only where the gateway sees it happen: a turn that ends
+// without complete() ending its message, a lane that refuses a turn, a
+// store write of a message that fails. Those set owedUnsure, and a sweep
+// reads the store only after one (then until a sweep finds nothing
+// left to take). An idle gateway then runs no SQL every 2 s: each such
+// query mapped ~8 MiB of SQLite's code back into the process after start
+// gave it back (docs/performance.md).
 func (g *Gateway) sweepOwed(ctx context.Context) {
 	const every = 2 * time.Second
 	var seen map[int64]bool
@@ -229,8 +253,12 @@ func (g *Gateway) sweepOwed(ctx context.Context) {
 		if draining {
 			return
 		}
+		if !g.cluster.shared && len(seen) == 0 && !g.owedUnsure.Swap(false) {
+			continue
+		}
 		owed, err := g.db.OwedIntake(ctx)
 		if err != nil {
+			g.owedUnsure.Store(true)
 			continue // an outage: the next sweep looks again
 		}
 		next := map[int64]bool{}
@@ -353,6 +381,11 @@ func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind c
 		log.Error("could not complete the turn; it stays owed", zap.Int64("intakeId", it.ID), zap.Error(err))
 		return
 	}
+	g.owedMu.Lock()
+	if g.owedHere[it.ID] {
+		g.owedDone[it.ID] = true
+	}
+	g.owedMu.Unlock()
 	switch {
 	case reply != nil && claimFor != "" && reply.ClaimedBy == claimFor:
 		g.outbox.hand(*reply)
