@@ -48,6 +48,7 @@ func (g *Gateway) newScheduler() {
 		SessionKey: func(agentID string, o channels.Origin) string { return string(ids.Requester(agentID, o)) },
 		OnFiring:   func(result string, n int) { firings.WithLabelValues(result).Add(float64(n)) },
 		OnChange:   g.panel.changed,
+		Exclusive:  !g.cluster.shared,
 	})
 }
 

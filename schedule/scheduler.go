@@ -61,6 +61,14 @@ type Deps struct {
 	// MaxWait bounds a sleep between passes (another replica may have
 	// added a schedule); default 5 s.
 	MaxWait time.Duration
+	// Exclusive says no other process adds or resumes schedules (SQLite:
+	// herald's commands only list them; this process's writers call
+	// Wake). A pass then runs only when woken or when the next due time
+	// the last pass saw has come, not every MaxWait: an idle gateway
+	// runs no SQL every 5 s. It still looks at the clock every MaxWait,
+	// so a clock step or a suspend delays a due time by MaxWait at most,
+	// as before.
+	Exclusive bool
 }
 
 // Scheduler fires due schedules. Any number of replicas may run one on a
@@ -177,12 +185,27 @@ func (s *Scheduler) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var backoff time.Duration // after failed passes in a row; 0 = none
+	// With Exclusive: the last pass and look succeeded and found nothing
+	// due before next (zero: no schedule due at all), so a pass before
+	// then, unless woken, would find nothing either.
+	var (
+		settled bool
+		next    time.Time
+	)
 	for {
+		woken := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-s.wake:
+			woken = true
+		}
+		if settled && !woken {
+			if now := s.d.Clock.Now(); next.IsZero() || now.Before(next) {
+				timer.Reset(s.wait(next, 0))
+				continue
+			}
 		}
 		_, err := s.Tick(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -193,21 +216,32 @@ func (s *Scheduler) Run(ctx context.Context) {
 		} else {
 			backoff = 0
 		}
-		wait := s.d.MaxWait
-		if next, ok, err := s.d.Store.NextScheduleAt(ctx, s.started); err == nil && ok {
-			if d := next.Sub(s.d.Clock.Now()); d < wait {
-				wait = max(d, time.Millisecond)
-			}
+		n, ok, lerr := s.d.Store.NextScheduleAt(ctx, s.started)
+		next = time.Time{}
+		if lerr == nil && ok {
+			next = n
 		}
-		wait = max(wait, backoff)
+		settled = s.d.Exclusive && err == nil && lerr == nil
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-		timer.Reset(wait)
+		timer.Reset(s.wait(next, backoff))
 	}
+}
+
+// wait is the sleep before the next look: until next (zero: none known),
+// at most MaxWait, at least backoff.
+func (s *Scheduler) wait(next time.Time, backoff time.Duration) time.Duration {
+	wait := s.d.MaxWait
+	if !next.IsZero() {
+		if d := next.Sub(s.d.Clock.Now()); d < wait {
+			wait = max(d, time.Millisecond)
+		}
+	}
+	return max(wait, backoff)
 }
 
 // Tick fires every schedule due at the clock's now and returns how many

@@ -14,11 +14,13 @@ import (
 )
 
 type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu    sync.Mutex
+	now   time.Time
+	reads int // calls of Now
 }
 
-func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); c.reads++; return c.now }
+func (c *fakeClock) Reads() int      { c.mu.Lock(); defer c.mu.Unlock(); return c.reads }
 func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
 // fakeRuns records the runs the scheduler starts.
@@ -268,5 +270,69 @@ func TestFireBackoffBounded(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[1s 2s 4s 8s 16s 32s 1m0s 1m0s 1m0s]" {
 		t.Fatalf("backoff %v", got)
+	}
+}
+
+// countingStore counts the scheduler's passes (FireDue calls).
+type countingStore struct {
+	store.Schedules
+	mu     sync.Mutex
+	passes int
+}
+
+func (c *countingStore) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, plan func(s *store.Schedule) store.Firing) ([]store.Fired, error) {
+	c.mu.Lock()
+	c.passes++
+	c.mu.Unlock()
+	return c.Schedules.FireDue(ctx, now, waitBefore, limit, plan)
+}
+
+func (c *countingStore) Passes() int { c.mu.Lock(); defer c.mu.Unlock(); return c.passes }
+
+// waitUntil polls cond until it holds or 10 s passed.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// An Exclusive scheduler (SQLite: no other process adds schedules) looks
+// at the clock every MaxWait but makes no pass (no store transaction)
+// while nothing is due and nobody woke it; a Wake is a pass at once, and a
+// due time is fired when the clock reaches it.
+func TestExclusiveSchedulerPassesOnlyWhenDueOrWoken(t *testing.T) {
+	e := newTestEnv(t)
+	st := &countingStore{Schedules: e.db}
+	e.s = New(Deps{Store: st, Runs: e.runs, Config: e.s.config(), Clock: e.clock, MaxWait: 2 * time.Millisecond, Exclusive: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	waitUntil(t, "the first pass", func() bool { return st.Passes() == 1 })
+	reads := e.clock.Reads()
+	waitUntil(t, "50 looks at the clock", func() bool { return e.clock.Reads() >= reads+50 })
+	if n := st.Passes(); n != 1 {
+		t.Fatalf("%d passes with nothing due and no wake; want the first one only", n)
+	}
+
+	e.add(t, "s", "1m", "latest") // due at base+1m
+	e.s.Wake()
+	waitUntil(t, "the pass of the wake", func() bool { return st.Passes() == 2 })
+	reads = e.clock.Reads()
+	waitUntil(t, "50 more looks", func() bool { return e.clock.Reads() >= reads+100 })
+	if n := st.Passes(); n != 2 || len(e.runs.dues()) != 0 {
+		t.Fatalf("%d passes, runs %v before the due time", n, e.runs.dues())
+	}
+
+	e.clock.Set(base.Add(time.Minute))
+	waitUntil(t, "the run of the due time", func() bool { return len(e.runs.dues()) == 1 })
+	if got := e.runs.dues()[0]; got != "09:01:00" {
+		t.Fatalf("run for due time %s", got)
 	}
 }
