@@ -120,14 +120,21 @@ type Tool interface {
 	Call(ctx context.Context, cc CallContext, args json.RawMessage) (string, error)
 }
 
-// Registry is a named set of tools.
+// Registry is a named set of tools. Each tool's Spec is taken once, when
+// it is added: a registry lives for a turn or a run, whose model calls
+// each send every spec (Spec renders descriptions and schemas).
 type Registry struct {
-	tools map[string]Tool
+	tools map[string]registered
+}
+
+type registered struct {
+	tool Tool
+	spec ToolSpec
 }
 
 // NewRegistry returns a registry holding tools.
 func NewRegistry(tools ...Tool) *Registry {
-	r := &Registry{tools: make(map[string]Tool, len(tools))}
+	r := &Registry{tools: make(map[string]registered, len(tools))}
 	for _, t := range tools {
 		r.Add(t)
 	}
@@ -135,12 +142,15 @@ func NewRegistry(tools ...Tool) *Registry {
 }
 
 // Add registers t, replacing a tool of the same name.
-func (r *Registry) Add(t Tool) { r.tools[t.Spec().Name] = t }
+func (r *Registry) Add(t Tool) {
+	spec := t.Spec()
+	r.tools[spec.Name] = registered{t, spec}
+}
 
 // Get returns the named tool.
 func (r *Registry) Get(name string) (Tool, bool) {
 	t, ok := r.tools[name]
-	return t, ok
+	return t.tool, ok
 }
 
 // Names returns the tool names, sorted.
@@ -155,9 +165,9 @@ func (r *Registry) Names() []string {
 
 // Filter returns a new registry with the tools keep accepts.
 func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
-	out := &Registry{tools: make(map[string]Tool)}
+	out := &Registry{tools: make(map[string]registered, len(r.tools))}
 	for n, t := range r.tools {
-		if keep(n, t) {
+		if keep(n, t.tool) {
 			out.tools[n] = t
 		}
 	}
@@ -169,7 +179,7 @@ func (r *Registry) Specs() []ToolSpec {
 	names := r.Names()
 	specs := make([]ToolSpec, len(names))
 	for i, n := range names {
-		specs[i] = r.tools[n].Spec()
+		specs[i] = r.tools[n].spec
 	}
 	return specs
 }

@@ -103,13 +103,26 @@ func (t *write) Spec() agent.ToolSpec {
 		Name: WriteName,
 		Description: fmt.Sprintf("Remember a fact, preference or decision for later turns and conversations (at most %d characters). "+
 			"pin: true puts it into your system prompt from the next turn on (for what you must always keep in mind). Returns {id}.", t.c.MaxChars),
-		Schema: agent.ObjectSchema(map[string]any{
-			"text": map[string]any{"type": "string", "description": "what to remember, self-contained"},
-			"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "optional keywords"},
-			"pin":  map[string]any{"type": "boolean", "description": "put it into the system prompt (default false)"},
-		}, "text"),
+		Schema: writeSchema(),
 	}
 }
+
+// writeSchema and searchSchema are rendered once, on first use: every
+// turn's tool registry takes the specs.
+var writeSchema = sync.OnceValue(func() json.RawMessage {
+	return agent.ObjectSchema(map[string]any{
+		"text": map[string]any{"type": "string", "description": "what to remember, self-contained"},
+		"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "optional keywords"},
+		"pin":  map[string]any{"type": "boolean", "description": "put it into the system prompt (default false)"},
+	}, "text")
+})
+
+var searchSchema = sync.OnceValue(func() json.RawMessage {
+	return agent.ObjectSchema(map[string]any{
+		"query": map[string]any{"type": "string", "description": "words to look for"},
+		"limit": map[string]any{"type": "integer", "description": fmt.Sprintf("at most this many results, 1 to %d (default %d)", MaxLimit, DefaultLimit)},
+	}, "query")
+})
 
 func (t *write) Call(ctx context.Context, cc agent.CallContext, raw json.RawMessage) (string, error) {
 	var a struct {
@@ -153,10 +166,7 @@ func (t *search) Spec() agent.ToolSpec {
 		Name: SearchName,
 		Description: "Search your memories by words (any of them; best matches first; punctuation and operators are ignored). " +
 			"Returns {results:[{id, text, tags, pinned, createdAt, score}]}.",
-		Schema: agent.ObjectSchema(map[string]any{
-			"query": map[string]any{"type": "string", "description": "words to look for"},
-			"limit": map[string]any{"type": "integer", "description": fmt.Sprintf("at most this many results, 1 to %d (default %d)", MaxLimit, DefaultLimit)},
-		}, "query"),
+		Schema: searchSchema(),
 	}
 }
 
