@@ -41,21 +41,54 @@ type lineSink interface {
 // fileSink appends to a transcript file: each line opens the file, writes
 // and closes it, so a transcript holds no file descriptor between lines —
 // 10,000 runs in flight do not hold 10,000 open files (issue 30).
-type fileSink struct{ path string }
+//
+// A new transcript's file is made by its first line, which goes out with
+// the header in one write (header holds it until then): a sub-agent run
+// opens a new transcript and writes its task at once, and each open of a
+// file cost as much as its write (docs/performance.md). The fields are
+// guarded by the Transcript's mu.
+type fileSink struct {
+	path   string
+	header []byte // a new file's header line, not written yet
+}
 
-func (s fileSink) write(_ context.Context, line []byte) error {
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return descriptorError(err, false)
+func (s *fileSink) write(_ context.Context, line []byte) error {
+	if s.header == nil {
+		return descriptorError(appendFile(s.path, line, false), false)
 	}
-	_, err = f.Write(line)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	err := s.create(append(s.header, line...))
+	if err == nil {
+		s.header = nil
 	}
 	return err
 }
 
-func (s fileSink) sync(context.Context) error {
+// create makes the file with b (the header and a first line), its folders
+// (0700) as needed. A file someone made meanwhile is opened as
+// openFileTranscript opens an existing one, and b goes after its lines
+// (its own header, when it had none).
+func (s *fileSink) create(b []byte) error {
+	err := appendFile(s.path, b, true)
+	if errors.Is(err, fs.ErrNotExist) { // its folder is missing
+		if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
+			return err
+		}
+		err = appendFile(s.path, b, true)
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return descriptorError(err, false)
+	}
+	header := s.header
+	if err := openTranscriptFile(s.path, header); err != nil {
+		return err
+	}
+	return descriptorError(appendFile(s.path, b[len(header):], false), false)
+}
+
+func (s *fileSink) sync(context.Context) error {
+	if s.header != nil {
+		return nil // nothing written yet
+	}
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return descriptorError(err, false)
@@ -67,41 +100,57 @@ func (s fileSink) sync(context.Context) error {
 	return err
 }
 
-func (s fileSink) close() error { return nil }
+// close writes the header of a new transcript no line was written to, so
+// an opened transcript always has its file.
+func (s *fileSink) close() error {
+	if s.header == nil {
+		return nil
+	}
+	err := s.create(s.header)
+	s.header = nil
+	return err
+}
 
-// openFileTranscript opens the transcript file at path for appending,
-// creating its folders (0700) and the file (0600) as needed. A new or empty
-// file gets the header line (Type "session" and Version 1 unless set;
-// CreatedAt now unless set). A torn last line left by a crash is cut off
-// first, so new lines never run into it. The file is not held open between
-// lines.
+// openFileTranscript opens the transcript file at path for appending. A
+// missing file is made by the first line written (or by Close), its
+// folders (0700) as needed, with the header line first (Type "session"
+// and Version 1 unless set; CreatedAt now unless set). An existing file
+// gets the header when it is empty, and a torn last line left by a crash
+// is cut off first, so new lines never run into it. The file is not held
+// open between lines.
 func openFileTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
-	if errors.Is(err, fs.ErrNotExist) { // its folder is missing
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("open transcript %s: %w", path, err)
-		}
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
-	}
+	header, err := json.Marshal(h.withDefaults())
 	if err != nil {
-		return nil, fmt.Errorf("open transcript %s: %w", path, descriptorError(err, false))
+		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
-	size, err := cutTornLine(f)
-	if err == nil && size == 0 {
-		// A new transcript: its header is written through this open rather
-		// than a second one (every sub-agent run creates one).
-		var line []byte
-		if line, err = json.Marshal(h.withDefaults()); err == nil {
-			_, err = f.Write(append(line, '\n'))
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	header = append(header, '\n')
+	sink := &fileSink{path: path}
+	err = openTranscriptFile(path, header)
+	if errors.Is(err, fs.ErrNotExist) {
+		sink.header, err = header, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
 	}
-	return newTranscript(ctx, path, fileSink{path}, false, h)
+	return newTranscript(ctx, path, sink, false, h)
+}
+
+// openTranscriptFile readies the existing transcript file at path for
+// appending: a torn last line is cut off, and an empty file gets header.
+// A missing file is an error wrapping fs.ErrNotExist.
+func openTranscriptFile(path string, header []byte) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0o600)
+	if err != nil {
+		return descriptorError(err, false)
+	}
+	size, err := cutTornLine(f)
+	if err == nil && size == 0 {
+		_, err = f.Write(header)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // newTranscript wraps out, writing the header h (with its defaults) first

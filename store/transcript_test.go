@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -265,5 +266,60 @@ func TestFindTranscriptAfterArchive(t *testing.T) {
 	}
 	if got := (FileTranscripts{}).FindTranscript(context.Background(), path); got != archived {
 		t.Errorf("after archive = %q, want %q", got, archived)
+	}
+}
+
+// A new transcript's file is made by its first line, header first, in one
+// write; one closed without a line still gets its header; and two opens
+// of the same new transcript (one written after the other made the file)
+// leave one header.
+func TestNewTranscriptFileMadeByFirstLine(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "transcripts", "main", "new.jsonl")
+	tr, err := FileTranscripts{}.OpenTranscript(ctx, path, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := FileTranscripts{}.OpenTranscript(ctx, path, TranscriptHeader{SessionKey: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("file before the first line: %v, want none yet", err)
+	}
+	if err := tr.Append(ctx, TranscriptEntry{Role: "user", Content: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("file after the first line: %v, %v", fi, err)
+	}
+	if err := late.Append(ctx, TranscriptEntry{Role: "assistant", Content: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	late.Close()
+	raw, _ := os.ReadFile(path)
+	if n := strings.Count(string(raw), `"type":"session"`); n != 1 {
+		t.Errorf("%d header lines:\n%s", n, raw)
+	}
+	h, entries, err := FileTranscripts{}.ReadTranscript(ctx, path)
+	if err != nil || h.SessionKey != testHeader().SessionKey || len(entries) != 2 || entries[0].Content != "first" || entries[1].Content != "second" {
+		t.Errorf("read back: %+v, %+v, %v", h, entries, err)
+	}
+
+	empty := filepath.Join(dir, "transcripts", "main", "empty.jsonl")
+	tr, err = FileTranscripts{}.OpenTranscript(ctx, empty, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Sync(ctx); err != nil {
+		t.Errorf("Sync before any line: %v", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if h, entries, err := (FileTranscripts{}).ReadTranscript(ctx, empty); err != nil || h.SessionID != "sess-r1" || len(entries) != 0 {
+		t.Errorf("closed without a line: %+v, %+v, %v", h, entries, err)
 	}
 }
