@@ -694,7 +694,11 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	if len(f.Statuses) > 0 {
 		where = append(where, "status IN ("+list(&args, f.Statuses)+")")
 	}
-	q := `SELECT ` + runCols + ` FROM runs`
+	cols, scan := runCols, scanRuns
+	if f.Brief {
+		cols, scan = briefRunCols, scanBriefRuns
+	}
+	q := `SELECT ` + cols + ` FROM runs`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -706,7 +710,7 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	if err != nil {
 		return nil, d.wrap("list runs", err)
 	}
-	runs, err := scanRuns(rows)
+	runs, err := scan(rows)
 	if err != nil {
 		return nil, d.wrap("list runs", err)
 	}

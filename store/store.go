@@ -187,6 +187,11 @@ type RunFilter struct {
 	Chat     string
 	Statuses []string // any of these
 	Limit    int      // 0 = no limit
+	// Brief sets only what a list of runs shows: ID, ChildKey,
+	// RequesterKey, RootKey, AgentID, Task, Label, Status, Outcome, Note,
+	// CreatedAt, StartedAt, EndedAt, TokensIn, TokensOut, Resumes,
+	// Announce and Batch (the web chat's panel).
+	Brief bool
 }
 
 // OutboxItem is one message waiting to be delivered to a channel.

@@ -25,21 +25,27 @@ var ErrAmbiguous = errors.New("target matches more than one subagent")
 // Runs returns the runs below sessionKey (children, grandchildren …), newest
 // first, with live status and token counts filled in.
 func (m *Manager) Runs(ctx context.Context, sessionKey string) ([]store.Run, error) {
-	return m.RecentRuns(ctx, sessionKey, 0)
+	return m.runsBelow(ctx, sessionKey, 0, false)
 }
 
-// RecentRuns is Runs limited to the newest limit runs (0 = all).
+// RecentRuns is Runs limited to the newest limit runs (0 = all), each
+// with only what a list of runs shows set (store.RunFilter.Brief): the
+// web chat's panel reads them about once a second while they change.
 func (m *Manager) RecentRuns(ctx context.Context, sessionKey string, limit int) ([]store.Run, error) {
+	return m.runsBelow(ctx, sessionKey, limit, true)
+}
+
+func (m *Manager) runsBelow(ctx context.Context, sessionKey string, limit int, brief bool) ([]store.Run, error) {
 	sess, err := m.d.Store.GetSession(ctx, sessionKey)
 	var runs []store.Run
 	switch {
 	case err == nil && sess.Depth > 0:
-		runs, err = m.descendantsOf(ctx, sessionKey)
+		runs, err = m.descendantsOf(ctx, sessionKey, brief)
 		if limit > 0 && len(runs) > limit {
 			runs = runs[:limit]
 		}
 	case err == nil || errors.Is(err, store.ErrNotFound):
-		runs, err = m.d.Store.ListRuns(ctx, store.RunFilter{RootKey: sessionKey, Limit: limit})
+		runs, err = m.d.Store.ListRuns(ctx, store.RunFilter{RootKey: sessionKey, Limit: limit, Brief: brief})
 	}
 	if err != nil {
 		return nil, err
@@ -49,13 +55,13 @@ func (m *Manager) RecentRuns(ctx context.Context, sessionKey string, limit int) 
 }
 
 // descendantsOf walks the run tree below a child session.
-func (m *Manager) descendantsOf(ctx context.Context, key string) ([]store.Run, error) {
+func (m *Manager) descendantsOf(ctx context.Context, key string, brief bool) ([]store.Run, error) {
 	var out []store.Run
 	frontier := []string{key}
 	for len(frontier) > 0 {
 		next := frontier[0]
 		frontier = frontier[1:]
-		kids, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: next})
+		kids, err := m.d.Store.ListRuns(ctx, store.RunFilter{RequesterKey: next, Brief: brief})
 		if err != nil {
 			return nil, err
 		}

@@ -459,6 +459,7 @@ func testRuns(t *testing.T, s Store) {
 	if list, _ := s.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusQueued, store.StatusRunning}}); len(list) != 0 {
 		t.Errorf("ListRuns(active) = %d runs, want none", len(list))
 	}
+	checkBrief(t, s, got)
 	due, err := s.DueArchives(ctx, t0.Add(2*time.Hour))
 	if err != nil || len(due) != 1 {
 		t.Fatalf("DueArchives = %d, %v", len(due), err)
