@@ -207,6 +207,19 @@ func (s *Scheduler) Run(ctx context.Context) {
 				continue
 			}
 		}
+		// A pass is a write transaction; most wake-ups (every run's spawn,
+		// start and end wakes the loop) find nothing due, which a read
+		// tells (NextScheduleAt selects with FireDue's condition). A read
+		// that fails lets the pass run and report.
+		if n, ok, lerr := s.d.Store.NextScheduleAt(ctx, s.started); lerr == nil && (!ok || s.d.Clock.Now().Before(n)) {
+			next = time.Time{}
+			if ok {
+				next = n
+			}
+			settled = s.d.Exclusive && backoff == 0
+			resetTimer(timer, s.wait(next, backoff))
+			continue
+		}
 		_, err := s.Tick(ctx)
 		if err != nil && ctx.Err() == nil {
 			// A failing pass (or row) would otherwise be retried every
@@ -222,14 +235,19 @@ func (s *Scheduler) Run(ctx context.Context) {
 			next = n
 		}
 		settled = s.d.Exclusive && err == nil && lerr == nil
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(s.wait(next, backoff))
+		resetTimer(timer, s.wait(next, backoff))
 	}
+}
+
+// resetTimer sets t to fire after d, dropping a firing not yet received.
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
 }
 
 // wait is the sleep before the next look: until next (zero: none known),

@@ -273,11 +273,12 @@ func TestFireBackoffBounded(t *testing.T) {
 	}
 }
 
-// countingStore counts the scheduler's passes (FireDue calls).
+// countingStore counts the scheduler's passes (FireDue calls, write
+// transactions) and its looks at the next due time.
 type countingStore struct {
 	store.Schedules
-	mu     sync.Mutex
-	passes int
+	mu            sync.Mutex
+	passes, looks int
 }
 
 func (c *countingStore) FireDue(ctx context.Context, now, waitBefore time.Time, limit int, plan func(s *store.Schedule) store.Firing) ([]store.Fired, error) {
@@ -287,7 +288,15 @@ func (c *countingStore) FireDue(ctx context.Context, now, waitBefore time.Time, 
 	return c.Schedules.FireDue(ctx, now, waitBefore, limit, plan)
 }
 
+func (c *countingStore) NextScheduleAt(ctx context.Context, waitBefore time.Time) (time.Time, bool, error) {
+	c.mu.Lock()
+	c.looks++
+	c.mu.Unlock()
+	return c.Schedules.NextScheduleAt(ctx, waitBefore)
+}
+
 func (c *countingStore) Passes() int { c.mu.Lock(); defer c.mu.Unlock(); return c.passes }
+func (c *countingStore) Looks() int  { c.mu.Lock(); defer c.mu.Unlock(); return c.looks }
 
 // waitUntil polls cond until it holds or 10 s passed.
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -303,8 +312,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 // An Exclusive scheduler (SQLite: no other process adds schedules) looks
 // at the clock every MaxWait but makes no pass (no store transaction)
-// while nothing is due and nobody woke it; a Wake is a pass at once, and a
-// due time is fired when the clock reaches it.
+// while nothing is due and nobody woke it; a Wake is a look at the next
+// due time, and a pass only when something is due; a due time is fired
+// when the clock reaches it.
 func TestExclusiveSchedulerPassesOnlyWhenDueOrWoken(t *testing.T) {
 	e := newTestEnv(t)
 	st := &countingStore{Schedules: e.db}
@@ -314,19 +324,19 @@ func TestExclusiveSchedulerPassesOnlyWhenDueOrWoken(t *testing.T) {
 	go func() { defer close(done); e.s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	waitUntil(t, "the first pass", func() bool { return st.Passes() == 1 })
+	waitUntil(t, "the first look", func() bool { return st.Looks() == 1 })
 	reads := e.clock.Reads()
 	waitUntil(t, "50 looks at the clock", func() bool { return e.clock.Reads() >= reads+50 })
-	if n := st.Passes(); n != 1 {
-		t.Fatalf("%d passes with nothing due and no wake; want the first one only", n)
+	if n, l := st.Passes(), st.Looks(); n != 0 || l != 1 {
+		t.Fatalf("%d passes and %d looks at the store with nothing due and no wake; want the first look only", n, l)
 	}
 
 	e.add(t, "s", "1m", "latest") // due at base+1m
 	e.s.Wake()
-	waitUntil(t, "the pass of the wake", func() bool { return st.Passes() == 2 })
+	waitUntil(t, "the look of the wake", func() bool { return st.Looks() == 2 })
 	reads = e.clock.Reads()
 	waitUntil(t, "50 more looks", func() bool { return e.clock.Reads() >= reads+100 })
-	if n := st.Passes(); n != 2 || len(e.runs.dues()) != 0 {
+	if n := st.Passes(); n != 0 || len(e.runs.dues()) != 0 {
 		t.Fatalf("%d passes, runs %v before the due time", n, e.runs.dues())
 	}
 
@@ -334,5 +344,37 @@ func TestExclusiveSchedulerPassesOnlyWhenDueOrWoken(t *testing.T) {
 	waitUntil(t, "the run of the due time", func() bool { return len(e.runs.dues()) == 1 })
 	if got := e.runs.dues()[0]; got != "09:01:00" {
 		t.Fatalf("run for due time %s", got)
+	}
+	if n := st.Passes(); n != 1 {
+		t.Fatalf("%d passes; want the due time's one", n)
+	}
+}
+
+// A wake-up with nothing due (every run's spawn, start and end wakes the
+// loop) makes no pass, only a look at the next due time, with replicas
+// too (not Exclusive); a due schedule still fires.
+func TestSchedulerWakeWithNothingDueMakesNoPass(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(t, "hourly", "1h", "latest")
+	st := &countingStore{Schedules: e.db}
+	e.s = New(Deps{Store: st, Runs: e.runs, Config: e.s.config(), Clock: e.clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the first look", func() bool { return st.Looks() >= 1 })
+	for range 10 {
+		n := st.Looks()
+		e.s.Wake()
+		waitUntil(t, "a look after the wake-up", func() bool { return st.Looks() > n })
+	}
+	if n := st.Passes(); n != 0 {
+		t.Errorf("%d passes with nothing due; want none", n)
+	}
+	e.clock.Set(base.Add(time.Hour))
+	e.s.Wake()
+	waitUntil(t, "the due run", func() bool { return len(e.runs.dues()) == 1 })
+	if n := st.Passes(); n == 0 {
+		t.Error("the due schedule fired without a pass")
 	}
 }
