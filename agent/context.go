@@ -355,7 +355,7 @@ func (s *Session) compact(ctx context.Context, t Turn, focus string, keep, budge
 // fit returns the messages to send for the next model call: the history,
 // with long tool results trimmed, compacted first when that is not enough
 // (or when force is set, after the provider refused the length).
-func (s *Session) fit(ctx context.Context, t Turn, force bool) ([]Message, Usage, error) {
+func (s *Session) fit(ctx context.Context, t *Turn, force bool) ([]Message, Usage, error) {
 	budget := Budget(t.Model)
 	var spent Usage
 	if budget == 0 && !force {
@@ -378,7 +378,7 @@ func (s *Session) fit(ctx context.Context, t Turn, force bool) ([]Message, Usage
 	if force {
 		keep = budget / 5
 	}
-	c, err := s.compact(ctx, t, "", keep, budget)
+	c, err := s.compact(ctx, *t, "", keep, budget)
 	spent = c.Usage
 	if err != nil && !errors.Is(err, ErrNothingToCompact) {
 		return nil, spent, err
@@ -386,14 +386,14 @@ func (s *Session) fit(ctx context.Context, t Turn, force bool) ([]Message, Usage
 	return trimResults(s.History, fixed, budget, maxResult), spent, nil
 }
 
-func (t Turn) clock() Clock {
+func (t *Turn) clock() Clock {
 	if t.Clock == nil {
 		return SystemClock{}
 	}
 	return t.Clock
 }
 
-func (t Turn) logger() *zap.Logger {
+func (t *Turn) logger() *zap.Logger {
 	if t.Logger == nil {
 		return zap.NewNop()
 	}

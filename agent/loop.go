@@ -203,17 +203,52 @@ type Result struct {
 // model answers without tool calls. Every message is written to the
 // transcript before the next model call. On error, Result still holds the
 // usage spent so far.
+//
+// Run, completeChain, complete and call stay on the stack while a model
+// call waits for its answer: their frames are kept small (the Turn is
+// passed by pointer, what comes before and after the call are calls of
+// their own) so that a call in flight holds a small goroutine stack
+// (docs/performance.md, memory per model call in flight).
 func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error) {
 	var res Result
+	if err := s.begin(ctx, &t, input); err != nil {
+		return res, err
+	}
+	res.Iterations = max(t.Used, 0)
+	var pendingReplies []chan SteerReply
+	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if res.Iterations >= t.MaxIterations {
+			return res, fmt.Errorf("%w (%d)", ErrMaxIterations, t.MaxIterations)
+		}
+		res.Iterations++
+		resp, answered, err := s.completeChain(ctx, &t, &res)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return res, ctxErr
+			}
+			return res, err
+		}
+		done, err := s.answered(ctx, &t, &res, resp, answered, &pendingReplies)
+		if err != nil || done {
+			return res, err
+		}
+	}
+}
+
+// begin sets t's defaults, settles the tool calls a cut turn left pending
+// and adds input (unless the turn resumes).
+func (s *Session) begin(ctx context.Context, t *Turn, input string) error {
 	if t.Clock == nil {
 		t.Clock = SystemClock{}
 	}
 	if t.Logger == nil {
 		t.Logger = zap.NewNop()
 	}
-	maxIter := t.MaxIterations
-	if maxIter <= 0 {
-		maxIter = 30
+	if t.MaxIterations <= 0 {
+		t.MaxIterations = 30
 	}
 	if t.Tools == nil {
 		t.Tools = NewRegistry()
@@ -231,182 +266,216 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 				r = s.callTool(ctx, t, call)
 			}
 			if err := s.appendResult(ctx, r, t.Clock); err != nil {
-				return res, err
+				return err
 			}
 		}
 	}
 	if !t.Resume {
-		if err := s.append(ctx, Message{Role: RoleUser, Text: input, Files: t.Files}, nil, "", t.Clock); err != nil {
-			return res, err
-		}
+		return s.append(ctx, Message{Role: RoleUser, Text: input, Files: t.Files}, nil, "", t.Clock)
 	}
-	res.Iterations = max(t.Used, 0)
-	var pendingReplies []chan SteerReply
-	for {
+	return nil
+}
+
+// answered records a model call's answer resp (by answered), runs its tool
+// calls and takes the steering messages that came meanwhile; done: the
+// turn ends with res.Text set.
+func (s *Session) answered(ctx context.Context, t *Turn, res *Result, resp *Response, answered *Model, pendingReplies *[]chan SteerReply) (done bool, _ error) {
+	res.Usage = res.Usage.Add(resp.Usage)
+	res.AnsweredBy = answered.Ref
+	if t.OnUsage != nil {
+		t.OnUsage(resp.Usage)
+	}
+	if t.OnCall != nil {
+		t.OnCall(answered, resp.Usage)
+	}
+	msg := Message{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls}
+	if err := s.append(ctx, msg, &resp.Usage, answered.Ref, t.Clock); err != nil {
+		return false, err
+	}
+	if resp.Text != "" {
+		for _, r := range *pendingReplies {
+			r <- SteerReply{Text: resp.Text}
+		}
+		*pendingReplies = nil
+	}
+	if len(resp.ToolCalls) > 0 {
+		// The per-call journal (SPEC §25): each result is written when
+		// its call ends, so a crash later in the batch keeps it.
+		for _, call := range resp.ToolCalls {
+			if err := s.appendResult(ctx, s.callTool(ctx, t, call), t.Clock); err != nil {
+				return false, err
+			}
+		}
 		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		if res.Iterations >= maxIter {
-			return res, fmt.Errorf("%w (%d)", ErrMaxIterations, maxIter)
-		}
-		res.Iterations++
-		resp, answered, err := s.completeChain(ctx, t, &res)
-		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return res, ctxErr
-			}
-			return res, err
-		}
-		res.Usage = res.Usage.Add(resp.Usage)
-		res.AnsweredBy = answered.Ref
-		if t.OnUsage != nil {
-			t.OnUsage(resp.Usage)
-		}
-		if t.OnCall != nil {
-			t.OnCall(answered, resp.Usage)
-		}
-		msg := Message{Role: RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls}
-		if err := s.append(ctx, msg, &resp.Usage, answered.Ref, t.Clock); err != nil {
-			return res, err
-		}
-		if resp.Text != "" {
-			for _, r := range pendingReplies {
-				r <- SteerReply{Text: resp.Text}
-			}
-			pendingReplies = nil
-		}
-		if len(resp.ToolCalls) > 0 {
-			// The per-call journal (SPEC §25): each result is written when
-			// its call ends, so a crash later in the batch keeps it.
-			for _, call := range resp.ToolCalls {
-				if err := s.appendResult(ctx, s.callTool(ctx, t, call), t.Clock); err != nil {
-					return res, err
-				}
-			}
-			if err := ctx.Err(); err != nil {
-				return res, err
-			}
-		}
-		// Steering messages arrive between tool calls; one that is pending
-		// when the model has finished starts another round.
-		steered := false
-		for more := true; more && t.Steer != nil; {
-			select {
-			case st := <-t.Steer:
-				if err := s.append(ctx, Message{Role: RoleUser, Text: st.Text}, nil, "", t.Clock); err != nil {
-					return res, err
-				}
-				if st.Reply != nil {
-					pendingReplies = append(pendingReplies, st.Reply)
-				}
-				steered = true
-			default:
-				more = false
-			}
-		}
-		if len(resp.ToolCalls) == 0 && !steered {
-			res.Text = resp.Text
-			return res, nil
+			return false, err
 		}
 	}
+	// Steering messages arrive between tool calls; one that is pending
+	// when the model has finished starts another round.
+	steered := false
+	for more := true; more && t.Steer != nil; {
+		select {
+		case st := <-t.Steer:
+			if err := s.append(ctx, Message{Role: RoleUser, Text: st.Text}, nil, "", t.Clock); err != nil {
+				return false, err
+			}
+			if st.Reply != nil {
+				*pendingReplies = append(*pendingReplies, st.Reply)
+			}
+			steered = true
+		default:
+			more = false
+		}
+	}
+	if len(resp.ToolCalls) == 0 && !steered {
+		res.Text = resp.Text
+		return true, nil
+	}
+	return false, nil
 }
 
 // completeChain makes one model call with t.Model, or — when it fails with
 // a retryable error after its retries — with each fallback in turn
 // (models that cool down last). A streamed reply falls back only before
 // its first text. It returns the model that answered.
-func (s *Session) completeChain(ctx context.Context, t Turn, res *Result) (*Response, *Model, error) {
-	chain := append([]*Model{t.Model}, t.Fallbacks...)
-	models := t.Health.order(chain)
-	var failures []string
-	failedNow := map[string]string{} // ref → reason, of this call
+func (s *Session) completeChain(ctx context.Context, t *Turn, res *Result) (*Response, *Model, error) {
+	c := &chain{models: append([]*Model{t.Model}, t.Fallbacks...)}
+	models := t.Health.order(c.models)
 	for i, m := range models {
-		if t.BeforeCall != nil {
-			if err := t.BeforeCall(ctx, m); err != nil {
-				return nil, m, err
-			}
-		}
-		tm := t
-		tm.Model = m
-		wrote := false
-		if t.OnText != nil {
-			tm.OnText = func(text string) {
-				t.OnText(text)
-				if text != "" && (t.Shown == nil || t.Shown()) {
-					wrote = true
-				}
-			}
+		tm, err := c.turn(ctx, t, m)
+		if err != nil {
+			return nil, m, err
 		}
 		resp, err := s.complete(ctx, tm, res)
 		if err == nil {
-			t.Health.Succeeded(m.Ref)
-			if why := t.Health.whyNotFirst(chain, m.Ref, failedNow); len(why) > 0 {
-				res.Fallback = FallbackNote(m.Ref, why)
-				t.logger().Info("a fallback model answered", zap.String("sessionKey", s.Key), zap.String("model", m.Ref),
-					zap.String("note", res.Fallback))
-			}
+			s.chainAnswered(t, c, m, res)
 			return resp, m, nil
 		}
-		if ctx.Err() != nil || !Retryable(err) {
+		if err = s.chainFailed(ctx, t, c, models, i, err); err != nil {
 			return nil, m, err
 		}
-		reason := FailureReason(err)
-		t.Health.Failed(m.Ref, reason)
-		failedNow[m.Ref] = reason
-		if wrote || i == len(models)-1 {
-			if len(failures) > 0 {
-				err = fmt.Errorf("%s; then %s failed: %w", strings.Join(failures, ", "), m.Ref, err)
-			}
-			return nil, m, err
-		}
-		failures = append(failures, fmt.Sprintf("%s failed (%s)", m.Ref, reason))
-		t.logger().Warn("model call failed; trying the next model of the chain", zap.String("sessionKey", s.Key),
-			zap.String("model", m.Ref), zap.String("next", models[i+1].Ref), zap.String("reason", reason))
 	}
 	return nil, t.Model, errors.New("no model to call") // unreachable: models holds t.Model
 }
 
-// complete makes one model call with the history fitted into the context
-// budget; a context-length refusal gets one forced compaction and one retry.
-func (s *Session) complete(ctx context.Context, t Turn, res *Result) (*Response, error) {
-	call := func(force bool) (*Response, error) {
-		msgs, spent, err := s.fit(ctx, t, force)
-		res.Usage = res.Usage.Add(spent)
-		if err != nil {
+// chain is the state of one completeChain.
+type chain struct {
+	models    []*Model          // t.Model, then its fallbacks
+	failures  []string          // "<ref> failed (<reason>)", of this call
+	failedNow map[string]string // ref → reason, of this call
+	wrote     bool              // the current model's text reached someone
+}
+
+// turn is t for a call with m (after BeforeCall allows it), on the heap.
+func (c *chain) turn(ctx context.Context, t *Turn, m *Model) (*Turn, error) {
+	if t.BeforeCall != nil {
+		if err := t.BeforeCall(ctx, m); err != nil {
 			return nil, err
 		}
-		req := Request{
-			Model: t.Model.ID, System: t.System, Messages: msgs, Tools: t.Tools.Specs(),
-			Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
-			Images: t.Model.Images, OpenFile: t.OpenFile,
-		}
-		ctx, span := startChatSpan(ctx, t.Model, req)
-		var resp *Response
-		switch st, ok := t.Model.Provider.(Streamer); {
-		case t.OnText == nil:
-			resp, err = t.Model.Provider.Complete(ctx, req)
-		case ok:
-			resp, err = st.Stream(ctx, req, t.OnText)
-		default:
-			resp, err = t.Model.Provider.Complete(ctx, req)
-			if err == nil && resp.Text != "" {
-				t.OnText(resp.Text)
+	}
+	tm := new(Turn)
+	*tm = *t
+	tm.Model = m
+	c.wrote = false
+	if onText, shown := t.OnText, t.Shown; onText != nil {
+		tm.OnText = func(text string) {
+			onText(text)
+			if text != "" && (shown == nil || shown()) {
+				c.wrote = true
 			}
 		}
-		endChatSpan(ctx, span, resp, err)
-		return resp, err
 	}
-	resp, err := call(false)
+	return tm, nil
+}
+
+// chainAnswered notes that m answered the call.
+func (s *Session) chainAnswered(t *Turn, c *chain, m *Model, res *Result) {
+	t.Health.Succeeded(m.Ref)
+	if why := t.Health.whyNotFirst(c.models, m.Ref, c.failedNow); len(why) > 0 {
+		res.Fallback = FallbackNote(m.Ref, why)
+		t.logger().Info("a fallback model answered", zap.String("sessionKey", s.Key), zap.String("model", m.Ref),
+			zap.String("note", res.Fallback))
+	}
+}
+
+// chainFailed handles the failure err of models[i]: nil when the next
+// model of the chain is to be tried, else the call's error.
+func (s *Session) chainFailed(ctx context.Context, t *Turn, c *chain, models []*Model, i int, err error) error {
+	m := models[i]
+	if ctx.Err() != nil || !Retryable(err) {
+		return err
+	}
+	reason := FailureReason(err)
+	t.Health.Failed(m.Ref, reason)
+	if c.failedNow == nil {
+		c.failedNow = map[string]string{}
+	}
+	c.failedNow[m.Ref] = reason
+	if c.wrote || i == len(models)-1 {
+		if len(c.failures) > 0 {
+			err = fmt.Errorf("%s; then %s failed: %w", strings.Join(c.failures, ", "), m.Ref, err)
+		}
+		return err
+	}
+	c.failures = append(c.failures, fmt.Sprintf("%s failed (%s)", m.Ref, reason))
+	t.logger().Warn("model call failed; trying the next model of the chain", zap.String("sessionKey", s.Key),
+		zap.String("model", m.Ref), zap.String("next", models[i+1].Ref), zap.String("reason", reason))
+	return nil
+}
+
+// complete makes one model call with the history fitted into the context
+// budget; a context-length refusal gets one forced compaction and one retry.
+func (s *Session) complete(ctx context.Context, t *Turn, res *Result) (*Response, error) {
+	resp, err := s.call(ctx, t, res, false)
 	if err != nil && errors.Is(err, ErrContextLength) && ctx.Err() == nil {
 		t.Logger.Info("the provider refused the context length; compacting and retrying once", zap.String("sessionKey", s.Key), zap.Error(err))
-		resp, err = call(true)
+		resp, err = s.call(ctx, t, res, true)
 	}
 	return resp, err
 }
 
-func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResult {
+// call is one attempt of complete.
+func (s *Session) call(ctx context.Context, t *Turn, res *Result, force bool) (*Response, error) {
+	req, err := s.request(ctx, t, res, force)
+	if err != nil {
+		return nil, err
+	}
+	ctx, span := startChatSpan(ctx, t.Model, req)
+	var resp *Response
+	switch st, ok := t.Model.Provider.(Streamer); {
+	case t.OnText == nil:
+		resp, err = t.Model.Provider.Complete(ctx, *req)
+	case ok:
+		resp, err = st.Stream(ctx, *req, t.OnText)
+	default:
+		resp, err = t.Model.Provider.Complete(ctx, *req)
+		if err == nil && resp.Text != "" {
+			t.OnText(resp.Text)
+		}
+	}
+	endChatSpan(ctx, span, resp, err)
+	return resp, err
+}
+
+// request is the Request of a call: the history fitted into the context
+// budget (its compaction's usage added to res).
+func (s *Session) request(ctx context.Context, t *Turn, res *Result, force bool) (*Request, error) {
+	msgs, spent, err := s.fit(ctx, t, force)
+	res.Usage = res.Usage.Add(spent)
+	if err != nil {
+		return nil, err
+	}
+	return &Request{
+		Model: t.Model.ID, System: t.System, Messages: msgs, Tools: t.Tools.Specs(),
+		Thinking: t.Thinking, MaxTokens: t.Model.MaxTokens,
+		Images: t.Model.Images, OpenFile: t.OpenFile,
+	}, nil
+}
+
+func (s *Session) callTool(ctx context.Context, t *Turn, call ToolCall) ToolResult {
 	r := ToolResult{CallID: call.ID, Name: call.Name}
-	t.Call.CallID = call.ID
+	cc := t.Call
+	cc.CallID = call.ID
 	args := call.Args
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
@@ -421,13 +490,13 @@ func (s *Session) callTool(ctx context.Context, t Turn, call ToolCall) ToolResul
 		return r
 	}
 	if t.Authorize != nil {
-		if err := t.Authorize(ctx, t.Call, call, tool); err != nil {
+		if err := t.Authorize(ctx, cc, call, tool); err != nil {
 			r.IsError = true
 			r.Content = errorJSON(err.Error())
 			return r
 		}
 	}
-	out, err := tool.Call(ctx, t.Call, args)
+	out, err := tool.Call(ctx, cc, args)
 	if err != nil {
 		r.IsError = true
 		r.Content = errorJSON(err.Error())

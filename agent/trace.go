@@ -32,7 +32,7 @@ func genAIProvider(api string) string {
 	return "herald." + api
 }
 
-func startChatSpan(ctx context.Context, m *Model, req Request) (context.Context, trace.Span) {
+func startChatSpan(ctx context.Context, m *Model, req *Request) (context.Context, trace.Span) {
 	tr := telemetry.From(ctx)
 	ctx, span := tr.Start(ctx, telemetry.ChatSpan(m.ID), trace.WithSpanKind(trace.SpanKindClient))
 	if !span.IsRecording() {

@@ -62,16 +62,26 @@ func newAnthropic(id string, p config.Provider, opts Options, log *zap.Logger) (
 	}, nil
 }
 
-// Complete sends req to the Messages API.
+// Complete sends req to the Messages API. As with OpenAI's, the params
+// live on the heap and the frames held while the call waits are small.
 func (p *anthropicProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	params := p.params(req)
 	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
-		msg, err := p.client.Messages.New(ctx, params, anthropicKey(key, option.WithRequestTimeout(requestTimeout(params.MaxTokens)))...)
+		msg, err := anthropicNew(ctx, &p.client, params, key)
 		if err != nil {
 			return nil, err
 		}
 		return p.response(msg), nil
 	}, classifyAnthropic)
+}
+
+// anthropicNew is Messages.New with params by pointer: the SDK takes them
+// by value, a copy only this frame holds.
+//
+//go:noinline
+func anthropicNew(ctx context.Context, c *anthropic.Client, params *anthropic.MessageNewParams, key string) (*anthropic.Message, error) {
+	opts := anthropicKey(key, option.WithRequestTimeout(requestTimeout(params.MaxTokens)))
+	return c.Messages.New(ctx, *params, opts...)
 }
 
 // anthropicKey adds one of the provider's keys to opts ("" = the
@@ -90,8 +100,8 @@ func requestTimeout(maxTokens int64) time.Duration {
 	return max(10*time.Minute, time.Duration(float64(time.Hour)*float64(maxTokens)/128000))
 }
 
-// params maps the neutral request to the wire format.
-func (p *anthropicProvider) params(req agent.Request) anthropic.MessageNewParams {
+// params maps the neutral request to the wire format, on the heap.
+func (p *anthropicProvider) params(req agent.Request) *anthropic.MessageNewParams {
 	model := modelConfig(p.cfg, req.Model)
 	maxTokens := int64(DefaultAnthropicMaxTokens)
 	if req.MaxTokens > 0 {
@@ -121,7 +131,7 @@ func (p *anthropicProvider) params(req agent.Request) anthropic.MessageNewParams
 		}
 	}
 
-	params := anthropic.MessageNewParams{
+	params := &anthropic.MessageNewParams{
 		Model:     anthropic.Model(req.Model),
 		MaxTokens: maxTokens,
 		Messages:  p.messages(req, budget > 0),

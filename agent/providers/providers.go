@@ -214,94 +214,132 @@ type retrier struct {
 // key answered 429 rests and the next key is tried at once; a key refused
 // with 401/403 is set aside and the next one tried; when every key is set
 // aside the call fails (an auth failure: no fallback model is tried).
+//
+// do stays on the stack while an attempt waits for its answer, so its
+// frame is kept small: picking a key and handling a failure are calls of
+// their own (docs/performance.md, memory per model call in flight).
 func (r *retrier) do(ctx context.Context, attempt func(ctx context.Context, key string) (*agent.Response, error), classify func(error) failure) (*agent.Response, error) {
-	log := r.log
-	if f := agent.LogFields(ctx); len(f) > 0 {
-		log = log.With(f...) // the run's fields, when a run makes the call
-	}
 	for n := 0; ; n++ {
-		ki, key, wait, ok := r.keys.pick()
-		if !ok {
-			return nil, &agent.ProviderError{Provider: r.provider, StatusCode: http.StatusUnauthorized, Auth: true,
-				Message: fmt.Sprintf("every API key was refused (keys %s set aside until a reload)", r.keys.asideList())}
-		}
-		if wait > 0 {
-			if wait > r.opts.MaxRetryAfter {
-				return nil, &agent.ProviderError{Provider: r.provider, StatusCode: http.StatusTooManyRequests, Retryable: true,
-					Message: fmt.Sprintf("every API key is rate limited for %s more", wait.Round(time.Second))}
-			}
-			log.Info("every API key rests; waiting for the first", zap.String("key", r.keys.name(ki)), zap.Duration("wait", wait))
-			if err := r.opts.Sleep(ctx, wait); err != nil {
-				return nil, fmt.Errorf("%s: waiting for a rested API key: %w", r.provider, err)
-			}
+		ki, key, err := r.pick(ctx)
+		if err != nil {
+			return nil, err
 		}
 		start := time.Now()
 		resp, err := attempt(ctx, key)
 		if err == nil {
-			log.Debug("model call done", zap.Int("attempt", n+1), zap.Duration("latency", time.Since(start)),
-				zap.Int64("inputTokens", resp.Usage.Input), zap.Int64("outputTokens", resp.Usage.Output))
+			r.answered(ctx, n, start, resp)
 			return resp, nil
 		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("%s: model call: %w", r.provider, ctxErr)
-		}
-		f := classify(err)
-		f.message = redactKeys(f.message, r.keys.values())
-		perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message, ContextLength: f.contextLength,
-			Retryable: f.retryable(), Auth: f.status == http.StatusUnauthorized || f.status == http.StatusForbidden,
-			ConnectionFailed: f.transport}
-		agent.NoteProblem(ctx, problemText(r.provider, f))
-		if r.keys.count() > 0 {
-			switch {
-			case perr.Auth:
-				// Set aside even when it is the only key: every later call
-				// fails at once as an auth error instead of re-sending a
-				// refused key (SPEC §20), until a reload.
-				r.keys.setAside(ki)
-				log.Warn("API key refused; set aside until a reload", zap.String("key", r.keys.name(ki)), zap.Int("status", f.status), zap.String("message", f.message))
-				if r.keys.anyLeft() {
-					n-- // another key: not a retry of the call
-					continue
-				}
-				if r.keys.several() {
-					perr.Message = fmt.Sprintf("every API key was refused (keys %s set aside until a reload): %s", r.keys.asideList(), f.message)
-				}
-				return nil, perr
-			case f.status == http.StatusTooManyRequests && r.keys.several():
-				rest, found := parseRetryAfter(f.retryMS, f.retryAfter, time.Now())
-				if !found {
-					rest = DefaultKeyRest
-				}
-				r.keys.restKey(ki, rest)
-				log.Info("API key rate limited; it rests", zap.String("key", r.keys.name(ki)), zap.Duration("rest", rest))
-				if n >= r.opts.MaxRetries {
-					log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
-					return nil, perr
-				}
-				continue // the next key now, or the first to wake
-			}
-		}
-		if !f.retryable() {
-			log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
-			return nil, perr
-		}
-		if n >= r.opts.MaxRetries {
-			log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
-			return nil, perr
-		}
-		delay, ok := r.delay(n, f)
-		if !ok {
-			log.Warn("model call rate limited beyond the longest wait", zap.Int("status", f.status),
-				zap.String("retryAfter", f.retryAfter), zap.Duration("maxRetryAfter", r.opts.MaxRetryAfter))
-			perr.Message = fmt.Sprintf("%s (server asked to retry after %s, more than the %s Herald waits)", f.message, delay, r.opts.MaxRetryAfter)
-			return nil, perr
-		}
-		log.Info("retrying model call", zap.Int("attempt", n+1), zap.Int("status", f.status),
-			zap.String("message", f.message), zap.Duration("delay", delay))
-		if err := r.opts.Sleep(ctx, delay); err != nil {
-			return nil, fmt.Errorf("%s: waiting to retry model call: %w", r.provider, err)
+		again := false
+		if n, again, err = r.failed(ctx, n, ki, err, classify); !again {
+			return nil, err
 		}
 	}
+}
+
+// logger is the retrier's logger with the run's fields, when a run makes
+// the call.
+func (r *retrier) logger(ctx context.Context) *zap.Logger {
+	if f := agent.LogFields(ctx); len(f) > 0 {
+		return r.log.With(f...)
+	}
+	return r.log
+}
+
+// pick chooses the key of the next attempt, waiting for a rested one when
+// every key rests.
+func (r *retrier) pick(ctx context.Context) (ki int, key string, err error) {
+	ki, key, wait, ok := r.keys.pick()
+	if !ok {
+		return 0, "", &agent.ProviderError{Provider: r.provider, StatusCode: http.StatusUnauthorized, Auth: true,
+			Message: fmt.Sprintf("every API key was refused (keys %s set aside until a reload)", r.keys.asideList())}
+	}
+	if wait > 0 {
+		if wait > r.opts.MaxRetryAfter {
+			return 0, "", &agent.ProviderError{Provider: r.provider, StatusCode: http.StatusTooManyRequests, Retryable: true,
+				Message: fmt.Sprintf("every API key is rate limited for %s more", wait.Round(time.Second))}
+		}
+		r.logger(ctx).Info("every API key rests; waiting for the first", zap.String("key", r.keys.name(ki)), zap.Duration("wait", wait))
+		if err := r.opts.Sleep(ctx, wait); err != nil {
+			return 0, "", fmt.Errorf("%s: waiting for a rested API key: %w", r.provider, err)
+		}
+	}
+	return ki, key, nil
+}
+
+// answered logs an attempt that succeeded.
+func (r *retrier) answered(ctx context.Context, n int, start time.Time, resp *agent.Response) {
+	if !r.log.Core().Enabled(zap.DebugLevel) {
+		return
+	}
+	r.logger(ctx).Debug("model call done", zap.Int("attempt", n+1), zap.Duration("latency", time.Since(start)),
+		zap.Int64("inputTokens", resp.Usage.Input), zap.Int64("outputTokens", resp.Usage.Output))
+}
+
+// failed handles attempt n's error err, made with key ki: again reports
+// whether to make another attempt (after the wait it needed) and n is the
+// attempt count to go on from; else err is the call's error.
+func (r *retrier) failed(ctx context.Context, n, ki int, err error, classify func(error) failure) (_ int, again bool, _ error) {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return n, false, fmt.Errorf("%s: model call: %w", r.provider, ctxErr)
+	}
+	log := r.logger(ctx)
+	f := classify(err)
+	f.message = redactKeys(f.message, r.keys.values())
+	perr := &agent.ProviderError{Provider: r.provider, StatusCode: f.status, Message: f.message, ContextLength: f.contextLength,
+		Retryable: f.retryable(), Auth: f.status == http.StatusUnauthorized || f.status == http.StatusForbidden,
+		ConnectionFailed: f.transport}
+	agent.NoteProblem(ctx, problemText(r.provider, f))
+	if r.keys.count() > 0 {
+		switch {
+		case perr.Auth:
+			// Set aside even when it is the only key: every later call
+			// fails at once as an auth error instead of re-sending a
+			// refused key (SPEC §20), until a reload.
+			r.keys.setAside(ki)
+			log.Warn("API key refused; set aside until a reload", zap.String("key", r.keys.name(ki)), zap.Int("status", f.status), zap.String("message", f.message))
+			if r.keys.anyLeft() {
+				return n - 1, true, nil // another key: not a retry of the call
+			}
+			if r.keys.several() {
+				perr.Message = fmt.Sprintf("every API key was refused (keys %s set aside until a reload): %s", r.keys.asideList(), f.message)
+			}
+			return n, false, perr
+		case f.status == http.StatusTooManyRequests && r.keys.several():
+			rest, found := parseRetryAfter(f.retryMS, f.retryAfter, time.Now())
+			if !found {
+				rest = DefaultKeyRest
+			}
+			r.keys.restKey(ki, rest)
+			log.Info("API key rate limited; it rests", zap.String("key", r.keys.name(ki)), zap.Duration("rest", rest))
+			if n >= r.opts.MaxRetries {
+				log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
+				return n, false, perr
+			}
+			return n, true, nil // the next key now, or the first to wake
+		}
+	}
+	if !f.retryable() {
+		log.Warn("model call failed", zap.Int("status", f.status), zap.String("message", f.message))
+		return n, false, perr
+	}
+	if n >= r.opts.MaxRetries {
+		log.Warn("model call failed after retries", zap.Int("attempts", n+1), zap.Int("status", f.status), zap.String("message", f.message))
+		return n, false, perr
+	}
+	delay, ok := r.delay(n, f)
+	if !ok {
+		log.Warn("model call rate limited beyond the longest wait", zap.Int("status", f.status),
+			zap.String("retryAfter", f.retryAfter), zap.Duration("maxRetryAfter", r.opts.MaxRetryAfter))
+		perr.Message = fmt.Sprintf("%s (server asked to retry after %s, more than the %s Herald waits)", f.message, delay, r.opts.MaxRetryAfter)
+		return n, false, perr
+	}
+	log.Info("retrying model call", zap.Int("attempt", n+1), zap.Int("status", f.status),
+		zap.String("message", f.message), zap.Duration("delay", delay))
+	if err := r.opts.Sleep(ctx, delay); err != nil {
+		return n, false, fmt.Errorf("%s: waiting to retry model call: %w", r.provider, err)
+	}
+	return n, true, nil
 }
 
 // problemText names one failed attempt for a run's Notes.

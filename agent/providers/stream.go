@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go"
+	anthropicsse "github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/tidwall/gjson"
@@ -22,25 +23,62 @@ import (
 func (p *anthropicProvider) Stream(ctx context.Context, req agent.Request, onText func(string)) (*agent.Response, error) {
 	params := p.params(req)
 	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
-		stream := p.client.Messages.NewStreaming(ctx, params, anthropicKey(key)...)
-		defer stream.Close()
-		var msg anthropic.Message
-		var text strings.Builder
-		for stream.Next() {
-			ev := stream.Current()
-			if err := msg.Accumulate(ev); err != nil {
-				return nil, err
-			}
-			if d, ok := ev.AsAny().(anthropic.ContentBlockDeltaEvent); ok && d.Delta.Type == "text_delta" && d.Delta.Text != "" {
-				text.WriteString(d.Delta.Text)
-				onText(text.String())
-			}
-		}
-		if err := stream.Err(); err != nil {
+		return p.stream(ctx, params, key, onText)
+	}, classifyAnthropic)
+}
+
+// stream is one attempt of Stream. The reply is put together on the heap
+// and each event is copied out in take: the frames that wait for the
+// answer hold neither (an event is 5 KB, a Message 1.4 KB), nor the
+// params (see anthropicNew).
+func (p *anthropicProvider) stream(ctx context.Context, params *anthropic.MessageNewParams, key string, onText func(string)) (*agent.Response, error) {
+	stream := anthropicNewStreaming(ctx, &p.client, params, key)
+	defer stream.Close()
+	acc := &anthropicAccumulator{}
+	for stream.Next() {
+		text, err := acc.take(stream)
+		if err != nil {
 			return nil, err
 		}
-		return p.response(&msg), nil
-	}, classifyAnthropic)
+		if text {
+			onText(acc.text.String())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return p.response(&acc.msg), nil
+}
+
+// anthropicNewStreaming is Messages.NewStreaming with params by pointer.
+//
+//go:noinline
+func anthropicNewStreaming(ctx context.Context, c *anthropic.Client, params *anthropic.MessageNewParams, key string) *anthropicsse.Stream[anthropic.MessageStreamEventUnion] {
+	opts := anthropicKey(key)
+	return c.Messages.NewStreaming(ctx, *params, opts...)
+}
+
+// anthropicAccumulator is a streamed Messages reply put together, and its
+// text so far.
+type anthropicAccumulator struct {
+	msg  anthropic.Message
+	text strings.Builder
+}
+
+// take adds the stream's current event; text reports whether it added
+// text.
+//
+//go:noinline
+func (a *anthropicAccumulator) take(stream *anthropicsse.Stream[anthropic.MessageStreamEventUnion]) (text bool, err error) {
+	ev := stream.Current()
+	if err := a.msg.Accumulate(ev); err != nil {
+		return false, err
+	}
+	if d, ok := ev.AsAny().(anthropic.ContentBlockDeltaEvent); ok && d.Delta.Type == "text_delta" && d.Delta.Text != "" {
+		a.text.WriteString(d.Delta.Text)
+		return true, nil
+	}
+	return false, nil
 }
 
 // Stream is Complete through Chat Completions streaming (with the usage
@@ -50,43 +88,50 @@ func (p *anthropicProvider) Stream(ctx context.Context, req agent.Request, onTex
 func (p *openAIProvider) Stream(ctx context.Context, req agent.Request, onText func(string)) (*agent.Response, error) {
 	body := p.body(req, true)
 	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
-		var raw *http.Response
-		if err := p.client.Post(ctx, "chat/completions", body, &raw, openAIKey(key)...); err != nil {
-			if raw != nil && raw.Body != nil {
-				raw.Body.Close()
-			}
-			return nil, err
-		}
-		events := ssestream.NewDecoder(raw)
-		if events == nil {
-			return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: "the streamed reply had no choices"}
-		}
-		defer events.Close()
-		var acc chunkAccumulator
-		var chunk streamChunk
-		for events.Next() {
-			ev := events.Event()
-			if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
-				break
-			}
-			if err := decodeChunk(ev, &chunk); err != nil {
-				return nil, err
-			}
-			if err := acc.add(&chunk); err != nil {
-				return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: err.Error()}
-			}
-			if len(chunk.Choices) > 0 && chunk.Choices[0].Index == 0 && chunk.Choices[0].Delta.Content != "" {
-				onText(acc.text.String())
-			}
-		}
-		if err := events.Err(); err != nil {
-			return nil, err
-		}
-		if !acc.choice {
-			return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: "the streamed reply had no choices"}
-		}
-		return openAIResponse(acc.completion()), nil
+		return p.stream(ctx, body, key, onText)
 	}, classifyOpenAI)
+}
+
+// stream is one attempt of Stream. It stays on the stack while the answer
+// comes, so the reply is put together on the heap (docs/performance.md,
+// memory per model call in flight).
+func (p *openAIProvider) stream(ctx context.Context, body []byte, key string, onText func(string)) (*agent.Response, error) {
+	var raw *http.Response
+	if err := p.client.Post(ctx, "chat/completions", body, &raw, openAIKey(key)...); err != nil {
+		if raw != nil && raw.Body != nil {
+			raw.Body.Close()
+		}
+		return nil, err
+	}
+	events := ssestream.NewDecoder(raw)
+	if events == nil {
+		return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: "the streamed reply had no choices"}
+	}
+	defer events.Close()
+	acc := &chunkAccumulator{}
+	chunk := &streamChunk{}
+	for events.Next() {
+		ev := events.Event()
+		if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
+			break
+		}
+		if err := decodeChunk(ev, chunk); err != nil {
+			return nil, err
+		}
+		if err := acc.add(chunk); err != nil {
+			return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: err.Error()}
+		}
+		if len(chunk.Choices) > 0 && chunk.Choices[0].Index == 0 && chunk.Choices[0].Delta.Content != "" {
+			onText(acc.text.String())
+		}
+	}
+	if err := events.Err(); err != nil {
+		return nil, err
+	}
+	if !acc.choice {
+		return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: "the streamed reply had no choices"}
+	}
+	return openAIResponse(acc.completion()), nil
 }
 
 // maxStreamToolCalls bounds the tool calls one streamed reply may open
