@@ -192,7 +192,18 @@ func cutTornLine(f *os.File) (int64, error) {
 	if size == 0 {
 		return 0, nil
 	}
-	buf := make([]byte, 64<<10)
+	// The usual transcript ends with a newline: one byte tells. (A 64 KB
+	// buffer here lived on the stack and grew the goroutine of every run
+	// opening its transcript to 128 KB, which it kept while its model
+	// call was in flight: docs/performance.md.)
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], size-1); err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	if last[0] == '\n' {
+		return size, nil
+	}
+	buf := make([]byte, min(size, 64<<10)) // on the heap: its size is not constant
 	end := size
 	for end > 0 {
 		n := int64(len(buf))
@@ -201,9 +212,6 @@ func cutTornLine(f *os.File) (int64, error) {
 		}
 		if _, err := f.ReadAt(buf[:n], end-n); err != nil && !errors.Is(err, io.EOF) {
 			return 0, err
-		}
-		if end == size && buf[n-1] == '\n' {
-			return size, nil
 		}
 		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
 			end = end - n + int64(i) + 1
