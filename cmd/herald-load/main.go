@@ -35,7 +35,7 @@ func main() {
 	flag.StringVar(&o.ProfileDir, "profile", "", "write cpu.pprof, heap.pprof and goroutine.pprof of the gateway here")
 	flag.StringVar(&o.PostgresURL, "postgres", "", "keep the gateway's state in this PostgreSQL database (a fresh one: scripts/postgres.sh start)")
 	flag.IntVar(&o.Replicas, "replicas", 1, "with -postgres: this many gateway processes share the state; conversations are spread over them")
-	flag.BoolVar(&o.Serial, "serial", false, "post each conversation's message after the previous one's replies arrived (a loop of turns; CPU per turn without overlap)")
+	flag.BoolVar(&o.Serial, "serial", false, "one conversation at a time: open its event stream, post, wait for its replies, close the stream (a loop of turns; CPU per turn without overlap)")
 	quiet := flag.Bool("q", false, "print only the summary line")
 	sessions := flag.Int("sessions", 0, "measure bounded memory: this many distinct conversations per wave (instead of the sub-agent load)")
 	turns := flag.Int("turns", 3, "with -sessions: turns per conversation")

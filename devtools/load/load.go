@@ -165,9 +165,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		cfgPath := filepath.Join(gwDir, "herald.json5")
 		cfg := harness.Config{Listen: addr, ModelURL: model.URL, MainConcurrent: o.Conversations,
 			Subagents: max(res.Runs, 1), Children: max(o.SubAgents, 1), GraceSeconds: 5,
-			// Within the default of channels.web.maxStreams, leave the key
-			// out: builds older than it (-bin of an older commit) start.
-			NoMaxStreams: o.Conversations <= 60}
+			// Within the default of channels.web.maxStreams (serial: one
+			// stream at a time), leave the key out: builds older than it
+			// (-bin of an older commit) start.
+			NoMaxStreams: o.Serial || o.Conversations <= 60}
 		if o.PostgresURL != "" {
 			cfg.Extra = fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
 		}
@@ -222,10 +223,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.SubAgents == 0 {
 		want, role = o.Conversations, "assistant"
 	}
-	for i := range o.Conversations {
+	// open opens conversation i's event stream and waits until it is
+	// ready; stop closes it.
+	open := func(i int) (stop func(), err error) {
 		ready := make(chan struct{})
+		sctx, cancel := context.WithCancel(streamCtx)
 		streams.Go(func() {
-			err := web(i).Events(streamCtx, client(i), ready, func(m harness.Message, at time.Time) {
+			err := web(i).Events(sctx, client(i), ready, func(m harness.Message, at time.Time) {
 				if m.Role != role {
 					return
 				}
@@ -245,14 +249,23 @@ func Run(ctx context.Context, o Options) (Result, error) {
 					close(allDone)
 				}
 			})
-			if err != nil && streamCtx.Err() == nil {
+			if err != nil && sctx.Err() == nil {
 				logf("event stream %s: %v", client(i), err)
 			}
 		})
 		select {
 		case <-ready:
+			return cancel, nil
 		case <-ctx.Done():
-			return res, fmt.Errorf("opening event streams: %w", ctx.Err())
+			cancel()
+			return nil, fmt.Errorf("opening event streams: %w", ctx.Err())
+		}
+	}
+	if !o.Serial {
+		for i := range o.Conversations {
+			if _, err := open(i); err != nil {
+				return res, err
+			}
 		}
 	}
 
@@ -290,10 +303,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var posts sync.WaitGroup
 	errs := make(chan error, o.Conversations)
 	perConv := want / o.Conversations
+	stopPrev := func() {}
+	defer func() { stopPrev() }()
 	for i := range o.Conversations {
-		if o.Serial && i > 0 {
-			// Wait for the previous conversation's replies.
-			for {
+		if o.Serial {
+			// Wait for the previous conversation's replies, close its
+			// stream and open this one's (as a browser tab would).
+			for i > 0 {
 				mu.Lock()
 				n := announced
 				mu.Unlock()
@@ -308,6 +324,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 					return res, fmt.Errorf("serial: conversation %d's replies did not arrive: %w", i-1, ctx.Err())
 				}
 			}
+			stopPrev()
+			stop, err := open(i)
+			if err != nil {
+				return res, err
+			}
+			stopPrev = stop
 		}
 		posts.Go(func() {
 			text := fmt.Sprintf("SPAWN %d t%d", o.SubAgents, i)
