@@ -199,10 +199,13 @@ func uniqueName(name string, used map[string]bool) string {
 // and audio are transcribed (attachments.transcription) into the text.
 // It returns the input text and the files for the model.
 func (g *Gateway) turnFiles(ctx context.Context, it store.Intake, cws string, log *zap.Logger) (string, []agent.File) {
-	refs, err := g.db.IntakeFiles(ctx, it.ID)
-	if err != nil {
-		log.Warn("could not read the message's files; the turn goes on without them", zap.Error(err))
-		return it.Text, nil
+	refs := it.Files
+	if !it.FilesKnown { // a message stored before this turn's process read it
+		var err error
+		if refs, err = g.db.IntakeFiles(ctx, it.ID); err != nil {
+			log.Warn("could not read the message's files; the turn goes on without them", zap.Error(err))
+			return it.Text, nil
+		}
 	}
 	if len(refs) == 0 {
 		return it.Text, nil

@@ -310,11 +310,14 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	// would leave its outcome unknown. Each send has its own deadline.
 	// Files go after the text, one part each (SPEC §18); a send that
 	// carries files gets a deadline per file on top.
-	files, err := d.db.OutboxFiles(context.WithoutCancel(ctx), it.ID)
-	if err != nil {
-		d.retry(ctx, it, now.Add(5*time.Second), "read the message's files: "+err.Error())
-		log.Warn("could not read a queued message's files; will retry", zap.Error(err))
-		return
+	files := it.Files
+	var err error
+	if !it.FilesKnown {
+		if files, err = d.db.OutboxFiles(context.WithoutCancel(ctx), it.ID); err != nil {
+			d.retry(ctx, it, now.Add(5*time.Second), "read the message's files: "+err.Error())
+			log.Warn("could not read a queued message's files; will retry", zap.Error(err))
+			return
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout*time.Duration(1+len(files)))
 	var mark *deliveryMark

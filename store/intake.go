@@ -44,6 +44,9 @@ type Intake struct {
 	// Files are the message's stored files (PutFile), written with the row
 	// (AddIntake) and read back with IntakeFiles.
 	Files []FileRef
+	// FilesKnown says Files holds all the message's files, as on the
+	// message AddIntake added: nothing to read back.
+	FilesKnown bool
 	// Kind is "" for a message from a person, IntakeWake for the wake of
 	// a parent whose sub-agents ended (SPEC §23).
 	Kind string
@@ -124,6 +127,7 @@ func addIntake(c conn, in *Intake, origin string) (added bool, err error) {
 	if err := insertFiles(c, "intake_files", "intake_id", id, in.SessionKey, in.Files, in.CreatedAt.UnixMilli()); err != nil {
 		return true, err
 	}
+	in.FilesKnown = true
 	if holder == "" {
 		return true, nil
 	}
@@ -365,7 +369,7 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 		reply.ID = outID
 		row.apply(reply)
 		if claimed.ID == outID {
-			claimed.Files = reply.Files
+			claimed.Files, claimed.FilesKnown = reply.Files, true
 			*reply = claimed
 		}
 	}

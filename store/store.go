@@ -231,6 +231,9 @@ type OutboxItem struct {
 	// Files go out after the text, one part each (SPEC §18); written with
 	// the row, read back with OutboxFiles.
 	Files []FileRef
+	// FilesKnown says Files holds all the item's files, as on the item
+	// CompleteTurn claimed for its caller: nothing to read back.
+	FilesKnown bool
 }
 
 // Approval statuses.

@@ -162,8 +162,8 @@ func testIntake(t *testing.T, s Store) {
 	ctx := context.Background()
 	a, b := intake(convKey, "m1", "first"), intake(convKey, "m2", "second")
 	for _, in := range []*store.Intake{a, b} {
-		if added, err := s.AddIntake(ctx, in); err != nil || !added || in.ID == 0 {
-			t.Fatalf("AddIntake(%s) = %v, %v", in.Text, added, err)
+		if added, err := s.AddIntake(ctx, in); err != nil || !added || in.ID == 0 || !in.FilesKnown {
+			t.Fatalf("AddIntake(%s) = %v, %v (files known: %v)", in.Text, added, err, in.FilesKnown)
 		}
 	}
 	dup := intake(convKey, "m1", "first")
@@ -185,7 +185,7 @@ func testIntake(t *testing.T, s Store) {
 	// the same transaction.
 	reply := &store.OutboxItem{Origin: origin, Kind: channels.KindReply, Text: "answer"}
 	id, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: a.ID, Reply: reply, At: t0, AddUsage: true, TokensIn: 30, TokensOut: 4, ClaimReply: "r1"})
-	if err != nil || id == 0 || reply.ID != id || reply.ClaimedBy != "r1" || reply.Text != "answer" || reply.Origin != origin {
+	if err != nil || id == 0 || reply.ID != id || reply.ClaimedBy != "r1" || reply.Text != "answer" || reply.Origin != origin || !reply.FilesKnown {
 		t.Fatalf("CompleteTurn = %d, %v; reply %+v, want it claimed by r1", id, err, reply)
 	}
 	if got, _ := s.ClaimOutbox(ctx, store.Claim{Holder: "r2"}, nil, t0.Add(time.Hour)); len(got) != 0 {
