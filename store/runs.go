@@ -260,48 +260,59 @@ func insertRun(c conn, r *Run, tools any, origin string) error {
 // checkSpawnLimits counts inside the writer's transaction: with one writer
 // connection (SQLite) or the roots' locks held (PostgreSQL), nothing can
 // insert a run of the same root between the count and the insert. The new
-// runs count with the stored ones: each requester's and each root's.
+// runs count with the stored ones: each requester's and each root's. All
+// the counts are one statement, each read from an index alone
+// (runs_requester_active, runs_root_schedule).
 func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
-	count := func(q string, arg string) (int, error) {
-		var n int
-		err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) }, q, arg)
-		return n, err
+	type bound struct {
+		limit string
+		max   int
+		key   string
+		add   int
 	}
-	adding := func(key func(*Run) string) ([]string, map[string]int) {
-		var keys []string
-		n := map[string]int{}
+	var bounds []bound
+	adding := func(limit string, max int, key func(*Run) string) {
+		if max <= 0 {
+			return
+		}
+		first := len(bounds)
 		for _, r := range runs {
 			k := key(r)
-			if n[k] == 0 {
-				keys = append(keys, k)
-			}
-			n[k]++
-		}
-		return keys, n
-	}
-	if lim.MaxChildren > 0 {
-		keys, add := adding(func(r *Run) string { return r.RequesterKey })
-		for _, k := range keys {
-			n, err := count(`SELECT COUNT(*) FROM runs WHERE requester_key = $1 AND status IN ('`+
-				StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`') AND schedule_id = ''`, k)
-			if err != nil {
-				return err
-			}
-			if n+add[k] > lim.MaxChildren {
-				return &LimitError{Limit: "maxChildrenPerSession", Count: n, Max: lim.MaxChildren, Adding: add[k]}
+			i := slices.IndexFunc(bounds[first:], func(b bound) bool { return b.key == k })
+			if i < 0 {
+				bounds = append(bounds, bound{limit, max, k, 1})
+			} else {
+				bounds[first+i].add++
 			}
 		}
 	}
-	if lim.MaxTotal > 0 {
-		keys, add := adding(func(r *Run) string { return r.RootKey })
-		for _, k := range keys {
-			n, err := count(`SELECT COUNT(*) FROM runs WHERE root_key = $1 AND schedule_id = ''`, k)
-			if err != nil {
-				return err
-			}
-			if n+add[k] > lim.MaxTotal {
-				return &LimitError{Limit: "maxTotalSpawns", Count: n, Max: lim.MaxTotal, Adding: add[k]}
-			}
+	adding("maxChildrenPerSession", lim.MaxChildren, func(r *Run) string { return r.RequesterKey })
+	adding("maxTotalSpawns", lim.MaxTotal, func(r *Run) string { return r.RootKey })
+	if len(bounds) == 0 {
+		return nil
+	}
+	var args sqlArgs
+	counts := make([]string, len(bounds))
+	for i, b := range bounds {
+		if b.limit == "maxChildrenPerSession" {
+			counts[i] = `(SELECT COUNT(*) FROM runs WHERE requester_key = ` + args.add(b.key) + ` AND status IN ('` +
+				StatusQueued + `', '` + StatusRunning + `', '` + StatusAnnouncing + `') AND schedule_id = '')`
+		} else {
+			counts[i] = `(SELECT COUNT(*) FROM runs WHERE root_key = ` + args.add(b.key) + ` AND schedule_id = '')`
+		}
+	}
+	n := make([]int, len(bounds))
+	dest := make([]any, len(bounds))
+	for i := range n {
+		dest[i] = &n[i]
+	}
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(dest...) },
+		`SELECT `+strings.Join(counts, ", "), args...); err != nil {
+		return err
+	}
+	for i, b := range bounds {
+		if n[i]+b.add > b.max {
+			return &LimitError{Limit: b.limit, Count: n[i], Max: b.max, Adding: b.add}
 		}
 	}
 	return nil
