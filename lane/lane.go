@@ -164,6 +164,65 @@ func (l *Lane) run(j Job) {
 	j.Run(l.ctx)
 }
 
+// Slot is a place in a lane taken by Reserve for a job that starts at
+// once: it counts as a running job until Start runs the job in it or
+// Release gives it back.
+type Slot struct{ l *Lane }
+
+// Reserve takes a free slot for a job about to be made, when the lane
+// has one and no job waits (a waiting job keeps its turn); nil otherwise.
+// The caller must Start or Release it. A sub-agent spawn records its run
+// as running in the transaction that records it when it got a slot.
+func (l *Lane) Reserve() *Slot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || len(l.queue) > 0 || l.running >= l.max {
+		return nil
+	}
+	l.running++
+	l.wg.Add(1)
+	return &Slot{l: l}
+}
+
+// Start runs j in the slot now, even when Shutdown began meanwhile: the
+// slot was a running job since Reserve, and Shutdown waits for it as for
+// any other. A j whose key is busy waits in the queue instead.
+func (s *Slot) Start(j Job) {
+	l := s.l
+	j.enqueued = time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if j.Key != "" && l.busy[j.Key] {
+		l.queue = append(l.queue, j)
+		l.releaseLocked()
+		return
+	}
+	if j.Key != "" {
+		l.busy[j.Key] = true
+	}
+	go l.run(j)
+}
+
+// Release gives the slot back unused (nil: no-op).
+func (s *Slot) Release() {
+	if s == nil {
+		return
+	}
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	s.l.releaseLocked()
+}
+
+// releaseLocked frees a reserved slot and starts what waits for it.
+// l.mu must be held.
+func (l *Lane) releaseLocked() {
+	l.running--
+	l.wg.Done()
+	if !l.closed {
+		l.dispatchLocked()
+	}
+}
+
 // Shutdown stops intake, drops jobs that have not started, and waits for
 // running jobs until ctx ends; then it cancels their context and waits for
 // them to return. It returns the number of dropped jobs.

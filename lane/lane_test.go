@@ -156,3 +156,68 @@ func TestLaneSetMaxStartsQueuedJobs(t *testing.T) {
 	}
 	close(release)
 }
+
+// A reserved slot counts as a running job: no other job takes it, a
+// queued job keeps its turn (Reserve gives nil while one waits), Release
+// hands the slot to the queue, and Shutdown waits for a job started in a
+// slot reserved before it.
+func TestLaneReserve(t *testing.T) {
+	l := New("t", 2, nil)
+	a, b := l.Reserve(), l.Reserve()
+	if a == nil || b == nil {
+		t.Fatal("two free slots, Reserve gave nil")
+	}
+	if l.Reserve() != nil {
+		t.Fatal("Reserve took a third slot of two")
+	}
+	ran := make(chan string, 3)
+	if err := l.Enqueue(Job{Key: "q", Run: func(context.Context) { ran <- "q" }}); err != nil {
+		t.Fatal(err)
+	}
+	if q, r := l.Stats(); q != 1 || r != 2 {
+		t.Fatalf("stats = %d queued, %d running; want 1, 2", q, r)
+	}
+	b.Release()
+	if got := <-ran; got != "q" {
+		t.Fatalf("ran %q, want the queued job", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if q, r := l.Stats(); q == 0 && r == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			q, r := l.Stats()
+			t.Fatalf("stats = %d queued, %d running; want 0, 1 (the reserved slot)", q, r)
+		}
+	}
+	release := make(chan struct{})
+	done := make(chan int)
+	go func() { done <- l.Shutdown(context.Background()) }()
+	for deadline := time.Now().Add(10 * time.Second); !l.closedNow(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Shutdown did not close the lane")
+		}
+	}
+	if l.Reserve() != nil {
+		t.Fatal("Reserve took a slot of a lane shut down")
+	}
+	a.Start(Job{Key: "a", Run: func(context.Context) { <-release; ran <- "a" }})
+	select {
+	case <-done:
+		t.Fatal("Shutdown returned while a job started in a reserved slot ran")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	if n := <-done; n != 0 {
+		t.Fatalf("Shutdown dropped %d jobs, want 0", n)
+	}
+	if got := <-ran; got != "a" {
+		t.Fatalf("ran %q, want the job started in the reserved slot", got)
+	}
+}
+
+func (l *Lane) closedNow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/lane"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/telemetry"
 )
@@ -153,7 +154,21 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 		spawned = append(spawned, SpawnedRun{RunID: run.ID, ChildSessionKey: run.ChildKey, Label: run.Label, ModelApplied: run.Model, Warning: warning})
 	}
 	batchDeadline(runs)
+	// The runs the lane has free slots for are recorded running (startSlot).
+	var slots []*lane.Slot
+	for _, run := range runs {
+		slot := m.startSlot(run)
+		if slot == nil {
+			break
+		}
+		slots = append(slots, slot)
+	}
 	err := m.d.Store.SpawnRuns(ctx, runs, children, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	if err != nil {
+		for _, slot := range slots {
+			slot.Release()
+		}
+	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {
 			return forbidden("limit reached: %d sub-agents were already spawned for this conversation and the batch asks for %d more (maxTotalSpawns %d); none of the batch was started",
@@ -165,8 +180,12 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 	if err != nil {
 		return spawnError("could not record the batch: %v", err)
 	}
-	for _, run := range runs {
-		m.enqueue(run)
+	for i, run := range runs {
+		var slot *lane.Slot
+		if i < len(slots) {
+			slot = slots[i]
+		}
+		m.enqueueIn(run, slot)
 		m.armGroup(run)
 	}
 	m.changed(runs[0].RootKey)

@@ -197,6 +197,9 @@ type liveRun struct {
 	// whether the run can have children at all (mayHaveChildren).
 	parent bool
 	fresh  bool // set by execute: the run had not started before (StartedAt was zero, Resumes 0)
+	// spawnedRunning: its spawn took a free lane slot and recorded it
+	// running (startSlot); execute does not write StartRun again.
+	spawnedRunning bool
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -436,10 +439,17 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	run.TraceParent = telemetry.Traceparent(ctx)
 	lim := m.config().SubagentLimits(cc.AgentID)
 	model := run.Model
+	var slot *lane.Slot
+	if !run.ThreadPending { // a thread is opened between the record and the start
+		slot = m.startSlot(run)
+	}
 	// The children and total-spawn limits are checked in the transaction
 	// that records the run, so two parallel spawns cannot both take the last
 	// slot and no lock is held across the store round trip.
 	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	if err != nil {
+		slot.Release()
+	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {
 			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
@@ -463,7 +473,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		}
 		warning = joinWarnings(warning, w)
 	}
-	m.enqueue(run)
+	m.enqueueIn(run, slot)
 	m.armGroup(run)
 	m.changed(run.RootKey)
 	m.spawned.Add(1)
@@ -673,9 +683,33 @@ func (m *Manager) agentIDs() []string {
 }
 
 func (m *Manager) enqueue(r *store.Run) {
+	m.enqueueIn(r, nil)
+}
+
+// enqueueIn is enqueue, the run starting in slot when it has one
+// (startSlot).
+func (m *Manager) enqueueIn(r *store.Run, slot *lane.Slot) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.enqueueLocked(r)
+	m.enqueueLocked(r, slot)
+}
+
+// startSlot takes a free slot of the lane for the new run r, if there is
+// one, and makes r running from its spawn: its spawn's transaction then
+// records it running, with its start, and execute writes no StartRun —
+// one statement and one commit fewer per run. This changes nothing a
+// crash or a reader of the store could tell: the run starts at once in
+// its slot (a crash between the record and the start leaves a run that
+// is running in the store and resumes from an empty transcript, as a
+// crash between StartRun and the first transcript line did), and a run
+// spawned while the lane is full or has runs waiting is queued as before.
+// The caller starts r in the slot (enqueueIn) or releases it.
+func (m *Manager) startSlot(r *store.Run) *lane.Slot {
+	slot := m.lane.Reserve()
+	if slot != nil {
+		r.Status, r.StartedAt, r.StretchAt = store.StatusRunning, r.CreatedAt, r.CreatedAt
+	}
+	return slot
 }
 
 // mayHaveChildren reports whether the live run can have children: it
@@ -690,16 +724,22 @@ func (m *Manager) mayHaveChildren(runID string) bool {
 	return !ok || !lr.fresh || lr.parent
 }
 
-// enqueueLocked registers r as live and puts it on the lane. m.mu must be held.
-func (m *Manager) enqueueLocked(r *store.Run) {
-	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{})}
+// enqueueLocked registers r as live and puts it on the lane, or starts it
+// in slot (startSlot) when that is not nil. m.mu must be held.
+func (m *Manager) enqueueLocked(r *store.Run, slot *lane.Slot) {
+	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedRunning: slot != nil}
 	m.live[r.ID] = lr
 	m.liveKeys[r.ChildKey] = r.ID
 	if p, ok := m.live[m.liveKeys[r.RequesterKey]]; ok {
 		p.parent = true
 	}
 	id := r.ID
-	if err := m.lane.Enqueue(lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}); err != nil {
+	job := lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}
+	if slot != nil {
+		slot.Start(job)
+		return
+	}
+	if err := m.lane.Enqueue(job); err != nil {
 		// The gateway is shutting down: the run stays queued in the store
 		// and starts after the restart.
 		m.forgetLocked(id)
@@ -742,7 +782,11 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	lr.cancel = cancel
 	lr.run.Status = store.StatusRunning
 	now := m.d.Clock.Now()
-	if lr.run.StartedAt.IsZero() { // a resumed run keeps its start (SPEC §25)
+	switch {
+	case lr.spawnedRunning: // recorded running, from its spawn (startSlot)
+		now = lr.run.StartedAt
+		lr.fresh = true
+	case lr.run.StartedAt.IsZero(): // a resumed run keeps its start (SPEC §25)
 		lr.run.StartedAt = now
 		lr.fresh = lr.run.Resumes == 0
 	}
@@ -783,8 +827,10 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		rt, _ = m.runThread(ctx, &run)
 	}
 	m.changed(run.RootKey)
-	if err := m.d.Store.StartRun(ctx, run.ID, now); err != nil {
-		log.Error("could not mark run running", zap.Error(err))
+	if !lr.spawnedRunning {
+		if err := m.d.Store.StartRun(ctx, run.ID, now); err != nil {
+			log.Error("could not mark run running", zap.Error(err))
+		}
 	}
 	if _, ok := m.config().Agent(run.AgentID); !ok {
 		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
@@ -911,8 +957,16 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 
 	// The announce step runs in the child session with a fresh deadline.
 	rc.Announcing()
-	if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
-		log.Error("could not mark run announcing", zap.Error(err))
+	// Announcing is stored only for other replicas' lists (/subagents,
+	// session_status): here the lists show the live run's status
+	// (overlay), and after a crash running and announcing are the same
+	// (both resume, ClaimRuns and ResumeRun; where the step stood is read
+	// from the transcript, loadResumePoint). Alone, one statement and one
+	// commit fewer per run.
+	if m.d.Peers != nil {
+		if err := m.d.Store.SetRunStatus(ctx, run.ID, store.StatusAnnouncing); err != nil {
+			log.Error("could not mark run announcing", zap.Error(err))
+		}
 	}
 	var annRes agent.Result
 	var annErr error
