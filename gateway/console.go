@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/subagent"
 )
 
 // The operator's console (SPEC §27) is its own package, a peer of the web
@@ -31,11 +32,39 @@ func (g *Gateway) newConsole() *admin.Console {
 		Token:       func() string { return g.cfg().Gateway.Admin.Token.Value() },
 		OffLoopback: !cfg.ListenerIsLoopback(),
 		BehindProxy: cfg.Gateway.HTTP.BehindProxy,
-		Store:       g.db,
+		Store:       consoleStore{g.db, g.subs},
 		Live:        consoleLive{g},
 		Log:         g.log,
 		Now:         g.clock.Now,
 	})
+}
+
+// consoleStore is the state as the console reads it: a run live on this
+// replica shows its in-memory status, note, start, tokens and waits, as
+// /subagents list shows it — "announcing" and a run's tokens so far are
+// not in the store while it runs alone (subagent: only other replicas
+// read them there).
+type consoleStore struct {
+	store.Store
+	subs *subagent.Manager
+}
+
+func (s consoleStore) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	runs, err := s.Store.ListRuns(ctx, f)
+	if err == nil && s.subs != nil {
+		s.subs.Overlay(runs)
+	}
+	return runs, err
+}
+
+func (s consoleStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	r, err := s.Store.GetRun(ctx, id)
+	if err != nil || s.subs == nil {
+		return r, err
+	}
+	runs := []store.Run{*r}
+	s.subs.Overlay(runs)
+	return &runs[0], nil
 }
 
 func (l consoleLive) Status(ctx context.Context) admin.Status {

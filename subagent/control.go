@@ -78,6 +78,11 @@ func sortNewestFirst(runs []store.Run) {
 	slices.SortStableFunc(runs, func(a, b store.Run) int { return b.CreatedAt.Compare(a.CreatedAt) })
 }
 
+// Overlay replaces the stored fields of the runs live here with their
+// in-memory state (status, start, note, tokens, children waited for), as
+// Runs does: what the operator's console shows.
+func (m *Manager) Overlay(runs []store.Run) { m.overlay(runs) }
+
 // overlay replaces stored fields of live runs with their in-memory state.
 func (m *Manager) overlay(runs []store.Run) {
 	m.mu.Lock()

@@ -25,9 +25,14 @@ func TestSteerDuringAnnounceStepIsAnswered(t *testing.T) {
 	res := h.m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "work", Label: "w"})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// As /subagents list sees it: the stored run with its live state.
 		r, err := h.db.GetRun(context.Background(), res.RunID)
-		if err == nil && r.Status == store.StatusAnnouncing {
-			break
+		if err == nil {
+			runs := []store.Run{*r}
+			h.m.overlay(runs)
+			if runs[0].Status == store.StatusAnnouncing {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("run never reached the announce step")
