@@ -20,7 +20,13 @@ import (
 // compares the two. stream adds "stream" and "stream_options" (the
 // usage chunk).
 func (p *openAIProvider) body(req agent.Request, stream bool) []byte {
-	b := make([]byte, 0, 512+requestSize(req))
+	tools := make([][]byte, len(req.Tools))
+	size := 512 + requestSize(req)
+	for i, t := range req.Tools {
+		tools[i] = openAITool(t)
+		size += len(tools[i]) + 1
+	}
+	b := make([]byte, 0, size)
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, req.Model)
 	b = append(b, `,"messages":[`...)
@@ -44,13 +50,13 @@ func (p *openAIProvider) body(req agent.Request, stream bool) []byte {
 		b = append(b, `,"reasoning_effort":`...)
 		b = appendJSONString(b, string(effort))
 	}
-	if len(req.Tools) > 0 {
+	if len(tools) > 0 {
 		b = append(b, `,"tools":[`...)
-		for i, t := range req.Tools {
+		for i, t := range tools {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, openAITool(t)...)
+			b = append(b, t...)
 		}
 		b = append(b, ']')
 	}
@@ -60,20 +66,21 @@ func (p *openAIProvider) body(req agent.Request, stream bool) []byte {
 	return append(b, '}')
 }
 
-// requestSize estimates the bytes of req's text, to size the body once.
+// requestSize estimates the bytes of req's messages, to size the body
+// once (text with a few escapes, and each message's JSON around it).
 func requestSize(req agent.Request) int {
-	n := len(req.System)
+	n := len(req.System) + len(req.System)/16
 	for i := range req.Messages {
 		m := &req.Messages[i]
-		n += len(m.Text) + 64
+		n += len(m.Text) + len(m.Text)/16 + 64
 		for _, tc := range m.ToolCalls {
-			n += len(tc.Args) + len(tc.Name) + len(tc.ID) + 96
+			n += 2*len(tc.Args) + len(tc.Name) + len(tc.ID) + 96
 		}
 		for _, r := range m.ToolResults {
-			n += len(r.Content) + len(r.CallID) + 64
+			n += len(r.Content) + len(r.Content)/8 + len(r.CallID) + 64
 		}
 	}
-	return n + 256*len(req.Tools)
+	return n
 }
 
 // appendOpenAIMessages writes the conversation: tool calls ride on the

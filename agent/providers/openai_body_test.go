@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -198,4 +199,33 @@ func sdkUser(req agent.Request, m agent.Message, documents bool) openai.ChatComp
 	}
 	parts = append(parts, openai.TextContentPart(m.Text))
 	return openai.UserMessage(parts)
+}
+
+// BenchmarkOpenAIBody: a sub-agent's first request (a system prompt,
+// fifteen tools, its task), written by herald and by the SDK.
+func BenchmarkOpenAIBody(b *testing.B) {
+	var tools []agent.ToolSpec
+	for i := range 15 {
+		tools = append(tools, agent.ToolSpec{Name: fmt.Sprintf("tool_%d", i), Description: strings.Repeat("does a thing well. ", 12),
+			Schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"a path in the workspace"},` +
+				`"offset":{"type":"integer","minimum":0},"limit":{"type":"integer","description":"at most this many bytes"}},"required":["path"],"additionalProperties":false}`)})
+	}
+	req := agent.Request{Model: "gpt-4o", System: strings.Repeat("You are a sub-agent. Do the task. ", 60),
+		Messages: []agent.Message{{Role: agent.RoleUser, Text: "summarise the report in three lines"}}, Tools: tools}
+	p := &openAIProvider{cfg: config.Provider{API: "openai"}, log: zap.NewNop()}
+	b.Run("herald", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p.body(req, true)
+		}
+	})
+	b.Run("sdk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			params := p.sdkParams(req)
+			params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			body, _ := params.MarshalJSON()
+			sjson.SetBytes(body, "stream", true)
+		}
+	})
 }
