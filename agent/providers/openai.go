@@ -85,8 +85,12 @@ func openAIKey(key string, opts ...option.RequestOption) []option.RequestOption 
 func (p *openAIProvider) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
 	body := p.body(req, false)
 	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
-		var cc *openai.ChatCompletion
-		if err := p.client.Post(ctx, "chat/completions", body, &cc, openAIKey(key)...); err != nil {
+		var raw []byte
+		if err := p.client.Post(ctx, "chat/completions", body, &raw, openAIKey(key)...); err != nil {
+			return nil, err
+		}
+		cc, err := decodeCompletion(raw)
+		if err != nil {
 			return nil, err
 		}
 		if len(cc.Choices) == 0 {

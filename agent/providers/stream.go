@@ -312,3 +312,46 @@ func decodeChunk(ev ssestream.Event, c *streamChunk) error {
 	}
 	return nil
 }
+
+// completionBody is the part of a Chat Completions reply that
+// openAIResponse reads, decoded with encoding/json as streamChunk is.
+type completionBody struct {
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Message struct {
+			Content   string                `json:"content"`
+			ToolCalls []streamChunkToolCall `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage streamChunkUsage `json:"usage"`
+}
+
+// decodeCompletion decodes a Chat Completions reply; one encoding/json
+// refuses is decoded by the SDK, as the SDK's own method decoded it.
+func decodeCompletion(raw []byte) (*openai.ChatCompletion, error) {
+	var b completionBody
+	if err := json.Unmarshal(raw, &b); err != nil {
+		var cc openai.ChatCompletion
+		if err := json.Unmarshal(raw, &cc); err != nil {
+			return nil, fmt.Errorf("error parsing response json: %w", err)
+		}
+		return &cc, nil
+	}
+	u := &b.Usage
+	cc := &openai.ChatCompletion{ID: b.ID, Model: b.Model, Choices: make([]openai.ChatCompletionChoice, len(b.Choices))}
+	cc.Usage.PromptTokens, cc.Usage.CompletionTokens, cc.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+	cc.Usage.PromptTokensDetails.CachedTokens = u.PromptTokensDetails.CachedTokens
+	cc.Usage.PromptTokensDetails.CacheWriteTokens = u.PromptTokensDetails.CacheWriteTokens
+	for i, ch := range b.Choices {
+		c := &cc.Choices[i]
+		c.FinishReason, c.Message.Content, c.Message.Role = ch.FinishReason, ch.Message.Content, "assistant"
+		for _, t := range ch.Message.ToolCalls {
+			tc := openai.ChatCompletionMessageToolCallUnion{ID: t.ID, Type: t.Type}
+			tc.Function.Name, tc.Function.Arguments = t.Function.Name, t.Function.Arguments
+			c.Message.ToolCalls = append(c.Message.ToolCalls, tc)
+		}
+	}
+	return cc, nil
+}

@@ -147,3 +147,35 @@ func TestDecodeChunkLenientAsSDK(t *testing.T) {
 		t.Errorf("error event: %v", err)
 	}
 }
+
+// A whole (not streamed) reply decoded by herald gives the response the
+// SDK's decoding gave, also for one encoding/json refuses.
+func TestDecodeCompletionAsSDK(t *testing.T) {
+	for _, body := range []string{
+		`{"id":"c1","model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls":[{"id":"a","type":"function","function":{"name":"grep","arguments":"{\"p\":1}"}},{"id":"b","type":"custom","custom":{}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":7,"total_tokens":57,"prompt_tokens_details":{"cached_tokens":20,"cache_write_tokens":5}}}`,
+		`{"id":"c2","choices":[{"message":{"content":null},"finish_reason":"stop"}],"usage":null}`,
+		`{"id":"c3","choices":[{"message":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5.0}}`,
+		`{"id":"c4","choices":[]}`,
+	} {
+		var want openai.ChatCompletion
+		if err := json.Unmarshal([]byte(body), &want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeCompletion([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if len(got.Choices) != len(want.Choices) {
+			t.Fatalf("%s: %d choices, want %d", body, len(got.Choices), len(want.Choices))
+		}
+		if len(want.Choices) == 0 {
+			continue
+		}
+		if g, w := openAIResponse(got), openAIResponse(&want); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s:\nours %+v\nSDK  %+v", body, g, w)
+		}
+	}
+	if _, err := decodeCompletion([]byte(`<html>bad gateway</html>`)); err == nil {
+		t.Error("a body that is no JSON was taken")
+	}
+}
