@@ -268,7 +268,8 @@ type TurnEnd struct {
 	// ClaimReply, when set, is the replica that claims the reply for
 	// sending (ClaimOutbox) in the same transaction, when the reply is the
 	// oldest pending item of its destination: Reply.ClaimedBy says whether
-	// it did, and its fields are then the claimed row's.
+	// it did, and its fields are then the claimed row's (a new item: no
+	// attempt, no part sent).
 	ClaimReply string
 }
 
@@ -286,9 +287,9 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	}
 	var outID int64
 	var next *Intake
-	var claimed OutboxItem
+	var claimed bool
 	err := d.tx(ctx, func(c conn) error {
-		next, claimed = nil, OutboxItem{}
+		next, claimed = nil, false
 		var key, holder, agentID string
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder, &agentID) },
 			`SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id); err != nil {
@@ -326,14 +327,13 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 				return err
 			}
 			if e.ClaimReply != "" && row.runID == nil {
-				claimed = OutboxItem{}
-				err := c.queryRow(func(rows *sql.Rows) error { return scanOutbox(rows, &claimed) },
-					`UPDATE outbox SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
-						SELECT 1 FROM outbox o WHERE o.dest = $3 AND o.id < $2 AND o.delivered_at IS NULL AND o.failed_at IS NULL)
-					RETURNING `+outboxCols, e.ClaimReply, outID, row.dest)
-				if err != nil && !errors.Is(err, ErrNotFound) {
+				n, err := c.execN(`UPDATE outbox SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
+						SELECT 1 FROM outbox o WHERE o.dest = $3 AND o.id < $2 AND o.delivered_at IS NULL AND o.failed_at IS NULL)`,
+					e.ClaimReply, outID, row.dest)
+				if err != nil {
 					return err
 				}
+				claimed = n == 1
 			}
 		}
 		if e.AddUsage {
@@ -368,9 +368,12 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	if reply != nil && outID != 0 {
 		reply.ID = outID
 		row.apply(reply)
-		if claimed.ID == outID {
-			claimed.Files, claimed.FilesKnown = reply.Files, true
-			*reply = claimed
+		if claimed {
+			// The row as ClaimOutbox would return it: a new item, not
+			// attempted, no part sent.
+			reply.ClaimedBy, reply.FilesKnown = e.ClaimReply, true
+			reply.Attempts, reply.PartsSent, reply.PartIDs, reply.SendingPart, reply.LastError = 0, 0, nil, -1, ""
+			reply.DeliveredAt, reply.FailedAt, reply.DeadAt = time.Time{}, time.Time{}, time.Time{}
 		}
 	}
 	return outID, next, nil

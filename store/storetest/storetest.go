@@ -191,6 +191,10 @@ func testIntake(t *testing.T, s Store) {
 	if got, _ := s.ClaimOutbox(ctx, store.Claim{Holder: "r2"}, nil, t0.Add(time.Hour)); len(got) != 0 {
 		t.Errorf("r2 claimed %v; want nothing (r1 holds the reply)", texts(got))
 	}
+	if got, err := s.GetOutbox(ctx, id); err != nil || got.ClaimedBy != reply.ClaimedBy || got.SendingPart != reply.SendingPart ||
+		got.PartsSent != reply.PartsSent || got.Attempts != reply.Attempts || !got.CreatedAt.Equal(reply.CreatedAt) || !got.NextAttemptAt.Equal(reply.NextAttemptAt) {
+		t.Errorf("stored reply %+v, %v; the claimed one %+v", got, err, reply)
+	}
 	if id2, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: a.ID, Reply: &store.OutboxItem{Origin: origin, Text: "answer"}, At: t0, AddUsage: true, TokensIn: 30, TokensOut: 4}); err != nil || id2 != 0 {
 		t.Errorf("second CompleteTurn = %d, %v; want no second reply", id2, err)
 	}
