@@ -225,7 +225,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Config: cfg, Store: db, Catalog: g.catalog,
 		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take, SystemContext: g.agentContext, ReadOnlyDirs: g.skillDirs,
 		WorkspaceFile: g.workspaceFile, OpenFile: g.openFile,
-		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, RetryWrite: g.retryWrite,
+		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, Outbox: runOutbox{g}, RetryWrite: g.retryWrite,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 		StartThread: g.startThread,
@@ -500,6 +500,23 @@ func (g *Gateway) sendsOn() []string {
 	}
 	return out
 }
+
+// runOutbox is the deliverer as a sub-agent run's end uses it: an
+// announce to a channel this replica sends on is claimed with the run's
+// end and handed over (subagent.Outbox).
+type runOutbox struct{ g *Gateway }
+
+var _ subagent.Outbox = runOutbox{}
+
+func (o runOutbox) ClaimFor(ch channels.Name) string {
+	if o.g.sendsHere(ch) {
+		return o.g.cluster.id
+	}
+	return ""
+}
+
+func (o runOutbox) Hand(item store.OutboxItem) { o.g.outbox.hand(item) }
+func (o runOutbox) Reclaim()                   { o.g.outbox.reclaim() }
 
 // sendsHere reports whether this replica sends the outbox items of the
 // channel name (sendsOn).

@@ -326,14 +326,8 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 			if outID, err = row.insert(c); err != nil {
 				return err
 			}
-			if e.ClaimReply != "" && row.runID == nil {
-				n, err := c.execN(`UPDATE outbox SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
-						SELECT 1 FROM outbox o WHERE o.dest = $3 AND o.id < $2 AND o.delivered_at IS NULL AND o.failed_at IS NULL)`,
-					e.ClaimReply, outID, row.dest)
-				if err != nil {
-					return err
-				}
-				claimed = n == 1
+			if claimed, err = row.claimAdded(c, e.ClaimReply, outID); err != nil {
+				return err
 			}
 		}
 		if e.AddUsage {
@@ -369,11 +363,7 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 		reply.ID = outID
 		row.apply(reply)
 		if claimed {
-			// The row as ClaimOutbox would return it: a new item, not
-			// attempted, no part sent.
-			reply.ClaimedBy, reply.FilesKnown = e.ClaimReply, true
-			reply.Attempts, reply.PartsSent, reply.PartIDs, reply.SendingPart, reply.LastError = 0, 0, nil, -1, ""
-			reply.DeliveredAt, reply.FailedAt, reply.DeadAt = time.Time{}, time.Time{}, time.Time{}
+			row.claimed(reply, e.ClaimReply)
 		}
 	}
 	return outID, next, nil

@@ -54,6 +54,7 @@ type outboxRow struct {
 	draftRef  string
 	trace     string
 	files     []FileRef
+	added     bool // insert added it (not an item with the same RunID)
 }
 
 // newOutboxRow applies the defaults: CreatedAt now, NextAttemptAt CreatedAt.
@@ -74,8 +75,9 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 }
 
 // insert adds the row unless an item with the same RunID exists, and
-// returns the id of the row that holds the RunID.
+// returns the id of the row that holds the RunID; r.added says which.
 func (r *outboxRow) insert(c conn) (int64, error) {
+	r.added = false
 	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref, trace_parent)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING id`,
 		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef, r.trace)
@@ -83,6 +85,7 @@ func (r *outboxRow) insert(c conn) (int64, error) {
 		err = insertFiles(c, "outbox_files", "outbox_id", id, r.session, r.files, r.createdAt.UnixMilli())
 	}
 	if !errors.Is(err, ErrNotFound) {
+		r.added = err == nil
 		return id, err
 	}
 	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) },
@@ -93,6 +96,30 @@ func (r *outboxRow) insert(c conn) (int64, error) {
 // apply writes the defaults back into the caller's item.
 func (r *outboxRow) apply(o *OutboxItem) {
 	o.CreatedAt, o.NextAttemptAt = r.createdAt, r.nextAt
+}
+
+// claimAdded claims the row insert just added (id) for holder when it is
+// the oldest pending item of its destination, as ClaimOutbox would, and
+// reports whether it did. A row that was there already is not claimed:
+// its state (attempts, parts sent) is not the new one claimed reads back.
+func (r *outboxRow) claimAdded(c conn, holder string, id int64) (bool, error) {
+	if holder == "" || !r.added {
+		return false, nil
+	}
+	n, err := c.execN(`UPDATE outbox SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
+		SELECT 1 FROM outbox o WHERE o.dest = $3 AND o.id < $2 AND o.delivered_at IS NULL AND o.failed_at IS NULL)`,
+		holder, id, r.dest)
+	return n == 1, err
+}
+
+// claimed makes o, added as r and claimed by claimAdded, the row as
+// ClaimOutbox would return it: claimed by holder, not attempted, no part
+// sent, its files those it was added with.
+func (r *outboxRow) claimed(o *OutboxItem, holder string) {
+	r.apply(o)
+	o.ClaimedBy, o.Files, o.FilesKnown = holder, r.files, true
+	o.Attempts, o.PartsSent, o.PartIDs, o.SendingPart, o.LastError = 0, 0, nil, -1, ""
+	o.DeliveredAt, o.FailedAt, o.DeadAt = time.Time{}, time.Time{}, time.Time{}
 }
 
 // EnqueueOutbox adds an item to the outbox (CreatedAt defaults to now,

@@ -458,6 +458,12 @@ type RunEnd struct {
 	// Batch, for a run of a batch (r.Batch), adds the batch's one
 	// announce when this is the end of its last live run (SPEC §23).
 	Batch *BatchEnd
+	// ClaimAnnounce, when set, is the replica that claims the announce it
+	// adds for sending (ClaimOutbox) in the same transaction, when the
+	// announce is the oldest pending item of its destination:
+	// Announce.ClaimedBy says whether it did, and its fields are then the
+	// claimed row's (a new item: no attempt, no part sent).
+	ClaimAnnounce string
 }
 
 // BatchEnd is the announce of a batch (RunEnd.Batch).
@@ -500,7 +506,9 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 			return fmt.Errorf("finish run %s: %w", r.ID, err)
 		}
 	}
+	claimedAnnounce := false
 	err := d.tx(ctx, func(c conn) error {
+		claimedAnnounce = false
 		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
 			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
 			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13, skipped = $14 WHERE id = $15`,
@@ -528,6 +536,9 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 				return fmt.Errorf("outbox: %w", err)
 			}
 			announce.ID = id
+			if claimedAnnounce, err = item.claimAdded(c, end.ClaimAnnounce, id); err != nil {
+				return fmt.Errorf("outbox: %w", err)
+			}
 		}
 		if end.Result != nil {
 			if err := insertResult(c, r, end.Result); err != nil {
@@ -564,6 +575,9 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 	}
 	if announce != nil {
 		item.apply(announce)
+		if claimedAnnounce {
+			item.claimed(announce, end.ClaimAnnounce)
+		}
 	}
 	return nil
 }

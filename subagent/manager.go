@@ -70,6 +70,10 @@ type Deps struct {
 	Authorize agent.Authorizer
 	// Notify wakes the outbox deliverer after an announce was written.
 	Notify func()
+	// Outbox, if set, sends the announces this replica claims in the
+	// transaction that ends their run (store.RunEnd.ClaimAnnounce) without
+	// a delivery pass of their own.
+	Outbox Outbox
 	// RetryWrite, if set, runs a store write that must not be lost until
 	// the store takes it (an outage is retried with backoff; the gateway
 	// stops the process after a long one). Nil: one attempt.
@@ -1409,7 +1413,14 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	// the announce is not left for a restart.
 	log := m.runLog(&r)
 	lastOfBatch := watchBatchEnd(&ends)
+	own, claimFor := ends.Announce, ""
+	if own != nil && m.d.Outbox != nil {
+		claimFor = m.d.Outbox.ClaimFor(own.Origin.Channel)
+		ends.ClaimAnnounce = claimFor
+	}
+	tries := 0
 	finish := func(ctx context.Context) error {
+		tries++
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		return m.d.Store.EndRun(wctx, &r, ends)
@@ -1437,11 +1448,31 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	m.forgetLocked(r.ID)
 	m.mu.Unlock()
 	m.runEnded(&r)
-	if item != nil {
+	handed := false
+	switch {
+	case err == nil && claimFor != "" && own.ClaimedBy == claimFor:
+		m.d.Outbox.Hand(*own)
+		handed = true
+	case claimFor != "" && tries > 1:
+		// A try whose commit was lost may have claimed it unseen.
+		m.d.Outbox.Reclaim()
+	}
+	if item != nil && (!handed || item != own) {
 		m.d.Notify()
 	}
 	m.changed(r.RootKey)
 	m.wakeArchiver(r.ArchiveAt)
+}
+
+// Outbox is the deliverer as a run's end uses it (Deps.Outbox).
+type Outbox interface {
+	// ClaimFor is the replica that claims an announce to channel ch with
+	// its run's end ("" = none: the deliverer's pass takes it).
+	ClaimFor(ch channels.Name) string
+	// Hand starts the send of an announce claimed for this replica.
+	Hand(item store.OutboxItem)
+	// Reclaim makes the deliverer take this replica's claims back.
+	Reclaim()
 }
 
 // startSpan starts the herald.run span of r, a child of the span that

@@ -29,10 +29,16 @@ func testResults(t *testing.T, s Store) {
 			t.Fatalf("spawned run = %+v, %v", got, err)
 		}
 		r.Status, r.Outcome, r.EndedAt, r.Output = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute), `{"n":1}`
-		for range 2 { // a retried end adds nothing twice
+		for try := range 2 { // a retried end adds nothing twice
 			ann := &store.OutboxItem{Origin: origin, Kind: channels.KindAnnounce, Text: text}
-			if err := s.EndRun(ctx, r, store.RunEnd{Announce: ann, Result: &store.Result{Text: text}}); err != nil {
+			if err := s.EndRun(ctx, r, store.RunEnd{Announce: ann, Result: &store.Result{Text: text}, ClaimAnnounce: "r1"}); err != nil {
 				t.Fatal(err)
+			}
+			// The first announce, the oldest pending item of its chat, is
+			// claimed with the end that adds it; one already stored (the
+			// retried end) or behind another is not.
+			if want := try == 0 && id == "res1"; (ann.ClaimedBy == "r1") != want || want && (ann.SendingPart != -1 || !ann.FilesKnown) {
+				t.Errorf("end %d of %s: announce %+v; claimed want %v", try, id, ann, want)
 			}
 		}
 	}
