@@ -6,7 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -122,9 +123,11 @@ type Tool interface {
 
 // Registry is a named set of tools. Each tool's Spec is taken once, when
 // it is added: a registry lives for a turn or a run, whose model calls
-// each send every spec (Spec renders descriptions and schemas).
+// each send every spec (Spec renders descriptions and schemas). The tools
+// are kept sorted by name, so the specs go out in name order without a
+// sort, and a run's registries are a slice each rather than a map.
 type Registry struct {
-	tools map[string]registered
+	tools []registered // sorted by spec.Name, names unique
 }
 
 type registered struct {
@@ -134,41 +137,52 @@ type registered struct {
 
 // NewRegistry returns a registry holding tools.
 func NewRegistry(tools ...Tool) *Registry {
-	r := &Registry{tools: make(map[string]registered, len(tools))}
+	r := &Registry{tools: make([]registered, 0, len(tools)+8)}
 	for _, t := range tools {
 		r.Add(t)
 	}
 	return r
 }
 
+// find returns where name is, or would be inserted, in r.tools.
+func (r *Registry) find(name string) (int, bool) {
+	return slices.BinarySearchFunc(r.tools, name, func(e registered, name string) int { return strings.Compare(e.spec.Name, name) })
+}
+
 // Add registers t, replacing a tool of the same name.
 func (r *Registry) Add(t Tool) {
 	spec := t.Spec()
-	r.tools[spec.Name] = registered{t, spec}
+	i, ok := r.find(spec.Name)
+	if ok {
+		r.tools[i] = registered{t, spec}
+		return
+	}
+	r.tools = slices.Insert(r.tools, i, registered{t, spec})
 }
 
 // Get returns the named tool.
 func (r *Registry) Get(name string) (Tool, bool) {
-	t, ok := r.tools[name]
-	return t.tool, ok
+	if i, ok := r.find(name); ok {
+		return r.tools[i].tool, true
+	}
+	return nil, false
 }
 
 // Names returns the tool names, sorted.
 func (r *Registry) Names() []string {
-	names := make([]string, 0, len(r.tools))
-	for n := range r.tools {
-		names = append(names, n)
+	names := make([]string, len(r.tools))
+	for i, e := range r.tools {
+		names[i] = e.spec.Name
 	}
-	sort.Strings(names)
 	return names
 }
 
 // Filter returns a new registry with the tools keep accepts.
 func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
-	out := &Registry{tools: make(map[string]registered, len(r.tools))}
-	for n, t := range r.tools {
-		if keep(n, t.tool) {
-			out.tools[n] = t
+	out := &Registry{tools: make([]registered, 0, len(r.tools))}
+	for _, e := range r.tools {
+		if keep(e.spec.Name, e.tool) {
+			out.tools = append(out.tools, e)
 		}
 	}
 	return out
@@ -176,10 +190,9 @@ func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
 
 // Specs returns the tool specs in name order.
 func (r *Registry) Specs() []ToolSpec {
-	names := r.Names()
-	specs := make([]ToolSpec, len(names))
-	for i, n := range names {
-		specs[i] = r.tools[n].spec
+	specs := make([]ToolSpec, len(r.tools))
+	for i, e := range r.tools {
+		specs[i] = e.spec
 	}
 	return specs
 }
