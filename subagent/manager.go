@@ -763,8 +763,14 @@ func (m *Manager) forgetLocked(id string) {
 	delete(m.live, id)
 }
 
+// runLog is the logger of lines about run r, with its fields (runFields).
+// The fields are added lazily (zap's WithLazy): the logger is copied with
+// them only when it first writes a line. A run holds its loggers for its
+// whole life and most runs write no line while their model calls are in
+// flight; the eager copy was ~1 KB a logger, three a run
+// (docs/performance.md, memory per model call in flight).
 func (m *Manager) runLog(r *store.Run) *zap.Logger {
-	return m.log.With(runFields(r)...)
+	return m.log.WithLazy(runFields(r)...)
 }
 
 // runFields are the fields every log line about a run carries (SPEC §13).
