@@ -34,7 +34,7 @@ func (p *anthropicProvider) Stream(ctx context.Context, req agent.Request, onTex
 func (p *anthropicProvider) stream(ctx context.Context, params *anthropic.MessageNewParams, key string, onText func(string)) (*agent.Response, error) {
 	stream := anthropicNewStreaming(ctx, &p.client, params, key)
 	defer stream.Close()
-	acc := &anthropicAccumulator{}
+	acc := newAnthropicAccumulator()
 	for stream.Next() {
 		text, err := acc.take(stream)
 		if err != nil {
@@ -64,6 +64,12 @@ type anthropicAccumulator struct {
 	msg  anthropic.Message
 	text strings.Builder
 }
+
+// newAnthropicAccumulator makes one on the heap: not inlined, so escape
+// analysis cannot keep it (its Message is 1.4 KB) in the frame of stream.
+//
+//go:noinline
+func newAnthropicAccumulator() *anthropicAccumulator { return &anthropicAccumulator{} }
 
 // take adds the stream's current event; text reports whether it added
 // text.
@@ -108,7 +114,7 @@ func (p *openAIProvider) stream(ctx context.Context, body []byte, key string, on
 		return nil, &agent.ProviderError{Provider: p.id, StatusCode: http.StatusOK, Message: "the streamed reply had no choices"}
 	}
 	defer events.Close()
-	acc := &chunkAccumulator{}
+	acc := newChunkAccumulator()
 	chunk := &streamChunk{}
 	for events.Next() {
 		ev := events.Event()
@@ -153,6 +159,12 @@ type chunkAccumulator struct {
 	tools             []*streamedTool
 	usage             openai.CompletionUsage
 }
+
+// newChunkAccumulator makes one on the heap, not in the frame of stream
+// (see newAnthropicAccumulator).
+//
+//go:noinline
+func newChunkAccumulator() *chunkAccumulator { return &chunkAccumulator{} }
 
 type streamedTool struct {
 	id, typ    string
