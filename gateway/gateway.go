@@ -62,6 +62,10 @@ type Options struct {
 	// initialisation touched). Tests, which run many gateways in one
 	// process, leave it off.
 	OwnsProcess bool
+	// OnReady, if set, is called once the gateway is ready and, with
+	// OwnsProcess, start's memory was given back (herald gateway turns its
+	// garbage collector back on).
+	OnReady func()
 }
 
 // Gateway is one running Herald daemon.
@@ -70,8 +74,9 @@ type Gateway struct {
 	stateDir string
 	log      *zap.Logger
 	clock    agent.Clock
-	// ownsProcess: Options.OwnsProcess
+	// ownsProcess, onReady: Options.OwnsProcess, Options.OnReady
 	ownsProcess bool
+	onReady     func()
 
 	db store.Store
 	// memories is where the memory tools and /memory write: the store, or
@@ -158,7 +163,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if err := hardenProcess(); err != nil {
 		return nil, fmt.Errorf("make the gateway process non-dumpable: %w", err)
 	}
-	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock, ownsProcess: o.OwnsProcess,
+	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock, ownsProcess: o.OwnsProcess, onReady: o.OnReady,
 		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), owedHere: make(map[int64]bool), owedDone: make(map[int64]bool)}
 	g.conf.Store(cfg)
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
@@ -696,10 +701,15 @@ func (g *Gateway) afterReady() {
 	if p := g.tools.Load().Sandbox; p.Mechanism != sandbox.Off {
 		g.logSandbox(p)
 	}
+	if g.ownsProcess {
+		debug.FreeOSMemory()
+	}
+	if g.onReady != nil {
+		g.onReady()
+	}
 	if !g.ownsProcess {
 		return
 	}
-	debug.FreeOSMemory()
 	n, err := releaseStartPages()
 	if err != nil {
 		g.log.Debug("could not give back the start's pages of the binary", zap.Error(err))

@@ -349,6 +349,8 @@ func newLogger(f *flags, cfg *config.Config) (*zap.Logger, error) {
 }
 
 func runGateway(f *flags, stderr io.Writer) int {
+	resumeGC := pauseGC() // until ready (startgc.go)
+	defer resumeGC()
 	cfg, path, ok := loadConfig(f, stderr)
 	if !ok {
 		return 1
@@ -405,7 +407,7 @@ func runGateway(f *flags, stderr io.Writer) int {
 		_ = log.Sync()
 		os.Exit(1)
 	}
-	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log, OnLeaseLost: lost, OwnsProcess: true})
+	g, err := gateway.New(ctx, gateway.Options{Config: cfg, StateDir: stateDir, Logger: log, OnLeaseLost: lost, OwnsProcess: true, OnReady: resumeGC})
 	if err != nil {
 		fmt.Fprintf(stderr, "herald: cannot start: %v\n", err)
 		return 1

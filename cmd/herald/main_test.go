@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,28 @@ func TestSchedulesList(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || len(got) != 1 || got[0].ID != "standup" ||
 		got[0].State != "active" || !got[0].NextDue.Equal(next) || got[0].Conversation != "agent:main:slack:group:C1" {
 		t.Errorf("schedules list --json = %s (%v)", out.String(), err)
+	}
+}
+
+// pauseGC turns the collector off with a bounded heap until resume, and
+// resume gives back the settings the environment made (GOGC, GOMEMLIMIT),
+// however often it is called.
+func TestPauseGCRestoresTheSettings(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(150))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 40))
+	resume := pauseGC()
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Errorf("GC percent while paused = %d, want -1 (off)", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != startHeapLimit {
+		t.Errorf("memory limit while paused = %d, want %d", l, startHeapLimit)
+	}
+	resume()
+	resume()
+	if p := debug.SetGCPercent(150); p != 150 {
+		t.Errorf("GC percent after resume = %d, want 150", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != 1<<40 {
+		t.Errorf("memory limit after resume = %d, want %d", l, int64(1<<40))
 	}
 }
