@@ -433,10 +433,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("schedules: %w", serr)
 	}
 	g.stopSched = stopSched
-	outboxCtx, stopOutbox := context.WithCancel(context.Background())
-	outboxDone := make(chan struct{})
-	go func() { defer close(outboxDone); g.outbox.run(outboxCtx) }()
-	g.stopOutbox = func() { stopOutbox(); <-outboxDone }
 	for _, ch := range g.channelSet() {
 		g.launchChannel(ch) // not a channel another replica may run
 	}
@@ -459,6 +455,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
 	}
 	g.phase.set(phaseRunning, "")
+	// Delivery starts once ready: /readyz does not wait for the first pass
+	// (replies of turns that complete before it are handed to the pass,
+	// deliverer.hand).
+	outboxCtx, stopOutbox := context.WithCancel(context.Background())
+	outboxDone := make(chan struct{})
+	go func() { defer close(outboxDone); g.outbox.run(outboxCtx) }()
+	g.stopOutbox = func() { stopOutbox(); <-outboxDone }
 	g.bg.Add(1)
 	go func() { defer g.bg.Done(); g.afterReady() }()
 	g.log.Info("gateway started", zap.String("listen", g.Addr()), zap.Int("channels", len(g.channelSet())),
