@@ -173,6 +173,17 @@ func checkWritable(dir, path string) error {
 	} else if !fi.IsDir() {
 		return readOnly(dir, errors.New("not a directory"))
 	}
+	// A new database is created private: it holds conversations. Creating
+	// it shows the dir takes new files (SQLite adds its WAL beside it), so
+	// only an existing database needs the probe file.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		if err := f.Close(); err != nil {
+			return readOnly(path, err)
+		}
+		return nil
+	} else if !errors.Is(err, fs.ErrExist) {
+		return readOnly(path, err)
+	}
 	probe, err := os.CreateTemp(dir, ".herald-write-check-*")
 	if err != nil {
 		return readOnly(dir, err)
@@ -186,12 +197,6 @@ func checkWritable(dir, path string) error {
 	}
 	if cerr != nil {
 		return readOnly(dir, cerr)
-	}
-	// A new database is created private: it holds conversations.
-	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
-		f.Close()
-	} else if !errors.Is(err, fs.ErrExist) {
-		return readOnly(path, err)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
