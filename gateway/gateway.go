@@ -698,8 +698,9 @@ func (g *Gateway) setToolOptions(cfg *config.Config) {
 // sandbox probe and its log line (an exec meanwhile waits for the same
 // probe), then, when the gateway owns the process, the memory that start
 // alone used is given back — the Go heap's garbage and the mappings of the
-// binary's pages that package initialisation touched (releaseStartPages).
-// docs/performance.md has what each saves.
+// binary's pages that package initialisation touched (releaseStartPages)
+// — with Options.OnReady (herald gateway's collector back on) after the
+// collection. docs/performance.md has what each saves.
 func (g *Gateway) afterReady() {
 	if p := g.tools.Load().Sandbox; p.Mechanism != sandbox.Off {
 		g.logSandbox(p)
