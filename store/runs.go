@@ -109,6 +109,20 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("limit reached: %d runs counted, %s is %d", e.Count, e.Limit, e.Max)
 }
 
+// SpawnCallError is SpawnRuns' refusal of a run whose SpawnCallID already
+// spawned a run of its requester (RunID; the first of a batch's): the call
+// is made again, by a turn replayed after a crash. It wraps ErrExists.
+type SpawnCallError struct {
+	CallID string
+	RunID  string
+}
+
+func (e *SpawnCallError) Error() string {
+	return fmt.Sprintf("sessions_spawn call %s already spawned run %s", e.CallID, e.RunID)
+}
+
+func (e *SpawnCallError) Unwrap() error { return ErrExists }
+
 // SpawnRun is CreateRun with the spawn limits checked in the same
 // transaction as the insert, so two parallel spawns cannot both take the
 // last slot and no lock is held across the round trip. A reached limit gives
@@ -124,7 +138,9 @@ func (d *DB) SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimi
 // MaxTotal), so a batch spawn (SPEC §23) that one limit would cut stores
 // nothing and gives a *LimitError. Defaults as CreateRun, each run's own.
 // A run's SpawnCallID is recorded for the first run that names it (the
-// other runs of one call are found by their Batch).
+// other runs of one call are found by their Batch); a call recorded
+// already gives a *SpawnCallError naming its run, before any limit is
+// checked, and stores nothing.
 func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) error {
 	if len(children) != len(runs) {
 		return fmt.Errorf("spawn runs: %d runs, %d child sessions", len(runs), len(children))
@@ -148,10 +164,33 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 				return err
 			}
 		}
+		// The calls first: a call that spawned already (a turn replayed
+		// after a crash) is told so before any limit, and the common case
+		// needs no read before the transaction.
+		calls := map[string]bool{}
+		for _, r := range runs {
+			call := r.RequesterKey + "\x00" + r.SpawnCallID
+			if r.SpawnCallID == "" || calls[call] {
+				continue
+			}
+			calls[call] = true
+			n, err := c.execN(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)
+				ON CONFLICT (requester_key, call_id) DO NOTHING`, r.RequesterKey, r.SpawnCallID, r.ID)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				sc := &SpawnCallError{CallID: r.SpawnCallID}
+				if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&sc.RunID) },
+					`SELECT run_id FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, r.RequesterKey, r.SpawnCallID); err != nil {
+					return err
+				}
+				return sc
+			}
+		}
 		if err := checkSpawnLimits(c, runs, lim); err != nil {
 			return err
 		}
-		calls := map[string]bool{}
 		for i, r := range runs {
 			if child := children[i]; child != nil {
 				if _, err := c.exec(insertSession, preps[i].sessArgs...); err != nil {
@@ -166,21 +205,15 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 					return fmt.Errorf("run thread: %w", err)
 				}
 			}
-			call := r.RequesterKey + "\x00" + r.SpawnCallID
-			if r.SpawnCallID == "" || calls[call] {
-				continue
-			}
-			calls[call] = true
-			if _, err := c.exec(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)`,
-				r.RequesterKey, r.SpawnCallID, r.ID); err != nil {
-				return err
-			}
 		}
 		return nil
 	})
 	if err != nil {
 		if le := (*LimitError)(nil); errors.As(err, &le) {
 			return le
+		}
+		if sc := (*SpawnCallError)(nil); errors.As(err, &sc) {
+			return sc
 		}
 		if len(runs) == 1 {
 			return d.wrap("create run "+runs[0].ID, err)
@@ -521,8 +554,13 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 			return ErrNotFound
 		}
 		// The child session shows the run's tokens (herald sessions list).
+		child := `(SELECT child_key FROM runs WHERE id = $4)`
+		key := r.ID
+		if r.ChildKey != "" { // a run as read or spawned: no lookup
+			child, key = `$4`, r.ChildKey
+		}
 		if _, err := c.exec(`UPDATE sessions SET tokens_in = $1, tokens_out = $2, updated_at = $3
-			WHERE key = (SELECT child_key FROM runs WHERE id = $4)`, r.TokensIn, r.TokensOut, r.EndedAt.UnixMilli(), r.ID); err != nil {
+			WHERE key = `+child, r.TokensIn, r.TokensOut, r.EndedAt.UnixMilli(), key); err != nil {
 			return err
 		}
 		if testHookFinishRun != nil {

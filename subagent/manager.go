@@ -418,14 +418,18 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	}
 	// A turn resumed after a crash runs its unanswered tool calls again: a
 	// call that already spawned a run answers with that run (SPEC §12).
-	if cc.CallID != "" {
-		if r, err := m.d.Store.RunBySpawnCall(ctx, cc.SessionKey, cc.CallID); err == nil {
-			m.runLog(r).Info("sessions_spawn call already spawned this run; not spawning again", zap.String("callId", cc.CallID))
-			return SpawnResult{Status: "accepted", RunID: r.ID, ChildSessionKey: r.ChildKey, ModelApplied: r.Model}
+	// The spawn's transaction finds it (store.SpawnCallError), so no read
+	// comes first — unless building the run stores its attachments again.
+	if len(p.Attachments) > 0 {
+		if res, ok := m.spawnedBy(ctx, cc); ok {
+			return res
 		}
 	}
 	run, child, warning, fail := m.build(cc, p)
 	if fail != nil {
+		if res, ok := m.spawnedBy(ctx, cc); ok { // the config changed since
+			return res
+		}
 		return *fail
 	}
 	if p.Thread {
@@ -453,6 +457,11 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
 	if err != nil {
 		slot.Release()
+	}
+	if sc := (*store.SpawnCallError)(nil); errors.As(err, &sc) {
+		if res, ok := m.spawnedBy(ctx, cc); ok {
+			return res
+		}
 	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {
@@ -483,6 +492,21 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	m.spawned.Add(1)
 	m.runLog(run).Info("sub-agent spawned", zap.String("model", model), zap.Int("depth", run.Depth))
 	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model, Warning: warning}
+}
+
+// spawnedBy answers a sessions_spawn call made again (a turn replayed
+// after a crash) with the run it spawned the first time; ok is false when
+// it spawned none.
+func (m *Manager) spawnedBy(ctx context.Context, cc agent.CallContext) (_ SpawnResult, ok bool) {
+	if cc.CallID == "" {
+		return SpawnResult{}, false
+	}
+	r, err := m.d.Store.RunBySpawnCall(ctx, cc.SessionKey, cc.CallID)
+	if err != nil {
+		return SpawnResult{}, false
+	}
+	m.runLog(r).Info("sessions_spawn call already spawned this run; not spawning again", zap.String("callId", cc.CallID))
+	return SpawnResult{Status: "accepted", RunID: r.ID, ChildSessionKey: r.ChildKey, ModelApplied: r.Model}, true
 }
 
 // build checks a spawn's arguments against the caller and the config and

@@ -101,8 +101,16 @@ func testRunBySpawnCall(t *testing.T, s Store) {
 	}
 	again, againChild := newRun("r3")
 	again.SpawnCallID = "toolu_1"
-	if err := s.SpawnRun(ctx, again, againChild, store.SpawnLimits{}); !errors.Is(err, store.ErrExists) {
-		t.Errorf("a second run of the same call = %v, want ErrExists", err)
+	err = s.SpawnRun(ctx, again, againChild, store.SpawnLimits{})
+	var sc *store.SpawnCallError
+	if !errors.Is(err, store.ErrExists) || !errors.As(err, &sc) || sc.RunID != "r1" || sc.CallID != "toolu_1" {
+		t.Errorf("a second run of the same call = %v, want a *SpawnCallError naming r1 (ErrExists)", err)
+	}
+	// The call is told it spawned already, also where a limit would
+	// refuse a new run now.
+	err = s.SpawnRun(ctx, again, againChild, store.SpawnLimits{MaxChildren: 1, MaxTotal: 1})
+	if !errors.As(err, &sc) || sc.RunID != "r1" {
+		t.Errorf("a second run of the same call at the limits = %v, want a *SpawnCallError naming r1", err)
 	}
 	if _, err := s.GetRun(ctx, "r3"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the refused second run was stored: %v", err)
