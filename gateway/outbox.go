@@ -127,12 +127,14 @@ func (d *deliverer) run(ctx context.Context) {
 	}
 }
 
-// idle waits until the next pass is due: a wake-up (a new item, an
-// operator's retry), the earliest time an item not in flight here is due
-// (at least 5 ms on: a due item this replica cannot take, on a channel it
-// does not run, is not looked at in a busy loop), at most a minute (or
-// poll), or a send's end when an item is due by then. It reports false
-// when ctx ended.
+// idle waits until the next pass is due: the earliest time an item not in
+// flight here is due (at least 5 ms on: a due item this replica cannot
+// take, on a channel it does not run, is not looked at in a busy loop), at
+// most a minute (or poll), a wake-up (a new item, an operator's retry) or
+// a send's end when an item is due by then, or a wake-up that asks for
+// this replica's claims back. Dead letters are buried at the next pass, so
+// at most a minute (or poll) after they would have been claimed. It
+// reports false when ctx ended.
 func (d *deliverer) idle(ctx context.Context) bool {
 	floor := 5 * time.Millisecond
 	for {
@@ -150,7 +152,16 @@ func (d *deliverer) idle(ctx context.Context) bool {
 			return false
 		case <-d.wake:
 			t.Stop()
-			return true
+			d.mu.Lock()
+			started := d.started
+			d.mu.Unlock()
+			if !started {
+				return true // this replica's claims are to be taken back
+			}
+			// A new item (an announce, a reply behind another one of its
+			// chat) is often not due for a pass: the delivery of the item
+			// before it claims it (DeliverOutbox). Look first.
+			floor = 0
 		case <-t.C:
 			return true
 		case <-d.sent:
@@ -256,20 +267,32 @@ func (d *deliverer) startLocked(ctx context.Context, it store.OutboxItem) {
 	d.sends.Add(1)
 	go func() {
 		defer d.sends.Done()
-		d.deliver(ctx, d.channel(it.Origin.Channel), &it)
+		next, reclaim := d.deliver(ctx, d.channel(it.Origin.Channel), &it)
 		d.mu.Lock()
 		d.inflight--
 		delete(d.sending, it.ID)
-		again := d.again[it.ID]
+		again := d.again[it.ID] || reclaim
 		if again {
 			delete(d.again, it.ID)
 			d.started = false
 		}
+		handed := false
+		if next != nil {
+			// The delivery claimed its destination's next item: it goes
+			// out now, without a pass (or the next pass takes it back).
+			if !again && ctx.Err() == nil && d.inflight < maxSends && !d.sending[next.ID] {
+				d.startLocked(ctx, *next)
+				handed = true
+			} else {
+				d.started, again = false, true
+			}
+		}
 		d.mu.Unlock()
 		d.changed()
-		if again {
+		switch {
+		case again:
 			d.wakeLocal() // a pass takes this replica's claims back
-		} else {
+		case !handed:
 			nudge(d.sent) // the next message to this destination may be due
 		}
 	}()
@@ -293,7 +316,11 @@ func (d *deliverer) buried(dead []store.OutboxItem, lim store.OutboxLimits) {
 	}
 }
 
-func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) {
+// deliver sends it and records the outcome. A delivery that claimed its
+// destination's next item in the same transaction returns it (to be sent
+// now); reclaim reports that a write whose outcome is unknown may have
+// claimed one unseen (the next pass takes this replica's claims back).
+func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) (next *store.OutboxItem, reclaim bool) {
 	log := d.log.With(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)),
 		zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID))
 	if it.RunID != "" {
@@ -304,7 +331,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	if ch == nil {
 		d.retry(ctx, it, now.Add(time.Minute), fmt.Sprintf("channel %q is not enabled", it.Origin.Channel))
 		log.Warn("no such channel for a queued message; will retry")
-		return
+		return nil, false
 	}
 	// Stopping the delivery loop does not cut a send: an interrupted send
 	// would leave its outcome unknown. Each send has its own deadline.
@@ -316,7 +343,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		if files, err = d.db.OutboxFiles(context.WithoutCancel(ctx), it.ID); err != nil {
 			d.retry(ctx, it, now.Add(5*time.Second), "read the message's files: "+err.Error())
 			log.Warn("could not read a queued message's files; will retry", zap.Error(err))
-			return
+			return nil, false
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout*time.Duration(1+len(files)))
@@ -327,8 +354,10 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		if strings.TrimSpace(it.Text) != "" || len(files) == 0 {
 			if len(files) == 0 {
 				// One message delivers the item: a channel that stores it
-				// (the web chat's log) marks the item delivered with it.
-				mark = &deliveryMark{id: it.ID, at: d.clock.Now()}
+				// (the web chat's log) marks the item delivered with it,
+				// and claims the destination's next item.
+				at := d.clock.Now()
+				mark = &deliveryMark{id: it.ID, at: at, next: &store.NextClaim{Holder: d.replica, Limits: d.limits(), Now: at}}
 				sctx = context.WithValue(sctx, deliveryMarkKey{}, mark)
 			}
 			_, span := d.startSpan(sctx, it, it.Text, 1, 1)
@@ -353,15 +382,20 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	var ra *channels.RetryAfterError
 	switch {
 	case err == nil && mark != nil && mark.done:
+		next = mark.next.Item
 		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case err == nil:
 		at := d.clock.Now()
+		nc := &store.NextClaim{Holder: d.replica, Limits: d.limits(), Now: at}
+		tries := 0
 		if err := d.retryWrite(d.writeCtx, "mark delivered", log, func(wctx context.Context) error {
-			return d.db.MarkDelivered(context.WithoutCancel(wctx), it.ID, at)
+			tries++
+			return d.db.DeliverOutbox(context.WithoutCancel(wctx), it.ID, at, nc)
 		}); err != nil {
 			log.Error("mark delivered", zap.Error(err))
 		}
+		next, reclaim = nc.Item, tries > 1
 		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case errors.Is(err, channels.ErrPermanent):
@@ -381,6 +415,10 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		d.retry(ctx, it, now.Add(backoff), err.Error())
 		log.Warn("send failed; will retry", zap.Error(err), zap.Duration("after", backoff), zap.Int("attempt", it.Attempts+1))
 	}
+	// A failed send whose store write was to claim the next item (the web
+	// chat's, whose commit may have gone through unanswered) may leave an
+	// unseen claim: the next pass takes them back.
+	return next, reclaim || err != nil && mark != nil
 }
 
 // deliveryMark is the outbox item a send delivers whole, carried in the
@@ -390,7 +428,8 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 type deliveryMark struct {
 	id   int64
 	at   time.Time
-	done bool // set by the write that marked it; read after the send returned
+	next *store.NextClaim // the destination's next item, claimed with the mark
+	done bool             // set by the write that marked it; read after the send returned
 }
 
 type deliveryMarkKey struct{}

@@ -28,7 +28,7 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 	// them can no longer leave it stored but not marked).
 	mark := deliveryOf(ctx)
 	if mark != nil && e.Key == "outbox:"+strconv.FormatInt(mark.id, 10) {
-		m.Delivers, m.DeliveredAt = mark.id, mark.at
+		m.Delivers, m.DeliveredAt, m.Next = mark.id, mark.at, mark.next
 	} else {
 		mark = nil
 	}

@@ -81,6 +81,7 @@ type Outbox interface {
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxItem, error)
 	NextOutboxAt(ctx context.Context, holder string) (time.Time, bool, error) // holder's own claims left out
 	MarkDelivered(ctx context.Context, id int64, at time.Time) error
+	DeliverOutbox(ctx context.Context, id int64, at time.Time, next *NextClaim) error // MarkDelivered, claiming the destination's next item
 	MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error
 	MarkFailed(ctx context.Context, id int64, at time.Time, errText string) error
 	BeginPart(ctx context.Context, id int64, part int) error

@@ -225,6 +225,67 @@ func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
 	return d.outboxResult(fmt.Sprintf("mark outbox %d delivered", id), n, err)
 }
 
+// NextClaim asks a write that marks an outbox item delivered to claim,
+// in the same transaction, the next item of the same destination for
+// Holder, as ClaimOutbox would (the oldest pending one, due at Now, free),
+// unless it is past Limits (a pass buries it: BuryOutbox). Item is set to
+// the claimed item (nil: none).
+type NextClaim struct {
+	Holder string
+	Limits OutboxLimits
+	Now    time.Time
+	Item   *OutboxItem
+}
+
+// claimNext claims n's item after the delivered item id, on c.
+func (d *DB) claimNext(c conn, n *NextClaim, id int64) error {
+	n.Item = nil
+	if n.Holder == "" {
+		return nil
+	}
+	at := msOrNow(n.Now)
+	maxAttempts, bornBefore := int64(math.MaxInt32), int64(0)
+	if n.Limits.MaxAttempts > 0 {
+		maxAttempts = int64(n.Limits.MaxAttempts)
+	}
+	if n.Limits.MaxAge > 0 {
+		bornBefore = at - n.Limits.MaxAge.Milliseconds()
+	}
+	var o OutboxItem
+	err := c.queryRow(func(rows *sql.Rows) error { return scanOutbox(rows, &o) },
+		`UPDATE outbox SET claimed_by = $1 WHERE id = (
+			SELECT MIN(h.id) FROM outbox h WHERE h.dest = (SELECT dest FROM outbox WHERE id = $2)
+				AND h.delivered_at IS NULL AND h.failed_at IS NULL)
+			AND next_attempt_at <= $3 AND claimed_by = ''
+			AND attempts < $4 AND (created_at >= $5 OR revived_at >= $5) RETURNING `+outboxCols,
+		n.Holder, id, at, maxAttempts, bornBefore)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		n.Item = &o
+	}
+	return err
+}
+
+// DeliverOutbox is MarkDelivered that also claims the item's
+// destination's next one (next; nil: none) in the same transaction: a
+// destination's queue goes out one commit per item, without a pass.
+func (d *DB) DeliverOutbox(ctx context.Context, id int64, at time.Time, next *NextClaim) error {
+	var n int64
+	err := d.tx(ctx, func(c conn) (err error) {
+		if n, err = c.execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`,
+			msOrNow(at), id); err != nil || n == 0 || next == nil {
+			return err
+		}
+		return d.claimNext(c, next, id)
+	})
+	if err != nil && next != nil {
+		next.Item = nil
+	}
+	return d.outboxResult(fmt.Sprintf("mark outbox %d delivered", id), n, err)
+}
+
 // MarkRetry counts a failed attempt and schedules the next one at next;
 // ErrNotFound.
 func (d *DB) MarkRetry(ctx context.Context, id int64, next time.Time, errText string) error {

@@ -278,6 +278,9 @@ type WebMessage struct {
 	// the message stored already.
 	Delivers    int64     `json:"-"`
 	DeliveredAt time.Time `json:"-"`
+	// Next, with Delivers, claims the delivered item's destination's next
+	// item in the same transaction (DeliverOutbox).
+	Next *NextClaim `json:"-"`
 }
 
 // SessionFilter selects sessions for ListSessions.

@@ -40,6 +40,11 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 			if n == 0 {
 				return fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
 			}
+			if m.Next != nil {
+				if err := d.claimNext(c, m.Next, m.Delivers); err != nil {
+					return err
+				}
+			}
 		}
 		for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
 			if q.val == "" {
@@ -71,6 +76,9 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 		return err
 	})
 	if err != nil {
+		if m.Next != nil {
+			m.Next.Item = nil
+		}
 		return 0, d.wrap("append web message for "+client, err)
 	}
 	m.Seq = seq

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"OutboxClaims", testOutboxClaims},
 		{"OutboxParts", testOutboxParts},
 		{"OutboxDeadLetters", testOutboxDeadLetters},
+		{"OutboxDeliverNext", testOutboxDeliverNext},
 		{"Runs", testRuns},
 		{"Results", testResults},
 		{"Wakes", testWakes},
@@ -782,5 +783,54 @@ func testOutboxDeadLetters(t *testing.T, s Store) {
 	}
 	if list, _ := s.OutboxInState(ctx, store.OutboxDead, 0); len(list) != 0 {
 		t.Errorf("dead after the drop: %v", texts(list))
+	}
+}
+
+// A delivery claims its destination's next item in the same transaction
+// when it is due, free and within the limits; another destination's item
+// is not touched.
+func testOutboxDeliverNext(t *testing.T, s Store) {
+	ctx := context.Background()
+	other := origin
+	other.ChatID = "C78"
+	add := func(o channels.Origin, text string, due time.Time) *store.OutboxItem {
+		t.Helper()
+		it := &store.OutboxItem{Origin: o, Kind: channels.KindReply, Text: text, CreatedAt: t0, NextAttemptAt: due}
+		if _, err := s.EnqueueOutbox(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	a, b, late := add(origin, "a", t0), add(origin, "b", t0), add(origin, "late", t0.Add(time.Hour))
+	x, y := add(other, "x", t0), add(other, "y", t0)
+	if got, err := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0); err != nil || strings.Join(texts(got), ",") != "a,x" {
+		t.Fatalf("claims %v, %v; want a and x", texts(got), err)
+	}
+	lim := store.OutboxLimits{MaxAttempts: 2, MaxAge: 24 * time.Hour}
+	next := &store.NextClaim{Holder: "r1", Limits: lim, Now: t0}
+	if err := s.DeliverOutbox(ctx, a.ID, t0, next); err != nil || next.Item == nil || next.Item.ID != b.ID || next.Item.ClaimedBy != "r1" {
+		t.Fatalf("DeliverOutbox(a) = %v, next %+v; want b claimed by r1", err, next.Item)
+	}
+	if got, _ := s.GetOutbox(ctx, a.ID); got.State() != store.OutboxDelivered || got.ClaimedBy != "" {
+		t.Errorf("a after DeliverOutbox = %+v; want delivered, unclaimed", got)
+	}
+	// late is not due yet.
+	if err := s.DeliverOutbox(ctx, b.ID, t0, next); err != nil || next.Item != nil {
+		t.Errorf("DeliverOutbox(b) = %v, next %+v; want none (late is due in an hour)", err, next.Item)
+	}
+	if got, _ := s.GetOutbox(ctx, late.ID); got.ClaimedBy != "" {
+		t.Errorf("late claimed: %+v", got)
+	}
+	// y is past maxAttempts: a pass buries it, the delivery does not claim it.
+	for range 2 {
+		if err := s.MarkRetry(ctx, y.ID, t0, "500"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeliverOutbox(ctx, x.ID, t0, next); err != nil || next.Item != nil {
+		t.Errorf("DeliverOutbox(x) = %v, next %+v; want none (y is a dead letter)", err, next.Item)
+	}
+	if err := s.DeliverOutbox(ctx, x.ID+1000, t0, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeliverOutbox(unknown) = %v, want ErrNotFound", err)
 	}
 }

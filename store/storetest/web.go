@@ -117,17 +117,25 @@ func testWebLogDelivers(t *testing.T, s Store) {
 	ctx := context.Background()
 	to := channels.Origin{Channel: "web", ChatID: "alice", ChatType: channels.ChatDM}
 	item := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: "hello", CreatedAt: t0}
-	if _, err := s.EnqueueOutbox(ctx, item); err != nil {
-		t.Fatal(err)
+	second := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: "again", CreatedAt: t0}
+	for _, it := range []*store.OutboxItem{item, second} {
+		if _, err := s.EnqueueOutbox(ctx, it); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got, err := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0); err != nil || len(got) != 1 {
 		t.Fatalf("claim = %v, %v", texts(got), err)
 	}
 	key := "outbox:" + strconv.FormatInt(item.ID, 10)
 	for i, at := range []time.Time{t0.Add(time.Second), t0.Add(time.Minute)} {
-		seq, err := s.AppendWeb(ctx, "alice", &store.WebMessage{Role: "assistant", Text: "hello", At: at, Key: key, Delivers: item.ID})
+		// The first append claims the chat's next item with the mark.
+		next := &store.NextClaim{Holder: "r1", Now: t0.Add(time.Hour)}
+		seq, err := s.AppendWeb(ctx, "alice", &store.WebMessage{Role: "assistant", Text: "hello", At: at, Key: key, Delivers: item.ID, Next: next})
 		if err != nil || seq != 1 {
 			t.Fatalf("append %d = %d, %v; want seq 1", i, seq, err)
+		}
+		if claimed := next.Item != nil && next.Item.ID == second.ID && next.Item.ClaimedBy == "r1"; claimed != (i == 0) {
+			t.Errorf("append %d claimed %+v; want the next item claimed the first time only", i, next.Item)
 		}
 	}
 	got, err := s.GetOutbox(ctx, item.ID)
