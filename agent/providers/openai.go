@@ -134,7 +134,8 @@ func (p *openAIProvider) reasoningEffort(model, level string) shared.ReasoningEf
 	return effort
 }
 
-func openAIResponse(cc *openai.ChatCompletion) *agent.Response {
+// openAIResponse is the agent's Response of a Chat Completions reply.
+func openAIResponse(cc *completionBody) *agent.Response {
 	choice := cc.Choices[0]
 	u := cc.Usage
 	cached := u.PromptTokensDetails.CachedTokens

@@ -157,7 +157,7 @@ type chunkAccumulator struct {
 	choice            bool
 	text              strings.Builder
 	tools             []*streamedTool
-	usage             openai.CompletionUsage
+	usage             streamChunkUsage
 }
 
 // newChunkAccumulator makes one on the heap, not in the frame of stream
@@ -223,18 +223,20 @@ func (a *chunkAccumulator) add(c *streamChunk) error {
 }
 
 // completion is the reply put together, in the shape openAIResponse reads.
-func (a *chunkAccumulator) completion() *openai.ChatCompletion {
-	cc := &openai.ChatCompletion{ID: a.id, Model: a.model, Usage: a.usage, Choices: make([]openai.ChatCompletionChoice, 1)}
-	ch := &cc.Choices[0]
+func (a *chunkAccumulator) completion() *completionBody {
+	b := &completionBody{ID: a.id, Model: a.model, Usage: a.usage, Choices: make([]completionChoice, 1)}
+	ch := &b.Choices[0]
 	ch.FinishReason = a.finish
 	ch.Message.Content = a.text.String()
-	ch.Message.Role = "assistant"
-	for _, t := range a.tools {
-		tc := openai.ChatCompletionMessageToolCallUnion{ID: t.id, Type: t.typ}
-		tc.Function.Name, tc.Function.Arguments = t.name.String(), t.args.String()
-		ch.Message.ToolCalls = append(ch.Message.ToolCalls, tc)
+	if len(a.tools) > 0 {
+		ch.Message.ToolCalls = make([]streamChunkToolCall, len(a.tools))
 	}
-	return cc
+	for i, t := range a.tools {
+		tc := &ch.Message.ToolCalls[i]
+		tc.ID, tc.Type = t.id, t.typ
+		tc.Function.Name, tc.Function.Arguments = t.name.String(), t.args.String()
+	}
+	return b
 }
 
 // Stream answers like Complete, the whole text at once.
@@ -326,44 +328,52 @@ func decodeChunk(ev ssestream.Event, c *streamChunk) error {
 }
 
 // completionBody is the part of a Chat Completions reply that
-// openAIResponse reads, decoded with encoding/json as streamChunk is.
+// openAIResponse reads, decoded with encoding/json as streamChunk is (the
+// SDK's ChatCompletion is ~1 KB of fields and metadata a reply).
 type completionBody struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Message struct {
-			Content   string                `json:"content"`
-			ToolCalls []streamChunkToolCall `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage streamChunkUsage `json:"usage"`
+	ID      string             `json:"id"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   streamChunkUsage   `json:"usage"`
+}
+
+type completionChoice struct {
+	Message struct {
+		Content   string                `json:"content"`
+		ToolCalls []streamChunkToolCall `json:"tool_calls"`
+	} `json:"message"`
+	FinishReason string `json:"finish_reason"`
 }
 
 // decodeCompletion decodes a Chat Completions reply; one encoding/json
 // refuses is decoded by the SDK, as the SDK's own method decoded it.
-func decodeCompletion(raw []byte) (*openai.ChatCompletion, error) {
+func decodeCompletion(raw []byte) (*completionBody, error) {
 	var b completionBody
 	if err := json.Unmarshal(raw, &b); err != nil {
 		var cc openai.ChatCompletion
 		if err := json.Unmarshal(raw, &cc); err != nil {
 			return nil, fmt.Errorf("error parsing response json: %w", err)
 		}
-		return &cc, nil
+		return fromSDK(&cc), nil
 	}
-	u := &b.Usage
-	cc := &openai.ChatCompletion{ID: b.ID, Model: b.Model, Choices: make([]openai.ChatCompletionChoice, len(b.Choices))}
-	cc.Usage.PromptTokens, cc.Usage.CompletionTokens, cc.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
-	cc.Usage.PromptTokensDetails.CachedTokens = u.PromptTokensDetails.CachedTokens
-	cc.Usage.PromptTokensDetails.CacheWriteTokens = u.PromptTokensDetails.CacheWriteTokens
-	for i, ch := range b.Choices {
-		c := &cc.Choices[i]
-		c.FinishReason, c.Message.Content, c.Message.Role = ch.FinishReason, ch.Message.Content, "assistant"
+	return &b, nil
+}
+
+// fromSDK is the part of an SDK-decoded reply openAIResponse reads.
+func fromSDK(cc *openai.ChatCompletion) *completionBody {
+	u := &cc.Usage
+	b := &completionBody{ID: cc.ID, Model: cc.Model, Choices: make([]completionChoice, len(cc.Choices))}
+	b.Usage.PromptTokens, b.Usage.CompletionTokens, b.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+	b.Usage.PromptTokensDetails.CachedTokens = u.PromptTokensDetails.CachedTokens
+	b.Usage.PromptTokensDetails.CacheWriteTokens = u.PromptTokensDetails.CacheWriteTokens
+	for i, ch := range cc.Choices {
+		c := &b.Choices[i]
+		c.FinishReason, c.Message.Content = ch.FinishReason, ch.Message.Content
 		for _, t := range ch.Message.ToolCalls {
-			tc := openai.ChatCompletionMessageToolCallUnion{ID: t.ID, Type: t.Type}
+			tc := streamChunkToolCall{ID: t.ID, Type: t.Type}
 			tc.Function.Name, tc.Function.Arguments = t.Function.Name, t.Function.Arguments
 			c.Message.ToolCalls = append(c.Message.ToolCalls, tc)
 		}
 	}
-	return cc, nil
+	return b
 }

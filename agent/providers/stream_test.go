@@ -93,7 +93,7 @@ func TestChunkAccumulatorMatchesSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, got := openAIResponse(&sdk.ChatCompletion), openAIResponse(ours.completion())
+	want, got := openAIResponse(fromSDK(&sdk.ChatCompletion)), openAIResponse(ours.completion())
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("chunkAccumulator:\n%+v\nSDK accumulator:\n%+v", got, want)
 	}
@@ -136,7 +136,7 @@ func TestDecodeChunkLenientAsSDK(t *testing.T) {
 		if err := got.add(&c); err != nil {
 			t.Fatal(err)
 		}
-		if g, w := openAIResponse(got.completion()), openAIResponse(&want.ChatCompletion); !reflect.DeepEqual(g, w) {
+		if g, w := openAIResponse(got.completion()), openAIResponse(fromSDK(&want.ChatCompletion)); !reflect.DeepEqual(g, w) {
 			t.Errorf("%s:\nours %+v\nSDK  %+v", l, g, w)
 		}
 	}
@@ -171,7 +171,7 @@ func TestDecodeCompletionAsSDK(t *testing.T) {
 		if len(want.Choices) == 0 {
 			continue
 		}
-		if g, w := openAIResponse(got), openAIResponse(&want); !reflect.DeepEqual(g, w) {
+		if g, w := openAIResponse(got), openAIResponse(fromSDK(&want)); !reflect.DeepEqual(g, w) {
 			t.Errorf("%s:\nours %+v\nSDK  %+v", body, g, w)
 		}
 	}
