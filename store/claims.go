@@ -101,23 +101,29 @@ func (d *DB) claimTx(ctx context.Context, fn func(c conn) error) error {
 // transaction (claimTx) and scans the rows it claimed.
 func claim[T any](d *DB, ctx context.Context, q string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
 	var out []T
-	err := d.claimTx(ctx, func(c conn) error {
-		out = out[:0]
-		rows, err := c.query(q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var v T
-			if err := scan(rows, &v); err != nil {
-				return err
-			}
-			out = append(out, v)
-		}
-		return rows.Err()
+	err := d.claimTx(ctx, func(c conn) (err error) {
+		out, err = queryAll(c, q, args, scan)
+		return err
 	})
 	return out, err
+}
+
+// queryAll runs q on c and scans every row it returns with scan.
+func queryAll[T any](c conn, q string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
+	rows, err := c.query(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 // ClaimOwed claims for c.Holder up to c.Limit owed messages that are the
@@ -192,12 +198,12 @@ func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim Outbox
 		out = OutboxPass{}
 		var err error
 		if bury {
-			if out.Dead, err = queryOutbox(c, buryQ, buryArgs...); err != nil {
+			if out.Dead, err = queryAll(c, buryQ, buryArgs, scanOutbox); err != nil {
 				return fmt.Errorf("bury: %w", err)
 			}
 		}
 		if claimAll {
-			out.Claimed, err = queryOutbox(c, q, args...)
+			out.Claimed, err = queryAll(c, q, args, scanOutbox)
 		}
 		return err
 	})
@@ -210,24 +216,6 @@ func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim Outbox
 	return out, nil
 }
 
-// queryOutbox runs q (an UPDATE … RETURNING outboxCols) on c and scans
-// the rows.
-func queryOutbox(c conn, q string, args ...any) ([]OutboxItem, error) {
-	rows, err := c.query(q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []OutboxItem
-	for rows.Next() {
-		var o OutboxItem
-		if err := scanOutbox(rows, &o); err != nil {
-			return nil, err
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
-}
 
 // ClaimRuns claims for c.Holder the runs that are queued, running or
 // announcing and free (see free), oldest first: a replica that died left
