@@ -46,7 +46,7 @@ import (
 //	           workspace, one it kills; reports what each gave
 //	nousage    like work without permission, and reports no usage
 //	costly     like nousage, but reports usage and its session's cost:
-//	           usage_update with the running total ($0.02, then $0.05
+//	           its text, then usage_update with the running total ($0.02, then $0.05
 //	           after the first prompt; +$0.03 each prompt after it)
 //	kept       like nousage, but its session's running cost survives
 //	           session/load (kept in cost-total.txt in its cwd, not
@@ -202,13 +202,15 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 	if a.mode == "costly" || a.mode == "euro" {
 		cur := map[bool]string{true: "EUR", false: "USD"}[a.mode == "euro"]
 		if a.n == 1 {
-			a.cost(ctx, sid, 0.02, cur)
-		}
-		a.cost(ctx, sid, 0.05+0.03*float64(a.n-1), cur)
-		if a.n == 1 {
+			// Its text first: a cost past a budget makes the client send
+			// session/cancel, which cancels ctx here, and an update sent
+			// after that is dropped.
 			a.say(ctx, sid, "Done, and it cost something.")
+			a.cost(ctx, sid, 0.02, cur)
+			a.cost(ctx, sid, 0.05, cur)
 			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 		}
+		a.cost(ctx, sid, 0.05+0.03*float64(a.n-1), cur)
 	}
 	if a.mode == "spender" {
 		a.cost(ctx, sid, 0.02, "USD")
