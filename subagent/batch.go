@@ -185,7 +185,7 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 		if i < len(slots) {
 			slot = slots[i]
 		}
-		m.enqueueIn(run, slot)
+		m.enqueueSpawned(run, slot)
 		m.armGroup(run)
 	}
 	m.changed(runs[0].RootKey)

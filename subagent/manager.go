@@ -204,6 +204,11 @@ type liveRun struct {
 	// spawnedRunning: its spawn took a free lane slot and recorded it
 	// running (startSlot); execute does not write StartRun again.
 	spawnedRunning bool
+	// spawnedHere: this process spawned it (Spawn, spawnBatch), with a
+	// new child session, and it has not run: there is no transcript to
+	// read (modelRunner opens a new one). Neither is changed after the
+	// run is queued.
+	spawnedHere bool
 }
 
 // New returns a Manager. Call Start before spawning.
@@ -486,7 +491,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		}
 		warning = joinWarnings(warning, w)
 	}
-	m.enqueueIn(run, slot)
+	m.enqueueSpawned(run, slot)
 	m.armGroup(run)
 	m.changed(run.RootKey)
 	m.spawned.Add(1)
@@ -711,15 +716,17 @@ func (m *Manager) agentIDs() []string {
 }
 
 func (m *Manager) enqueue(r *store.Run) {
-	m.enqueueIn(r, nil)
-}
-
-// enqueueIn is enqueue, the run starting in slot when it has one
-// (startSlot).
-func (m *Manager) enqueueIn(r *store.Run, slot *lane.Slot) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.enqueueLocked(r, slot)
+	m.enqueueLocked(r, nil, false)
+}
+
+// enqueueSpawned is enqueue for a run this process just spawned, started
+// in slot when it has one (startSlot).
+func (m *Manager) enqueueSpawned(r *store.Run, slot *lane.Slot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.enqueueLocked(r, slot, true)
 }
 
 // startSlot takes a free slot of the lane for the new run r, if there is
@@ -731,7 +738,7 @@ func (m *Manager) enqueueIn(r *store.Run, slot *lane.Slot) {
 // is running in the store and resumes from an empty transcript, as a
 // crash between StartRun and the first transcript line did), and a run
 // spawned while the lane is full or has runs waiting is queued as before.
-// The caller starts r in the slot (enqueueIn) or releases it.
+// The caller starts r in the slot (enqueueSpawned) or releases it.
 func (m *Manager) startSlot(r *store.Run) *lane.Slot {
 	slot := m.lane.Reserve()
 	if slot != nil {
@@ -753,9 +760,10 @@ func (m *Manager) mayHaveChildren(runID string) bool {
 }
 
 // enqueueLocked registers r as live and puts it on the lane, or starts it
-// in slot (startSlot) when that is not nil. m.mu must be held.
-func (m *Manager) enqueueLocked(r *store.Run, slot *lane.Slot) {
-	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedRunning: slot != nil}
+// in slot (startSlot) when that is not nil; spawned: this process just
+// spawned it (liveRun.spawnedHere). m.mu must be held.
+func (m *Manager) enqueueLocked(r *store.Run, slot *lane.Slot, spawned bool) {
+	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedRunning: slot != nil, spawnedHere: spawned}
 	m.live[r.ID] = lr
 	m.liveKeys[r.ChildKey] = r.ID
 	if p, ok := m.live[m.liveKeys[r.RequesterKey]]; ok {
@@ -907,7 +915,15 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	if !ok {
 		return Outcome{Status: store.OutcomeError, Note: fmt.Sprintf("model %s is no longer configured", run.Model)}
 	}
-	sess, err := agent.LoadSessionFrom(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
+	open := agent.LoadSessionFrom
+	if lr.spawnedHere {
+		// A child session made with the run has no transcript yet: no
+		// read (a missing file is an open and an error made per run).
+		open = func(ctx context.Context, ts store.Transcripts, key, id, agentID, parentKey, path string, now time.Time) (*agent.Session, error) {
+			return agent.OpenSessionFrom(ctx, ts, nil, key, id, agentID, parentKey, path, now)
+		}
+	}
+	sess, err := open(ctx, m.d.Store, run.ChildKey, run.ChildSessionID, run.AgentID, run.RequesterKey,
 		m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID), run.StartedAt)
 	if err != nil {
 		if rc.ShuttingDown() {
