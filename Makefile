@@ -36,8 +36,8 @@ fuzz: ## fuzz the chat command parser and handler and the config parser, FUZZTIM
 	$(GO) test -tags $(TAGS) -run='^$$' -fuzz='^FuzzHandle$$' -fuzztime=$(FUZZTIME) ./gateway/command
 	$(GO) test -tags $(TAGS) -run='^$$' -fuzz='^FuzzParseAgreesWithJSON5$$' -fuzztime=$(FUZZTIME) ./config
 
-bench: ## benchmarks (store, lanes, sub-agent runs, MCP tool calls)
-	$(GO) test -tags $(TAGS) -run='^$$' -bench=. -benchmem ./store ./subagent ./lane ./agent/mcptools
+bench: ## benchmarks (store, lanes, sub-agent runs, MCP tool calls, model calls in flight)
+	$(GO) test -tags $(TAGS) -run='^$$' -bench=. -benchmem ./store ./subagent ./lane ./agent/mcptools ./agent/providers
 
 S ?= 100
 M ?= 100
