@@ -47,16 +47,21 @@ func serveH2Model(latency string) {
 		os.Exit(2)
 	}
 	var arrived atomic.Int64
-	model := llmtest.NewHandler(llmtest.APIOpenAI, func(llmtest.Call) llmtest.Reply {
+	answer := func(llmtest.Call) llmtest.Reply {
 		arrived.Add(1)
 		return llmtest.Reply{Text: "hello", Delay: d}
-	}, false)
+	}
+	openAI, anthropic := llmtest.NewHandler(llmtest.APIOpenAI, answer, false), llmtest.NewHandler(llmtest.APIAnthropic, answer, false)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/count" {
+		switch {
+		case r.URL.Path == "/count":
 			fmt.Fprint(w, arrived.Load())
-			return
+		case strings.HasPrefix(r.URL.Path, "/anthropic/"):
+			r.URL.Path = strings.TrimPrefix(r.URL.Path, "/anthropic")
+			anthropic.ServeHTTP(w, r)
+		default:
+			openAI.ServeHTTP(w, r)
 		}
-		model.ServeHTTP(w, r)
 	}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
@@ -120,22 +125,17 @@ func startH2Model(tb testing.TB, latency time.Duration) (url string, client *htt
 }
 
 // BenchmarkCallsInFlight reports what a model call waiting for its answer
-// holds: goroutine stack and heap bytes per call, with 1,000 streamed Chat
-// Completions calls in flight at once over HTTP/2 TLS, each made by
-// agent.Session.Run on a goroutine of its own. The fake model runs in a
-// child process, so only the gateway side is counted: the caller's
-// goroutine (its stack holds every frame down to net/http's roundTrip while
-// it waits), net/http's per-stream writeRequest goroutine, and the heap
-// both hold. docs/performance.md, "memory per model call in flight".
+// holds: goroutine stack and heap bytes per call, with 1,000 streamed
+// calls (Chat Completions, Anthropic Messages) in flight at once over
+// HTTP/2 TLS, each made by agent.Session.Run on a goroutine of its own.
+// The fake model runs in a child process, so only the gateway side is
+// counted: the caller's goroutine (its stack holds every frame down to
+// net/http's roundTrip while it waits), net/http's per-stream
+// writeRequest goroutine, and the heap both hold. docs/performance.md,
+// "memory per model call in flight".
 func BenchmarkCallsInFlight(b *testing.B) {
 	const calls = 1000
 	url, client := startH2Model(b, 5*time.Second)
-	p, err := New("bench", config.Provider{API: APIOpenAICompatible, BaseURL: url + "/v1", Models: []config.Model{{ID: "m"}}},
-		Options{HTTPClient: client, MaxRetries: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	model := &agent.Model{Ref: "bench/m", ProviderID: "bench", ID: "m", API: APIOpenAICompatible, Provider: p}
 	count := func() int {
 		resp, err := client.Get(url + "/count")
 		if err != nil {
@@ -149,43 +149,54 @@ func BenchmarkCallsInFlight(b *testing.B) {
 		}
 		return n
 	}
-	count() // the connection is open before the measure
-	var stack, heap float64
-	b.ResetTimer()
-	for round := range b.N {
-		var before, during runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		var wg sync.WaitGroup
-		var failed atomic.Int64
-		for i := range calls {
-			wg.Go(func() {
-				s := &agent.Session{Key: fmt.Sprintf("bench:%d:%d", round, i)}
-				res, err := s.Run(context.Background(), agent.Turn{Model: model, System: "You are a benchmark.", OnText: func(string) {}}, "say hello")
-				if err != nil || res.Text != "hello" {
-					failed.Add(1)
-				}
-			})
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for count() < (round+1)*calls {
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d calls reached the model", count()-round*calls, calls)
+	for _, bc := range []struct{ api, base string }{{APIOpenAICompatible, url + "/v1"}, {APIAnthropic, url + "/anthropic"}} {
+		b.Run(bc.api, func(b *testing.B) {
+			p, err := New("bench", config.Provider{API: bc.api, BaseURL: bc.base, APIKey: "k", Models: []config.Model{{ID: "m"}}},
+				Options{HTTPClient: client, MaxRetries: -1})
+			if err != nil {
+				b.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		// Collections shrink stacks that grew past what their goroutine
-		// holds now; two, as the gateway has in a call's wait.
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&during)
-		stack += float64(during.StackInuse) - float64(before.StackInuse)
-		heap += float64(during.HeapInuse) - float64(before.HeapInuse)
-		wg.Wait()
-		if n := failed.Load(); n > 0 {
-			b.Fatalf("%d of %d calls failed", n, calls)
-		}
+			model := &agent.Model{Ref: "bench/m", ProviderID: "bench", ID: "m", API: bc.api, Provider: p}
+			var stack, heap float64
+			b.ResetTimer()
+			for round := range b.N {
+				var before, during runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				start := count()
+				var wg sync.WaitGroup
+				var failed atomic.Int64
+				for i := range calls {
+					wg.Go(func() {
+						s := &agent.Session{Key: fmt.Sprintf("bench:%d:%d", round, i)}
+						res, err := s.Run(context.Background(), agent.Turn{Model: model, System: "You are a benchmark.", OnText: func(string) {}}, "say hello")
+						if err != nil || res.Text != "hello" {
+							failed.Add(1)
+						}
+					})
+				}
+				deadline := time.Now().Add(30 * time.Second)
+				for count() < start+calls {
+					if time.Now().After(deadline) {
+						b.Fatalf("only %d of %d calls reached the model", count()-start, calls)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				// Collections shrink stacks that grew past what their
+				// goroutine holds now; two, as the gateway has in a call's
+				// wait.
+				runtime.GC()
+				runtime.GC()
+				runtime.ReadMemStats(&during)
+				stack += float64(during.StackInuse) - float64(before.StackInuse)
+				heap += float64(during.HeapInuse) - float64(before.HeapInuse)
+				wg.Wait()
+				if n := failed.Load(); n > 0 {
+					b.Fatalf("%d of %d calls failed", n, calls)
+				}
+			}
+			b.ReportMetric(stack/float64(b.N*calls), "stack-B/call")
+			b.ReportMetric(heap/float64(b.N*calls), "heap-B/call")
+		})
 	}
-	b.ReportMetric(stack/float64(b.N*calls), "stack-B/call")
-	b.ReportMetric(heap/float64(b.N*calls), "heap-B/call")
 }
