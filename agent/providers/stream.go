@@ -80,8 +80,10 @@ func (a *anthropicAccumulator) take(stream *anthropicsse.Stream[anthropic.Messag
 	if err := a.msg.Accumulate(ev); err != nil {
 		return false, err
 	}
-	if d, ok := ev.AsAny().(anthropic.ContentBlockDeltaEvent); ok && d.Delta.Type == "text_delta" && d.Delta.Text != "" {
-		a.text.WriteString(d.Delta.Text)
+	// The union's own fields, not AsAny: AsAny decodes the event again by
+	// reflection (Accumulate did once).
+	if ev.Type == "content_block_delta" && ev.Delta.Type == "text_delta" && ev.Delta.Text != "" {
+		a.text.WriteString(ev.Delta.Text)
 		return true, nil
 	}
 	return false, nil
