@@ -63,8 +63,8 @@ type Options struct {
 	// process, leave it off.
 	OwnsProcess bool
 	// OnReady, if set, is called once the gateway is ready and, with
-	// OwnsProcess, start's memory was given back (herald gateway turns its
-	// garbage collector back on).
+	// OwnsProcess, start's memory was given back (herald gateway restores
+	// the GOGC it raised for start).
 	OnReady func()
 }
 
@@ -699,7 +699,7 @@ func (g *Gateway) setToolOptions(cfg *config.Config) {
 // probe), then, when the gateway owns the process, the memory that start
 // alone used is given back — the Go heap's garbage and the mappings of the
 // binary's pages that package initialisation touched (releaseStartPages)
-// — with Options.OnReady (herald gateway's collector back on) after the
+// — with Options.OnReady (herald gateway's GOGC restored) after the
 // collection. docs/performance.md has what each saves.
 func (g *Gateway) afterReady() {
 	if p := g.tools.Load().Sandbox; p.Mechanism != sandbox.Off {
