@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type Lane struct {
 	mu      sync.Mutex
 	queue   []Job // FIFO; guarded by mu
 	busy    map[string]bool
+	handed  map[string]Job // by running job's key: the job its slot goes to next (TakeNext)
 	running int
 	closed  bool
 	wg      sync.WaitGroup
@@ -57,7 +59,7 @@ func New(name string, max int, log *zap.Logger) *Lane {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Lane{name: name, max: max, log: log.Named("lane").With(zap.String("lane", name)),
-		ctx: ctx, cancel: cancel, busy: make(map[string]bool)}
+		ctx: ctx, cancel: cancel, busy: make(map[string]bool), handed: make(map[string]Job)}
 }
 
 // Name returns the lane's name.
@@ -138,21 +140,33 @@ func (l *Lane) nextLocked() int {
 
 func (l *Lane) run(j Job) {
 	defer l.wg.Done()
-	if waited := time.Since(j.enqueued); waited > SlowWait {
-		queued, _ := l.Stats()
-		l.log.Info("job waited in lane", zap.String("lane", l.name), zap.String(l.keyName(), j.Key), zap.Duration("waited", waited), zap.Int("queued", queued))
-	}
-	defer func() {
+	for {
+		l.runOne(j)
 		l.mu.Lock()
-		l.running--
 		if j.Key != "" {
 			delete(l.busy, j.Key)
 		}
+		next, handed := l.handed[j.Key]
+		if handed {
+			delete(l.handed, j.Key)
+			l.mu.Unlock()
+			j = next // the slot goes on with the job TakeNext gave it
+			continue
+		}
+		l.running--
 		if !l.closed {
 			l.dispatchLocked()
 		}
 		l.mu.Unlock()
-	}()
+		return
+	}
+}
+
+func (l *Lane) runOne(j Job) {
+	if waited := time.Since(j.enqueued); waited > SlowWait {
+		queued, _ := l.Stats()
+		l.log.Info("job waited in lane", zap.String("lane", l.name), zap.String(l.keyName(), j.Key), zap.Duration("waited", waited), zap.Int("queued", queued))
+	}
 	defer func() {
 		// A panic in one job must not take the daemon down: log it with the
 		// job's key and stack; the job's owner sees it as a job that ended.
@@ -162,6 +176,35 @@ func (l *Lane) run(j Job) {
 		}
 	}()
 	j.Run(l.ctx)
+}
+
+// TakeNext is called by the running job key: it takes the job the lane
+// would start next out of the queue and returns its key; that job runs in
+// key's slot as soon as key's job returns (a sub-agent run that ends
+// records the start of the run after it in its own end's transaction). ok
+// is false when no job can start (none waits with a free key, the lane is
+// over its max or shut down, key is no running job's, or it handed its
+// slot already).
+func (l *Lane) TakeNext(key string) (next string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || key == "" || !l.busy[key] || l.running > l.max {
+		return "", false
+	}
+	if _, dup := l.handed[key]; dup {
+		return "", false
+	}
+	i := l.nextLocked()
+	if i < 0 {
+		return "", false
+	}
+	j := l.queue[i]
+	l.queue = slices.Delete(l.queue, i, i+1)
+	if j.Key != "" {
+		l.busy[j.Key] = true
+	}
+	l.handed[key] = j
+	return j.Key, true
 }
 
 // Slot is a place in a lane taken by Reserve for a job that starts at

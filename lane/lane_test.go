@@ -221,3 +221,52 @@ func (l *Lane) closedNow() bool {
 	defer l.mu.Unlock()
 	return l.closed
 }
+
+// A running job that takes the next job (TakeNext) hands it its slot: the
+// job leaves the queue at once, runs right after the taker returns, in
+// the same slot, and no other job runs in between.
+func TestLaneTakeNext(t *testing.T) {
+	l := New("t", 1, nil)
+	ran := make(chan string, 3)
+	taken := make(chan string, 1)
+	release := make(chan struct{})
+	if err := l.Enqueue(Job{Key: "a", Run: func(context.Context) {
+		<-release
+		next, ok := l.TakeNext("a")
+		if !ok {
+			next = "none"
+		}
+		taken <- next
+		if _, again := l.TakeNext("a"); again {
+			taken <- "twice"
+		}
+		ran <- "a"
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"b", "c"} {
+		if err := l.Enqueue(Job{Key: k, Run: func(context.Context) { ran <- k }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := l.TakeNext("b"); ok {
+		t.Fatal("a queued job took the next job")
+	}
+	close(release)
+	if got := <-taken; got != "b" {
+		t.Fatalf("TakeNext gave %q, want b (the queue's head)", got)
+	}
+	for _, want := range []string{"a", "b", "c"} {
+		if got := <-ran; got != want {
+			t.Fatalf("ran %q, want %q", got, want)
+		}
+	}
+	select {
+	case got := <-taken:
+		t.Fatalf("TakeNext handed a slot twice (%s)", got)
+	default:
+	}
+	if n := l.Shutdown(context.Background()); n != 0 {
+		t.Fatalf("Shutdown dropped %d jobs", n)
+	}
+}

@@ -405,10 +405,13 @@ func fillChild(r *Run, s *Session) {
 // wrapping ErrNotQueued.
 func (d *DB) StartRun(ctx context.Context, runID string, at time.Time) error {
 	ms := msOrNow(at)
-	n, err := d.writer(ctx).execN(`UPDATE runs SET status = $1, started_at = COALESCE(started_at, $2), stretch_at = $3
-		WHERE id = $4 AND status = $5`, StatusRunning, ms, ms, runID, StatusQueued)
+	n, err := d.writer(ctx).execN(startRunSQL, StatusRunning, ms, ms, runID, StatusQueued)
 	return d.movedRun(ctx, "start run", runID, n, err)
 }
+
+// startRunSQL moves a queued run to running (StartRun, RunEnd.Start).
+const startRunSQL = `UPDATE runs SET status = $1, started_at = COALESCE(started_at, $2), stretch_at = $3
+	WHERE id = $4 AND status = $5`
 
 // ResumeRun queues again a run that was running or announcing when its
 // gateway stopped (SPEC §25): Resumes goes up by one, Ran becomes ran
@@ -497,6 +500,16 @@ type RunEnd struct {
 	// Announce.ClaimedBy says whether it did, and its fields are then the
 	// claimed row's (a new item: no attempt, no part sent).
 	ClaimAnnounce string
+	// Start, when set, is the queued run that starts as this one ends
+	// (in its lane slot): it is moved to running as StartRun does, in
+	// the same transaction; a run no longer queued is left as it is.
+	Start *RunStart
+}
+
+// RunStart names a run to start and when (RunEnd.Start).
+type RunStart struct {
+	RunID string
+	At    time.Time
 }
 
 // BatchEnd is the announce of a batch (RunEnd.Batch).
@@ -562,6 +575,12 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		if _, err := c.exec(`UPDATE sessions SET tokens_in = $1, tokens_out = $2, updated_at = $3
 			WHERE key = `+child, r.TokensIn, r.TokensOut, r.EndedAt.UnixMilli(), key); err != nil {
 			return err
+		}
+		if st := end.Start; st != nil {
+			ms := msOrNow(st.At)
+			if _, err := c.exec(startRunSQL, StatusRunning, ms, ms, st.RunID, StatusQueued); err != nil {
+				return fmt.Errorf("start run %s: %w", st.RunID, err)
+			}
 		}
 		if testHookFinishRun != nil {
 			if err := testHookFinishRun(); err != nil {

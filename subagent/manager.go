@@ -201,9 +201,11 @@ type liveRun struct {
 	// whether the run can have children at all (mayHaveChildren).
 	parent bool
 	fresh  bool // set by execute: the run had not started before (StartedAt was zero, Resumes 0)
-	// spawnedRunning: its spawn took a free lane slot and recorded it
-	// running (startSlot); execute does not write StartRun again.
-	spawnedRunning bool
+	// startAt, when set, is when the store has it running from: its
+	// spawn took a free lane slot (startSlot), or the run whose slot it
+	// takes recorded its start with its own end (handOn). execute then
+	// writes no StartRun. Guarded by Manager.mu.
+	startAt time.Time
 	// spawnedHere: this process spawned it (Spawn, spawnBatch), with a
 	// new child session, and it has not run: there is no transcript to
 	// read (modelRunner opens a new one). Neither is changed after the
@@ -763,7 +765,10 @@ func (m *Manager) mayHaveChildren(runID string) bool {
 // in slot (startSlot) when that is not nil; spawned: this process just
 // spawned it (liveRun.spawnedHere). m.mu must be held.
 func (m *Manager) enqueueLocked(r *store.Run, slot *lane.Slot, spawned bool) {
-	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedRunning: slot != nil, spawnedHere: spawned}
+	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedHere: spawned}
+	if slot != nil {
+		lr.startAt = r.StartedAt
+	}
 	m.live[r.ID] = lr
 	m.liveKeys[r.ChildKey] = r.ID
 	if p, ok := m.live[m.liveKeys[r.RequesterKey]]; ok {
@@ -824,14 +829,15 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	lr.cancel = cancel
 	lr.run.Status = store.StatusRunning
 	now := m.d.Clock.Now()
-	switch {
-	case lr.spawnedRunning: // recorded running, from its spawn (startSlot)
-		now = lr.run.StartedAt
-		lr.fresh = true
-	case lr.run.StartedAt.IsZero(): // a resumed run keeps its start (SPEC §25)
+	recorded := !lr.startAt.IsZero() // running in the store already
+	if recorded {
+		now = lr.startAt
+	}
+	if lr.run.StartedAt.IsZero() { // a resumed run keeps its start (SPEC §25)
 		lr.run.StartedAt = now
 		lr.fresh = lr.run.Resumes == 0
 	}
+	lr.fresh = lr.fresh || lr.spawnedHere
 	lr.run.StretchAt = now
 	run := lr.run
 	ctx, lr.span = m.startSpan(ctx, &run)
@@ -869,7 +875,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		rt, _ = m.runThread(ctx, &run)
 	}
 	m.changed(run.RootKey)
-	if !lr.spawnedRunning {
+	if !recorded {
 		if err := m.d.Store.StartRun(ctx, run.ID, now); err != nil {
 			log.Error("could not mark run running", zap.Error(err))
 		}
@@ -1464,6 +1470,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		claimFor = m.d.Outbox.ClaimFor(own.Origin.Channel)
 		ends.ClaimAnnounce = claimFor
 	}
+	next := m.handOn(lr, &ends)
 	tries := 0
 	finish := func(ctx context.Context) error {
 		tries++
@@ -1479,6 +1486,11 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	}
 	if err != nil {
 		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
+		if next != nil { // not recorded either: it records its own start
+			m.mu.Lock()
+			next.startAt = time.Time{}
+			m.mu.Unlock()
+		}
 	} else {
 		batched := ends.Batch != nil && ends.Batch.Announce != nil
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
@@ -1519,6 +1531,37 @@ type Outbox interface {
 	Hand(item store.OutboxItem)
 	// Reclaim makes the deliverer take this replica's claims back.
 	Reclaim()
+}
+
+// handOn gives the lane slot of the ending run lr, when its runner
+// returned (lr runs on the lane), to the queued run the lane would start
+// next (lane.TakeNext), and records that run's start in ends: the end's
+// transaction moves it to running (RunEnd.Start), so it writes no
+// StartRun commit of its own. It starts as soon as lr's job returns,
+// in the same slot. It returns that run (nil: none); a crash before it
+// starts leaves it running in the store with no transcript line —
+// resumed from nothing, as after a crash between StartRun and its
+// first line.
+func (m *Manager) handOn(lr *liveRun, ends *store.RunEnd) *liveRun {
+	m.mu.Lock()
+	inJob := lr != nil && lr.cancel != nil // a queued run stopped ends off the lane
+	m.mu.Unlock()
+	if !inJob {
+		return nil
+	}
+	id, ok := m.lane.TakeNext(lr.run.ID)
+	if !ok {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	next, live := m.live[id]
+	if !live || next.stopped {
+		return nil // its job returns at once (execute)
+	}
+	next.startAt = m.d.Clock.Now()
+	ends.Start = &store.RunStart{RunID: id, At: next.startAt}
+	return next
 }
 
 // startSpan starts the herald.run span of r, a child of the span that

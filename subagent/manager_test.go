@@ -660,3 +660,39 @@ func TestArchiveDeadlinesFollowTheClock(t *testing.T) {
 		t.Errorf("run %s, due in an hour, archived at %v (%v)", c.ID, got.ArchivedAt, err)
 	}
 }
+
+// A run queued behind a full lane is running in the store while it works
+// (what another replica and `herald runs list` read), with its start:
+// the run before it records that start with its own end, and the spawn
+// that found a free slot records its run running at once.
+func TestQueuedRunIsStoredRunningWhileItWorks(t *testing.T) {
+	working := make(chan string, 2)
+	release := make(chan struct{}, 2)
+	h := newHarness(t, "maxConcurrent: 1, maxChildrenPerSession: 10", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && len(c.Messages) == 1 {
+			working <- taskOf(c)
+			<-release
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	first := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "first"})
+	second := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "second"})
+	for _, step := range []struct{ task, id, other, otherStatus string }{
+		{"first", first.RunID, second.RunID, store.StatusQueued},
+		{"second", second.RunID, first.RunID, store.StatusDone},
+	} {
+		if got := <-working; got != step.task {
+			t.Fatalf("%s is working, want %s", got, step.task)
+		}
+		r, err := h.db.GetRun(ctx, step.id)
+		if err != nil || r.Status != store.StatusRunning || r.StartedAt.IsZero() {
+			t.Fatalf("%s while it works: %+v, %v; want running with its start in the store", step.task, r, err)
+		}
+		if o, err := h.db.GetRun(ctx, step.other); err != nil || o.Status != step.otherStatus {
+			t.Fatalf("the other run while %s works: %+v, %v; want %s", step.task, o, err, step.otherStatus)
+		}
+		release <- struct{}{}
+	}
+	h.waitAnnounces(2)
+}

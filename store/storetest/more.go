@@ -245,3 +245,48 @@ func testRunStatusAndArchive(t *testing.T, s Store) {
 		t.Errorf("archived run's child session = %+v, %v; want deleted", c, err)
 	}
 }
+
+// A run's end can start the queued run that takes its lane slot
+// (RunEnd.Start): that run is running from then, with its start, in the
+// same transaction; one that is no longer queued is left as it is.
+func testEndRunStartsNext(t *testing.T, s Store) {
+	ctx := context.Background()
+	var runs []*store.Run
+	for _, id := range []string{"r1", "r2", "r3"} {
+		r, child := newRun(id)
+		if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	if err := s.StartRun(ctx, "r1", t0); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(time.Minute)
+	r1 := runs[0]
+	r1.Status, r1.Outcome, r1.EndedAt = store.StatusDone, store.OutcomeSuccess, at
+	if err := s.EndRun(ctx, r1, store.RunEnd{Start: &store.RunStart{RunID: "r2", At: at}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetRun(ctx, "r2")
+	if err != nil || got.Status != store.StatusRunning || !got.StartedAt.Equal(at) || !got.StretchAt.Equal(at) {
+		t.Fatalf("r2 after r1's end = %+v, %v; want running since %v", got, err, at)
+	}
+	if got, _ := s.GetRun(ctx, "r1"); got.Status != store.StatusDone {
+		t.Errorf("r1 = %s, want done", got.Status)
+	}
+	// r3 was stopped (ended) before the end that would start it.
+	r3 := runs[2]
+	r3.Status, r3.Outcome, r3.EndedAt = store.StatusDone, store.OutcomeStopped, at
+	if err := s.EndRun(ctx, r3, store.RunEnd{}); err != nil {
+		t.Fatal(err)
+	}
+	r2 := runs[1]
+	r2.Status, r2.Outcome, r2.EndedAt = store.StatusDone, store.OutcomeSuccess, at.Add(time.Minute)
+	if err := s.EndRun(ctx, r2, store.RunEnd{Start: &store.RunStart{RunID: "r3", At: at.Add(time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetRun(ctx, "r3"); got.Status != store.StatusDone || got.Outcome != store.OutcomeStopped {
+		t.Errorf("r3 = %s %s, want done stopped (left as it was)", got.Status, got.Outcome)
+	}
+}

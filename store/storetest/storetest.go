@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"ConversationSettings", testConversationSettings},
 		{"IntakeDraft", testIntakeDraft},
 		{"RunBySpawnCall", testRunBySpawnCall},
+		{"EndRunStartsNext", testEndRunStartsNext},
 		{"ClaimRuns", testClaimRuns},
 		{"RunStatusAndArchive", testRunStatusAndArchive},
 		{"Bindings", testBindings},
