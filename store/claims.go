@@ -216,7 +216,6 @@ func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim Outbox
 	return out, nil
 }
 
-
 // ClaimRuns claims for c.Holder the runs that are queued, running or
 // announcing and free (see free), oldest first: a replica that died left
 // them, and the holder queues the queued ones again and announces the
