@@ -50,7 +50,6 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Wakes", testWakes},
 		{"TurnWake", testTurnWake},
 		{"Batch", testBatch},
-		{"SpawnEach", testSpawnEach},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
 		{"KV", testKV},
