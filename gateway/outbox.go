@@ -84,8 +84,9 @@ type deliverer struct {
 	// no other replica's, so a destination has at most one send in flight
 	// across the replicas and a message is never sent by two passes.
 	mu       sync.Mutex
-	inflight int  // sends in flight (≤ maxSends)
-	started  bool // the first pass (which takes back this replica's own claims) was made
+	inflight int  // sends in flight (≤ limit)
+	limit    int  // maxSends (smaller in tests)
+	started  bool // the first pass (which takes back this replica's own claims) was made; false again when claims are owed back
 	// ctx is the delivery loop's, set by its passes: sends handed over
 	// (hand) run under it as a pass's do.
 	ctx context.Context
@@ -98,7 +99,7 @@ type deliverer struct {
 }
 
 func newDeliverer(deps outboxDeps) *deliverer {
-	return &deliverer{outboxDeps: deps, wake: make(chan struct{}, 1), sent: make(chan struct{}, 1), sending: map[int64]bool{}, again: map[int64]bool{}}
+	return &deliverer{outboxDeps: deps, wake: make(chan struct{}, 1), sent: make(chan struct{}, 1), limit: maxSends, sending: map[int64]bool{}, again: map[int64]bool{}}
 }
 
 // wakeUp asks for a delivery pass now, here and on the other replicas (an
@@ -152,10 +153,7 @@ func (d *deliverer) idle(ctx context.Context) bool {
 			return false
 		case <-d.wake:
 			t.Stop()
-			d.mu.Lock()
-			started := d.started
-			d.mu.Unlock()
-			if !started {
+			if d.owed() {
 				return true // this replica's claims are to be taken back
 			}
 			// A new item (an announce, a reply behind another one of its
@@ -166,9 +164,23 @@ func (d *deliverer) idle(ctx context.Context) bool {
 			return true
 		case <-d.sent:
 			t.Stop()
+			if d.owed() {
+				// A claim of this replica's waits for room (a reply handed
+				// while the sends were full, a pass that did not start all it
+				// claimed): NextOutboxAt leaves it out, so pass now.
+				return true
+			}
 			floor = 0 // an item due now is passed at once
 		}
 	}
+}
+
+// owed reports whether this replica's claims are to be taken back by the
+// next pass.
+func (d *deliverer) owed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.started
 }
 
 // flush makes one last delivery pass during shutdown and waits for the
@@ -192,10 +204,10 @@ func (d *deliverer) flush(ctx context.Context) {
 func (d *deliverer) pass(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	room := maxSends - d.inflight
+	room := d.limit - d.inflight
 	if room <= 0 {
 		d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", d.inflight))
-		return false
+		return false // a send's end passes again if claims are owed back (idle)
 	}
 	limit := min(outboxBatch, room)
 	// Dead letters are buried (SPEC §27) in the claim's transaction, before
@@ -243,7 +255,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 func (d *deliverer) hand(it store.OutboxItem) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ctx == nil || d.ctx.Err() != nil || d.inflight >= maxSends || d.sending[it.ID] {
+	if d.ctx == nil || d.ctx.Err() != nil || d.inflight >= d.limit || d.sending[it.ID] {
 		d.started = false
 		d.wakeLocal()
 		return
@@ -280,7 +292,7 @@ func (d *deliverer) startLocked(ctx context.Context, it store.OutboxItem) {
 		if next != nil {
 			// The delivery claimed its destination's next item: it goes
 			// out now, without a pass (or the next pass takes it back).
-			if !again && ctx.Err() == nil && d.inflight < maxSends && !d.sending[next.ID] {
+			if !again && ctx.Err() == nil && d.inflight < d.limit && !d.sending[next.ID] {
 				d.startLocked(ctx, *next)
 				handed = true
 			} else {

@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
+)
+
+// heldChannel is a channel whose sends start (reported on started) and
+// end when released.
+type heldChannel struct {
+	started chan string
+	release chan struct{}
+}
+
+func (c *heldChannel) Name() channels.Name                        { return "held" }
+func (c *heldChannel) Start(context.Context, channels.Sink) error { return nil }
+func (c *heldChannel) Stop(context.Context) error                 { return nil }
+func (c *heldChannel) Send(ctx context.Context, _ channels.Origin, m channels.Message) error {
+	c.started <- m.Text
+	select {
+	case <-c.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// testDeliverer runs a deliverer of replica r1 on db with ch as its only
+// channel, at most limit sends in flight, until the test ends.
+func testDeliverer(t *testing.T, db outboxStore, ch channels.Channel, limit int) *deliverer {
+	t.Helper()
+	d := newDeliverer(outboxDeps{db: db, replica: "r1", tell: func() {},
+		channel: func(channels.Name) channels.Channel { return ch }, sendsOn: func() []string { return nil },
+		limits: func() store.OutboxLimits { return store.OutboxLimits{} }, changed: func() {},
+		uncertainKey: func(channels.Name) (channels.Uncertain, string) { return "", "" },
+		retryWrite: func(ctx context.Context, _ string, _ *zap.Logger, write func(context.Context) error) error {
+			return write(ctx)
+		},
+		writeCtx: context.Background(), clock: agent.SystemClock{}, metrics: newMetrics(), log: zap.NewNop()})
+	d.limit = limit
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		d.sends.Wait()
+	})
+	return d
+}
+
+func openTestStore(t *testing.T) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// enqueueClaimed queues text to chat and claims it for r1, as a turn's
+// completion does (store.TurnEnd.ClaimReply).
+func enqueueClaimed(t *testing.T, db *store.DB, chat, text string) store.OutboxItem {
+	t.Helper()
+	ctx := context.Background()
+	it := &store.OutboxItem{Origin: channels.Origin{Channel: "held", ChatID: chat, ChatType: channels.ChatDM}, Kind: channels.KindReply, Text: text}
+	if _, err := db.EnqueueOutbox(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimOutbox(ctx, store.Claim{Holder: "r1", Limit: 1}, nil, time.Now())
+	if err != nil || len(got) != 1 || got[0].Text != text {
+		t.Fatalf("claim %q: %+v, %v", text, got, err)
+	}
+	return got[0]
+}
+
+// waitSend waits for the start of a send of text.
+func waitSend(t *testing.T, ch *heldChannel, text string, within time.Duration) {
+	t.Helper()
+	select {
+	case got := <-ch.started:
+		if got != text {
+			t.Fatalf("send of %q started; want %q", got, text)
+		}
+	case <-time.After(within):
+		t.Fatalf("the send of %q did not start within %s", text, within)
+	}
+}
+
+// TestHandedReplyWaitingForRoomGoesOutWhenASendEnds: a reply a turn's
+// completion claimed for this replica while every send slot was taken
+// goes out as soon as a send ends — not after the minute the loop waits
+// when nothing else is due (NextOutboxAt leaves this replica's claims out).
+func TestHandedReplyWaitingForRoomGoesOutWhenASendEnds(t *testing.T) {
+	t.Parallel()
+	db := openTestStore(t)
+	ch := &heldChannel{started: make(chan string, 4), release: make(chan struct{})}
+	ctx := context.Background()
+	if _, err := db.EnqueueOutbox(ctx, &store.OutboxItem{Origin: channels.Origin{Channel: "held", ChatID: "a", ChatType: channels.ChatDM},
+		Kind: channels.KindReply, Text: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	d := testDeliverer(t, db, ch, 1)
+	waitSend(t, ch, "first", 10*time.Second) // the one send slot is taken
+	reply := enqueueClaimed(t, db, "b", "reply")
+	d.hand(reply) // no room: the next pass is to take it back
+	// Let the loop use the wake-up hand gave it (a pass with no room),
+	// then end the send in flight.
+	if !waitCond(10*time.Second, func() bool { return len(d.wake) == 0 }) {
+		t.Fatal("the delivery loop did not take the wake-up")
+	}
+	close(ch.release)
+	waitSend(t, ch, "reply", 10*time.Second)
+}
+
+// waitCond polls cond until it holds or within ends.
+func waitCond(within time.Duration, cond func() bool) bool {
+	end := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
