@@ -35,6 +35,11 @@ const (
 // maxSends caps the sends in flight at once (one per destination).
 const maxSends = 256
 
+// storeCallTimeout bounds a pass's claim transaction and the look at when
+// the next item is due: a store that hangs (a dead PostgreSQL connection)
+// makes the pass fail and be made again, instead of stopping delivery.
+const storeCallTimeout = 30 * time.Second
+
 // outboxStore is what the deliverer reads and writes: the outbox, and the
 // stored files its items carry.
 type outboxStore interface {
@@ -79,14 +84,20 @@ type deliverer struct {
 	// due then (its destination's next one, say), not at every send.
 	sent chan struct{}
 
-	// mu makes claiming what is due and counting the sends in flight one
-	// step. A claimed item is the oldest pending one of its destination and
-	// no other replica's, so a destination has at most one send in flight
-	// across the replicas and a message is never sent by two passes.
+	// mu guards the sends in flight and what a pass claimed. A claimed item
+	// is the oldest pending one of its destination and no other replica's,
+	// so a destination has at most one send in flight across the replicas
+	// and a message is never sent by two passes. mu is never held across
+	// store I/O: hand runs on a turn's lane or a run's slot, and a slow
+	// store must not stop those (a pass releases it for its transaction and
+	// checks, after, which sends ended meanwhile: ended).
 	mu       sync.Mutex
-	inflight int  // sends in flight (≤ limit)
+	inflight int  // sends in flight (≤ limit, but for a hand during a pass's transaction)
 	limit    int  // maxSends (smaller in tests)
 	started  bool // the first pass (which takes back this replica's own claims) was made; false again when claims are owed back
+	// ended are the ids of the items whose sends ended during a pass's
+	// store transaction (nil outside one).
+	ended map[int64]bool
 	// ctx is the delivery loop's, set by its passes: sends handed over
 	// (hand) run under it as a pass's do.
 	ctx context.Context
@@ -143,7 +154,10 @@ func (d *deliverer) idle(ctx context.Context) bool {
 		if d.poll > 0 {
 			wait = d.poll
 		}
-		if next, ok, err := d.db.NextOutboxAt(ctx, d.replica); err == nil && ok {
+		nctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		next, ok, err := d.db.NextOutboxAt(nctx, d.replica)
+		cancel()
+		if err == nil && ok {
 			wait = min(wait, max(next.Sub(d.clock.Now()), floor))
 		}
 		t := time.NewTimer(wait)
@@ -203,22 +217,37 @@ func (d *deliverer) flush(ctx context.Context) {
 // whether more may be due right away.
 func (d *deliverer) pass(ctx context.Context) bool {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	room := d.limit - d.inflight
 	if room <= 0 {
+		d.mu.Unlock()
 		d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", d.inflight))
 		return false // a send's end passes again if claims are owed back (idle)
 	}
 	limit := min(outboxBatch, room)
+	reclaim := !d.started
+	// A hand or a send's end that asks for the claims back during the
+	// transaction clears started again.
+	d.started = true
+	d.ended = map[int64]bool{}
+	d.mu.Unlock()
 	// Dead letters are buried (SPEC §27) in the claim's transaction, before
-	// it, so a dead item is never claimed.
+	// it, so a dead item is never claimed. Passes are one at a time (the
+	// loop's, then flush's after the loop ended).
 	lim := d.limits()
-	got, err := d.db.PassOutbox(ctx, store.Claim{Holder: d.replica, Reclaim: !d.started, Limit: limit}, d.sendsOn(), lim, d.clock.Now())
+	pctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	got, err := d.db.PassOutbox(pctx, store.Claim{Holder: d.replica, Reclaim: reclaim, Limit: limit}, d.sendsOn(), lim, d.clock.Now())
+	cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ended := d.ended
+	d.ended = nil
 	d.buried(got.Dead, lim)
 	items := got.Claimed
 	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Error("read outbox", zap.Error(err))
+		if ctx.Err() == nil || reclaim {
+			if ctx.Err() == nil {
+				d.log.Error("read outbox", zap.Error(err))
+			}
 			// The claim may have been committed with its answer lost (the
 			// connection dropped): the next pass takes this replica's own
 			// claims back, so those items are not left until a restart.
@@ -226,10 +255,18 @@ func (d *deliverer) pass(ctx context.Context) bool {
 		}
 		return false
 	}
-	d.started = true
 	d.ctx = ctx
 	for i := range items {
 		it := items[i]
+		if ended[it.ID] || d.inflight >= d.limit && !d.sending[it.ID] {
+			// Its send ended during the transaction, which may have
+			// claimed it before the send let it go or delivered it; or
+			// hands took the room meanwhile. Not sent from here: the next
+			// pass takes this replica's claims back and reads it afresh.
+			d.started = false
+			d.wakeLocal()
+			continue
+		}
 		if d.sending[it.ID] {
 			// Its send is still in flight here: either this pass took back
 			// the claim that send holds, or the send has already let the item
@@ -283,6 +320,9 @@ func (d *deliverer) startLocked(ctx context.Context, it store.OutboxItem) {
 		d.mu.Lock()
 		d.inflight--
 		delete(d.sending, it.ID)
+		if d.ended != nil {
+			d.ended[it.ID] = true
+		}
 		again := d.again[it.ID] || reclaim
 		if again {
 			delete(d.again, it.ID)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,31 @@ func (c *heldChannel) Send(ctx context.Context, _ channels.Origin, m channels.Me
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// blockingPass is a store whose PassOutbox blocks while held is set (a
+// dead connection), reporting that it did on entered.
+type blockingPass struct {
+	*store.DB
+	mu      sync.Mutex
+	held    bool
+	entered chan context.Context
+	unblock chan struct{}
+}
+
+func (s *blockingPass) PassOutbox(ctx context.Context, c store.Claim, chans []string, lim store.OutboxLimits, now time.Time) (store.OutboxPass, error) {
+	s.mu.Lock()
+	held := s.held
+	s.mu.Unlock()
+	if held {
+		s.entered <- ctx
+		select {
+		case <-s.unblock:
+		case <-ctx.Done():
+			return store.OutboxPass{}, ctx.Err()
+		}
+	}
+	return s.DB.PassOutbox(ctx, c, chans, lim, now)
 }
 
 // testDeliverer runs a deliverer of replica r1 on db with ch as its only
@@ -118,6 +144,49 @@ func TestHandedReplyWaitingForRoomGoesOutWhenASendEnds(t *testing.T) {
 		t.Fatal("the delivery loop did not take the wake-up")
 	}
 	close(ch.release)
+	waitSend(t, ch, "reply", 10*time.Second)
+}
+
+// TestHandDoesNotWaitForAHungPass: a pass whose store transaction hangs
+// (a dead PostgreSQL connection) does not hold up hand, which a turn's
+// completion calls on its session's lane; and the transaction has a
+// deadline.
+func TestHandDoesNotWaitForAHungPass(t *testing.T) {
+	t.Parallel()
+	db := &blockingPass{DB: openTestStore(t), entered: make(chan context.Context, 1), unblock: make(chan struct{})}
+	ch := &heldChannel{started: make(chan string, 4), release: make(chan struct{})}
+	close(ch.release)
+	d := testDeliverer(t, db, ch, maxSends)
+	if !waitCond(10*time.Second, func() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.ctx != nil }) {
+		t.Fatal("the first pass was not made")
+	}
+	reply := enqueueClaimed(t, db.DB, "b", "reply")
+	// Something due, for the pass that hangs.
+	if _, err := db.EnqueueOutbox(context.Background(), &store.OutboxItem{Origin: channels.Origin{Channel: "held", ChatID: "c", ChatType: channels.ChatDM},
+		Kind: channels.KindReply, Text: "due"}); err != nil {
+		t.Fatal(err)
+	}
+	db.mu.Lock()
+	db.held = true
+	db.mu.Unlock()
+	d.wakeLocal()
+	var pctx context.Context
+	select {
+	case pctx = <-db.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pass was made after the wake-up")
+	}
+	defer close(db.unblock)
+	if dl, ok := pctx.Deadline(); !ok || time.Until(dl) > storeCallTimeout {
+		t.Errorf("the pass's store transaction has deadline %v, %v; want one within %s", dl, ok, storeCallTimeout)
+	}
+	handed := make(chan struct{})
+	go func() { defer close(handed); d.hand(reply) }()
+	select {
+	case <-handed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("hand waited for the pass's hung store transaction")
+	}
 	waitSend(t, ch, "reply", 10*time.Second)
 }
 
