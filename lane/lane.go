@@ -149,9 +149,16 @@ func (l *Lane) run(j Job) {
 		next, handed := l.handed[j.Key]
 		if handed {
 			delete(l.handed, j.Key)
-			l.mu.Unlock()
-			j = next // the slot goes on with the job TakeNext gave it
-			continue
+			if !l.closed {
+				l.mu.Unlock()
+				j = next // the slot goes on with the job TakeNext gave it
+				continue
+			}
+			// Shutdown began: it is dropped as a queued job is (its owner
+			// resumes it after the restart).
+			if next.Key != "" {
+				delete(l.busy, next.Key)
+			}
 		}
 		l.running--
 		if !l.closed {
@@ -205,6 +212,28 @@ func (l *Lane) TakeNext(key string) (next string, ok bool) {
 	}
 	l.handed[key] = j
 	return j.Key, true
+}
+
+// GiveBack undoes key's TakeNext: the job it took goes back to the head
+// of the queue, to start in the first free slot (a sub-agent run whose end
+// cannot be recorded yet, an outage, does not hold the run after it). It
+// is dropped when Shutdown began. A no-op when key took none.
+func (l *Lane) GiveBack(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	j, ok := l.handed[key]
+	if !ok {
+		return
+	}
+	delete(l.handed, key)
+	if j.Key != "" {
+		delete(l.busy, j.Key)
+	}
+	if l.closed {
+		return
+	}
+	l.queue = slices.Insert(l.queue, 0, j)
+	l.dispatchLocked()
 }
 
 // Slot is a place in a lane taken by Reserve for a job that starts at

@@ -270,3 +270,58 @@ func TestLaneTakeNext(t *testing.T) {
 		t.Fatalf("Shutdown dropped %d jobs", n)
 	}
 }
+
+// A job handed a slot (TakeNext) whose taker returns after Shutdown began
+// is dropped, as a queued job is: no new work starts during the grace.
+func TestLaneHandedJobDroppedAtShutdown(t *testing.T) {
+	l := New("t", 1, nil)
+	taken := make(chan bool, 1)
+	release := make(chan struct{})
+	ran := make(chan string, 1)
+	if err := l.Enqueue(Job{Key: "a", Run: func(context.Context) {
+		_, ok := l.TakeNext("a")
+		taken <- ok
+		<-release
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Enqueue(Job{Key: "b", Run: func(context.Context) { ran <- "b" }}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-taken:
+		if !ok {
+			t.Fatal("TakeNext took nothing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a did not run")
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); l.Shutdown(context.Background()) }()
+	if !waitClosed(l, 10*time.Second) {
+		t.Fatal("Shutdown did not begin")
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	select {
+	case got := <-ran:
+		t.Fatalf("%s started after Shutdown began", got)
+	default:
+	}
+}
+
+// waitClosed waits until Shutdown began on l.
+func waitClosed(l *Lane, within time.Duration) bool {
+	end := time.Now().Add(within)
+	for !l.closedNow() {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}

@@ -1476,7 +1476,19 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		tries++
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return m.d.Store.EndRun(wctx, &r, ends)
+		err := m.d.Store.EndRun(wctx, &r, ends)
+		if err != nil && next != nil {
+			// The end's write failed (it is retried through an outage, which
+			// can last minutes): the run handed this slot goes back to the
+			// queue's head, to take the first free slot, and records its own
+			// start.
+			m.mu.Lock()
+			next.startAt = time.Time{}
+			m.mu.Unlock()
+			m.lane.GiveBack(lr.run.ID)
+			ends.Start, next = nil, nil
+		}
+		return err
 	}
 	var err error
 	if m.d.RetryWrite != nil {

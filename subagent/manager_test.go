@@ -2,6 +2,7 @@ package subagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -658,6 +659,105 @@ func TestArchiveDeadlinesFollowTheClock(t *testing.T) {
 	}
 	if got, err := p.Store.GetRun(ctx, c.ID); err != nil || !got.ArchivedAt.IsZero() {
 		t.Errorf("run %s, due in an hour, archived at %v (%v)", c.ID, got.ArchivedAt, err)
+	}
+}
+
+// endOutage is a store whose first EndRun of the run with task fails (an
+// outage), reporting on failed.
+type endOutage struct {
+	Store
+	task   string
+	once   sync.Once
+	failed chan struct{}
+}
+
+func (s *endOutage) EndRun(ctx context.Context, r *store.Run, end store.RunEnd) error {
+	hit := false
+	if r.Task == s.task {
+		s.once.Do(func() { hit = true })
+	}
+	if hit {
+		close(s.failed)
+		return errors.New("store unreachable")
+	}
+	return s.Store.EndRun(ctx, r, end)
+}
+
+// A run whose end cannot be recorded (its write retried through an
+// outage) does not hold the queued run it would hand its slot to: that
+// run starts in the next slot that frees, instead of waiting for the
+// outage to end while later runs could overtake it.
+func TestRunEndRetriedGivesTheNextRunBack(t *testing.T) {
+	working := make(chan string, 3)
+	release := map[string]chan struct{}{"first": make(chan struct{}), "second": make(chan struct{}), "third": make(chan struct{})}
+	close(release["third"])
+	llm := llmtest.NewAnthropic(t, func(c llmtest.Call) llmtest.Reply {
+		if task := taskOf(c); strings.Contains(c.System, "Sub-agent context") && len(c.Messages) == 1 && release[task] != nil {
+			working <- task
+			select {
+			case <-release[task]:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		return standard(c)
+	})
+	p := subagenttest.New(t, fmt.Sprintf(baseConfig, llm.URL, "maxConcurrent: 2, maxChildrenPerSession: 10", ""), nil)
+	db := &endOutage{Store: p.Store, task: "first", failed: make(chan struct{})}
+	outage := make(chan struct{})
+	m := New(Deps{
+		Config: p.Config, Store: db, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
+		RetryWrite: func(ctx context.Context, _ string, _ *zap.Logger, write func(context.Context) error) error {
+			if err := write(ctx); err == nil {
+				return nil
+			}
+			select { // the outage lasts until the test ends it
+			case <-outage:
+			case <-time.After(30 * time.Second):
+			}
+			return write(ctx)
+		},
+	})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	subagenttest.StopAtCleanup(t, m)
+	ctx := context.Background()
+	waitWorking := func(want ...string) {
+		t.Helper()
+		var got []string
+		for range want {
+			select {
+			case task := <-working:
+				got = append(got, task)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("working: %v; want %v", got, want)
+			}
+		}
+		if slices.Sort(got); !slices.Equal(got, want) {
+			t.Fatalf("working: %v; want %v", got, want)
+		}
+	}
+	var ids []string
+	for _, task := range []string{"first", "second", "third"} {
+		res := m.Spawn(ctx, caller("1"), SpawnParams{Task: task})
+		if res.Status != "accepted" {
+			t.Fatalf("spawn %s = %+v", task, res)
+		}
+		ids = append(ids, res.RunID)
+	}
+	waitWorking("first", "second")
+	close(release["first"]) // its end's write fails and is retried until the outage ends
+	select {
+	case <-db.failed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first run's end was not written")
+	}
+	close(release["second"]) // its slot frees: the third run takes it
+	waitWorking("third")
+	close(outage)
+	for _, id := range ids {
+		subagenttest.WaitDone(t, p.Store, id)
 	}
 }
 
