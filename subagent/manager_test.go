@@ -771,7 +771,10 @@ func TestQueuedRunIsStoredRunningWhileItWorks(t *testing.T) {
 	h := newHarness(t, "maxConcurrent: 1, maxChildrenPerSession: 10", "", func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.System, "Sub-agent context") && len(c.Messages) == 1 {
 			working <- taskOf(c)
-			<-release
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
 		}
 		return standard(c)
 	})
@@ -782,8 +785,13 @@ func TestQueuedRunIsStoredRunningWhileItWorks(t *testing.T) {
 		{"first", first.RunID, second.RunID, store.StatusQueued},
 		{"second", second.RunID, first.RunID, store.StatusDone},
 	} {
-		if got := <-working; got != step.task {
-			t.Fatalf("%s is working, want %s", got, step.task)
+		select {
+		case got := <-working:
+			if got != step.task {
+				t.Fatalf("%s is working, want %s", got, step.task)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not start working", step.task)
 		}
 		r, err := h.db.GetRun(ctx, step.id)
 		if err != nil || r.Status != store.StatusRunning || r.StartedAt.IsZero() {
