@@ -160,6 +160,11 @@ func (d *deliverer) idle(ctx context.Context) bool {
 		if err == nil && ok {
 			wait = min(wait, max(next.Sub(d.clock.Now()), floor))
 		}
+		if d.owed() {
+			// NextOutboxAt leaves this replica's claims out: those a failed
+			// pass may have made wait for no item's time.
+			wait = min(wait, owedRetry)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -190,12 +195,17 @@ func (d *deliverer) idle(ctx context.Context) bool {
 }
 
 // owed reports whether this replica's claims are to be taken back by the
-// next pass.
+// next pass, and there is room to send them.
 func (d *deliverer) owed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return !d.started
+	return !d.started && d.inflight < d.limit
 }
+
+// owedRetry is how soon a pass that failed (its claims may have been
+// committed with the answer lost) is made again, when no send's end or
+// wake-up comes first.
+const owedRetry = time.Second
 
 // flush makes one last delivery pass during shutdown and waits for the
 // sends in flight until ctx ends (each send has its own deadline too).

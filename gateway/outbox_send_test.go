@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -200,4 +201,48 @@ func waitCond(within time.Duration, cond func() bool) bool {
 		time.Sleep(2 * time.Millisecond)
 	}
 	return true
+}
+
+// lostAnswer is a store whose next PassOutbox, once armed, commits and
+// then reports an error (the connection dropped before the answer).
+type lostAnswer struct {
+	*store.DB
+	lose chan struct{} // closed: the next pass loses its answer
+	lost sync.Once
+}
+
+func (s *lostAnswer) PassOutbox(ctx context.Context, c store.Claim, chans []string, lim store.OutboxLimits, now time.Time) (store.OutboxPass, error) {
+	got, err := s.DB.PassOutbox(ctx, c, chans, lim, now)
+	select {
+	case <-s.lose:
+		failed := false
+		s.lost.Do(func() { failed = true })
+		if failed {
+			return store.OutboxPass{}, errors.New("connection reset")
+		}
+	default:
+	}
+	return got, err
+}
+
+// TestPassWithLostAnswerSendsSoon: a pass whose claim committed but whose
+// answer was lost leaves its item claimed by this replica; the next pass
+// takes it back within a second or so — not after the minute the loop
+// waits when nothing else is due (NextOutboxAt leaves the claim out).
+func TestPassWithLostAnswerSendsSoon(t *testing.T) {
+	t.Parallel()
+	db := &lostAnswer{DB: openTestStore(t), lose: make(chan struct{})}
+	ch := &heldChannel{started: make(chan string, 4), release: make(chan struct{})}
+	close(ch.release)
+	d := testDeliverer(t, db, ch, maxSends)
+	if !waitCond(10*time.Second, func() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.ctx != nil }) {
+		t.Fatal("the first pass was not made")
+	}
+	close(db.lose)
+	if _, err := db.EnqueueOutbox(context.Background(), &store.OutboxItem{Origin: channels.Origin{Channel: "held", ChatID: "c", ChatType: channels.ChatDM},
+		Kind: channels.KindReply, Text: "due"}); err != nil {
+		t.Fatal(err)
+	}
+	d.wakeLocal()
+	waitSend(t, ch, "due", 10*time.Second)
 }
