@@ -1,0 +1,150 @@
+package providers
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// burstServer is an httptest TLS server whose handler holds every request
+// until want requests are in it at once (or a deadline passes), and which
+// counts the connections it accepted.
+type burstServer struct {
+	*httptest.Server
+	conns  atomic.Int32
+	in     atomic.Int32
+	want   int32
+	all    chan struct{}
+	once   sync.Once
+	missed atomic.Bool // the deadline passed with fewer than want in
+}
+
+func newBurstServer(t *testing.T, h2 bool, streams uint32) *burstServer {
+	s := &burstServer{all: make(chan struct{})}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/warm" {
+			return
+		}
+		if s.in.Add(1) >= s.want {
+			s.once.Do(func() { close(s.all) })
+		}
+		select {
+		case <-s.all:
+		case <-time.After(10 * time.Second):
+			s.missed.Store(true)
+		}
+		w.Write([]byte(r.Proto))
+	}))
+	s.EnableHTTP2 = h2
+	s.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: int(streams)}
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// client is a provider transport trusting s's certificate.
+func (s *burstServer) client(t *testing.T) *Transport {
+	pool := x509.NewCertPool()
+	pool.AddCert(s.Certificate())
+	tr := transportFor(0)
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// burst sends n requests at once (after one that lets the transport
+// learn the server's protocol) and fails the test on any error.
+func (s *burstServer) burst(t *testing.T, tr *Transport, n int, proto string) {
+	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	resp, err := c.Get(s.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Proto != proto {
+		t.Fatalf("warm-up answered over %s, want %s", resp.Proto, proto)
+	}
+	s.want = int32(n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			resp, err := c.Get(s.URL + "/burst")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	if s.missed.Load() {
+		t.Errorf("only %d of %d requests were at the server at once", s.in.Load(), n)
+	}
+}
+
+// A burst of calls to an HTTP/2 provider beyond its stream limit opens
+// about as many connections as the calls need, not one per call: 60
+// calls against 10 streams a connection, after the host answered h2.
+// net/http's own pool (plain http.Transport) opens one per waiting call
+// here (golang/go#27753).
+func TestH2BurstOpensFewConnections(t *testing.T) {
+	const n, streams = 60, 10
+	s := newBurstServer(t, true, streams)
+	s.burst(t, s.client(t), n, "HTTP/2.0")
+	// 1 for the warm-up, n/streams needed; a dial whose call got a
+	// connection just as it started may still finish.
+	if got, max := s.conns.Load(), int32(2*n/streams+1); got > max {
+		t.Errorf("%d connections accepted for %d calls over %d streams each, want at most %d", got, n, streams, max)
+	}
+	t.Logf("%d connections for %d calls, %d streams each", s.conns.Load(), n, streams)
+}
+
+// A burst to an HTTP/1.1-only TLS provider is not slowed: each call has
+// its connection, and their handshakes run at once, not one after
+// another (the server holds every handshake until all have started).
+func TestH1BurstDialsInParallel(t *testing.T) {
+	const n = 16
+	s := newBurstServer(t, false, 0)
+	var handshakes atomic.Int32
+	var hold atomic.Bool
+	started := make(chan struct{})
+	var once sync.Once
+	s.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if !hold.Load() {
+			return nil, nil
+		}
+		// The warm-up's idle connection serves one call of the burst.
+		if handshakes.Add(1) >= n-1 {
+			once.Do(func() { close(started) })
+		}
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Errorf("only %d of %d handshakes in flight at once", handshakes.Load(), n-1)
+		}
+		return nil, nil
+	}
+	tr := s.client(t)
+	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	resp, err := c.Get(s.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	hold.Store(true)
+	s.burst(t, tr, n, "HTTP/1.1")
+	if got := s.conns.Load(); got < n { // warm-up's + n-1
+		t.Errorf("%d connections for %d calls at once over HTTP/1.1", got, n)
+	}
+}
