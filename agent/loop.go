@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/store"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -301,10 +302,19 @@ func (s *Session) answered(ctx context.Context, t *Turn, res *Result, resp *Resp
 	if len(resp.ToolCalls) > 0 {
 		// The per-call journal (SPEC §25): each result is written when
 		// its call ends, so a crash later in the batch keeps it.
-		for _, call := range resp.ToolCalls {
-			if err := s.appendResult(ctx, s.callTool(ctx, t, call), t.Clock); err != nil {
+		for i := 0; i < len(resp.ToolCalls); {
+			calls := preparable(t, resp.ToolCalls[i:])
+			if len(calls) < 2 {
+				if err := s.appendResult(ctx, s.callTool(ctx, t, resp.ToolCalls[i]), t.Clock); err != nil {
+					return false, err
+				}
+				i++
+				continue
+			}
+			if err := s.callPrepared(ctx, t, calls); err != nil {
 				return false, err
 			}
+			i += len(calls)
 		}
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -473,38 +483,111 @@ func (s *Session) request(ctx context.Context, t *Turn, res *Result, force bool)
 }
 
 func (s *Session) callTool(ctx context.Context, t *Turn, call ToolCall) ToolResult {
-	r := ToolResult{CallID: call.ID, Name: call.Name}
-	cc := t.Call
-	cc.CallID = call.ID
-	args := call.Args
-	if len(args) == 0 {
-		args = json.RawMessage("{}")
+	c := s.checkCall(ctx, t, call)
+	return s.runCall(t, &c)
+}
+
+// checkedCall is a tool call past checkCall: refused (r is its result),
+// or allowed to run.
+type checkedCall struct {
+	ctx     context.Context // the call's, within its span
+	span    trace.Span
+	call    ToolCall
+	cc      CallContext
+	args    json.RawMessage
+	tool    Tool
+	refused bool
+	r       ToolResult
+}
+
+// checkCall starts a call's span and checks the call: its tool exists
+// and t.Authorize allows it (the tool policy, an approval's wait).
+func (s *Session) checkCall(ctx context.Context, t *Turn, call ToolCall) checkedCall {
+	c := checkedCall{call: call, cc: t.Call, args: call.Args, r: ToolResult{CallID: call.ID, Name: call.Name}}
+	c.cc.CallID = call.ID
+	if len(c.args) == 0 {
+		c.args = json.RawMessage("{}")
 	}
 	// The span covers the policy check and an approval's wait too.
-	ctx, span := startToolSpan(ctx, call, args)
-	defer func() { endToolSpan(ctx, span, r) }()
+	c.ctx, c.span = startToolSpan(ctx, call, c.args)
 	tool, ok := t.Tools.Get(call.Name)
 	if !ok {
-		r.IsError = true
-		r.Content = errorJSON(fmt.Sprintf("unknown tool %q; available tools: %s", call.Name, strings.Join(t.Tools.Names(), ", ")))
-		return r
+		c.refused = true
+		c.r.IsError = true
+		c.r.Content = errorJSON(fmt.Sprintf("unknown tool %q; available tools: %s", call.Name, strings.Join(t.Tools.Names(), ", ")))
+		return c
 	}
+	c.tool = tool
 	if t.Authorize != nil {
-		if err := t.Authorize(ctx, cc, call, tool); err != nil {
-			r.IsError = true
-			r.Content = errorJSON(err.Error())
-			return r
+		if err := t.Authorize(c.ctx, c.cc, call, tool); err != nil {
+			c.refused = true
+			c.r.IsError = true
+			c.r.Content = errorJSON(err.Error())
 		}
 	}
-	out, err := tool.Call(ctx, cc, args)
-	if err != nil {
-		r.IsError = true
-		r.Content = errorJSON(err.Error())
-		t.Logger.Debug("tool error", zap.String("tool", call.Name), zap.Error(err))
-		return r
+	return c
+}
+
+// runCall runs a checked call (a refused one keeps its result) and ends
+// its span.
+func (s *Session) runCall(t *Turn, c *checkedCall) ToolResult {
+	defer func() { endToolSpan(c.ctx, c.span, c.r) }()
+	if c.refused {
+		return c.r
 	}
-	r.Content = out
-	return r
+	out, err := c.tool.Call(c.ctx, c.cc, c.args)
+	if err != nil {
+		c.r.IsError = true
+		c.r.Content = errorJSON(err.Error())
+		t.Logger.Debug("tool error", zap.String("tool", c.call.Name), zap.Error(err))
+		return c.r
+	}
+	c.r.Content = out
+	return c.r
+}
+
+// preparable is the run of calls at the head of calls that go to one
+// Preparer tool: empty when the first call's tool is not one.
+func preparable(t *Turn, calls []ToolCall) []ToolCall {
+	tool, ok := t.Tools.Get(calls[0].Name)
+	if _, prep := tool.(Preparer); !ok || !prep {
+		return nil
+	}
+	n := 1
+	for n < len(calls) && calls[n].Name == calls[0].Name {
+		n++
+	}
+	return calls[:n]
+}
+
+// callPrepared runs calls, consecutive calls of one Preparer tool, as
+// callTool runs each, except that the calls every check allows are
+// prepared together first (one store transaction for all the spawns of
+// a response). Each result is still written when its call ends (SPEC
+// §25); a call prepared but not run, because writing an earlier result
+// failed, is run with its result dropped, as a crash would leave it.
+func (s *Session) callPrepared(ctx context.Context, t *Turn, calls []ToolCall) error {
+	checked := make([]checkedCall, len(calls))
+	var allowed []PreparedCall
+	for i, call := range calls {
+		checked[i] = s.checkCall(ctx, t, call)
+		if c := &checked[i]; !c.refused {
+			allowed = append(allowed, PreparedCall{Ctx: c.ctx, CC: c.cc, Args: c.args})
+		}
+	}
+	if len(allowed) > 1 {
+		tool, _ := t.Tools.Get(calls[0].Name)
+		tool.(Preparer).Prepare(allowed)
+	}
+	for i := range checked {
+		if err := s.appendResult(ctx, s.runCall(t, &checked[i]), t.Clock); err != nil {
+			for j := i + 1; j < len(checked); j++ {
+				s.runCall(t, &checked[j])
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 func errorJSON(msg string) string {

@@ -168,3 +168,59 @@ func TestResumedTurnRunsPendingToolCalls(t *testing.T) {
 		t.Errorf("the model saw %+v; want the user message once, the call and its real result", last.Messages)
 	}
 }
+
+// prepTool is echo as a Preparer: it records what Prepare was given and
+// which calls Call made, in order.
+type prepTool struct {
+	echoTool
+	log *[]string
+}
+
+func (t prepTool) Prepare(calls []agent.PreparedCall) {
+	ids := make([]string, len(calls))
+	for i, c := range calls {
+		ids[i] = c.CC.CallID
+	}
+	*t.log = append(*t.log, "prepare "+strings.Join(ids, ","))
+}
+
+func (t prepTool) Call(ctx context.Context, cc agent.CallContext, args json.RawMessage) (string, error) {
+	*t.log = append(*t.log, "call "+cc.CallID)
+	return t.echoTool.Call(ctx, cc, args)
+}
+
+// Consecutive calls of a Preparer tool in one response are prepared
+// together — only those the Authorizer allows, after it decided each —
+// and then each is called and answered in order as alone.
+func TestPreparerGetsTheAllowedCallsOfARun(t *testing.T) {
+	call := func(id, text string) agent.ToolCall {
+		return agent.ToolCall{ID: id, Name: "echo", Args: json.RawMessage(`{"text":"` + text + `"}`)}
+	}
+	model, _ := newModel(t, llmtest.Script(
+		llmtest.Reply{ToolCalls: []agent.ToolCall{call("a", "1"), call("b", "deny"), call("c", "3"), call("d", "4"),
+			{ID: "e", Name: "nope"}, call("f", "6")}},
+		llmtest.Reply{Text: "done"},
+	))
+	var log []string
+	deny := func(ctx context.Context, cc agent.CallContext, call agent.ToolCall, tool agent.Tool) error {
+		log = append(log, "check "+call.ID)
+		if strings.Contains(string(call.Args), "deny") {
+			return errors.New("echo deny is refused")
+		}
+		return nil
+	}
+	s := &agent.Session{Key: "k"}
+	res, err := s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(prepTool{log: &log}), Authorize: deny}, "go")
+	if err != nil || res.Text != "done" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	want := []string{"check a", "check b", "check c", "check d", "prepare a,c,d", "call a", "call c", "call d", "check f", "call f"}
+	if strings.Join(log, "; ") != strings.Join(want, "; ") {
+		t.Errorf("log = %q\nwant %q", log, want)
+	}
+	rs := s.History[2].ToolResults
+	if len(rs) != 6 || rs[0].Content != `{"echo":"1"}` || !rs[1].IsError || !strings.Contains(rs[1].Content, "refused") ||
+		rs[2].Content != `{"echo":"3"}` || rs[3].CallID != "d" || !rs[4].IsError || rs[5].Content != `{"echo":"6"}` {
+		t.Errorf("tool results = %+v", rs)
+	}
+}

@@ -112,6 +112,25 @@ func IsRepeatable(t Tool) bool {
 	return ok && r.Repeatable()
 }
 
+// Preparer is implemented by a tool whose consecutive calls in one model
+// response share work: the loop gives Prepare those of them that every
+// check allowed (policy, approval), in order, before it runs each with
+// Call as usual. Prepare may do each call's work ahead, together (the
+// spawns of sessions_spawn calls recorded in one store transaction); Call
+// must then give each call exactly the result it would have had alone.
+// Every call given to Prepare is then made with Call, once.
+type Preparer interface {
+	Prepare(calls []PreparedCall)
+}
+
+// PreparedCall is one call given to Preparer.Prepare: its context (within
+// the call's span), its CallContext (CallID set) and its arguments.
+type PreparedCall struct {
+	Ctx  context.Context
+	CC   CallContext
+	Args json.RawMessage
+}
+
 // Tool is one function the model may call. Call returns the result content
 // (normally a JSON object); a returned error becomes an error result the
 // model can read, never a failed run.

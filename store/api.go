@@ -30,8 +30,9 @@ type Sessions interface {
 
 // Runs are sub-agent runs; a run's end and its announce are one transaction.
 type Runs interface {
-	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error            // CreateRun with the limits checked in its transaction (*LimitError)
-	SpawnRuns(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) error // SpawnRun of N runs: one transaction, all or none
+	SpawnRun(ctx context.Context, r *Run, child *Session, lim SpawnLimits) error                       // CreateRun with the limits checked in its transaction (*LimitError)
+	SpawnRuns(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) error            // SpawnRun of N runs: one transaction, all or none
+	SpawnEach(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) ([]error, error) // SpawnRun of each run in turn, one transaction: each its own limits and error
 	RunBySpawnCall(ctx context.Context, requesterKey, callID string) (*Run, error)
 	StartRun(ctx context.Context, runID string, at time.Time) error       // queued → running; ErrNotQueued
 	ResumeRun(ctx context.Context, runID string, ran time.Duration) error // running|announcing → queued again (SPEC §25); ErrNotQueued

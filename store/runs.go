@@ -174,36 +174,16 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 				continue
 			}
 			calls[call] = true
-			n, err := c.execN(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)
-				ON CONFLICT (requester_key, call_id) DO NOTHING`, r.RequesterKey, r.SpawnCallID, r.ID)
-			if err != nil {
+			if err := recordSpawnCall(c, r); err != nil {
 				return err
-			}
-			if n == 0 {
-				sc := &SpawnCallError{CallID: r.SpawnCallID}
-				if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&sc.RunID) },
-					`SELECT run_id FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, r.RequesterKey, r.SpawnCallID); err != nil {
-					return err
-				}
-				return sc
 			}
 		}
 		if err := checkSpawnLimits(c, runs, lim); err != nil {
 			return err
 		}
 		for i, r := range runs {
-			if child := children[i]; child != nil {
-				if _, err := c.exec(insertSession, preps[i].sessArgs...); err != nil {
-					return fmt.Errorf("child session %s: %w", child.Key, err)
-				}
-			}
-			if err := insertRun(c, r, preps[i].tools, preps[i].origin); err != nil {
+			if err := insertSpawned(c, r, children[i], preps[i]); err != nil {
 				return err
-			}
-			if r.ThreadPending {
-				if _, err := c.exec(`INSERT INTO run_threads (run_id, state) VALUES ($1, $2)`, r.ID, ThreadPending); err != nil {
-					return fmt.Errorf("run thread: %w", err)
-				}
 			}
 		}
 		return nil
@@ -219,6 +199,110 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 			return d.wrap("create run "+runs[0].ID, err)
 		}
 		return d.wrap(fmt.Sprintf("create %d runs", len(runs)), err)
+	}
+	return nil
+}
+
+// SpawnEach records each of the runs (child session children[i], nil when
+// stored already) as its own SpawnRun would, one after the other, but all
+// in one transaction: the separate sessions_spawn calls of one model
+// response. Each run's limits are checked with the runs before it in the
+// list counted, as if they had been spawned first, so the runs a limit
+// refuses are the ones that separate SpawnRun calls in that order would
+// refuse. errs[i] is run i's *LimitError or *SpawnCallError (that run
+// stored nothing, the others are stored); a non-nil err means nothing
+// was stored.
+func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, lim SpawnLimits) (errs []error, err error) {
+	if len(children) != len(runs) {
+		return nil, fmt.Errorf("spawn each: %d runs, %d child sessions", len(runs), len(children))
+	}
+	preps := make([]preparedRun, len(runs))
+	var roots []string
+	for i, r := range runs {
+		p, err := d.prepareRun(r, children[i])
+		if err != nil {
+			return nil, err
+		}
+		preps[i] = p
+		if !slices.Contains(roots, r.RootKey) {
+			roots = append(roots, r.RootKey)
+		}
+	}
+	slices.Sort(roots)
+	err = d.tx(ctx, func(c conn) error {
+		errs = make([]error, len(runs)) // a retried transaction starts again
+		for _, root := range roots {
+			if err := c.lock("spawn:" + root); err != nil {
+				return err
+			}
+		}
+		for i, r := range runs {
+			if r.SpawnCallID != "" {
+				err := recordSpawnCall(c, r)
+				if sc := (*SpawnCallError)(nil); errors.As(err, &sc) {
+					errs[i] = sc
+					continue
+				}
+				if err != nil {
+					return err
+				}
+			}
+			err := checkSpawnLimits(c, runs[i:i+1], lim)
+			if le := (*LimitError)(nil); errors.As(err, &le) {
+				errs[i] = le
+				if r.SpawnCallID != "" { // the call spawned nothing
+					if _, err := c.exec(`DELETE FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, r.RequesterKey, r.SpawnCallID); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := insertSpawned(c, r, children[i], preps[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, d.wrap(fmt.Sprintf("create %d runs", len(runs)), err)
+	}
+	return errs, nil
+}
+
+// recordSpawnCall records that r's SpawnCallID spawned r; a call recorded
+// already gives a *SpawnCallError naming its run.
+func recordSpawnCall(c conn, r *Run) error {
+	n, err := c.execN(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)
+		ON CONFLICT (requester_key, call_id) DO NOTHING`, r.RequesterKey, r.SpawnCallID, r.ID)
+	if err != nil || n > 0 {
+		return err
+	}
+	sc := &SpawnCallError{CallID: r.SpawnCallID}
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&sc.RunID) },
+		`SELECT run_id FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, r.RequesterKey, r.SpawnCallID); err != nil {
+		return err
+	}
+	return sc
+}
+
+// insertSpawned inserts a spawned run's rows: its child session (when
+// given), the run and its pending thread.
+func insertSpawned(c conn, r *Run, child *Session, p preparedRun) error {
+	if child != nil {
+		if _, err := c.exec(insertSession, p.sessArgs...); err != nil {
+			return fmt.Errorf("child session %s: %w", child.Key, err)
+		}
+	}
+	if err := insertRun(c, r, p.tools, p.origin); err != nil {
+		return err
+	}
+	if r.ThreadPending {
+		if _, err := c.exec(`INSERT INTO run_threads (run_id, state) VALUES ($1, $2)`, r.ID, ThreadPending); err != nil {
+			return fmt.Errorf("run thread: %w", err)
+		}
 	}
 	return nil
 }

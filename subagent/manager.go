@@ -453,7 +453,6 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	// wherever and whenever it runs.
 	run.TraceParent = telemetry.Traceparent(ctx)
 	lim := m.config().SubagentLimits(cc.AgentID)
-	model := run.Model
 	var slot *lane.Slot
 	if !run.ThreadPending { // a thread is opened between the record and the start
 		slot = m.startSlot(run)
@@ -471,10 +470,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		}
 	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
-		if le.Limit == "maxTotalSpawns" {
-			return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
-		}
-		return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", le.Count, le.Max)
+		return limitReached(le)
 	}
 	if err != nil {
 		return spawnError("could not record the run: %v", err)
@@ -493,6 +489,21 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 		}
 		warning = joinWarnings(warning, w)
 	}
+	return m.startSpawned(run, slot, warning)
+}
+
+// limitReached is a spawn's answer when the store refused it for le.
+func limitReached(le *store.LimitError) SpawnResult {
+	if le.Limit == "maxTotalSpawns" {
+		return forbidden("limit reached: %d sub-agents were already spawned for this conversation (maxTotalSpawns %d)", le.Count, le.Max)
+	}
+	return forbidden("limit reached: this session already has %d running or queued sub-agents (maxChildrenPerSession %d); wait for an announce or stop one", le.Count, le.Max)
+}
+
+// startSpawned starts the run a spawn recorded (in slot, when it has one)
+// and gives the spawn's answer.
+func (m *Manager) startSpawned(run *store.Run, slot *lane.Slot, warning string) SpawnResult {
+	model := run.Model
 	m.enqueueSpawned(run, slot)
 	m.armGroup(run)
 	m.changed(run.RootKey)

@@ -94,7 +94,7 @@ func (m *Manager) SessionTools(depth int) []agent.Tool {
 func (m *Manager) spawnTool() agent.Tool {
 	t := m.spawnToolDef().(*sessionTool)
 	t.repeatable = true // idempotent per tool call id: see Spawn
-	return t
+	return &spawnTool{sessionTool: t, m: m}
 }
 
 func (m *Manager) spawnToolDef() agent.Tool {

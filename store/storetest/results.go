@@ -302,3 +302,63 @@ func testBatch(t *testing.T, s Store) {
 		t.Errorf("outbox holds %d items, want the two batches' announces", len(list))
 	}
 }
+
+// SpawnEach records separate spawns in one transaction, each as its own
+// SpawnRun would: each run's limits count the runs before it, a refused
+// run (limit reached, or its call spawned already) stores nothing and
+// frees its call, the others are stored.
+func testSpawnEach(t *testing.T, s Store) {
+	ctx := context.Background()
+	var runs []*store.Run
+	var children []*store.Session
+	for i := range 4 {
+		r, child := newRun(fmt.Sprintf("e%d", i))
+		r.SpawnCallID, r.RequesterSessionID = fmt.Sprintf("each-%d", i), "s-1"
+		runs, children = append(runs, r), append(children, child)
+	}
+	// e0 spawned before: its call is made again.
+	if err := s.SpawnRun(ctx, runs[0], children[0], store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	again, againChild := newRun("e0-again")
+	again.SpawnCallID = "each-0"
+	list := []*store.Run{again, runs[1], runs[2], runs[3]}
+	errs, err := s.SpawnEach(ctx, list, []*store.Session{againChild, children[1], children[2], children[3]}, store.SpawnLimits{MaxChildren: 3})
+	if err != nil || len(errs) != 4 {
+		t.Fatalf("SpawnEach = %v, %v", errs, err)
+	}
+	var sc *store.SpawnCallError
+	if !errors.As(errs[0], &sc) || sc.RunID != "e0" {
+		t.Errorf("the call made again = %v, want a *SpawnCallError naming e0", errs[0])
+	}
+	if errs[1] != nil || errs[2] != nil {
+		t.Errorf("the spawns within maxChildren 3 = %v, %v", errs[1], errs[2])
+	}
+	var lim *store.LimitError
+	if !errors.As(errs[3], &lim) || lim.Limit != "maxChildrenPerSession" || lim.Count != 3 || lim.Max != 3 {
+		t.Errorf("the fourth live child = %v, want a *LimitError counting 3", errs[3])
+	}
+	for id, want := range map[string]bool{"e0-again": false, "e1": true, "e2": true, "e3": false} {
+		_, err := s.GetRun(ctx, id)
+		if stored := err == nil; stored != want {
+			t.Errorf("run %s stored = %v (%v), want %v", id, stored, err, want)
+		}
+	}
+	if r, err := s.RunBySpawnCall(ctx, convKey, "each-2"); err != nil || r.ID != "e2" {
+		t.Errorf("RunBySpawnCall(each-2) = %+v, %v", r, err)
+	}
+	if r, err := s.RunBySpawnCall(ctx, convKey, "each-3"); err == nil {
+		t.Errorf("the refused call each-3 is recorded as spawning %s", r.ID)
+	}
+	// The refused call may spawn once a slot frees.
+	runs[3].Status = ""
+	errs, err = s.SpawnEach(ctx, runs[3:], children[3:], store.SpawnLimits{MaxChildren: 4, MaxTotal: 4})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("the refused call made again under maxChildren 4 = %v, %v", errs, err)
+	}
+	r, child := newRun("e4")
+	errs, err = s.SpawnEach(ctx, []*store.Run{r}, []*store.Session{child}, store.SpawnLimits{MaxTotal: 4})
+	if err != nil || !errors.As(errs[0], &lim) || lim.Limit != "maxTotalSpawns" {
+		t.Errorf("a fifth spawn under maxTotal 4 = %v, %v", errs, err)
+	}
+}

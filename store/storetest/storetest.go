@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Wakes", testWakes},
 		{"TurnWake", testTurnWake},
 		{"Batch", testBatch},
+		{"SpawnEach", testSpawnEach},
 		{"Transcripts", testTranscripts},
 		{"Leases", testLeases},
 		{"KV", testKV},

@@ -1,0 +1,122 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/lane"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/telemetry"
+)
+
+// spawnTool is sessions_spawn. It is an agent.Preparer: the separate
+// sessions_spawn calls of one model response record their runs in one
+// store transaction (store.SpawnEach) rather than one each, and each call
+// then starts its run and answers as Spawn would have. Each call keeps
+// its own run, limits, announce and result: this is not a batch (tasks,
+// SPEC §23).
+type spawnTool struct {
+	*sessionTool
+	m *Manager
+
+	mu       sync.Mutex
+	prepared map[string]preparedSpawn // by call id, until its Call
+}
+
+// preparedSpawn is a call's spawn done ahead by Prepare: its run recorded
+// (to start in slot, when it has one), or its answer when it was refused.
+type preparedSpawn struct {
+	run     *store.Run
+	slot    *lane.Slot
+	warning string
+	refused SpawnResult
+}
+
+// Call answers a prepared call with its prepared spawn, starting the run
+// now as Spawn does right after recording it; any other call is made as
+// ever.
+func (t *spawnTool) Call(ctx context.Context, cc agent.CallContext, args json.RawMessage) (string, error) {
+	t.mu.Lock()
+	ps, ok := t.prepared[cc.CallID]
+	delete(t.prepared, cc.CallID)
+	t.mu.Unlock()
+	if !ok {
+		return t.sessionTool.Call(ctx, cc, args)
+	}
+	res := ps.refused
+	if ps.run != nil {
+		res = t.m.startSpawned(ps.run, ps.slot, ps.warning)
+	}
+	return agent.JSONResult("sessions_spawn", res)
+}
+
+// Prepare records the runs of the plain spawns among calls in one
+// transaction, each checked against the limits after the ones before it,
+// in order, as their Spawn calls one after the other would be. A call it
+// leaves out — another action, a batch (tasks), a thread, attachments,
+// arguments Spawn refuses, a call made again after a crash
+// (store.SpawnCallError), or all of them when the transaction fails — is
+// made by Call as ever.
+func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
+	m := t.m
+	var ids []string
+	var runs []*store.Run
+	var children []*store.Session
+	var items []preparedSpawn
+	agentID := calls[0].CC.AgentID
+	for _, c := range calls {
+		var p SpawnParams
+		if c.CC.CallID == "" || c.CC.AgentID != agentID || decode("sessions_spawn", c.Args, &p) != nil ||
+			p.Action != "" && p.Action != "spawn" || p.Tasks != nil || p.Thread || len(p.Attachments) > 0 ||
+			t.has(c.CC.CallID) || slices.Contains(ids, c.CC.CallID) {
+			continue
+		}
+		run, child, warning, fail := m.build(c.CC, p)
+		if fail != nil {
+			continue
+		}
+		run.TraceParent = telemetry.Traceparent(c.Ctx)
+		ids = append(ids, c.CC.CallID)
+		runs, children = append(runs, run), append(children, child)
+		items = append(items, preparedSpawn{run: run, warning: warning})
+	}
+	if len(items) < 2 {
+		return
+	}
+	for i := range items {
+		items[i].slot = m.startSlot(items[i].run)
+	}
+	lim := m.config().SubagentLimits(agentID)
+	errs, err := m.d.Store.SpawnEach(calls[0].Ctx, runs, children, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.prepared == nil {
+		t.prepared = make(map[string]preparedSpawn, len(items))
+	}
+	for i, ps := range items {
+		if err != nil || errs[i] != nil {
+			ps.slot.Release()
+		}
+		le := (*store.LimitError)(nil)
+		switch {
+		case err != nil:
+			continue
+		case errors.As(errs[i], &le):
+			ps = preparedSpawn{refused: limitReached(le)}
+		case errs[i] != nil: // *store.SpawnCallError: Spawn answers it with the run
+			continue
+		}
+		t.prepared[ids[i]] = ps
+	}
+}
+
+func (t *spawnTool) has(callID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.prepared[callID]
+	return ok
+}
