@@ -220,10 +220,7 @@ func (ts *terminals) release(id string) error {
 func (ts *terminals) closeAll() {
 	ts.mu.Lock()
 	ts.closed = true
-	open := make([]*terminal, 0, len(ts.m))
-	for _, t := range ts.m {
-		open = append(open, t)
-	}
+	open := ts.m // nobody else reads it once it is taken
 	ts.m = nil
 	ts.mu.Unlock()
 	for _, t := range open {
