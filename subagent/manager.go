@@ -1508,12 +1508,8 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 		err = finish(context.Background())
 	}
 	if err != nil {
+		// finish gave the handed run back on its failed write (next is nil).
 		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
-		if next != nil { // not recorded either: it records its own start
-			m.mu.Lock()
-			next.startAt = time.Time{}
-			m.mu.Unlock()
-		}
 	} else {
 		batched := ends.Batch != nil && ends.Batch.Announce != nil
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
