@@ -293,16 +293,16 @@ func (m *Manager) batchAnnounceAt(runs []store.Run, at time.Time) *store.OutboxI
 	if !posts {
 		return nil
 	}
-	text := RenderBatch(shown)
+	end := lastEnd(shown)
+	created := end
 	if !at.IsZero() {
-		text = renderBatch(shown, at)
-	}
-	created := lastEnd(shown)
-	if at.After(created) {
-		created = at
+		end = at
+		if at.After(created) {
+			created = at
+		}
 	}
 	return &store.OutboxItem{RunID: "batch:" + shown[0].Batch, Origin: shown[0].Origin, Kind: channels.KindAnnounce,
-		Text: text, CreatedAt: created, SessionKey: shown[0].RequesterKey, AgentID: shown[0].AgentID}
+		Text: renderBatch(shown, end), CreatedAt: created, SessionKey: shown[0].RequesterKey, AgentID: shown[0].AgentID}
 }
 
 // stillRunning is the outcome a batch announce shows for a child that had
