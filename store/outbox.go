@@ -220,9 +220,19 @@ func (d *DB) NextOutboxAt(ctx context.Context, holder string) (time.Time, bool, 
 // MarkDelivered records that a channel accepted the item. Marking an item
 // delivered twice keeps the first time. ErrNotFound.
 func (d *DB) MarkDelivered(ctx context.Context, id int64, at time.Time) error {
-	n, err := d.writer(ctx).execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`,
-		msOrNow(at), id)
+	n, err := d.deliver(d.writer(ctx), id, msOrNow(at), nil)
 	return d.outboxResult(fmt.Sprintf("mark outbox %d delivered", id), n, err)
+}
+
+// deliver marks item id delivered at atMS on c (a second mark keeps the
+// first time) and, when it was marked and next is set, claims its
+// destination's next item (claimNext). n is the rows marked.
+func (d *DB) deliver(c conn, id, atMS int64, next *NextClaim) (n int64, err error) {
+	n, err = c.execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`, atMS, id)
+	if err != nil || n == 0 || next == nil {
+		return n, err
+	}
+	return n, d.claimNext(c, next, id)
 }
 
 // NextClaim asks a write that marks an outbox item delivered to claim,
@@ -244,13 +254,7 @@ func (d *DB) claimNext(c conn, n *NextClaim, id int64) error {
 		return nil
 	}
 	at := msOrNow(n.Now)
-	maxAttempts, bornBefore := int64(math.MaxInt32), int64(0)
-	if n.Limits.MaxAttempts > 0 {
-		maxAttempts = int64(n.Limits.MaxAttempts)
-	}
-	if n.Limits.MaxAge > 0 {
-		bornBefore = at - n.Limits.MaxAge.Milliseconds()
-	}
+	maxAttempts, bornBefore := n.Limits.args(at)
 	var o OutboxItem
 	err := c.queryRow(func(rows *sql.Rows) error { return scanOutbox(rows, &o) },
 		`UPDATE outbox SET claimed_by = $1 WHERE id = (
@@ -274,11 +278,8 @@ func (d *DB) claimNext(c conn, n *NextClaim, id int64) error {
 func (d *DB) DeliverOutbox(ctx context.Context, id int64, at time.Time, next *NextClaim) error {
 	var n int64
 	err := d.tx(ctx, func(c conn) (err error) {
-		if n, err = c.execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`,
-			msOrNow(at), id); err != nil || n == 0 || next == nil {
-			return err
-		}
-		return d.claimNext(c, next, id)
+		n, err = d.deliver(c, id, msOrNow(at), next)
+		return err
 	})
 	if err != nil && next != nil {
 		next.Item = nil
@@ -464,19 +465,28 @@ func (d *DB) BuryOutbox(ctx context.Context, c Claim, lim OutboxLimits, now time
 	return out, nil
 }
 
-// buryQuery is BuryOutbox's statement; ok is false when lim has no limit.
-func (d *DB) buryQuery(c Claim, lim OutboxLimits, now time.Time) (q string, args []any, ok bool) {
-	if lim.MaxAttempts <= 0 && lim.MaxAge <= 0 {
-		return "", nil, false
-	}
-	at := msOrNow(now)
-	maxAttempts, bornBefore := int64(math.MaxInt32), int64(0) // attempts is a 32-bit column on PostgreSQL
+// args are lim as a statement's bounds at at (ms): the attempts an item
+// may have (no limit: the largest 32-bit value, as attempts is a 32-bit
+// column on PostgreSQL) and the time before which it was born too long ago
+// (no limit: 0).
+func (lim OutboxLimits) args(at int64) (maxAttempts, bornBefore int64) {
+	maxAttempts = math.MaxInt32
 	if lim.MaxAttempts > 0 {
 		maxAttempts = int64(lim.MaxAttempts)
 	}
 	if lim.MaxAge > 0 {
 		bornBefore = at - lim.MaxAge.Milliseconds()
 	}
+	return maxAttempts, bornBefore
+}
+
+// buryQuery is BuryOutbox's statement; ok is false when lim has no limit.
+func (d *DB) buryQuery(c Claim, lim OutboxLimits, now time.Time) (q string, args []any, ok bool) {
+	if lim.MaxAttempts <= 0 && lim.MaxAge <= 0 {
+		return "", nil, false
+	}
+	at := msOrNow(now)
+	maxAttempts, bornBefore := lim.args(at)
 	q = `UPDATE outbox SET dead_at = $2, failed_at = $2, claimed_by = '' WHERE id IN (
 		SELECT id FROM outbox WHERE ` + d.dialect.pendingHead + ` AND ` + d.free("claimed_by", "$1", c.Reclaim) + `
 		AND (attempts >= $3 OR (created_at < $4 AND revived_at < $4))` + d.dialect.skipLocked + `) RETURNING ` + outboxCols

@@ -32,18 +32,12 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 			if !m.DeliveredAt.IsZero() {
 				at = m.DeliveredAt
 			}
-			n, err := c.execN(`UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), claimed_by = '' WHERE id = $2`,
-				at.UnixMilli(), m.Delivers)
+			n, err := d.deliver(c, m.Delivers, at.UnixMilli(), m.Next)
 			if err != nil {
 				return err
 			}
 			if n == 0 {
 				return fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
-			}
-			if m.Next != nil {
-				if err := d.claimNext(c, m.Next, m.Delivers); err != nil {
-					return err
-				}
 			}
 		}
 		for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
