@@ -381,14 +381,15 @@ func insertRun(c conn, r *Run, tools any, origin string) error {
 // the counts are one statement, each read from an index alone
 // (runs_requester_active, runs_root_schedule).
 func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
+	// A bound counts the runs whose col is key, and also match (SQL).
 	type bound struct {
-		limit string
-		max   int
-		key   string
-		add   int
+		limit, col, also string
+		max              int
+		key              string
+		add              int
 	}
 	var bounds []bound
-	adding := func(limit string, max int, key func(*Run) string) {
+	adding := func(limit string, max int, col, also string, key func(*Run) string) {
 		if max <= 0 {
 			return
 		}
@@ -397,26 +398,22 @@ func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
 			k := key(r)
 			i := slices.IndexFunc(bounds[first:], func(b bound) bool { return b.key == k })
 			if i < 0 {
-				bounds = append(bounds, bound{limit, max, k, 1})
+				bounds = append(bounds, bound{limit, col, also, max, k, 1})
 			} else {
 				bounds[first+i].add++
 			}
 		}
 	}
-	adding("maxChildrenPerSession", lim.MaxChildren, func(r *Run) string { return r.RequesterKey })
-	adding("maxTotalSpawns", lim.MaxTotal, func(r *Run) string { return r.RootKey })
+	adding("maxChildrenPerSession", lim.MaxChildren, "requester_key",
+		` AND status IN ('`+StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`')`, func(r *Run) string { return r.RequesterKey })
+	adding("maxTotalSpawns", lim.MaxTotal, "root_key", "", func(r *Run) string { return r.RootKey })
 	if len(bounds) == 0 {
 		return nil
 	}
 	var args sqlArgs
 	counts := make([]string, len(bounds))
 	for i, b := range bounds {
-		if b.limit == "maxChildrenPerSession" {
-			counts[i] = `(SELECT COUNT(*) FROM runs WHERE requester_key = ` + args.add(b.key) + ` AND status IN ('` +
-				StatusQueued + `', '` + StatusRunning + `', '` + StatusAnnouncing + `') AND schedule_id = '')`
-		} else {
-			counts[i] = `(SELECT COUNT(*) FROM runs WHERE root_key = ` + args.add(b.key) + ` AND schedule_id = '')`
-		}
+		counts[i] = `(SELECT COUNT(*) FROM runs WHERE ` + b.col + ` = ` + args.add(b.key) + b.also + ` AND schedule_id = '')`
 	}
 	n := make([]int, len(bounds))
 	dest := make([]any, len(bounds))
