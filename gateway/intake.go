@@ -363,8 +363,8 @@ func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind c
 	// when it sends on the reply's channel, and handed to the deliverer:
 	// no delivery pass (and its commit) before it goes out.
 	claimFor := ""
-	if reply != nil && g.sendsHere(reply.Origin.Channel) {
-		claimFor = g.cluster.id
+	if reply != nil {
+		claimFor = runOutbox{g}.ClaimFor(reply.Origin.Channel)
 	}
 	tries := 0
 	err = g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
