@@ -273,8 +273,7 @@ func (d *deliverer) pass(ctx context.Context) bool {
 			// claimed it before the send let it go or delivered it; or
 			// hands took the room meanwhile. Not sent from here: the next
 			// pass takes this replica's claims back and reads it afresh.
-			d.started = false
-			d.wakeLocal()
+			d.reclaimLocked()
 			continue
 		}
 		if d.sending[it.ID] {
@@ -303,8 +302,7 @@ func (d *deliverer) hand(it store.OutboxItem) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.ctx == nil || d.ctx.Err() != nil || d.inflight >= d.limit || d.sending[it.ID] {
-		d.started = false
-		d.wakeLocal()
+		d.reclaimLocked()
 		return
 	}
 	d.startLocked(d.ctx, it)
@@ -313,8 +311,13 @@ func (d *deliverer) hand(it store.OutboxItem) {
 // reclaim makes the next pass take this replica's own claims back, now.
 func (d *deliverer) reclaim() {
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reclaimLocked()
+}
+
+// reclaimLocked is reclaim with d.mu held.
+func (d *deliverer) reclaimLocked() {
 	d.started = false
-	d.mu.Unlock()
 	d.wakeLocal()
 }
 
