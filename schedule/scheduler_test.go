@@ -335,7 +335,7 @@ func TestExclusiveSchedulerPassesOnlyWhenDueOrWoken(t *testing.T) {
 	e.s.Wake()
 	waitUntil(t, "the look of the wake", func() bool { return st.Looks() == 2 })
 	reads = e.clock.Reads()
-	waitUntil(t, "50 more looks", func() bool { return e.clock.Reads() >= reads+100 })
+	waitUntil(t, "100 more clock reads", func() bool { return e.clock.Reads() >= reads+100 })
 	if n := st.Passes(); n != 0 || len(e.runs.dues()) != 0 {
 		t.Fatalf("%d passes, runs %v before the due time", n, e.runs.dues())
 	}
