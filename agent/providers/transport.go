@@ -127,13 +127,11 @@ type callKey struct{}
 // request the dial serves was answered or given up.
 type callState struct {
 	mu   sync.Mutex
-	gen  uint64
 	next chan struct{} // closed at the next move; nil until watched
 }
 
 func (c *callState) moved() {
 	c.mu.Lock()
-	c.gen++
 	if c.next != nil {
 		close(c.next)
 		c.next = nil
