@@ -80,6 +80,12 @@ type DB struct {
 // gives an error wrapping ErrReadOnly; a database written by a newer Herald
 // gives an error wrapping ErrSchemaTooNew.
 func Open(ctx context.Context, stateDir string) (*DB, error) {
+	return openSQLite(ctx, stateDir, freshImage)
+}
+
+// openSQLite is Open with the image a new database is made from (nil: made
+// by fresh-sqlite.sql and the steps after it).
+func openSQLite(ctx context.Context, stateDir string, image []byte) (*DB, error) {
 	if stateDir == "" {
 		return nil, errors.New("open state database: state dir is empty")
 	}
@@ -88,7 +94,8 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 		return nil, fmt.Errorf("open state database: state dir %q: %w", stateDir, err)
 	}
 	path := filepath.Join(dir, DBFile)
-	if err := checkWritable(dir, path); err != nil {
+	published, err := checkWritable(dir, path, image)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkHeader(path); err != nil {
@@ -106,9 +113,13 @@ func Open(ctx context.Context, stateDir string) (*DB, error) {
 	d.w.SetConnMaxIdleTime(0)
 	d.ws = newStmtCache(d.w)
 
-	if err := d.check(ctx); err != nil {
-		d.w.Close()
-		return nil, err
+	// A database this call just made from the image needs no quick_check:
+	// its bytes are the image's, which the tests open and compare.
+	if !published {
+		if err := d.check(ctx); err != nil {
+			d.w.Close()
+			return nil, err
+		}
 	}
 	if err := migrate(ctx, d.w, path, d.dialect, sqliteUpgrades); err != nil {
 		d.w.Close()
@@ -160,43 +171,53 @@ func dsn(path string, readOnly bool) string {
 
 // checkWritable makes sure the state dir exists and that both it and an
 // existing database (with its WAL side files) can be written, so a
-// read-only deployment fails at start and not on the first run.
-func checkWritable(dir, path string) error {
+// read-only deployment fails at start and not on the first run. When
+// there is no database yet and image is set, it makes the database from
+// image and says so (published).
+func checkWritable(dir, path string, image []byte) (published bool, err error) {
 	readOnly := func(p string, err error) error {
 		return fmt.Errorf("open state database: %s: %w: %w", p, ErrReadOnly, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return readOnly(dir, err)
+		return false, readOnly(dir, err)
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		return readOnly(dir, err)
+		return false, readOnly(dir, err)
 	} else if !fi.IsDir() {
-		return readOnly(dir, errors.New("not a directory"))
+		return false, readOnly(dir, errors.New("not a directory"))
+	}
+	// A new database is made from the image when the system can publish
+	// it whole (publishImage); otherwise (and when another process made it
+	// meanwhile) it is checked and made below as before.
+	if len(image) > 0 {
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) && publishImage(dir, path, image) == nil {
+			return true, nil
+		}
 	}
 	// A new database is created private: it holds conversations. Creating
 	// it shows the dir takes new files (SQLite adds its WAL beside it), so
 	// only an existing database needs the probe file.
 	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
 		if err := f.Close(); err != nil {
-			return readOnly(path, err)
+			return false, readOnly(path, err)
 		}
-		return nil
+		return false, nil
 	} else if !errors.Is(err, fs.ErrExist) {
-		return readOnly(path, err)
+		return false, readOnly(path, err)
 	}
 	probe, err := os.CreateTemp(dir, ".herald-write-check-*")
 	if err != nil {
-		return readOnly(dir, err)
+		return false, readOnly(dir, err)
 	}
 	name := probe.Name()
 	_, werr := probe.Write([]byte{0})
 	cerr := probe.Close()
 	os.Remove(name)
 	if werr != nil {
-		return readOnly(dir, werr)
+		return false, readOnly(dir, werr)
 	}
 	if cerr != nil {
-		return readOnly(dir, cerr)
+		return false, readOnly(dir, cerr)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -204,11 +225,11 @@ func checkWritable(dir, path string) error {
 			continue
 		}
 		if err != nil {
-			return readOnly(p, err)
+			return false, readOnly(p, err)
 		}
 		f.Close()
 	}
-	return nil
+	return false, nil
 }
 
 // sqliteMagic starts every SQLite 3 database file.

@@ -1,12 +1,16 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +22,11 @@ var updateFresh = flag.Bool("update-fresh", false, "rewrite store/fresh-sqlite.s
 // one, as every new database was made before fresh-sqlite.sql.
 func stepsDB(t *testing.T) *sql.DB {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), DBFile)
+	return stepsDBAt(t, filepath.Join(t.TempDir(), DBFile))
+}
+
+func stepsDBAt(t *testing.T, path string) *sql.DB {
+	t.Helper()
 	db, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +101,43 @@ func schemaRows(t *testing.T, db *sql.DB) []string {
 	if err := db.QueryRow("SELECT version, compat FROM herald_version").Scan(&v, &c); err != nil {
 		t.Fatal(err)
 	}
-	return append(out, fmt.Sprintf("herald_version %d %d", v, c))
+	out = append(out, fmt.Sprintf("herald_version %d %d", v, c))
+	// What the file's header and the connection say about its format.
+	for _, p := range []string{"page_size", "auto_vacuum", "encoding", "user_version", "application_id", "journal_mode", "foreign_keys"} {
+		var val string
+		if err := db.QueryRow("PRAGMA " + p).Scan(&val); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("pragma %s %s", p, val))
+	}
+	return out
+}
+
+// stepsImage is the file the upgrade steps leave, as fresh-sqlite.db holds
+// it: VACUUMed (no free pages from dropped indexes), applied_at 0 (the
+// steps ran when the file was written, not when a database is made from
+// it), checkpointed and closed, so the file alone is the database (its
+// header says WAL).
+func stepsImage(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), DBFile)
+	db := stepsDBAt(t, path)
+	for _, q := range []string{"UPDATE schema_migrations SET applied_at = 0", "VACUUM"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + "-wal"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the steps' database left a WAL (%v): the file alone is not the database", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // A new database made from fresh-sqlite.sql (and the steps after its
@@ -113,21 +157,76 @@ func TestFreshSchemaMatchesUpgrades(t *testing.T) {
 		if err := os.WriteFile("fresh-sqlite.sql", []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote fresh-sqlite.sql at v%d; rebuild and run the test again", SchemaVersion())
+		if err := os.WriteFile("fresh-sqlite.db", stepsImage(t), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote fresh-sqlite.sql and fresh-sqlite.db at v%d; rebuild and run the test again", SchemaVersion())
 		return
 	}
 	if !freshOK {
 		t.Fatalf("fresh-sqlite.sql (first line %q) is not used: its first line must be -- vN: with 1 <= N <= %d",
 			strings.SplitN(freshSQLite, "\n", 2)[0], SchemaVersion())
 	}
-	db := newTestDB(t)
-	got, want := schemaRows(t, db.w), schemaRows(t, steps)
-	if !slices.Equal(got, want) {
-		t.Errorf("a new database made from fresh-sqlite.sql differs from the upgrade steps' (regenerate it with -update-fresh):\nonly fresh:\n  %s\nonly steps:\n  %s",
-			strings.Join(diff(got, want), "\n  "), strings.Join(diff(want, got), "\n  "))
+	want := schemaRows(t, steps)
+	for _, c := range []struct {
+		name  string
+		image []byte
+	}{{"fresh-sqlite.sql", nil}, {"fresh-sqlite.db", freshImage}} {
+		dir := t.TempDir()
+		db, err := openSQLite(context.Background(), dir, c.image)
+		if err != nil {
+			t.Fatalf("%s: open: %v", c.name, err)
+		}
+		got := schemaRows(t, db.w)
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("a new database made from %s differs from the upgrade steps' (regenerate it with -update-fresh):\nonly fresh:\n  %s\nonly steps:\n  %s",
+				c.name, strings.Join(diff(got, want), "\n  "), strings.Join(diff(want, got), "\n  "))
+		}
 	}
 	if v, _ := freshVersion(freshSQLite); v < SchemaVersion() {
 		t.Logf("fresh-sqlite.sql is at v%d, the steps at v%d: new databases run the last %d steps one by one", v, SchemaVersion(), SchemaVersion()-v)
+	}
+	if !bytes.Equal(freshImage, stepsImage(t)) {
+		t.Logf("fresh-sqlite.db is not the file the steps leave now (a newer step, or another SQLite): new databases are made from it and the steps after its version; regenerate it with -update-fresh")
+	}
+}
+
+// On Linux a new database is the image, published whole; an existing one
+// is left as it is, and a state dir where another process made the
+// database first gets that one.
+func TestOpenNewDatabaseFromImage(t *testing.T) {
+	sqliteOnly(t)
+	if runtime.GOOS != "linux" {
+		t.Skip("publishImage is Linux's")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, DBFile)
+	published, err := checkWritable(dir, path, freshImage)
+	if err != nil || !published {
+		t.Fatalf("checkWritable on an empty dir = %v, %v; want the image published", published, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(b, freshImage) {
+		t.Fatalf("the new database is not the image (%d bytes of %d, %v)", len(b), len(freshImage), err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the new database's mode = %v, %v; want 0600 (it holds conversations)", fi.Mode(), err)
+	}
+	if err := publishImage(dir, path, []byte("other")); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("publishing over an existing database = %v, want fs.ErrExist", err)
+	}
+	if published, err := checkWritable(dir, path, freshImage); err != nil || published {
+		t.Fatalf("checkWritable with the database there = %v, %v; want it left as it is", published, err)
+	}
+	if b2, _ := os.ReadFile(path); !bytes.Equal(b2, b) {
+		t.Fatal("the existing database was changed")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("the state dir holds %d entries, want the database alone", len(entries))
 	}
 }
 
