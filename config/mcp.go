@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // DefaultMCPTimeoutSeconds bounds one MCP tool call (SPEC §15).
@@ -69,9 +70,9 @@ func (c *Config) applyMCPDefaults() {
 
 // mcpServerNameRe: letters, digits, - and single _ (never "__", never at
 // either end), so "mcp__<server>__<tool>" names one server unambiguously.
-var mcpServerNameRe = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]|_[A-Za-z0-9-])*$`)
+var mcpServerNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]|_[A-Za-z0-9-])*$`) })
 
-var headerNameRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+var headerNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") })
 
 func (v *validator) mcp() {
 	servers := v.c.MCP.Servers
@@ -79,7 +80,7 @@ func (v *validator) mcp() {
 		s := servers[name]
 		path := joinKey("mcp.servers", name)
 		switch {
-		case !mcpServerNameRe.MatchString(name):
+		case !mcpServerNameRe().MatchString(name):
 			v.add(path, "server name %q may hold only letters, digits, - and single _ (not at either end), since tools are named mcp__<server>__<tool>", name)
 		case len(name) > MCPMaxServerName:
 			v.add(path, "server name %q is longer than %d characters (tool names mcp__<server>__<tool> must fit 64)", name, MCPMaxServerName)
@@ -115,7 +116,7 @@ func (v *validator) mcp() {
 			}
 		}
 		for _, k := range sortedKeys(s.Headers) {
-			if !headerNameRe.MatchString(k) {
+			if !headerNameRe().MatchString(k) {
 				v.add(joinKey(path+".headers", k), "%q is not an HTTP header name", k)
 			}
 		}

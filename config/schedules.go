@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // IANA timezones without relying on the host's zoneinfo
 
@@ -190,7 +191,7 @@ func ParseAt(s string, loc *time.Location) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is not a time like 2026-12-01 09:00", s)
 }
 
-var scheduleIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+var scheduleIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`) })
 
 func (v *validator) schedules() {
 	s := v.c.Schedules
@@ -205,7 +206,7 @@ func (v *validator) schedules() {
 	for i, l := range s.List {
 		p := fmt.Sprintf("schedules.list[%d]", i)
 		switch {
-		case !scheduleIDRe.MatchString(l.ID):
+		case !scheduleIDRe().MatchString(l.ID):
 			v.add(p+".id", "%q must be 1-64 characters of A-Z, a-z, 0-9, _ and -, starting with a letter or digit", l.ID)
 		case seen[l.ID]:
 			v.add(p+".id", "%q is used twice", l.ID)

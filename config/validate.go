@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/heraldhq/herald/netguard"
 )
@@ -23,7 +24,7 @@ var (
 	chatTypes      = []string{"dm", "group"}
 	streamingModes = []string{"edit", "off"}
 
-	agentIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+	agentIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`) })
 )
 
 // validator collects problems with their positions.
@@ -325,7 +326,7 @@ func (v *validator) agents() {
 		switch {
 		case a.ID == "":
 			v.add(path+".id", "missing agent id")
-		case !agentIDRe.MatchString(a.ID):
+		case !agentIDRe().MatchString(a.ID):
 			v.add(path+".id", "agent id %q may hold only letters, digits, _ and - (and start with a letter or digit)", a.ID)
 		}
 		if j, dup := seen[a.ID]; dup && a.ID != "" {
@@ -506,7 +507,7 @@ func (v *validator) telemetry() {
 		v.add("telemetry.otlp.headers", "set, but telemetry.otlp.endpoint is empty: headers are sent only to a collector")
 	}
 	for _, k := range sortedKeys(t.OTLP.Headers) {
-		if !headerNameRe.MatchString(k) {
+		if !headerNameRe().MatchString(k) {
 			v.add(joinKey("telemetry.otlp.headers", k), "%q is not an HTTP header name", k)
 		}
 	}

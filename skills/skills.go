@@ -53,7 +53,7 @@ type Problem struct {
 	Error string `json:"error"`
 }
 
-var nameRe = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+var nameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`) })
 
 // Dirs are the folders an agent's skills are found in: its workspace's
 // skills/ and the paths of skills.paths (relative ones under stateDir).
@@ -189,7 +189,7 @@ func parse(path string, b []byte) (Skill, error) {
 	switch {
 	case meta.Name == "":
 		return Skill{}, errors.New("front matter has no name")
-	case len(meta.Name) > MaxNameLen || !nameRe.MatchString(meta.Name):
+	case len(meta.Name) > MaxNameLen || !nameRe().MatchString(meta.Name):
 		return Skill{}, fmt.Errorf("name %q must be lower-case letters, digits and single hyphens, at most %d characters", meta.Name, MaxNameLen)
 	case meta.Description == "":
 		return Skill{}, errors.New("front matter has no description")

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heraldhq/herald/agent"
@@ -61,7 +62,9 @@ type Spawn struct {
 	Topic string
 }
 
-var spawnRe = regexp.MustCompile(`(?is)\bspawn\s+(\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+(.+?)\s+(?:on|about|for)\s+(.+)$`)
+var spawnRe = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?is)\bspawn\s+(\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+(.+?)\s+(?:on|about|for)\s+(.+)$`)
+})
 
 var numberWords = map[string]int{"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
 	"six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
@@ -70,7 +73,7 @@ var numberWords = map[string]int{"a": 1, "an": 1, "one": 1, "two": 2, "three": 3
 // one..ten, or "a"/"an"). ok is false when text is not such a request;
 // err is set when it is one but N is out of range.
 func ParseSpawn(text string) (s Spawn, ok bool, err error) {
-	m := spawnRe.FindStringSubmatch(strings.TrimSpace(text))
+	m := spawnRe().FindStringSubmatch(strings.TrimSpace(text))
 	if m == nil {
 		return Spawn{}, false, nil
 	}
@@ -109,7 +112,7 @@ func singular(s string) string {
 	return strings.Join(words, " ")
 }
 
-var waitRe = regexp.MustCompile(`(?i)\bwait\s+(\d{1,4})\s*s\b`)
+var waitRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)\bwait\s+(\d{1,4})\s*s\b`) })
 
 // Complete answers from the script; see the package docs and docs/providers.md.
 func (d *Demo) Complete(ctx context.Context, req agent.Request) (*agent.Response, error) {
@@ -152,7 +155,7 @@ func (d *Demo) answer(ctx context.Context, req agent.Request) (*agent.Response, 
 		return &agent.Response{Text: announceReply(msgs)}, nil
 	}
 	if strings.Contains(strings.ToLower(req.System), "sub-agent context") && isFirstTurn(msgs) {
-		if m := waitRe.FindStringSubmatch(user); m != nil {
+		if m := waitRe().FindStringSubmatch(user); m != nil {
 			secs, _ := strconv.Atoi(m[1])
 			if err := d.sleep(ctx, time.Duration(secs)*time.Second); err != nil {
 				return nil, fmt.Errorf("demo: %w", err)
@@ -357,7 +360,7 @@ func announceReply(msgs []agent.Message) string {
 }
 
 func subagentResult(task string) string {
-	t := waitRe.ReplaceAllString(task, "")
+	t := waitRe().ReplaceAllString(task, "")
 	t = oneLine(strings.Trim(strings.TrimSpace(t), "()., "), 200)
 	if t == "" {
 		t = "the task"

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -101,7 +102,7 @@ func (p *openAIProvider) Complete(ctx context.Context, req agent.Request) (*agen
 }
 
 // reasoningModel matches OpenAI model ids that take reasoning_effort.
-var reasoningModel = regexp.MustCompile(`^(o[1-9]|gpt-5)`)
+var reasoningModel = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(o[1-9]|gpt-5)`) })
 
 // reasoningEffort decides reasoning_effort: for api "openai" only on
 // reasoning models (o-series, gpt-5 family except its -chat variants),
@@ -127,7 +128,7 @@ func (p *openAIProvider) reasoningEffort(model, level string) shared.ReasoningEf
 	if i := strings.LastIndex(m, "/"); i >= 0 {
 		m = m[i+1:]
 	}
-	if !reasoningModel.MatchString(m) || strings.Contains(m, "-chat") {
+	if !reasoningModel().MatchString(m) || strings.Contains(m, "-chat") {
 		p.log.Debug("thinking level ignored: model takes no reasoning_effort", zap.String("model", model), zap.String("thinking", level))
 		return ""
 	}

@@ -67,4 +67,4 @@ func braveDetail(body []byte) string {
 
 // stripTags drops the <strong> marks Brave puts around matched words and
 // decodes entities.
-func stripTags(s string) string { return html.UnescapeString(reTag.ReplaceAllString(s, "")) }
+func stripTags(s string) string { return html.UnescapeString(reTag().ReplaceAllString(s, "")) }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -164,12 +165,14 @@ func looksLikeHTML(b []byte) bool {
 }
 
 var (
-	reDropBlocks = dropBlocks("script", "style", "noscript", "template", "svg", "head")
-	reTitle      = regexp.MustCompile(`(?is)<title\b[^>]*>(.*?)</title\s*>`)
-	reBreak      = regexp.MustCompile(`(?i)<(br|/?p|/?div|/?li|/?tr|/?h[1-6]|/?ul|/?ol|/?table|/?section|/?article|/?header|/?footer|/?pre|/?blockquote|hr)\b[^>]*>`)
-	reTag        = regexp.MustCompile(`(?s)<[^>]*>`)
-	reSpaces     = regexp.MustCompile(`[ \t\r\f\v]+`)
-	reBlankLines = regexp.MustCompile(`\n\s*\n+`)
+	reDropBlocks = sync.OnceValue(func() *regexp.Regexp { return dropBlocks("script", "style", "noscript", "template", "svg", "head") })
+	reTitle      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?is)<title\b[^>]*>(.*?)</title\s*>`) })
+	reBreak      = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)<(br|/?p|/?div|/?li|/?tr|/?h[1-6]|/?ul|/?ol|/?table|/?section|/?article|/?header|/?footer|/?pre|/?blockquote|hr)\b[^>]*>`)
+	})
+	reTag        = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)<[^>]*>`) })
+	reSpaces     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[ \t\r\f\v]+`) })
+	reBlankLines = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\n\s*\n+`) })
 )
 
 // dropBlocks matches comments and each named element with its content (RE2
@@ -187,20 +190,20 @@ func dropBlocks(names ...string) *regexp.Regexp {
 // entities.
 func htmlToText(s string) string {
 	title := ""
-	if m := reTitle.FindStringSubmatch(s); m != nil {
-		title = strings.TrimSpace(html.UnescapeString(reTag.ReplaceAllString(m[1], "")))
+	if m := reTitle().FindStringSubmatch(s); m != nil {
+		title = strings.TrimSpace(html.UnescapeString(reTag().ReplaceAllString(m[1], "")))
 	}
-	s = reDropBlocks.ReplaceAllString(s, " ")
-	s = reBreak.ReplaceAllString(s, "\n")
-	s = reTag.ReplaceAllString(s, "")
+	s = reDropBlocks().ReplaceAllString(s, " ")
+	s = reBreak().ReplaceAllString(s, "\n")
+	s = reTag().ReplaceAllString(s, "")
 	s = html.UnescapeString(s)
 	s = strings.ReplaceAll(s, "\u00a0", " ")
-	s = reSpaces.ReplaceAllString(s, " ")
+	s = reSpaces().ReplaceAllString(s, " ")
 	lines := strings.Split(s, "\n")
 	for i, l := range lines {
 		lines[i] = strings.TrimSpace(l)
 	}
-	s = strings.TrimSpace(reBlankLines.ReplaceAllString(strings.Join(lines, "\n"), "\n\n"))
+	s = strings.TrimSpace(reBlankLines().ReplaceAllString(strings.Join(lines, "\n"), "\n\n"))
 	if title != "" && !strings.HasPrefix(s, title) {
 		s = title + "\n\n" + s
 	}

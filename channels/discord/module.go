@@ -3,6 +3,7 @@ package discord
 import (
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/config"
@@ -23,7 +24,7 @@ var (
 	_ config.ChannelOptions  = (*Config)(nil)
 	_ config.ApproverChecker = (*Config)(nil)
 
-	snowflakeRe = regexp.MustCompile(`^[0-9]{15,20}$`)
+	snowflakeRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{15,20}$`) })
 )
 
 func (c *Config) Common() *config.ChannelCommon { return &c.ChannelCommon }
@@ -47,7 +48,7 @@ func (c *Config) Validate(s *config.Section) {
 	if c.APIURL != "" && !strings.HasSuffix(c.APIURL, "/") {
 		s.Add("apiUrl", "must end with / (REST goes to <apiUrl>api/v10/), e.g. https://discord.com/")
 	}
-	if c.ApplicationID != "" && !snowflakeRe.MatchString(c.ApplicationID) {
+	if c.ApplicationID != "" && !snowflakeRe().MatchString(c.ApplicationID) {
 		s.Add("applicationId", "must be the application's id (a number of 15-20 digits), got %q", c.ApplicationID)
 	}
 	s.ThreadContext("threadContext", c.ThreadContext)
@@ -58,7 +59,7 @@ func (c *Config) Validate(s *config.Section) {
 
 // CheckApprover: security.approvers.discord lists Discord user ids.
 func (c *Config) CheckApprover(id string) string {
-	if snowflakeRe.MatchString(id) {
+	if snowflakeRe().MatchString(id) {
 		return ""
 	}
 	return "a Discord user id (a number of 15-20 digits; Developer Mode → Copy User ID)"

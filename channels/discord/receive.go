@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
@@ -476,7 +477,7 @@ func (a *Adapter) serves(chatType, chatID string) bool {
 	}
 }
 
-var spaces = regexp.MustCompile(`[ \t]{2,}`)
+var spaces = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[ \t]{2,}`) })
 
 // addressed strips the bot's mentions (<@id>, <@!id>) from the content and
 // says whether there was one.
@@ -495,7 +496,7 @@ func addressed(m *discordgo.Message, selfID string) (string, bool) {
 		}
 	}
 	if mentioned {
-		text = strings.TrimSpace(spaces.ReplaceAllString(text, " "))
+		text = strings.TrimSpace(spaces().ReplaceAllString(text, " "))
 		text = strings.TrimLeft(text, ",: ")
 	}
 	return text, mentioned

@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"regexp"
+	"sync"
 
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/id"
@@ -35,7 +36,7 @@ var (
 	_ config.ChannelOptions  = (*Config)(nil)
 	_ config.ApproverChecker = (*Config)(nil)
 
-	userRe = regexp.MustCompile(`^@[^:\s]+:\S+$`)
+	userRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^@[^:\s]+:\S+$`) })
 )
 
 func (c *Config) Common() *config.ChannelCommon { return &c.ChannelCommon }
@@ -58,7 +59,7 @@ func (c *Config) Validate(s *config.Section) {
 	s.HTTPURL("homeserver", c.Homeserver)
 	s.Enum("threadReplies", c.ThreadReplies, []string{ThreadsOff, ThreadsInbound, ThreadsAlways})
 	s.ThreadContext("threadContext", c.ThreadContext)
-	if c.UserID != "" && !userRe.MatchString(c.UserID) {
+	if c.UserID != "" && !userRe().MatchString(c.UserID) {
 		s.Add("userId", "%q is not a Matrix user id like @herald:example.org", c.UserID)
 	}
 	if c.RecoveryKey != "" && !c.Encryption {
@@ -86,7 +87,7 @@ func (c *Config) Validate(s *config.Section) {
 
 // CheckApprover: security.approvers.matrix lists Matrix user ids.
 func (c *Config) CheckApprover(id string) string {
-	if userRe.MatchString(id) {
+	if userRe().MatchString(id) {
 		return ""
 	}
 	return "a Matrix user id (@name:server)"

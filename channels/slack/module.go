@@ -29,7 +29,7 @@ var (
 	_ config.ApproverChecker = (*Config)(nil)
 
 	replyToModes = []string{"off", "first", "all"}
-	userRe       = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
+	userRe       = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`) })
 )
 
 func (c *Config) Common() *config.ChannelCommon { return &c.ChannelCommon }
@@ -71,7 +71,7 @@ func (c *Config) Validate(s *config.Section) {
 
 // CheckApprover: security.approvers.slack lists Slack user ids.
 func (c *Config) CheckApprover(id string) string {
-	if userRe.MatchString(id) {
+	if userRe().MatchString(id) {
 		return ""
 	}
 	return "a Slack user id (U… or W…, upper-case letters and digits)"

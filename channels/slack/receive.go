@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -291,7 +292,7 @@ func mentions(text, botID string) bool {
 	return botID != "" && (strings.Contains(text, "<@"+botID+">") || strings.Contains(text, "<@"+botID+"|"))
 }
 
-var leadingMention = regexp.MustCompile(`^\s*<@([A-Z0-9]+)(?:\|[^>]*)?>[\s:,]*`)
+var leadingMention = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*<@([A-Z0-9]+)(?:\|[^>]*)?>[\s:,]*`) })
 
 // stripMention removes a leading <@BOTID> (or <@BOTID|name>) and the
 // separator after it.
@@ -299,7 +300,7 @@ func stripMention(text, botID string) string {
 	if botID == "" {
 		return strings.TrimSpace(text)
 	}
-	loc := leadingMention.FindStringSubmatchIndex(text)
+	loc := leadingMention().FindStringSubmatchIndex(text)
 	if loc == nil || text[loc[2]:loc[3]] != botID {
 		return strings.TrimSpace(text)
 	}

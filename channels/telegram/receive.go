@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
@@ -321,7 +322,7 @@ func validSecret(s string) bool {
 	return true
 }
 
-var spaces = regexp.MustCompile(`[ \t]{2,}`)
+var spaces = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[ \t]{2,}`) })
 
 // addressed strips the bot's name from text: the @username suffix of a
 // leading command (/cmd@bot → /cmd) and @username mentions. mentioned is
@@ -347,7 +348,7 @@ func addressed(text, username string, mention *regexp.Regexp) (out string, menti
 	if mention != nil && mention.MatchString(text) {
 		mentioned = true
 		text = mention.ReplaceAllString(text, "$1")
-		text = strings.TrimSpace(spaces.ReplaceAllString(text, " "))
+		text = strings.TrimSpace(spaces().ReplaceAllString(text, " "))
 	}
 	return text, mentioned, false
 }

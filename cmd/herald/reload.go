@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -108,7 +109,9 @@ func reloadCmd(f *flags, stdout, stderr io.Writer) int {
 }
 
 // missingVarRe finds the config's "variable is not set" problems.
-var missingVarRe = regexp.MustCompile(`environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set`)
+var missingVarRe = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set`)
+})
 
 func printReload(res gateway.ReloadResult, path string, pid int, stdout, stderr io.Writer) int {
 	if res.Result != "ok" {
@@ -117,8 +120,8 @@ func printReload(res gateway.ReloadResult, path string, pid int, stdout, stderr 
 		var missing []string
 		errs := make([]string, len(res.Errors))
 		for i, e := range res.Errors {
-			errs[i] = missingVarRe.ReplaceAllStringFunc(e, func(m string) string {
-				name := missingVarRe.FindStringSubmatch(m)[1]
+			errs[i] = missingVarRe().ReplaceAllStringFunc(e, func(m string) string {
+				name := missingVarRe().FindStringSubmatch(m)[1]
 				if _, here := os.LookupEnv(name); !here {
 					return m
 				}
