@@ -22,6 +22,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/agent/tools"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -127,7 +128,8 @@ func startH2Model(tb testing.TB, latency time.Duration) (url string, client *htt
 // BenchmarkCallsInFlight reports what a model call waiting for its answer
 // holds: goroutine stack and heap bytes per call, with 1,000 streamed
 // calls (Chat Completions, Anthropic Messages) in flight at once over
-// HTTP/2 TLS, each made by agent.Session.Run on a goroutine of its own.
+// HTTP/2 TLS, each made by agent.Session.Run on a goroutine of its own
+// with the built-in tools.
 // The fake model runs in a child process, so only the gateway side is
 // counted: the caller's goroutine (its stack holds every frame down to
 // net/http's roundTrip while it waits), net/http's per-stream
@@ -157,6 +159,9 @@ func BenchmarkCallsInFlight(b *testing.B) {
 				b.Fatal(err)
 			}
 			model := &agent.Model{Ref: "bench/m", ProviderID: "bench", ID: "m", API: bc.api, Provider: p}
+			// The built-in tools, as a sub-agent's first request sends
+			// them (~3.5 KB of their ~7 KB of schemas).
+			reg := agent.NewRegistry(tools.New(tools.Options{})...)
 			var stack, heap float64
 			b.ResetTimer()
 			for round := range b.N {
@@ -169,7 +174,7 @@ func BenchmarkCallsInFlight(b *testing.B) {
 				for i := range calls {
 					wg.Go(func() {
 						s := &agent.Session{Key: fmt.Sprintf("bench:%d:%d", round, i)}
-						res, err := s.Run(context.Background(), agent.Turn{Model: model, System: "You are a benchmark.", OnText: func(string) {}}, "say hello")
+						res, err := s.Run(context.Background(), agent.Turn{Model: model, System: "You are a benchmark.", Tools: reg, OnText: func(string) {}}, "say hello")
 						if err != nil || res.Text != "hello" {
 							failed.Add(1)
 						}

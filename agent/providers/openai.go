@@ -87,7 +87,7 @@ func (p *openAIProvider) Complete(ctx context.Context, req agent.Request) (*agen
 	body := p.body(req, false)
 	return p.retry.do(ctx, func(ctx context.Context, key string) (*agent.Response, error) {
 		var raw []byte
-		if err := p.client.Post(ctx, "chat/completions", body, &raw, openAIKey(key)...); err != nil {
+		if err := p.post(ctx, body, &raw, key); err != nil {
 			return nil, err
 		}
 		cc, err := decodeCompletion(raw)

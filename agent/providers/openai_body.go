@@ -2,11 +2,16 @@ package providers
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/heraldhq/herald/agent"
 )
@@ -19,14 +24,17 @@ import (
 // what the SDK wrote for the same request: TestOpenAIBodyMatchesSDK
 // compares the two. stream adds "stream" and "stream_options" (the
 // usage chunk).
-func (p *openAIProvider) body(req agent.Request, stream bool) []byte {
-	tools := make([][]byte, len(req.Tools))
-	size := 512 + requestSize(req)
-	for i, t := range req.Tools {
-		tools[i] = openAITool(t)
-		size += len(tools[i]) + 1
-	}
-	b := make([]byte, 0, size)
+//
+// The body is kept in parts for as long as the call is in flight (net/http
+// keeps it to send it again, the retrier for a retry): this call's own
+// bytes — model, messages, options — and each tool's entry as rendered
+// once for every call that sends it (openAITool). A sub-agent's tools are
+// ~7 KB of its ~8 KB first request, the same for every child; one copy per
+// call in flight was 85 MB of live heap with 10,000 (docs/performance.md,
+// "memory per call in flight: the heap").
+func (p *openAIProvider) body(req agent.Request, stream bool) *openAIBody {
+	scratch := bodyScratch.Get().(*[]byte)
+	b := (*scratch)[:0]
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, req.Model)
 	b = append(b, `,"messages":[`...)
@@ -50,37 +58,115 @@ func (p *openAIProvider) body(req agent.Request, stream bool) []byte {
 		b = append(b, `,"reasoning_effort":`...)
 		b = appendJSONString(b, string(effort))
 	}
-	if len(tools) > 0 {
+	if len(req.Tools) > 0 {
 		b = append(b, `,"tools":[`...)
-		for i, t := range tools {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, t...)
+	}
+	// Exactly this call's bytes are kept; the scratch buffer goes back.
+	body := &openAIBody{parts: make([][]byte, 0, len(req.Tools)+2)}
+	body.add(append(make([]byte, 0, len(b)), b...))
+	if cap(b) <= maxBodyScratch {
+		*scratch = b
+		bodyScratch.Put(scratch)
+	}
+	for i, t := range req.Tools {
+		entry := openAITool(t) // ",{…}": the comma goes before every entry but the first
+		if i == 0 {
+			entry = entry[1:]
 		}
-		b = append(b, ']')
+		body.add(entry)
 	}
-	if stream {
-		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	switch {
+	case len(req.Tools) > 0 && stream:
+		body.add(endToolsStream)
+	case len(req.Tools) > 0:
+		body.add(endTools)
+	case stream:
+		body.add(endStream)
+	default:
+		body.add(endBody)
 	}
-	return append(b, '}')
+	return body
 }
 
-// requestSize estimates the bytes of req's messages, to size the body
-// once (text with a few escapes, and each message's JSON around it).
-func requestSize(req agent.Request) int {
-	n := len(req.System) + len(req.System)/16
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		n += len(m.Text) + len(m.Text)/16 + 64
-		for _, tc := range m.ToolCalls {
-			n += 2*len(tc.Args) + len(tc.Name) + len(tc.ID) + 96
-		}
-		for _, r := range m.ToolResults {
-			n += len(r.Content) + len(r.Content)/8 + len(r.CallID) + 64
+// The ends of a body, after the tools or the options.
+var (
+	endTools       = []byte(`]}`)
+	endToolsStream = []byte(`],"stream":true,"stream_options":{"include_usage":true}}`)
+	endStream      = []byte(`,"stream":true,"stream_options":{"include_usage":true}}`)
+	endBody        = []byte(`}`)
+)
+
+// bodyScratch holds buffers a body's own bytes are written into before
+// they are copied out at their size; maxBodyScratch bounds what goes back
+// (a body with files can be megabytes).
+var bodyScratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxBodyScratch = 256 << 10
+
+// openAIBody is a request body in parts, some shared with other calls;
+// they are never written to once the body is made.
+type openAIBody struct {
+	parts [][]byte
+	n     int64
+}
+
+func (b *openAIBody) add(part []byte) {
+	b.parts = append(b.parts, part)
+	b.n += int64(len(part))
+}
+
+// Bytes is the whole body in one slice.
+func (b *openAIBody) Bytes() []byte {
+	out := make([]byte, 0, b.n)
+	for _, part := range b.parts {
+		out = append(out, part...)
+	}
+	return out
+}
+
+// reader reads the body from its start.
+func (b *openAIBody) reader() *partsReader { return &partsReader{parts: b.parts} }
+
+// sized is a middleware of the SDK's client: it gives net/http the body's
+// length and a way to read it again, as the SDK does itself for a body
+// given as []byte. Without it a body given as a reader is sent without a
+// Content-Length (chunked over HTTP/1.1) and cannot be sent again when
+// net/http retries a request on a new connection.
+func (b *openAIBody) sized(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	req.ContentLength = b.n
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(b.reader()), nil }
+	return next(req)
+}
+
+// post sends body to path through the SDK's client (its headers, key and
+// errors), the response decoded into dst as client.Post does.
+func (p *openAIProvider) post(ctx context.Context, body *openAIBody, dst any, key string) error {
+	opts := append(openAIKey(key), option.WithMiddleware(body.sized))
+	return p.client.Post(ctx, "chat/completions", body.reader(), dst, opts...)
+}
+
+// partsReader reads parts one after another, filling each read as far as
+// it goes (net/http writes one HTTP/2 DATA frame per read).
+type partsReader struct {
+	parts [][]byte
+	i     int // the part being read
+	off   int // bytes of it read
+}
+
+func (r *partsReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && r.i < len(r.parts) {
+		c := copy(p[n:], r.parts[r.i][r.off:])
+		n += c
+		r.off += c
+		if r.off == len(r.parts[r.i]) {
+			r.i, r.off = r.i+1, 0
 		}
 	}
-	return n
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // appendOpenAIMessages writes the conversation: tool calls ride on the
@@ -206,11 +292,13 @@ var openAITools = struct {
 
 type renderedTool struct {
 	schema json.RawMessage
-	json   []byte
+	json   []byte // ",{…}"
 }
 
-// openAITool is t's entry in "tools": a function with its schema, or an
-// object taking no properties when the schema is empty or not an object.
+// openAITool is t's entry in "tools" after a comma (",{…}"): a function
+// with its schema, or an object taking no properties when the schema is
+// empty or not an object. The slice is shared by every call sending t and
+// must not be written to.
 func openAITool(t agent.ToolSpec) []byte {
 	key := [2]string{t.Name, t.Description}
 	openAITools.Lock()
@@ -219,7 +307,7 @@ func openAITool(t agent.ToolSpec) []byte {
 	if ok && bytes.Equal(r.schema, t.Schema) {
 		return r.json
 	}
-	b := append([]byte(nil), `{"type":"function","function":{"name":`...)
+	b := append([]byte(nil), `,{"type":"function","function":{"name":`...)
 	b = appendJSONString(b, t.Name)
 	if t.Description != "" {
 		b = append(b, `,"description":`...)

@@ -1,12 +1,17 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -15,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -81,7 +87,7 @@ func TestOpenAIBodyMatchesSDK(t *testing.T) {
 			if stream {
 				want, _ = sjson.SetBytes(want, "stream", true)
 			}
-			got := p.body(c.req, stream)
+			got := p.body(c.req, stream).Bytes()
 			var g, w any
 			if err := json.Unmarshal(got, &g); err != nil {
 				t.Fatalf("%s: our body is not JSON: %v\n%s", c.name, err, got)
@@ -228,4 +234,94 @@ func BenchmarkOpenAIBody(b *testing.B) {
 			sjson.SetBytes(body, "stream", true)
 		}
 	})
+}
+
+// A body sent in parts (openAIBody) reaches the server as the one slice
+// client.Post sent before: the same bytes, the same headers, with its
+// Content-Length (not chunked), over HTTP/1.1 and HTTP/2; a retried
+// attempt sends the whole body again.
+func TestOpenAIRequestOnTheWire(t *testing.T) {
+	type seen struct {
+		header   http.Header
+		length   int64
+		chunked  bool
+		body     []byte
+		protocol string
+	}
+	tools := []agent.ToolSpec{readFileSpec, {Name: "exec", Description: "run a command", Schema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}}}`)}}
+	req := agent.Request{Model: "gpt-4o", System: "You are a test.", Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}, Tools: tools}
+	for _, h2 := range []bool{false, true} {
+		var mu sync.Mutex
+		var got []seen
+		fake := llmtest.NewHandler(llmtest.APIOpenAI, func(llmtest.Call) llmtest.Reply {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) == 1 { // the first request of each call fails
+				return llmtest.Reply{Status: 500, Message: "boom"}
+			}
+			return llmtest.Reply{Text: "ok"}
+		}, false)
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			got = append(got, seen{r.Header.Clone(), r.ContentLength, slices.Contains(r.TransferEncoding, "chunked"), body, r.Proto})
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			fake.ServeHTTP(w, r)
+		}))
+		client := srv.Client()
+		if h2 {
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			client = srv.Client()
+		} else {
+			srv.Start()
+		}
+		t.Cleanup(srv.Close)
+		pr, err := New("wire", config.Provider{API: APIOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-test-key"}, Options{HTTPClient: client, Sleep: (&sleeps{}).sleep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pr.(*openAIProvider)
+		for _, stream := range []bool{false, true} {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			var err error
+			if stream {
+				_, err = p.Stream(context.Background(), req, func(string) {})
+			} else {
+				_, err = p.Complete(context.Background(), req)
+			}
+			if err != nil {
+				t.Fatalf("h2 %v stream %v: %v", h2, stream, err)
+			}
+			// The same body given to client.Post as one slice, as before.
+			want := p.body(req, stream).Bytes()
+			var raw *http.Response
+			if err := p.client.Post(context.Background(), "chat/completions", want, &raw, openAIKey("")...); err == nil {
+				raw.Body.Close()
+			}
+			mu.Lock()
+			if len(got) != 3 {
+				t.Fatalf("h2 %v stream %v: the server saw %d requests, want 3 (a failure, its retry, the reference)", h2, stream, len(got))
+			}
+			ref := got[2]
+			for i, s := range got[:2] {
+				if !bytes.Equal(s.body, want) || s.length != int64(len(want)) || s.chunked || s.protocol != ref.protocol {
+					t.Errorf("h2 %v stream %v attempt %d: %s length %d chunked %v (want %s, %d bytes)\n%s", h2, stream, i+1, s.protocol, s.length, s.chunked, ref.protocol, len(want), s.body)
+				}
+				if !reflect.DeepEqual(s.header, ref.header) {
+					t.Errorf("h2 %v stream %v attempt %d: headers\n%v\nwant\n%v", h2, stream, i+1, s.header, ref.header)
+				}
+			}
+			mu.Unlock()
+		}
+		if h2 && got[0].protocol != "HTTP/2.0" {
+			t.Errorf("protocol %s, want HTTP/2.0", got[0].protocol)
+		}
+	}
 }

@@ -103,9 +103,9 @@ func (p *openAIProvider) Stream(ctx context.Context, req agent.Request, onText f
 // stream is one attempt of Stream. It stays on the stack while the answer
 // comes, so the reply is put together on the heap (docs/performance.md,
 // memory per model call in flight).
-func (p *openAIProvider) stream(ctx context.Context, body []byte, key string, onText func(string)) (*agent.Response, error) {
+func (p *openAIProvider) stream(ctx context.Context, body *openAIBody, key string, onText func(string)) (*agent.Response, error) {
 	var raw *http.Response
-	if err := p.client.Post(ctx, "chat/completions", body, &raw, openAIKey(key)...); err != nil {
+	if err := p.post(ctx, body, &raw, key); err != nil {
 		if raw != nil && raw.Body != nil {
 			raw.Body.Close()
 		}
