@@ -434,6 +434,16 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 			get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(cpuSlice/time.Second)), fmt.Sprintf("cpu-%03d.pprof", i))
 		}
 	})
+	// One second of the scheduler's trace, from the load's second
+	// second on: where a turn waits (go tool trace).
+	wg.Go(func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		get("/debug/pprof/trace?seconds=1", "trace.out")
+	})
 	// In flight: the first spawn answer plus 1.5 latencies.
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
