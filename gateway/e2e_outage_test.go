@@ -166,9 +166,20 @@ func checkAnsweredOnce(t *testing.T, tg *testGW, acked map[string][]string) {
 	}
 	for client, texts := range acked {
 		var answers []string
+		said := map[string]int{}
 		for _, m := range webMessages(t, tg.URL, client, 0) {
-			if m.Role == "assistant" {
+			switch m.Role {
+			case "assistant":
 				answers = append(answers, m.Text)
+			case "user":
+				said[m.Text]++
+			}
+		}
+		// A message the store did not take (503) left no entry behind:
+		// the person sees each message they sent once, sent again or not.
+		for _, text := range texts {
+			if said[text] != 1 {
+				t.Errorf("%s: %q shown %d times in the conversation, want once", client, text, said[text])
 			}
 		}
 		seen := map[string]int{}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,51 @@ const busyText = "⏳ Busy right now: too many messages are waiting. Please send
 // Chat commands run on their own bounded goroutines and are not stored.
 // A platform re-delivery of a stored message is recognised and not run again.
 func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
+	return g.intake(ctx, in, nil)
+}
+
+// webKeep is the web chat's entry of a person's message, which intake
+// stores in the transaction that stores the message as owed
+// (webLog.AppendInbound), or on its own before the message is refused.
+type webKeep struct {
+	m      *store.WebMessage
+	told   func(client string) // wakes the client's streams on other replicas
+	stored bool
+}
+
+// alone stores the entry on its own, as the web chat did before handing
+// a message over: for a command, a message with files, or one refused.
+func (k *webKeep) alone(ctx context.Context, g *Gateway, in *channels.Inbound) error {
+	if k == nil || k.stored {
+		return nil
+	}
+	seq, err := g.db.AppendWeb(ctx, in.Origin.ChatID, k.m)
+	if err != nil {
+		return err
+	}
+	k.kept(in.Origin.ChatID)
+	in.Origin.MessageID = strconv.FormatInt(seq, 10)
+	return nil
+}
+
+// kept records that the entry of client is stored.
+func (k *webKeep) kept(client string) {
+	k.stored = true
+	if k.told != nil {
+		k.told(client)
+	}
+}
+
+// intake is inbound; keep (nil: none) is the web chat's entry of the
+// message, stored with it.
+func (g *Gateway) intake(ctx context.Context, in channels.Inbound, keep *webKeep) error {
+	if keep != nil && (command.IsCommand(in.Text) || len(in.Attachments) > 0) {
+		// Commands are not stored as owed, and files are stored before
+		// the message: the entry goes first, on its own.
+		if err := keep.alone(ctx, g, &in); err != nil {
+			return err
+		}
+	}
 	cfg := g.cfg()
 	ch := string(in.Origin.Channel)
 	// Origin → binding → session (SPEC §24): a thread bound to a child
@@ -84,11 +130,17 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	draining := g.draining
 	g.mu.Unlock()
 	if draining {
+		if err := keep.alone(ctx, g, &in); err != nil {
+			return err
+		}
 		g.metrics.refused.WithLabelValues(ch, "draining").Inc()
 		log.Warn("message refused: gateway is shutting down")
 		return channels.ErrDraining
 	}
 	if queued, _ := g.mainLane.Stats(); queued >= g.maxQueued() {
+		if err := keep.alone(ctx, g, &in); err != nil {
+			return err
+		}
 		g.metrics.refused.WithLabelValues(ch, "busy").Inc()
 		log.Warn("message refused: main lane queue is full", zap.Int("queued", queued), zap.Int("cap", g.maxQueued()))
 		g.post(ctx, in.Origin, channels.KindSystem, busyText, "")
@@ -135,7 +187,28 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 			span.SetAttributes(telemetry.AttrText.String(telemetry.Content(in.Text)))
 		}
 	}
+	if keep != nil && !keep.stored {
+		it.Web = keep.m
+	}
+	if ids.SessionKey(key).Kind() != ids.KindSubagent && !g.cluster.shared && !g.loaded(key) {
+		// The session's row is stored with its message when it has none:
+		// one commit for a new conversation's first message, not two (its
+		// turn finds the row in newRows). With other replicas a session's
+		// row may change elsewhere before the turn runs, so the turn
+		// ensures it then, as before.
+		it.Session = g.newSessionRow(cfg, agentID, key, in.Origin)
+	}
 	added, err := g.db.AddIntake(context.WithoutCancel(ctx), it)
+	if err == nil && it.Web != nil {
+		keep.kept(in.Origin.ChatID)
+	}
+	if err == nil && it.SessionCreated && it.ClaimedBy != "" {
+		g.mu.Lock()
+		if g.sessions[key] == nil {
+			g.newRows[key] = it.Session
+		}
+		g.mu.Unlock()
+	}
 	if err != nil {
 		g.owedUnsure.Store(true) // its commit may have gone through all the same
 		span.SetStatus(codes.Error, "message not stored")
@@ -171,6 +244,13 @@ func (g *Gateway) inbound(ctx context.Context, in channels.Inbound) error {
 	g.watchers.changed()
 	g.enqueueTurn(*it, log)
 	return nil
+}
+
+// loaded reports whether the session of key is loaded.
+func (g *Gateway) loaded(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sessions[key] != nil
 }
 
 // turnLog is the logger of an owed turn.

@@ -164,18 +164,26 @@ func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Ki
 func (g *Gateway) session(ctx context.Context, cfg *config.Config, agentID, key string, origin channels.Origin) (*sessionState, error) {
 	g.mu.Lock()
 	s, ok := g.sessions[key]
+	row := g.newRows[key]
+	delete(g.newRows, key)
 	g.mu.Unlock()
 	if ok {
 		return s, nil
 	}
 	now := g.clock.Now()
-	id := uuid.NewString()
-	row := &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindMain, Origin: origin,
-		Model: cfg.AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
-	if _, err := g.db.EnsureSession(ctx, row); err != nil {
-		return nil, err
+	var sess *agent.Session
+	var err error
+	if row != nil {
+		// Stored with its first message, and not loaded since: a new
+		// transcript, nothing to read.
+		sess, err = agent.OpenSessionFrom(ctx, g.db, nil, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
+	} else {
+		row = g.newSessionRow(cfg, agentID, key, origin)
+		if _, err := g.db.EnsureSession(ctx, row); err != nil {
+			return nil, err
+		}
+		sess, err = agent.LoadSessionFrom(ctx, g.db, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
 	}
-	sess, err := agent.LoadSessionFrom(ctx, g.db, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
 	if err != nil {
 		return nil, err
 	}
@@ -187,8 +195,17 @@ func (g *Gateway) session(ctx context.Context, cfg *config.Config, agentID, key 
 		return other, nil
 	}
 	g.sessions[key] = s
+	delete(g.newRows, key) // stored by a message while this loaded it: it has been read
 	g.mu.Unlock()
 	return s, nil
+}
+
+// newSessionRow is the row of a new requester session of key.
+func (g *Gateway) newSessionRow(cfg *config.Config, agentID, key string, origin channels.Origin) *store.Session {
+	now := g.clock.Now()
+	id := uuid.NewString()
+	return &store.Session{Key: key, ID: id, AgentID: agentID, Kind: store.KindMain, Origin: origin,
+		Model: cfg.AgentModel(agentID), TranscriptPath: g.db.TranscriptPath(agentID, id), CreatedAt: now, UpdatedAt: now}
 }
 
 var errTurnTimeout = errors.New("turn timed out")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/store"
 )
@@ -14,15 +15,36 @@ import (
 type webLog struct {
 	db   store.WebLog
 	told func(client string)
+	// intake is the gateway's intake with the entry to store alongside
+	// (Gateway.intake).
+	intake func(ctx context.Context, in channels.Inbound, keep *webKeep) error
 }
 
-var _ web.Log = webLog{}
+var _ web.IntakeLog = webLog{}
 
-func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
-	m := store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Key: e.Key}
+// AppendInbound stores the person's message e and its intake in one
+// transaction (store.Intake.Web): one commit where there were two, and a
+// message the store did not take leaves no entry behind.
+func (l webLog) AppendInbound(ctx context.Context, client string, e *web.Entry, in channels.Inbound) (int64, bool, error) {
+	keep := &webKeep{m: webMessage(e), told: l.told}
+	err := l.intake(ctx, in, keep)
+	if keep.stored {
+		e.Seq, e.At = keep.m.Seq, keep.m.At
+	}
+	return keep.m.Seq, keep.stored, err
+}
+
+// webMessage is the store's row of e.
+func webMessage(e *web.Entry) *store.WebMessage {
+	m := &store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Key: e.Key}
 	for _, f := range e.Files {
 		m.Files = append(m.Files, store.FileRef{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
 	}
+	return m
+}
+
+func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
+	m := webMessage(e)
 	// The outbox item this entry delivers whole is marked delivered in
 	// the append's transaction (one commit, not two; and a crash between
 	// them can no longer leave it stored but not marked).
@@ -32,7 +54,7 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 	} else {
 		mark = nil
 	}
-	seq, err := l.db.AppendWeb(ctx, client, &m)
+	seq, err := l.db.AppendWeb(ctx, client, m)
 	if err == nil && mark != nil {
 		mark.done = true
 	}

@@ -53,6 +53,19 @@ type Intake struct {
 	// SessionID is the requester session id a wake is for ("" = any): a
 	// conversation started again with /new is not woken for the old one.
 	SessionID string
+	// Web, when set, is the web chat's entry of the message: AddIntake
+	// appends it to the conversation of the client Origin.ChatID
+	// (AppendWeb) in the transaction that stores the message, and its seq
+	// becomes Origin.MessageID and PlatformID (client/seq). One commit
+	// stores both; a failed one stores neither.
+	Web *WebMessage
+	// Session, when set, is the requester session row of the message (its
+	// Origin the message's): AddIntake stores it as EnsureSession does, in
+	// the transaction that adds the message, and leaves the stored row
+	// there (the existing one unless SessionCreated). Nothing is done for
+	// a re-delivery.
+	Session        *Session
+	SessionCreated bool
 }
 
 // IntakeWake is the Kind of an owed turn that wakes a parent session
@@ -82,6 +95,9 @@ func scanIntake(rows *sql.Rows, in *Intake) error {
 // cleared and the message waits for the turn before it (CompleteIntake
 // passes it on).
 func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) {
+	if in.Web != nil && in.Origin.ChatID == "" {
+		return false, errors.New("add intake: a web entry needs the client in Origin.ChatID")
+	}
 	origin, err := originJSON(in.Origin)
 	if err != nil {
 		return false, fmt.Errorf("add intake: %w", err)
@@ -90,11 +106,40 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 	if in.CreatedAt.IsZero() {
 		in.CreatedAt = nowMS()
 	}
+	if in.Web != nil {
+		normalizeWeb(in.Web)
+	}
+	if in.Session != nil {
+		if err := d.normalizeSession(in.Session); err != nil {
+			return false, fmt.Errorf("add intake: %w", err)
+		}
+	}
 	holder := in.ClaimedBy
 	err = d.tx(ctx, func(c conn) error {
+		in.ClaimedBy, in.SessionCreated = holder, false
+		if in.Web != nil {
+			seq, err := d.appendWeb(c, in.Origin.ChatID, in.Web)
+			if err != nil {
+				return err
+			}
+			in.Web.Seq = seq
+			in.Origin.MessageID = strconv.FormatInt(seq, 10)
+			in.PlatformID = in.Origin.ChatID + "/" + in.Origin.MessageID
+			if origin, err = originJSON(in.Origin); err != nil {
+				return err
+			}
+		}
 		var err error
-		in.ClaimedBy = holder
 		added, err = addIntake(c, in, origin)
+		if err != nil || !added || in.Session == nil {
+			return err
+		}
+		in.Session.Origin = in.Origin
+		args, err := sessionArgs(in.Session)
+		if err != nil {
+			return err
+		}
+		in.SessionCreated, err = ensureSession(c, in.Session, args)
 		return err
 	})
 	if err != nil {

@@ -76,20 +76,22 @@ func (d *DB) EnsureSession(ctx context.Context, s *Session) (created bool, err e
 	if err != nil {
 		return false, fmt.Errorf("ensure session %s: %w", s.Key, err)
 	}
-	w := d.writer(ctx)
-	n, err := w.execN(insertSession+` ON CONFLICT (key) DO NOTHING`, args...)
+	created, err = ensureSession(d.writer(ctx), s, args)
 	if err != nil {
 		return false, d.wrap("ensure session "+s.Key, err)
 	}
-	if n == 1 {
-		return true, nil
+	return created, nil
+}
+
+// ensureSession is EnsureSession's statements on c (args: sessionArgs of
+// the normalized s).
+func ensureSession(c conn, s *Session, args []any) (created bool, err error) {
+	n, err := c.execN(insertSession+` ON CONFLICT (key) DO NOTHING`, args...)
+	if err != nil || n == 1 {
+		return n == 1, err
 	}
-	err = w.queryRow(func(rows *sql.Rows) error { return scanSession(rows, s) },
+	return false, c.queryRow(func(rows *sql.Rows) error { return scanSession(rows, s) },
 		`SELECT `+sessionCols+` FROM sessions WHERE key = $1`, s.Key)
-	if err != nil {
-		return false, d.wrap("ensure session "+s.Key, err)
-	}
-	return false, nil
 }
 
 // GetSession returns the session stored under key, deleted or not; ErrNotFound.

@@ -18,55 +18,11 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 	if client == "" {
 		return 0, errors.New("append web message: client is empty")
 	}
-	if m.At.IsZero() {
-		m.At = nowMS()
-	}
-	m.At = truncMS(m.At)
+	normalizeWeb(m)
 	var seq int64
 	err := d.tx(ctx, func(c conn) error {
-		if err := c.lock("web:" + client); err != nil {
-			return err
-		}
-		if m.Delivers != 0 {
-			at := m.At
-			if !m.DeliveredAt.IsZero() {
-				at = m.DeliveredAt
-			}
-			n, err := d.deliver(c, m.Delivers, at.UnixMilli(), m.Next)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				return fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
-			}
-		}
-		for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
-			if q.val == "" {
-				continue
-			}
-			err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-				`SELECT seq FROM web_messages WHERE client = $1 AND `+q.col+` = $2`, client, q.val)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, ErrNotFound) {
-				return err
-			}
-		}
-		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-			`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = $1`, client); err != nil {
-			return err
-		}
-		files := ""
-		if len(m.Files) > 0 {
-			b, err := json.Marshal(m.Files)
-			if err != nil {
-				return err
-			}
-			files = string(b)
-		}
-		_, err := c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
+		var err error
+		seq, err = d.appendWeb(c, client, m)
 		return err
 	})
 	if err != nil {
@@ -77,6 +33,62 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 	}
 	m.Seq = seq
 	return seq, nil
+}
+
+// normalizeWeb sets m.At as AppendWeb stores it.
+func normalizeWeb(m *WebMessage) {
+	if m.At.IsZero() {
+		m.At = nowMS()
+	}
+	m.At = truncMS(m.At)
+}
+
+// appendWeb is AppendWeb's transaction body (m normalized).
+func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err error) {
+	if err := c.lock("web:" + client); err != nil {
+		return 0, err
+	}
+	if m.Delivers != 0 {
+		at := m.At
+		if !m.DeliveredAt.IsZero() {
+			at = m.DeliveredAt
+		}
+		n, err := d.deliver(c, m.Delivers, at.UnixMilli(), m.Next)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
+		}
+	}
+	for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
+		if q.val == "" {
+			continue
+		}
+		err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
+			`SELECT seq FROM web_messages WHERE client = $1 AND `+q.col+` = $2`, client, q.val)
+		if err == nil {
+			return seq, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return 0, err
+		}
+	}
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
+		`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = $1`, client); err != nil {
+		return 0, err
+	}
+	files := ""
+	if len(m.Files) > 0 {
+		b, err := json.Marshal(m.Files)
+		if err != nil {
+			return 0, err
+		}
+		files = string(b)
+	}
+	_, err = c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
+	return seq, err
 }
 
 // WebAfter returns the client's messages with seq > after, in seq order, at

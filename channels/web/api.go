@@ -334,8 +334,25 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 			e.Files = append(e.Files, File{ID: u.id, Name: media.SafeName(u.name, u.mime), MIME: u.mime, Size: u.size})
 		}
 	}
-	seq, err := a.append(r.Context(), req.Client, e)
-	if err != nil {
+	in := channels.Inbound{
+		Origin: channels.Origin{
+			Channel:  Name,
+			ChatID:   req.Client,
+			ChatType: channels.ChatDM,
+			SenderID: req.Client,
+		},
+		SenderName:  req.Client,
+		Text:        req.Text,
+		Mentioned:   true,
+		At:          now,
+		Attachments: atts,
+	}
+	// The gateway stores the message as owed before it answers (SPEC §12):
+	// only then is it acknowledged with 202. It runs on the adapter's
+	// context, so a client that hangs up does not cancel it. The entry is
+	// stored first, or in the same transaction (IntakeLog).
+	seq, err := a.take(a.ctx, sink, req.Client, e, in)
+	if errors.Is(err, errNotStored) {
 		// The state store did not take it (an outage): nothing was
 		// acknowledged; the client sends it again.
 		a.log.Error("web message not stored", zap.String("client", req.Client), zap.Error(err))
@@ -344,23 +361,6 @@ func (a *Adapter) handlePost(w http.ResponseWriter, r *http.Request) {
 	}
 	sessionKey := a.opts.SessionKey(req.Client)
 	a.log.Debug("web message received", zap.String("client", req.Client), zap.Int64("seq", seq), zap.String("sessionKey", sessionKey))
-	// The gateway stores the message as owed before it answers (SPEC §12):
-	// only then is it acknowledged with 202. It runs on the adapter's
-	// context, so a client that hangs up does not cancel it.
-	err = sink(a.ctx, channels.Inbound{
-		Origin: channels.Origin{
-			Channel:   Name,
-			ChatID:    req.Client,
-			ChatType:  channels.ChatDM,
-			SenderID:  req.Client,
-			MessageID: strconv.FormatInt(seq, 10),
-		},
-		SenderName:  req.Client,
-		Text:        req.Text,
-		Mentioned:   true,
-		At:          now,
-		Attachments: atts,
-	})
 	var busy *channels.BusyError
 	var unavailable *channels.UnavailableError
 	switch {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/channels"
 )
 
 // Roles of conversation entries, as they appear in the API.
@@ -42,6 +44,19 @@ type Log interface {
 	// After returns up to limit entries of client with seq > after, oldest
 	// first. limit <= 0 means no limit.
 	After(ctx context.Context, client string, after int64, limit int) ([]Entry, error)
+}
+
+// IntakeLog is a Log that stores a person's message together with the
+// gateway's intake of it, in one transaction (optional: with a plain Log
+// the web chat appends the entry, then hands the message to its sink).
+type IntakeLog interface {
+	Log
+	// AppendInbound stores e (a person's message) for client and hands in
+	// to the gateway as the sink would, with in.Origin.MessageID the
+	// entry's seq. stored reports whether e was stored, also when err is
+	// the gateway's refusal (a sink's error: BusyError, ErrDraining, …); a
+	// message that was not stored was not taken either.
+	AppendInbound(ctx context.Context, client string, e *Entry, in channels.Inbound) (seq int64, stored bool, err error)
 }
 
 // MemoryLog is a Log kept in memory: for tests, and as a fallback when the

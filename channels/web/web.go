@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -296,6 +297,35 @@ func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, e
 	e.Seq = seq
 	a.hub.notify(client)
 	return seq, nil
+}
+
+// errNotStored wraps the error of a person's message the Log did not
+// store: nothing was acknowledged.
+var errNotStored = errors.New("web message not stored")
+
+// take stores the person's message e of client and hands in to the
+// gateway: in one step when the Log is an IntakeLog, else the entry first
+// (its seq is the message's id), then sink. An error wrapping errNotStored
+// means nothing was stored; any other is the sink's.
+func (a *Adapter) take(ctx context.Context, sink channels.Sink, client string, e *Entry, in channels.Inbound) (int64, error) {
+	if il, ok := a.opts.Log.(IntakeLog); ok {
+		seq, stored, err := il.AppendInbound(ctx, client, e, in)
+		if !stored {
+			if err == nil {
+				err = errors.New("the log did not say why")
+			}
+			return 0, fmt.Errorf("%w: %w", errNotStored, err)
+		}
+		e.Seq = seq
+		a.hub.notify(client)
+		return seq, err
+	}
+	seq, err := a.append(ctx, client, e)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errNotStored, err)
+	}
+	in.Origin.MessageID = strconv.FormatInt(seq, 10)
+	return seq, sink(ctx, in)
 }
 
 // Routes implements channels.HTTPMounter.

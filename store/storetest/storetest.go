@@ -68,6 +68,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"WebLog", testWebLog},
 		{"WebLogConcurrent", testWebLogConcurrent},
 		{"WebLogDelivers", testWebLogDelivers},
+		{"WebIntake", testWebIntake},
+		{"IntakeSession", testIntakeSession},
 		{"FilesStoredOnce", testFilesStoredOnce},
 		{"FilesRefused", testFilesRefused},
 		{"FilesConcurrentPut", testFilesConcurrentPut},

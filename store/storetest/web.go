@@ -149,3 +149,72 @@ func testWebLogDelivers(t *testing.T, s Store) {
 		t.Errorf("messages = %+v; want the one", msgs)
 	}
 }
+
+// A person's web message is stored as the conversation's entry and as
+// owed in one transaction: the entry's seq is the message's platform id,
+// and the conversation's numbering goes on across both kinds of append.
+func testWebIntake(t *testing.T, s Store) {
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "carol", ChatType: channels.ChatDM, SenderID: "carol"}
+	if _, err := s.AppendWeb(ctx, "carol", &store.WebMessage{Role: "system", Text: "welcome", At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	in := &store.Intake{SessionKey: "agent:main:web:dm:carol", AgentID: "main", Origin: to, Text: "hi", CreatedAt: t0, ClaimedBy: "r1",
+		Web: &store.WebMessage{Role: "user", Text: "hi", At: t0.Add(time.Second)}}
+	added, err := s.AddIntake(ctx, in)
+	if err != nil || !added || in.ID == 0 || in.ClaimedBy != "r1" {
+		t.Fatalf("AddIntake = %v, %v (id %d, claimed by %q)", added, err, in.ID, in.ClaimedBy)
+	}
+	if in.Web.Seq != 2 || in.Origin.MessageID != "2" || in.PlatformID != "carol/2" {
+		t.Fatalf("web seq %d, message id %q, platform id %q; want 2, \"2\", \"carol/2\"", in.Web.Seq, in.Origin.MessageID, in.PlatformID)
+	}
+	owed, err := s.OwedIntake(ctx)
+	if err != nil || len(owed) != 1 || owed[0].ID != in.ID || owed[0].Origin.MessageID != "2" || owed[0].PlatformID != "carol/2" {
+		t.Fatalf("owed = %+v, %v; want the message with its seq as id", owed, err)
+	}
+	if seq, err := s.AppendWeb(ctx, "carol", &store.WebMessage{Role: "assistant", Text: "hello"}); err != nil || seq != 3 {
+		t.Fatalf("next append = %d, %v; want 3", seq, err)
+	}
+	want := []store.WebMessage{
+		{Seq: 1, Role: "system", Text: "welcome", At: ms(t0)},
+		{Seq: 2, Role: "user", Text: "hi", At: ms(t0.Add(time.Second))},
+	}
+	if msgs, err := s.WebAfter(ctx, "carol", 0, 2); err != nil || !reflect.DeepEqual(msgs, want) {
+		t.Errorf("messages = %+v, %v; want %+v", msgs, err, want)
+	}
+	// Without a client there is nothing to number: nothing is stored.
+	bad := &store.Intake{SessionKey: "agent:main:web:dm:x", AgentID: "main", Origin: channels.Origin{Channel: "web"}, Text: "x",
+		Web: &store.WebMessage{Role: "user", Text: "x"}}
+	if _, err := s.AddIntake(ctx, bad); err == nil {
+		t.Error("AddIntake with a web entry and no client succeeded")
+	}
+}
+
+// A message can bring its session's row: stored with the message when the
+// session has none, else the stored row is handed back; a re-delivery
+// does nothing.
+func testIntakeSession(t *testing.T, s Store) {
+	ctx := context.Background()
+	const key = "agent:main:web:dm:dave"
+	to := channels.Origin{Channel: "web", ChatID: "dave", ChatType: channels.ChatDM, MessageID: "1"}
+	first := &store.Intake{SessionKey: key, AgentID: "main", Origin: to, PlatformID: "dave/1", Text: "hi", CreatedAt: t0,
+		Session: &store.Session{Key: key, ID: "s1", AgentID: "main", Origin: to, Model: "m", CreatedAt: t0}}
+	if added, err := s.AddIntake(ctx, first); err != nil || !added || !first.SessionCreated {
+		t.Fatalf("first AddIntake = %v, %v (session created %v)", added, err, first.SessionCreated)
+	}
+	got, err := s.GetSession(ctx, key)
+	if err != nil || got.ID != "s1" || got.Model != "m" || got.Kind != store.KindMain || got.TranscriptPath == "" {
+		t.Fatalf("GetSession = %+v, %v; want the row the message brought", got, err)
+	}
+	to.MessageID = "2"
+	second := &store.Intake{SessionKey: key, AgentID: "main", Origin: to, PlatformID: "dave/2", Text: "again", CreatedAt: t0,
+		Session: &store.Session{Key: key, ID: "s2", AgentID: "main", Origin: to, CreatedAt: t0.Add(time.Minute)}}
+	if added, err := s.AddIntake(ctx, second); err != nil || !added || second.SessionCreated || second.Session.ID != "s1" || second.Session.Model != "m" {
+		t.Fatalf("second AddIntake = %v, %v (created %v, row %+v); want the stored row back", added, err, second.SessionCreated, second.Session)
+	}
+	again := &store.Intake{SessionKey: key, AgentID: "main", Origin: to, PlatformID: "dave/2", Text: "again", CreatedAt: t0,
+		Session: &store.Session{Key: key, ID: "s3", AgentID: "main"}}
+	if added, err := s.AddIntake(ctx, again); err != nil || added || again.SessionCreated || again.Session.ID != "s3" {
+		t.Fatalf("re-delivery = %v, %v (created %v, row %+v); want nothing done", added, err, again.SessionCreated, again.Session)
+	}
+}
