@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -144,74 +145,107 @@ type Tool interface {
 // it is added: a registry lives for a turn or a run, whose model calls
 // each send every spec (Spec renders descriptions and schemas). The tools
 // are kept sorted by name, so the specs go out in name order without a
-// sort, and a run's registries are a slice each rather than a map.
+// sort, and a run's registries are two slices each rather than a map.
+// Specs hands out the registry's own slice: a request in flight keeps no
+// copy of its own (docs/performance.md, memory per call in flight).
 type Registry struct {
-	tools []registered // sorted by spec.Name, names unique
-}
-
-type registered struct {
-	tool Tool
-	spec ToolSpec
+	tools []Tool     // sorted by name, names unique
+	specs []ToolSpec // specs[i] is tools[i]'s
 }
 
 // NewRegistry returns a registry holding tools.
 func NewRegistry(tools ...Tool) *Registry {
-	r := &Registry{tools: make([]registered, 0, len(tools)+8)}
+	r := &Registry{tools: make([]Tool, 0, len(tools)+8), specs: make([]ToolSpec, 0, len(tools)+8)}
 	for _, t := range tools {
 		r.Add(t)
 	}
 	return r
 }
 
-// find returns where name is, or would be inserted, in r.tools.
+// find returns where name is, or would be inserted, in r.specs.
 func (r *Registry) find(name string) (int, bool) {
-	return slices.BinarySearchFunc(r.tools, name, func(e registered, name string) int { return strings.Compare(e.spec.Name, name) })
+	return slices.BinarySearchFunc(r.specs, name, func(e ToolSpec, name string) int { return strings.Compare(e.Name, name) })
 }
 
-// Add registers t, replacing a tool of the same name.
+// Add registers t, replacing a tool of the same name. A slice Specs
+// returned before is not changed.
 func (r *Registry) Add(t Tool) {
 	spec := t.Spec()
+	spec.Description = internDescription(spec.Description)
 	i, ok := r.find(spec.Name)
 	if ok {
-		r.tools[i] = registered{t, spec}
+		r.tools[i] = t
+		r.specs = slices.Clone(r.specs)
+		r.specs[i] = spec
 		return
 	}
-	r.tools = slices.Insert(r.tools, i, registered{t, spec})
+	r.tools = slices.Insert(r.tools, i, t)
+	r.specs = slices.Insert(slices.Clip(r.specs), i, spec)
 }
 
 // Get returns the named tool.
 func (r *Registry) Get(name string) (Tool, bool) {
 	if i, ok := r.find(name); ok {
-		return r.tools[i].tool, true
+		return r.tools[i], true
 	}
 	return nil, false
 }
 
 // Names returns the tool names, sorted.
 func (r *Registry) Names() []string {
-	names := make([]string, len(r.tools))
-	for i, e := range r.tools {
-		names[i] = e.spec.Name
+	names := make([]string, len(r.specs))
+	for i, e := range r.specs {
+		names[i] = e.Name
 	}
 	return names
 }
 
 // Filter returns a new registry with the tools keep accepts.
 func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
-	out := &Registry{tools: make([]registered, 0, len(r.tools))}
-	for _, e := range r.tools {
-		if keep(e.spec.Name, e.tool) {
-			out.tools = append(out.tools, e)
+	out := &Registry{tools: make([]Tool, 0, len(r.tools)), specs: make([]ToolSpec, 0, len(r.tools))}
+	for i, t := range r.tools {
+		if keep(r.specs[i].Name, t) {
+			out.tools = append(out.tools, t)
+			out.specs = append(out.specs, r.specs[i])
 		}
+	}
+	if len(out.tools) < len(r.tools) {
+		// A run's registry lives as long as the run: kept at its size.
+		out.tools, out.specs = slices.Clone(out.tools), slices.Clone(out.specs)
 	}
 	return out
 }
 
-// Specs returns the tool specs in name order.
+// Specs returns the tool specs in name order. The slice is the
+// registry's: it must not be written to (Add makes a new one).
 func (r *Registry) Specs() []ToolSpec {
-	specs := make([]ToolSpec, len(r.tools))
-	for i, e := range r.tools {
-		specs[i] = e.spec
+	return slices.Clip(r.specs)
+}
+
+// maxDescriptions bounds the shared tool descriptions; past it a
+// description is kept as given.
+const maxDescriptions = 4096
+
+// descriptions holds one copy of each tool description seen: tools whose
+// description is rendered from settings (exec, list_files, web_fetch,
+// memory_write) render it for every run's registry, and each run kept its
+// own copy (~1.4 KB per sub-agent run in flight).
+var descriptions = struct {
+	sync.Mutex
+	m map[string]string
+}{m: make(map[string]string)}
+
+func internDescription(d string) string {
+	if d == "" {
+		return d
 	}
-	return specs
+	descriptions.Lock()
+	defer descriptions.Unlock()
+	if s, ok := descriptions.m[d]; ok {
+		return s
+	}
+	if len(descriptions.m) < maxDescriptions {
+		descriptions.m[d] = d
+	}
+	return d
 }
