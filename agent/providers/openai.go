@@ -32,6 +32,7 @@ type openAIProvider struct {
 	client     openai.Client
 	retry      *retrier
 	log        *zap.Logger
+	sender     // how requests go out (openai_send.go)
 }
 
 var _ agent.Provider = (*openAIProvider)(nil)
@@ -62,8 +63,10 @@ func newOpenAI(id string, p config.Provider, opts Options, log *zap.Logger) (*op
 		// Retries are ours (see retrier).
 		option.WithMaxRetries(0),
 	)
-	return &openAIProvider{id: id, cfg: p, compatible: compatible, client: client,
-		retry: &retrier{provider: id, opts: opts, log: log, keys: newKeyPool(keys)}, log: log}, nil
+	pr := &openAIProvider{id: id, cfg: p, compatible: compatible, client: client,
+		retry: &retrier{provider: id, opts: opts, log: log, keys: newKeyPool(keys)}, log: log}
+	pr.sender.init(opts.HTTPClient)
+	return pr, nil
 }
 
 func firstKey(keys []config.Secret) string {

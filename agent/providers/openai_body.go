@@ -2,7 +2,6 @@ package providers
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -134,16 +133,12 @@ func (b *openAIBody) reader() *partsReader { return &partsReader{parts: b.parts}
 // net/http retries a request on a new connection.
 func (b *openAIBody) sized(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	req.ContentLength = b.n
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(b.reader()), nil }
+	req.GetBody = b.getBody
 	return next(req)
 }
 
-// post sends body to path through the SDK's client (its headers, key and
-// errors), the response decoded into dst as client.Post does.
-func (p *openAIProvider) post(ctx context.Context, body *openAIBody, dst any, key string) error {
-	opts := append(openAIKey(key), option.WithMiddleware(body.sized))
-	return p.client.Post(ctx, "chat/completions", body.reader(), dst, opts...)
-}
+// getBody is the body read again from its start (http.Request.GetBody).
+func (b *openAIBody) getBody() (io.ReadCloser, error) { return io.NopCloser(b.reader()), nil }
 
 // partsReader reads parts one after another, filling each read as far as
 // it goes (net/http writes one HTTP/2 DATA frame per read).

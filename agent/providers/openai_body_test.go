@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -324,4 +327,85 @@ func TestOpenAIRequestOnTheWire(t *testing.T) {
 			t.Errorf("protocol %s, want HTTP/2.0", got[0].protocol)
 		}
 	}
+}
+
+// A request sent straight to the transport fails as it failed through
+// the SDK's client: an API error is the same *openai.Error (status,
+// message, code, raw JSON, Retry-After readable), a refused connection
+// the same *url.Error; a provider answering a redirect is followed as
+// the SDK follows it, from then on.
+func TestOpenAIDirectFailsAsSDK(t *testing.T) {
+	req := agent.Request{Model: "gpt-4o", Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}
+	answer := llmtest.Reply{Status: 400, Message: "bad things", Code: "context_length_exceeded", RetryAfter: "7"}
+	srv := llmtest.NewOpenAI(t, func(llmtest.Call) llmtest.Reply { return answer })
+	pr, err := New("direct", config.Provider{API: APIOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-test-key"}, Options{HTTPClient: &http.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pr.(*openAIProvider)
+	if p.transport == nil {
+		t.Fatal("a client with only a transport is not sent to directly")
+	}
+	body := p.body(req, false)
+	var raw []byte
+	direct := p.post(context.Background(), body, &raw, "")
+	sdk := p.postSDK(context.Background(), body, &raw, "")
+	var d, s *openai.Error
+	if !errors.As(direct, &d) || !errors.As(sdk, &s) {
+		t.Fatalf("errors %T %v / %T %v, want *openai.Error both", direct, direct, sdk, sdk)
+	}
+	if d.StatusCode != s.StatusCode || d.Message != s.Message || d.Code != s.Code || d.Type != s.Type || d.RawJSON() != s.RawJSON() ||
+		d.Error() != s.Error() || d.Response.Header.Get("Retry-After") != "7" {
+		t.Errorf("direct %+v\nsdk    %+v", d, s)
+	}
+	if classifyOpenAI(direct) != classifyOpenAI(sdk) {
+		t.Errorf("classified %+v, through the SDK %+v", classifyOpenAI(direct), classifyOpenAI(sdk))
+	}
+
+	// Nothing listens: the transport's error, as http.Client reports it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	pr, _ = New("down", config.Provider{API: APIOpenAI, BaseURL: "http://" + addr + "/v1", APIKey: "k"}, Options{HTTPClient: &http.Client{}})
+	p = pr.(*openAIProvider)
+	direct, sdk = p.post(context.Background(), body, &raw, ""), p.postSDK(context.Background(), body, &raw, "")
+	var du, su *url.Error
+	if !errors.As(direct, &du) || !errors.As(sdk, &su) || direct.Error() != sdk.Error() {
+		t.Errorf("refused: %T %v\nthrough the SDK: %T %v", direct, direct, sdk, sdk)
+	}
+	if classifyOpenAI(direct) != classifyOpenAI(sdk) {
+		t.Errorf("classified %+v, through the SDK %+v", classifyOpenAI(direct), classifyOpenAI(sdk))
+	}
+
+	// A provider behind a redirect: the call is answered, and the next
+	// goes through the SDK at once.
+	var redirects, calls int
+	var mu sync.Mutex
+	fake := llmtest.NewHandler(llmtest.APIOpenAI, llmtest.Text("moved ok"), false)
+	moved := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/old/") {
+			redirects++
+			http.Redirect(w, r, "/v1/"+strings.TrimPrefix(r.URL.Path, "/old/"), http.StatusPermanentRedirect)
+			return
+		}
+		calls++
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(moved.Close)
+	pr, _ = New("moved", config.Provider{API: APIOpenAI, BaseURL: moved.URL + "/old", APIKey: "k"}, Options{HTTPClient: &http.Client{}})
+	for i := range 2 {
+		resp, err := pr.Complete(context.Background(), req)
+		if err != nil || resp.Text != "moved ok" {
+			t.Fatalf("call %d behind a redirect: %v, %v", i, resp, err)
+		}
+	}
+	if mu.Lock(); redirects != 3 || calls != 2 {
+		t.Errorf("%d redirects, %d calls answered; want 3 (the direct try, then one per call through the SDK) and 2", redirects, calls)
+	}
+	mu.Unlock()
 }
