@@ -268,3 +268,36 @@ func TestE2EFallbackAfterUnseenText(t *testing.T) {
 		t.Errorf("announce of a child whose primary broke after unseen text:\n%s", ann.Text)
 	}
 }
+
+// TestE2EWebPanelShowsAPlainTurnsSpend: a conversation whose turn spawned
+// nothing still gets the panel's spend line once its model call cost
+// something (the panel is read after the conversation's own calls only
+// when there is a spend line to show).
+func TestE2EWebPanelShowsAPlainTurnsSpend(t *testing.T) {
+	t.Parallel()
+	oa := llmtest.NewOpenAI(t, spawnerModel)
+	tg := newTestGateway(t, spendConfig(oa.URL, "{}", ""), spawnerModel)
+	const client = "spender"
+	events := openEvents(t, tg.URL, client)
+	webPost(t, tg.URL, client, "hello")
+	deadline := time.After(e2eWait)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("event stream ended before the panel showed the spend")
+			}
+			var panel struct {
+				Spend *struct{ Today, Month string }
+			}
+			if ev.Name == "subagents" && json.Unmarshal([]byte(ev.Data), &panel) == nil && panel.Spend != nil {
+				if panel.Spend.Today != "$0.11" {
+					t.Errorf("spend line %+v, want $0.11 today", *panel.Spend)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("the panel never showed the turn's spend")
+		}
+	}
+}

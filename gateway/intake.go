@@ -190,7 +190,7 @@ func (g *Gateway) intake(ctx context.Context, in channels.Inbound, keep *webKeep
 	if keep != nil && !keep.stored {
 		it.Web = keep.m
 	}
-	if ids.SessionKey(key).Kind() != ids.KindSubagent && !g.cluster.shared && !g.loaded(key) {
+	if bound == nil && ids.SessionKey(key).Kind() != ids.KindSubagent && !g.cluster.shared && !g.loaded(key) {
 		// The session's row is stored with its message when it has none:
 		// one commit for a new conversation's first message, not two (its
 		// turn finds the row in newRows). With other replicas a session's

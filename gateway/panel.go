@@ -77,6 +77,23 @@ func (p *panel) changed(rootKey string) {
 	}
 }
 
+// spentChanged is changed after a model call of the conversation's own
+// turn: only its spend line can have moved (its runs report their own
+// changes), so a conversation that shows no panel and has spent nothing
+// is not read again.
+func (p *panel) spentChanged(rootKey string) {
+	if p.web() == nil || !strings.Contains(rootKey, ":web:dm:") {
+		return
+	}
+	p.mu.Lock()
+	shown := p.shown[rootKey]
+	p.mu.Unlock()
+	if !shown && p.spent(rootKey) == nil {
+		return
+	}
+	p.changed(rootKey)
+}
+
 // run refreshes marked conversations, at most once per panelEvery, until
 // ctx ends.
 func (p *panel) run(ctx context.Context) {

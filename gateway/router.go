@@ -363,7 +363,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		Fallbacks: g.chainOf(cfg, agentID, model), Health: g.catalog.Health(),
 		BeforeCall: g.spend.Guard(sc), OnCall: func(m *agent.Model, u agent.Usage) {
 			spent(m, u)
-			g.panel.changed(key)
+			g.panel.spentChanged(key)
 		},
 		Files: files, OpenFile: g.openFile,
 	}, text)

@@ -122,12 +122,17 @@ func (d *DB) FoldResults(ctx context.Context, f Fold) ([]Result, error) {
 	at := msOrNow(f.At)
 	var out []Result
 	err := d.tx(ctx, func(c conn) error {
+		out = nil
+		first := false // the turn's first start: nothing was folded by it before
 		if f.IntakeID != 0 {
-			if _, err := c.exec(`UPDATE intake SET started_at = $1 WHERE id = $2 AND started_at IS NULL`, at, f.IntakeID); err != nil {
+			n, err := c.execN(`UPDATE intake SET started_at = $1 WHERE id = $2 AND started_at IS NULL`, at, f.IntakeID)
+			if err != nil {
 				return err
 			}
+			first = n == 1
 		}
-		if _, err := c.exec(foldQuery, f.By, at, f.SessionKey, f.SessionID); err != nil {
+		n, err := c.execN(foldQuery, f.By, at, f.SessionKey, f.SessionID)
+		if err != nil || first && n == 0 {
 			return err
 		}
 		rows, err := c.query(foldedQuery, f.By, f.SessionKey)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
+	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -36,10 +37,16 @@ func (m *Manager) RecentRuns(ctx context.Context, sessionKey string, limit int) 
 }
 
 func (m *Manager) runsBelow(ctx context.Context, sessionKey string, limit int, brief bool) ([]store.Run, error) {
-	sess, err := m.d.Store.GetSession(ctx, sessionKey)
+	var sess *store.Session
+	var err error
+	if ids.SessionKey(sessionKey).Kind() != ids.KindRequester {
+		// A conversation on a channel is a tree's root (depth 0); only
+		// a child session's depth needs reading.
+		sess, err = m.d.Store.GetSession(ctx, sessionKey)
+	}
 	var runs []store.Run
 	switch {
-	case err == nil && sess.Depth > 0:
+	case err == nil && sess != nil && sess.Depth > 0:
 		runs, err = m.descendantsOf(ctx, sessionKey, brief)
 		if limit > 0 && len(runs) > limit {
 			runs = runs[:limit]

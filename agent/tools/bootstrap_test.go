@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadBootstrap(t *testing.T) {
@@ -65,5 +66,68 @@ func TestLoadBootstrapCapAndMissingWorkspace(t *testing.T) {
 	}
 	if got, err := LoadBootstrap(filepath.Join(ws, "nope"), false); got != "" || err != nil {
 		t.Fatalf("missing workspace: %q, %v", got, err)
+	}
+}
+
+// A kept read is returned only while nothing it read changed: a file
+// rewritten (also to the same size), added or removed is read again.
+func TestLoadBootstrapSeesChanges(t *testing.T) {
+	ws := t.TempDir()
+	agents := filepath.Join(ws, "AGENTS.md")
+	mustWrite(t, agents, "first")
+	steps := []struct {
+		change func()
+		want   string
+	}{
+		{func() {}, "## AGENTS.md\nfirst"},
+		{func() {}, "## AGENTS.md\nfirst"},
+		{func() { mustWrite(t, agents, "other") }, "## AGENTS.md\nother"},
+		{func() { mustWrite(t, agents, "a longer text") }, "## AGENTS.md\na longer text"},
+		{func() { mustWrite(t, filepath.Join(ws, "SOUL.md"), "soul") }, "## AGENTS.md\na longer text\n\n## SOUL.md\nsoul"},
+		{func() { os.Remove(agents) }, "## SOUL.md\nsoul"},
+		{func() { os.Rename(filepath.Join(ws, "SOUL.md"), filepath.Join(ws, "USER.md")) }, "## USER.md\nsoul"},
+	}
+	for i, st := range steps {
+		st.change()
+		got, err := LoadBootstrap(ws, false)
+		if err != nil || got != st.want {
+			t.Fatalf("step %d: LoadBootstrap = %q, %v; want %q", i, got, err, st.want)
+		}
+	}
+}
+
+// Files last changed a while ago are read once and kept while they stat
+// the same; a change to any of them shows at the next call.
+func TestLoadBootstrapKeepsSettledFiles(t *testing.T) {
+	ws := t.TempDir()
+	agents := filepath.Join(ws, "AGENTS.md")
+	old := time.Now().Add(-time.Hour)
+	age := func(paths ...string) {
+		for _, p := range paths {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mustWrite(t, agents, "first")
+	age(agents, ws)
+	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nfirst" {
+		t.Fatalf("first read = %q", got)
+	}
+	// Rewritten behind the cache's back (same size, same times): kept.
+	mustWrite(t, agents, "other")
+	age(agents)
+	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nfirst" {
+		t.Fatalf("read of unchanged stats = %q; want the kept text", got)
+	}
+	// Any change of time, size or names is seen.
+	old = old.Add(time.Minute)
+	age(agents)
+	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nother" {
+		t.Fatalf("read after a change = %q", got)
+	}
+	mustWrite(t, filepath.Join(ws, "USER.md"), "user")
+	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nother\n\n## USER.md\nuser" {
+		t.Fatalf("read after a file was added = %q", got)
 	}
 }

@@ -78,6 +78,19 @@ func testResults(t *testing.T, s Store) {
 	if left, _ := s.PendingResults(ctx, convKey, ""); len(left) != 1 || left[0].RunID != "res1" {
 		t.Errorf("left unfolded = %+v, want the old session's one", left)
 	}
+	// A turn's first start with nothing to take in records the start alone.
+	next := &store.Intake{SessionKey: "agent:main:other", AgentID: "main", Origin: origin, Text: "new", CreatedAt: t0}
+	if _, err := s.AddIntake(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.Add(3 * time.Minute)
+	if none, err := s.FoldResults(ctx, store.Fold{SessionKey: "agent:main:other", By: "intake:3", IntakeID: next.ID, At: start}); err != nil || len(none) != 0 {
+		t.Fatalf("first start with no results = %+v, %v", none, err)
+	}
+	owed, _ = s.OwedIntake(ctx)
+	if len(owed) != 2 || owed[1].ID != next.ID || !owed[1].StartedAt.Equal(start) {
+		t.Errorf("the start was not recorded: %+v", owed)
+	}
 }
 
 // A spawn group's wake is added with the end of its last live run, once:
