@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
@@ -86,20 +87,53 @@ func (l webLog) After(ctx context.Context, client string, after int64, limit int
 }
 
 // webSecrets keeps the web clients' secret hashes in the store's kv table
-// (SPEC §17), so they survive restarts and hold on every replica.
+// (SPEC §17), so they survive restarts and hold on every replica. A hash
+// once claimed never changes (ClaimKV stores only the first, and nothing
+// deletes it), so the hashes seen are kept in memory (at most
+// maxKnownSecrets, then the set starts over): a client's post and event
+// stream do not read the store for it again. A client with no hash yet is
+// always read: another replica may claim it.
 type webSecrets struct {
 	db interface {
 		ClaimKV(ctx context.Context, key, value string) (bool, error)
 		GetKV(ctx context.Context, key string) (string, bool, error)
 	}
+	mu    sync.Mutex
+	known map[string]string // client → claimed hash; guarded by mu
 }
 
-var _ web.ClientSecrets = webSecrets{}
+// maxKnownSecrets bounds webSecrets' memory (~100 bytes a client).
+const maxKnownSecrets = 4096
 
-func (s webSecrets) ClaimSecret(ctx context.Context, client, hash string) (bool, error) {
-	return s.db.ClaimKV(ctx, "web.clientSecret:"+client, hash)
+var _ web.ClientSecrets = (*webSecrets)(nil)
+
+func (s *webSecrets) ClaimSecret(ctx context.Context, client, hash string) (bool, error) {
+	claimed, err := s.db.ClaimKV(ctx, "web.clientSecret:"+client, hash)
+	if err == nil && claimed {
+		s.keep(client, hash)
+	}
+	return claimed, err
 }
 
-func (s webSecrets) SecretHash(ctx context.Context, client string) (string, bool, error) {
-	return s.db.GetKV(ctx, "web.clientSecret:"+client)
+func (s *webSecrets) SecretHash(ctx context.Context, client string) (string, bool, error) {
+	s.mu.Lock()
+	hash, ok := s.known[client]
+	s.mu.Unlock()
+	if ok {
+		return hash, true, nil
+	}
+	hash, ok, err := s.db.GetKV(ctx, "web.clientSecret:"+client)
+	if err == nil && ok {
+		s.keep(client, hash)
+	}
+	return hash, ok, err
+}
+
+func (s *webSecrets) keep(client, hash string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.known == nil || len(s.known) >= maxKnownSecrets {
+		s.known = make(map[string]string)
+	}
+	s.known[client] = hash
 }
