@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -151,6 +152,8 @@ type Tool interface {
 type Registry struct {
 	tools []Tool     // sorted by name, names unique
 	specs []ToolSpec // specs[i] is tools[i]'s
+	// handed: specs was handed out by Specs; Add writes to a copy.
+	handed atomic.Bool
 }
 
 // NewRegistry returns a registry holding tools.
@@ -172,15 +175,18 @@ func (r *Registry) find(name string) (int, bool) {
 func (r *Registry) Add(t Tool) {
 	spec := t.Spec()
 	spec.Description = internDescription(spec.Description)
+	if r.handed.Load() {
+		r.specs = slices.Clone(r.specs)
+		r.handed.Store(false)
+	}
 	i, ok := r.find(spec.Name)
 	if ok {
 		r.tools[i] = t
-		r.specs = slices.Clone(r.specs)
 		r.specs[i] = spec
 		return
 	}
 	r.tools = slices.Insert(r.tools, i, t)
-	r.specs = slices.Insert(slices.Clip(r.specs), i, spec)
+	r.specs = slices.Insert(r.specs, i, spec)
 }
 
 // Get returns the named tool.
@@ -219,6 +225,7 @@ func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
 // Specs returns the tool specs in name order. The slice is the
 // registry's: it must not be written to (Add makes a new one).
 func (r *Registry) Specs() []ToolSpec {
+	r.handed.Store(true)
 	return slices.Clip(r.specs)
 }
 
