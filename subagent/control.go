@@ -427,7 +427,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	}
 	defer sess.Close()
 	lr := &liveRun{run: *run}
-	turn := m.childTurn(lr, run, model)
+	turn := m.childTurn(lr, run, model, m.runLog(run))
 	turn.Steer = nil
 	turn.Resume, turn.OnText = o.resume, o.onText
 	if len(o.files) > 0 {

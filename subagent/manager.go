@@ -895,7 +895,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
 		return
 	}
-	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt)}
+	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt), log: log}
 	out := m.runnerFor(&run).Run(ctx, rc)
 	draft, drafted := rc.live.stop()
 	m.focusEnd(ctx, lr, &run, out.Status)
@@ -950,7 +950,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	}
 	defer sess.Close()
 
-	turn := m.childTurn(lr, run, model)
+	turn := m.childTurn(lr, run, model, log)
 	if rc.live != nil || m.d.LiveAt != nil {
 		turn.OnText = rc.Text // the work, not the announce step, is shown live (its thread, a /focus thread)
 		// Streamed only in case a /focus comes, text seen by nobody does
@@ -1183,7 +1183,7 @@ func (m *Manager) chain(cfg *config.Config, run *store.Run, model *agent.Model) 
 // config once and resolves the run's agent once (the model, thinking level
 // and iteration cap were fixed in the run at its spawn), so a reload while
 // the run is built or runs never mixes old and new settings in it.
-func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) agent.Turn {
+func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model, log *zap.Logger) agent.Turn {
 	cfg := m.config()
 	a := cfg.Resolve(run.AgentID)
 	aws := m.d.Workspace(cfg, run.AgentID)
@@ -1198,7 +1198,7 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model) age
 		Model: model, System: childSystem(a, aws, run, m.systemContext(cfg, run, aws)), Tools: reg, Thinking: run.Thinking,
 		MaxIterations: run.MaxIterations, Call: cc, Authorize: m.d.Authorize, Steer: lr.steer,
 		OnUsage: func(u agent.Usage) { m.addUsage(lr, run, u) },
-		Logger:  m.runLog(run), Clock: m.d.Clock,
+		Logger:  log, Clock: m.d.Clock,
 		Fallbacks: m.chain(cfg, run, model), Health: m.d.Catalog.Health(),
 		BeforeCall: m.d.Spend.Guard(sc), OnCall: m.onCall(lr, sc),
 	}

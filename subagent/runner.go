@@ -54,6 +54,10 @@ type RunCtx struct {
 	lr   *liveRun
 	lane context.Context
 	live *liveView // nil: the run shows nothing live
+	// log is the run's logger, made once by execute and shared by what
+	// logs about the run while it runs (each one was ~400 B for as long
+	// as the run lived); nil: made when asked.
+	log *zap.Logger
 }
 
 // Progress shows a running child in its delivery target (SPEC §16, §24):
@@ -204,7 +208,12 @@ func (rc *RunCtx) Announcing() {
 }
 
 // Log is the run's logger (with the fields of SPEC §13).
-func (rc *RunCtx) Log() *zap.Logger { return rc.m.runLog(&rc.Run) }
+func (rc *RunCtx) Log() *zap.Logger {
+	if rc.log != nil {
+		return rc.log
+	}
+	return rc.m.runLog(&rc.Run)
+}
 
 // runnerFor picks the runner of a run: an ACP agent's, else the model
 // loop.
