@@ -1,11 +1,13 @@
 package providers
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,12 +96,16 @@ func (s *burstServer) burst(t *testing.T, tr *Transport, n int, proto string) {
 }
 
 // A burst of calls to an HTTP/2 provider beyond its stream limit opens
-// about as many connections as the calls need, not one per call: 60
-// calls against 10 streams a connection, after the host answered h2.
+// about as many connections as the calls need, not one per call: 600
+// calls against 100 streams a connection, after the host answered h2.
 // net/http's own pool (plain http.Transport) opens one per waiting call
-// here (golang/go#27753).
+// here (golang/go#27753). (Fewer than 100 streams a connection, the
+// client's assumption until the server's SETTINGS arrive, makes the
+// server refuse streams, or reset one as a protocol error when the
+// client's HEADERS cross its SETTINGS ACK: a test of that, not of the
+// dials.)
 func TestH2BurstOpensFewConnections(t *testing.T) {
-	const n, streams = 60, 10
+	const n, streams = 600, 100
 	s := newBurstServer(t, true, streams)
 	s.burst(t, s.client(t), n, "HTTP/2.0")
 	// 1 for the warm-up, n/streams needed; a dial whose call got a
@@ -147,4 +153,50 @@ func TestH1BurstDialsInParallel(t *testing.T) {
 	if got := s.conns.Load(); got < n { // warm-up's + n-1
 		t.Errorf("%d connections for %d calls at once over HTTP/1.1", got, n)
 	}
+}
+
+// A burst of calls to an HTTP/2 provider far beyond what one connection
+// carries is not a thundering herd: each new connection is tried by a
+// few waiting calls, not by all of them. 1,000 calls over 100 streams a
+// connection need 10 connections; net/http alone (or with only the dial
+// gate) hands each new one to every waiting call, which tries it, fails
+// and asks again: ~5,000 connection requests here. The count is the
+// calls' GetConn events (each a request for a connection).
+func TestH2BurstIsNoHerd(t *testing.T) {
+	const n, streams = 1000, 100
+	s := newBurstServer(t, true, streams)
+	tr := s.client(t)
+	var asks atomic.Int32
+	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	get := func(path string) {
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GetConn: func(string) { asks.Add(1) },
+		})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		resp.Body.Close()
+	}
+	get("/warm")
+	s.want = n
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { get("/burst") })
+	}
+	wg.Wait()
+	if s.missed.Load() {
+		t.Fatalf("only %d of %d requests were at the server at once", s.in.Load(), n)
+	}
+	// Each call asks once; when a connection fills, the few calls let in
+	// meanwhile ask again (twice at most: the full one, then a dial).
+	if got, max := asks.Load(), int32(n+1+2*maxH2Waiting*(n/streams+1)); got > max {
+		t.Errorf("%d connection requests for %d calls, want at most %d", got, n+1, max)
+	}
+	if got, max := s.conns.Load(), int32(3*n/streams+1); got > max {
+		t.Errorf("%d connections accepted for %d calls over %d streams each, want at most %d", got, n, streams, max)
+	}
+	t.Logf("%d connection requests and %d connections for %d calls, %d streams each", asks.Load(), s.conns.Load(), n, streams)
 }

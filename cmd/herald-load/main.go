@@ -36,6 +36,8 @@ func main() {
 	flag.StringVar(&o.PostgresURL, "postgres", "", "keep the gateway's state in this PostgreSQL database (a fresh one: scripts/postgres.sh start)")
 	flag.IntVar(&o.Replicas, "replicas", 1, "with -postgres: this many gateway processes share the state; conversations are spread over them")
 	flag.BoolVar(&o.Serial, "serial", false, "one conversation at a time: open its event stream, post, wait for its replies, close the stream (a loop of turns; CPU per turn without overlap)")
+	flag.DurationVar(&o.Trace, "trace", 0, "with -profile: also write trace.out, a runtime/trace this long from just before the first spawn answer (go tool trace)")
+	flag.BoolVar(&o.Timeline, "timeline", false, "after the summary, print when each step's Nth event happened (model calls by kind, spawns registered, runs ended, announces seen), from the model's first spawn answer")
 	quiet := flag.Bool("q", false, "print only the summary line")
 	sessions := flag.Int("sessions", 0, "measure bounded memory: this many distinct conversations per wave (instead of the sub-agent load)")
 	turns := flag.Int("turns", 3, "with -sessions: turns per conversation")
@@ -123,6 +125,9 @@ func main() {
 	}
 	res, err := load.Run(ctx, o)
 	fmt.Println(res)
+	if o.Timeline {
+		fmt.Print(res.Timeline)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
 		os.Exit(1)

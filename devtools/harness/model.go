@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,11 +76,36 @@ type Model struct {
 	mu       sync.Mutex
 	spawned  map[string]int // tag → spawn calls answered (more than one answer = a repeated turn)
 	sentBack map[string]int // file name → send_file calls answered
+	arrived  map[CallKind][]time.Time
+}
+
+// CallKind sorts the model's calls for a timeline.
+type CallKind string
+
+// The kinds of call a timeline counts.
+const (
+	CallSpawn    CallKind = "parent spawn"   // a SPAWN message's first call (answered with the spawn calls)
+	CallAfter    CallKind = "parent after"   // the call after the spawn calls' results
+	CallWork     CallKind = "child work"     // a sub-agent's work turn
+	CallAnnounce CallKind = "child announce" // a sub-agent's announce step
+	CallOther    CallKind = "other"
+	connKind     CallKind = "connection" // not a call: a TLS connection accepted (Connections)
+)
+
+// Connections returns when each connection to a TLS model was accepted.
+func (m *Model) Connections() []time.Time { return m.Arrivals(connKind) }
+
+// Arrivals returns when each call of kind reached the model (its handler
+// had the request), in order of arrival. The answer left Latency later.
+func (m *Model) Arrivals(kind CallKind) []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.arrived[kind])
 }
 
 // StartModel serves the fake model on a loopback port.
 func StartModel(opts ModelOptions) (*Model, error) {
-	m := &Model{opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}}
+	m := &Model{opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}, arrived: map[CallKind][]time.Time{}}
 	handler := llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false)
 	if opts.TLS {
 		return m, m.startTLS(handler)
@@ -108,6 +134,13 @@ func (m *Model) startTLS(h http.Handler) error {
 	}
 	m.tls = httptest.NewUnstartedServer(h)
 	m.tls.EnableHTTP2 = true
+	m.tls.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			m.mu.Lock()
+			m.arrived[connKind] = append(m.arrived[connKind], time.Now())
+			m.mu.Unlock()
+		}
+	}
 	m.tls.Config.ReadHeaderTimeout = 10 * time.Second
 	m.tls.StartTLS()
 	m.certDir, m.CertFile = dir, filepath.Join(dir, "model.pem")
@@ -143,6 +176,9 @@ func (m *Model) Close() {
 	<-m.done
 }
 
+// Latency is what every answer waits.
+func (m *Model) Latency() time.Duration { return m.opts.Latency }
+
 // Calls is how many calls the model received; Failed how many it answered 500.
 func (m *Model) Calls() int64  { return m.calls.Load() }
 func (m *Model) Failed() int64 { return m.failed.Load() }
@@ -174,8 +210,12 @@ func (m *Model) SendBackAnswers(name string) int {
 }
 
 func (m *Model) answer(c llmtest.Call) llmtest.Reply {
+	at := time.Now()
 	n := m.calls.Add(1)
-	r := m.reply(c)
+	r, kind := m.reply(c)
+	m.mu.Lock()
+	m.arrived[kind] = append(m.arrived[kind], at)
+	m.mu.Unlock()
 	if m.opts.FailEvery > 0 && n%int64(m.opts.FailEvery) == 0 {
 		m.failed.Add(1)
 		r = llmtest.Reply{Status: http.StatusInternalServerError, Message: "fake model: injected failure"}
@@ -185,7 +225,7 @@ func (m *Model) answer(c llmtest.Call) llmtest.Reply {
 	return r
 }
 
-func (m *Model) reply(c llmtest.Call) llmtest.Reply {
+func (m *Model) reply(c llmtest.Call) (llmtest.Reply, CallKind) {
 	var last agent.Message
 	if len(c.Messages) > 0 {
 		last = c.Messages[len(c.Messages)-1]
@@ -196,14 +236,14 @@ func (m *Model) reply(c llmtest.Call) llmtest.Reply {
 			label = mm[1]
 		}
 		if last.Role == agent.RoleUser && strings.Contains(last.Text, "Announce step") {
-			return llmtest.Reply{Text: fmt.Sprintf("Result:\n%s done\n\nNotes:\n(none)", label)}
+			return llmtest.Reply{Text: fmt.Sprintf("Result:\n%s done\n\nNotes:\n(none)", label)}, CallAnnounce
 		}
-		return llmtest.Reply{Text: label + " result"}
+		return llmtest.Reply{Text: label + " result"}, CallWork
 	}
 	user := strings.TrimSpace(c.LastUser())
 	if mm := spawnRe.FindStringSubmatch(user); mm != nil {
 		if last.Role == agent.RoleTool {
-			return llmtest.Reply{Text: "spawned " + mm[2]}
+			return llmtest.Reply{Text: "spawned " + mm[2]}, CallAfter
 		}
 		n, _ := strconv.Atoi(mm[1])
 		calls := make([]agent.ToolCall, n)
@@ -216,26 +256,26 @@ func (m *Model) reply(c llmtest.Call) llmtest.Reply {
 		m.mu.Lock()
 		m.spawned[mm[2]]++
 		m.mu.Unlock()
-		return llmtest.Reply{Text: "Spawning " + mm[2] + ".", ToolCalls: calls}
+		return llmtest.Reply{Text: "Spawning " + mm[2] + ".", ToolCalls: calls}, CallSpawn
 	}
 	if mm := sendBackRe.FindStringSubmatch(user); mm != nil {
 		name := mm[1]
 		switch {
 		case last.Role == agent.RoleTool:
-			return llmtest.Reply{Text: "sent " + name}
+			return llmtest.Reply{Text: "sent " + name}, CallOther
 		case !strings.Contains(user, "[file: attachments/"+name+" "):
-			return llmtest.Reply{Text: "no file " + name}
+			return llmtest.Reply{Text: "no file " + name}, CallOther
 		}
 		m.mu.Lock()
 		m.sentBack[name]++
 		m.mu.Unlock()
 		args, _ := json.Marshal(map[string]string{"path": "attachments/" + name, "caption": "back: " + name})
-		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: args}}}
+		return llmtest.Reply{ToolCalls: []agent.ToolCall{{Name: "send_file", Args: args}}}, CallOther
 	}
 	if mm := sayRe.FindStringSubmatch(user); mm != nil {
-		return llmtest.Reply{Text: "ack " + mm[1]}
+		return llmtest.Reply{Text: "ack " + mm[1]}, CallOther
 	}
-	return llmtest.Reply{Text: "ack"}
+	return llmtest.Reply{Text: "ack"}, CallOther
 }
 
 // AnnouncedLabel returns the label of a sub-agent announce ("" if the text

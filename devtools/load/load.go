@@ -34,9 +34,11 @@ type Options struct {
 	Bin           string        // a built herald binary; built when empty
 	Dir           string        // working dir (config, state, log); a temp dir when empty
 	ProfileDir    string        // when set, CPU, heap and goroutine profiles are written here
+	Trace         time.Duration // with ProfileDir: an execution trace this long from just before the first spawn answer (trace.out)
 	PostgresURL   string        // when set, the gateway's state is this PostgreSQL database (state.driver postgres)
 	Replicas      int           // gateway processes sharing PostgresURL (default 1); conversations are spread over them
 	Serial        bool          // post one conversation's message only after the previous one's replies all arrived (a loop of turns)
+	Timeline      bool          // put Result.Timeline together (when each step's Nth event happened)
 	Log           io.Writer     // progress lines; nil for none
 }
 
@@ -58,6 +60,7 @@ type Result struct {
 	ModelFloor        time.Duration // what the model alone needs from the first spawn: a work turn and an announce step
 	GatewayOverheadMs float64       // CPU per sub-agent run (with M=0: per turn)
 	PerReplica        []int         // with replicas: runs each one ran to their end
+	Timeline          Timeline      // with Options.Timeline
 }
 
 // String is the one summary line.
@@ -211,6 +214,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		announced            int
 		firstAnn, lastAnn    time.Time
 		annAt                []time.Time
+		cpuAt                []cpuSample
 		allDone              = make(chan struct{})
 		progress             = make(chan struct{}, 1)
 		streams              sync.WaitGroup
@@ -277,8 +281,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		defer t.Stop()
 		for {
 			if p, err := harness.ReadProc(pid); err == nil {
+				now := time.Now()
+				var self time.Duration
+				if o.Timeline {
+					if q, err := harness.ReadProc(os.Getpid()); err == nil {
+						self = q.CPU
+					}
+				}
 				mu.Lock()
 				res.PeakRSS, res.PeakFDs = max(res.PeakRSS, p.RSS), max(res.PeakFDs, p.FDs)
+				cpuAt = append(cpuAt, cpuSample{at: now, gateway: p.CPU, load: self})
 				mu.Unlock()
 			}
 			select {
@@ -382,6 +394,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	res.GatewayOverheadMs = float64(res.CPU.Microseconds()) / 1000 / float64(want)
 	res.ModelCalls = model.Calls()
 	res.ModelFloor = 2 * o.Latency
+	if o.Timeline {
+		mu.Lock()
+		ann, cpus := slices.Clone(annAt), slices.Clone(cpuAt)
+		mu.Unlock()
+		res.Timeline = timeline(model, gw.Log, ann, cpus)
+	}
 	return res, runErr
 }
 
@@ -399,7 +417,9 @@ func cpuOf(gws []*harness.Gateway) time.Duration {
 }
 
 // takeProfiles writes CPU profiles of the whole load, in slices of
-// cpuSlice until ctx ends (cpu-001.pprof, …; pprof merges them), and heap
+// cpuSlice until ctx ends (cpu-001.pprof, …; pprof merges them; the first
+// lasts the model's latency, so that cpu-002 starts with the spawn
+// answers), and heap
 // and goroutine profiles while the runs are in flight (half a latency into
 // the announce steps).
 const cpuSlice = 2 * time.Second
@@ -431,7 +451,13 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := 1; ctx.Err() == nil; i++ {
-			get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(cpuSlice/time.Second)), fmt.Sprintf("cpu-%03d.pprof", i))
+			// The first slice lasts the model's latency (whole seconds), so
+			// the later ones start about when the spawn answers arrive.
+			secs := int(cpuSlice / time.Second)
+			if i == 1 && o.Latency >= time.Second {
+				secs = int(o.Latency / time.Second)
+			}
+			get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), fmt.Sprintf("cpu-%03d.pprof", i))
 		}
 	})
 	// One second of the scheduler's trace, from the load's second
@@ -447,6 +473,24 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 	// In flight: the first spawn answer plus 1.5 latencies.
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
+	if o.Trace > 0 {
+		// An execution trace from just before the first spawn answer: the
+		// spawns registered and the children's first calls made.
+		wg.Go(func() {
+			for {
+				calls := model.Arrivals(harness.CallSpawn)
+				if len(calls) > 0 && time.Until(calls[0].Add(o.Latency)) < 200*time.Millisecond {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			get(fmt.Sprintf("/debug/pprof/trace?seconds=%g", o.Trace.Seconds()), "trace.out")
+		})
+	}
 	for model.FirstSpawn().IsZero() || time.Now().Before(model.FirstSpawn().Add(o.Latency*3/2)) {
 		select {
 		case <-ctx.Done():
