@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +39,7 @@ func main() {
 	flag.IntVar(&o.Replicas, "replicas", 1, "with -postgres: this many gateway processes share the state; conversations are spread over them")
 	flag.BoolVar(&o.Serial, "serial", false, "one conversation at a time: open its event stream, post, wait for its replies, close the stream (a loop of turns; CPU per turn without overlap)")
 	flag.DurationVar(&o.Trace, "trace", 0, "with -profile: also write trace.out, a runtime/trace this long from just before the first spawn answer (go tool trace)")
+	flag.IntVar(&o.MaxConns, "max-conns", 0, "the fake provider's models.providers.fake.maxConnections (default: the gateway's, a quarter of the open-file limit)")
 	flag.BoolVar(&o.Timeline, "timeline", false, "after the summary, print when each step's Nth event happened (model calls by kind, spawns registered, runs ended, announces seen), from the model's first spawn answer")
 	quiet := flag.Bool("q", false, "print only the summary line")
 	sessions := flag.Int("sessions", 0, "measure bounded memory: this many distinct conversations per wave (instead of the sub-agent load)")
@@ -122,6 +125,17 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if o.ProfileDir != "" {
+		// herald-load's own CPU (the fake model, its TLS, the event
+		// streams' clients) shares the machine with the gateway.
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err == nil {
+			if f, err := os.Create(filepath.Join(o.ProfileDir, "herald-load-cpu.pprof")); err == nil {
+				if pprof.StartCPUProfile(f) == nil {
+					defer func() { pprof.StopCPUProfile(); f.Close() }()
+				}
+			}
+		}
 	}
 	res, err := load.Run(ctx, o)
 	fmt.Println(res)

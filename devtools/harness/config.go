@@ -26,6 +26,9 @@ type Config struct {
 	// otherwise): builds older than the key reject it (comparisons with
 	// an older commit, herald-load -compare).
 	NoMaxStreams bool
+	// MaxConnections is the fake provider's maxConnections; 0 = the
+	// default (a quarter of the open-file limit).
+	MaxConnections int
 }
 
 // Write writes the config as JSON5 to path.
@@ -34,7 +37,7 @@ func (c Config) Write(path string) error {
 {
   gateway: { http: { listen: %q }, shutdownGraceSeconds: %d%s },
   models: { providers: {
-    fake: { api: "openai", baseUrl: %q, apiKey: "k", models: [{ id: "m" }] },
+    fake: { api: "openai", baseUrl: %q, apiKey: "k", models: [{ id: "m" }]%s },
   } },
   agents: {
     defaults: {
@@ -47,7 +50,7 @@ func (c Config) Write(path string) error {
   channels: { web: { enabled: true%s }, %s },
   %s
 }
-`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.SubagentsExtra, c.Agents, maxStreams(c.NoMaxStreams), c.Channels, c.Extra)
+`, c.Listen, max(c.GraceSeconds, 1), replicaID(c.ReplicaID), c.ModelURL, maxConnections(c.MaxConnections), max(c.MainConcurrent, 1), maxQueued(c.MaxQueued), max(c.Subagents, 1), max(c.Children, 1), max(c.Children, 1), c.SubagentsExtra, c.Agents, maxStreams(c.NoMaxStreams), c.Channels, c.Extra)
 	return os.WriteFile(path, []byte(src), 0o600)
 }
 
@@ -56,6 +59,13 @@ func replicaID(id string) string {
 		return ""
 	}
 	return fmt.Sprintf(", replicaId: %q", id)
+}
+
+func maxConnections(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", maxConnections: %d", n)
 }
 
 func maxQueued(n int) string {

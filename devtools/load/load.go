@@ -39,6 +39,7 @@ type Options struct {
 	Replicas      int           // gateway processes sharing PostgresURL (default 1); conversations are spread over them
 	Serial        bool          // post one conversation's message only after the previous one's replies all arrived (a loop of turns)
 	Timeline      bool          // put Result.Timeline together (when each step's Nth event happened)
+	MaxConns      int           // the fake provider's maxConnections (0: the default, a quarter of the open-file limit)
 	Log           io.Writer     // progress lines; nil for none
 }
 
@@ -171,7 +172,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			// Within the default of channels.web.maxStreams (serial: one
 			// stream at a time), leave the key out: builds older than it
 			// (-bin of an older commit) start.
-			NoMaxStreams: o.Serial || o.Conversations <= 60}
+			NoMaxStreams: o.Serial || o.Conversations <= 60, MaxConnections: o.MaxConns}
 		if o.PostgresURL != "" {
 			cfg.Extra = fmt.Sprintf("state: { driver: \"postgres\", url: %q },", o.PostgresURL)
 		}
