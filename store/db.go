@@ -67,6 +67,10 @@ type DB struct {
 	// fault, when set, fails every write transaction (InjectWriteFault).
 	fault atomic.Pointer[error]
 
+	// unwritten: made from the image by Open, nothing committed since
+	// (unwritten.go).
+	unwritten unwrittenSince
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -140,6 +144,9 @@ func openSQLite(ctx context.Context, stateDir string, image []byte) (*DB, error)
 		d.w.Close()
 		d.r.Close()
 		return nil, d.wrap("open", err)
+	}
+	if published {
+		d.markUnwritten()
 	}
 	return d, nil
 }

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/heraldhq/herald/channels"
 )
 
 var updateFresh = flag.Bool("update-fresh", false, "rewrite store/fresh-sqlite.sql from the upgrade steps")
@@ -239,5 +241,73 @@ func BenchmarkOpenNew(b *testing.B) {
 			b.Fatal(err)
 		}
 		db.Close()
+	}
+}
+
+// A database Open made from the image answers start-up's recovery reads
+// empty without SQL until something is committed to it, by this process
+// or another: a message another process added right after is claimed.
+func TestUnwrittenUntilACommit(t *testing.T) {
+	sqliteOnly(t)
+	if runtime.GOOS != "linux" {
+		t.Skip("publishImage is Linux's")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if !db.isUnwritten() {
+		t.Fatal("a database just made from the image is not taken as unwritten")
+	}
+	if owed, err := db.ClaimOwed(ctx, Claim{Holder: "me"}); err != nil || len(owed) != 0 {
+		t.Fatalf("ClaimOwed on a new database = %v, %v", owed, err)
+	}
+	// Another process (a second Open of the state dir) adds an owed message.
+	other, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &Intake{SessionKey: "s1", AgentID: "main", Origin: channels.Origin{Channel: "web", ChatID: "c1", ChatType: "dm"}, Text: "hi"}
+	if _, err := other.AddIntake(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db.isUnwritten() {
+		t.Fatal("still taken as unwritten after another process's commit")
+	}
+	owed, err := db.ClaimOwed(ctx, Claim{Holder: "me"})
+	if err != nil || len(owed) != 1 || owed[0].ID != in.ID {
+		t.Fatalf("ClaimOwed after another process added a message = %+v, %v; want it", owed, err)
+	}
+	if p, _, _, err := db.OutboxStats(ctx); err != nil || p != 0 {
+		t.Fatalf("OutboxStats = %d, %v", p, err)
+	}
+
+	// This process's own commit ends it too.
+	db2, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if _, err := db2.AddIntake(ctx, &Intake{SessionKey: "s1", AgentID: "main", Origin: in.Origin, Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if db2.isUnwritten() {
+		t.Fatal("still taken as unwritten after its own commit")
+	}
+	// An existing database never is.
+	db2.Close()
+	db3, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db3.Close()
+	if db3.isUnwritten() {
+		t.Fatal("an existing database taken as unwritten")
 	}
 }

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"encoding/binary"
+	"os"
+	"sync/atomic"
+)
+
+// A gateway's first start on a new state dir runs the recovery reads of a
+// restart — runs and owed messages a previous process left (ClaimRuns,
+// ClaimOwed), archives due (DueArchives, NextArchiveAt), the outbox's
+// counts for /readyz and its first delivery pass (OutboxStats, PassOutbox,
+// NextOutboxAt) — on a database that cannot hold any: each compiled its
+// SQL before or right after the gateway was ready (~1.3 ms of CPU). While
+// nothing has been committed to a database this Open made from the image,
+// they answer empty without SQL.
+//
+// "Nothing committed" is read from SQLite's WAL index, not from this
+// process's own bookkeeping, so a commit by another process (a CLI command
+// on the same state dir) counts too: every commit by any connection
+// increments the iChange field of the index header at the start of
+// herald.db-shm (SQLite's walIndexWriteHdr), and the file stays while this
+// process holds its connections open. Once it has moved, the database is
+// read as always from then on.
+
+// shmChangeAt is the offset of iChange (a native-endian uint32) in the
+// WAL-index header: iVersion u32, unused u32, iChange u32.
+const shmChangeAt = 8
+
+// unwrittenSince is set by Open on a database made from the image: the
+// iChange read right after (+1, so 0 means not set).
+type unwrittenSince struct{ change atomic.Uint64 }
+
+// shmChange reads iChange of the WAL index of the database at path.
+func shmChange(path string) (uint32, bool) {
+	f, err := os.Open(path + "-shm")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var b [shmChangeAt + 4]byte
+	if n, err := f.ReadAt(b[:], 0); n < len(b) || (err != nil && n < len(b)) {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(b[shmChangeAt:]), true
+}
+
+// markUnwritten records the WAL index's change count of a database this
+// Open made from the image.
+func (d *DB) markUnwritten() {
+	if c, ok := shmChange(d.path); ok {
+		d.unwritten.change.Store(uint64(c) + 1)
+	}
+}
+
+// isUnwritten reports that the database was made from the image by this
+// Open and nothing has been committed to it since, by any process. It is
+// false for good once a commit is seen (or the index cannot be read).
+func (d *DB) isUnwritten() bool {
+	want := d.unwritten.change.Load()
+	if want == 0 {
+		return false
+	}
+	if c, ok := shmChange(d.path); ok && uint64(c)+1 == want {
+		return true
+	}
+	d.unwritten.change.Store(0)
+	return false
+}
