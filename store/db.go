@@ -125,9 +125,12 @@ func openSQLite(ctx context.Context, stateDir string, image []byte) (*DB, error)
 			return nil, err
 		}
 	}
-	if err := migrate(ctx, d.w, path, d.dialect, sqliteUpgrades); err != nil {
-		d.w.Close()
-		return nil, err
+	if !atNewest(ctx, d.w, newestVersion()) {
+		table, _ := sqliteUpgrades()
+		if err := migrate(ctx, d.w, path, d.dialect, table); err != nil {
+			d.w.Close()
+			return nil, err
+		}
 	}
 
 	d.r, err = sql.Open("sqlite", dsn(path, true))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.mau.fi/util/dbutil"
 )
@@ -41,10 +42,13 @@ var freshSQLite string
 //go:embed fresh-sqlite.db
 var freshImage []byte
 
-// sqliteUpgrades is upgrades with version 0 (an empty database) going
-// straight to the fresh file's version; freshOK says it does (the tests
+// sqliteUpgrades is the upgrade table with version 0 (an empty database)
+// going straight to the fresh file's version; ok says it does (the tests
 // check it; without it a new database takes the steps, as PostgreSQL's).
-var sqliteUpgrades, freshOK = withFresh(upgrades, freshSQLite)
+var sqliteUpgrades = sync.OnceValues(func() (table dbutil.UpgradeTable, ok bool) {
+	t, _ := upgradeTable()
+	return withFresh(t, freshSQLite)
+})
 
 // withFresh returns table whose step from version 0 runs schema (whose
 // first line is "-- vN: …") and lands on vN, or table as it is and false

@@ -35,7 +35,11 @@ func stepsDBAt(t *testing.T, path string) *sql.DB {
 	}
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { db.Close() })
-	if err := migrate(context.Background(), db, path, &sqliteDialect, upgrades); err != nil {
+	table, err := upgradeTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(context.Background(), db, path, &sqliteDialect, table); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -165,7 +169,7 @@ func TestFreshSchemaMatchesUpgrades(t *testing.T) {
 		t.Logf("wrote fresh-sqlite.sql and fresh-sqlite.db at v%d; rebuild and run the test again", SchemaVersion())
 		return
 	}
-	if !freshOK {
+	if _, freshOK := sqliteUpgrades(); !freshOK {
 		t.Fatalf("fresh-sqlite.sql (first line %q) is not used: its first line must be -- vN: with 1 <= N <= %d",
 			strings.SplitN(freshSQLite, "\n", 2)[0], SchemaVersion())
 	}
@@ -309,5 +313,38 @@ func TestUnwrittenUntilACommit(t *testing.T) {
 	defer db3.Close()
 	if db3.isUnwritten() {
 		t.Fatal("an existing database taken as unwritten")
+	}
+}
+
+// atNewest lets Open skip migrate only for a database at the newest
+// version with every legacy step marked and no foreign table; anything
+// else goes to migrate (which upgrades it or refuses it).
+func TestAtNewestOnlyWhenNothingToDo(t *testing.T) {
+	sqliteOnly(t)
+	ctx := context.Background()
+	n := newestVersion()
+	for _, c := range []struct {
+		name string
+		sql  string
+		want bool
+	}{
+		{"newest", "", true},
+		{"older", fmt.Sprintf("UPDATE herald_version SET version = %d, compat = %d", n-1, n-1), false},
+		{"newer", fmt.Sprintf("UPDATE herald_version SET version = %d, compat = %d", n+1, n+1), false},
+		{"compat newer", fmt.Sprintf("UPDATE herald_version SET compat = %d", n+1), false},
+		{"compat unset", "UPDATE herald_version SET compat = NULL", true},
+		{"legacy steps missing", fmt.Sprintf("DELETE FROM schema_migrations WHERE version = %d", n), false},
+		{"no version table", "DROP TABLE herald_version", false},
+		{"foreign table", "CREATE TABLE roomserver_rooms (x INTEGER)", false},
+	} {
+		db := stepsDB(t)
+		if c.sql != "" {
+			if _, err := db.Exec(c.sql); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		if got := atNewest(ctx, db, n); got != c.want {
+			t.Errorf("%s: atNewest = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

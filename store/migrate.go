@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"sync"
 	"time"
 
 	"go.mau.fi/util/dbutil"
@@ -37,10 +38,20 @@ import (
 //go:embed upgrades/*.sql
 var upgradeFiles embed.FS
 
-// upgrades is the embedded tree; upgradesErr is set when a file of it is
+// upgradeTable is the embedded tree, its error set when a file of it is
 // malformed (a build-time mistake the tests catch: migrate then refuses
-// to run rather than the package panicking at init).
-var upgrades, upgradesErr = loadUpgrades(upgradeFiles, "upgrades")
+// to run rather than the package panicking). It is parsed on first use:
+// at package init it was most of the store's init in every process, CLI
+// commands included, and opening a SQLite database already at the newest
+// version needs none of it (atNewest).
+var upgradeTable = sync.OnceValues(func() (dbutil.UpgradeTable, error) { return loadUpgrades(upgradeFiles, "upgrades") })
+
+// newestVersion is the number of upgrade files: the newest schema version
+// (loadUpgrades checks the files give versions 1..N, once each).
+var newestVersion = sync.OnceValue(func() int {
+	names, _ := fs.Glob(upgradeFiles, "upgrades/*.sql")
+	return len(names)
+})
 
 // versionTable holds the schema version (dbutil's format).
 const versionTable = "herald_version"
@@ -71,18 +82,19 @@ func loadUpgrades(fsys interface {
 }
 
 // SchemaVersion is the newest schema version this binary knows.
-func SchemaVersion() int { return len(upgrades) }
+func SchemaVersion() int { t, _ := upgradeTable(); return len(t) }
 
 // SchemaVersion is the newest schema version this binary knows (one
 // numbering for both engines).
-func (d *DB) SchemaVersion() int { return len(upgrades) }
+func (d *DB) SchemaVersion() int { return SchemaVersion() }
 
 // migrate brings the database to the newest version of table. On
 // PostgreSQL it holds the migration lock meanwhile, so replicas starting
 // at once migrate one after the other.
 func migrate(ctx context.Context, db *sql.DB, shown string, dl *dialect, table dbutil.UpgradeTable) error {
 	if table == nil {
-		return fmt.Errorf("migrate state database %s: embedded upgrades are invalid: %w", shown, upgradesErr)
+		_, err := upgradeTable()
+		return fmt.Errorf("migrate state database %s: embedded upgrades are invalid: %w", shown, err)
 	}
 	if dl.advisoryLocks {
 		unlock, err := pgMigrationLock(ctx, db)
@@ -133,6 +145,24 @@ func migrate(ctx context.Context, db *sql.DB, shown string, dl *dialect, table d
 		return fmt.Errorf("migrate state database %s: %w", shown, err)
 	}
 	return nil
+}
+
+// atNewest reports that a SQLite database is at version newest and needs
+// nothing of migrate: herald_version says newest (compat no higher),
+// schema_migrations has every step for older binaries, and no foreign
+// table dbutil refuses is there. One statement instead of migrate's
+// transaction of about ten (each compiled at every start) and the upgrade
+// table's parsing; any error (a new, legacy or foreign database) sends
+// the caller to migrate. Read outside a transaction: another process can
+// only move a database at the newest version further (migrate then
+// refuses it at the next open, as it would have here a moment later).
+func atNewest(ctx context.Context, db *sql.DB, newest int) bool {
+	var version, compat, legacy, foreign int
+	err := db.QueryRowContext(ctx, `SELECT h.version, COALESCE(NULLIF(h.compat, 0), h.version),
+		(SELECT COALESCE(MAX(version), 0) FROM schema_migrations),
+		(SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('state_groups_state', 'roomserver_rooms'))
+		FROM `+versionTable+` h LIMIT 1`).Scan(&version, &compat, &legacy, &foreign)
+	return err == nil && newest > 0 && version == newest && compat <= newest && legacy >= newest && foreign == 0
 }
 
 // pgMigrationLock takes PostgreSQL's session advisory lock for migrations

@@ -91,7 +91,8 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*DB, error) {
 	d.files = chunkFiles{d: d}
 	d.ws = newStmtCache(sqlDB)
 	d.rs = d.ws
-	if err := migrate(ctx, sqlDB, shown, d.dialect, upgrades); err != nil {
+	table, _ := upgradeTable()
+	if err := migrate(ctx, sqlDB, shown, d.dialect, table); err != nil {
 		d.Close()
 		return nil, err
 	}

@@ -362,8 +362,8 @@ func TestLoadUpgrades(t *testing.T) {
 			}
 		})
 	}
-	if upgradesErr != nil || len(upgrades) < 19 {
-		t.Errorf("embedded tree: %d steps, %v", len(upgrades), upgradesErr)
+	if upgrades, err := upgradeTable(); err != nil || len(upgrades) < 19 || len(upgrades) != newestVersion() {
+		t.Errorf("embedded tree: %d steps (%d files), %v", len(upgrades), newestVersion(), err)
 	}
 }
 
