@@ -411,6 +411,7 @@ func (d *DB) Close() error {
 		if d.w != nil {
 			errs = append(errs, d.w.Close())
 		}
+		d.unwritten.close() // after SQLite's connections: see unwritten.go
 		if err := errors.Join(errs...); err != nil {
 			d.closeErr = fmt.Errorf("close state database %s: %w", d.path, err)
 		}

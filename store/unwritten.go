@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"os"
+	"sync"
 	"sync/atomic"
 )
 
@@ -21,34 +22,60 @@ import (
 // increments the iChange field of the index header at the start of
 // herald.db-shm (SQLite's walIndexWriteHdr), and the file stays while this
 // process holds its connections open. Once it has moved, the database is
-// read as always from then on.
+// read as always from then on. It is read with pread on a descriptor kept
+// open (unwrittenSince), one system call per check.
 
 // shmChangeAt is the offset of iChange (a native-endian uint32) in the
 // WAL-index header: iVersion u32, unused u32, iChange u32.
 const shmChangeAt = 8
 
-// unwrittenSince is set by Open on a database made from the image: the
-// iChange read right after (+1, so 0 means not set).
-type unwrittenSince struct{ change atomic.Uint64 }
+// unwrittenSince holds, for a database Open made from the image, the
+// iChange read right after (+1, so 0 means not set) and the -shm file it
+// reads it from. The file stays open until the DB is closed, after
+// SQLite's connections: closing any descriptor of a file drops every
+// POSIX lock the process holds on it, and SQLite holds its WAL-index locks
+// on -shm (an open and close per read let another process think it was
+// the last one connected, checkpoint and reset the WAL under this one's
+// readers: TestReloadCommand's second reload never saw its answer).
+type unwrittenSince struct {
+	mu     sync.Mutex
+	shm    *os.File
+	change atomic.Uint64
+}
 
-// shmChange reads iChange of the WAL index of the database at path.
-func shmChange(path string) (uint32, bool) {
-	f, err := os.Open(path + "-shm")
-	if err != nil {
+// read returns iChange of the WAL index.
+func (u *unwrittenSince) read() (uint32, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.shm == nil {
 		return 0, false
 	}
-	defer f.Close()
 	var b [shmChangeAt + 4]byte
-	if n, err := f.ReadAt(b[:], 0); n < len(b) || (err != nil && n < len(b)) {
+	if n, _ := u.shm.ReadAt(b[:], 0); n < len(b) {
 		return 0, false
 	}
 	return binary.NativeEndian.Uint32(b[shmChangeAt:]), true
 }
 
+func (u *unwrittenSince) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.shm != nil {
+		u.shm.Close()
+		u.shm = nil
+	}
+	u.change.Store(0)
+}
+
 // markUnwritten records the WAL index's change count of a database this
 // Open made from the image.
 func (d *DB) markUnwritten() {
-	if c, ok := shmChange(d.path); ok {
+	f, err := os.Open(d.path + "-shm")
+	if err != nil {
+		return
+	}
+	d.unwritten.shm = f
+	if c, ok := d.unwritten.read(); ok {
 		d.unwritten.change.Store(uint64(c) + 1)
 	}
 }
@@ -61,7 +88,7 @@ func (d *DB) isUnwritten() bool {
 	if want == 0 {
 		return false
 	}
-	if c, ok := shmChange(d.path); ok && uint64(c)+1 == want {
+	if c, ok := d.unwritten.read(); ok && uint64(c)+1 == want {
 		return true
 	}
 	d.unwritten.change.Store(0)
