@@ -137,7 +137,7 @@ type Gateway struct {
 
 	mu         sync.Mutex
 	sessions   map[string]*sessionState      // requester sessions with a loaded history
-	newRows    map[string]*store.Session     // sessions whose row their first message stored and nothing loaded since (no transcript yet)
+	newRows    map[string]storedRow          // session rows a message's intake stored or read, and nothing loaded since
 	followUps  map[string]context.CancelFunc // turns of child sessions answering in a bound thread, by child key (threads.go)
 	bg         sync.WaitGroup                // command goroutines, channel starters
 	bgCtx      context.Context
@@ -165,7 +165,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("make the gateway process non-dumpable: %w", err)
 	}
 	g := &Gateway{stateDir: o.StateDir, log: o.Logger, clock: o.Clock, ownsProcess: o.OwnsProcess, onReady: o.OnReady,
-		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), newRows: make(map[string]*store.Session), owedHere: make(map[int64]bool), owedDone: make(map[int64]bool)}
+		channels: make(map[channels.Name]channels.Channel), chStop: make(map[channels.Name]context.CancelFunc), sessions: make(map[string]*sessionState), newRows: make(map[string]storedRow), owedHere: make(map[int64]bool), owedDone: make(map[int64]bool)}
 	g.conf.Store(cfg)
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	g.metrics = newMetrics()

@@ -191,21 +191,22 @@ func (g *Gateway) intake(ctx context.Context, in channels.Inbound, keep *webKeep
 		it.Web = keep.m
 	}
 	if bound == nil && ids.SessionKey(key).Kind() != ids.KindSubagent && !g.cluster.shared && !g.loaded(key) {
-		// The session's row is stored with its message when it has none:
-		// one commit for a new conversation's first message, not two (its
-		// turn finds the row in newRows). With other replicas a session's
-		// row may change elsewhere before the turn runs, so the turn
-		// ensures it then, as before.
+		// The session's row is stored with its message when it has none,
+		// or read: one commit for a new conversation's first message, not
+		// two, and no EnsureSession for one not loaded (its turn finds the
+		// row in newRows). With other replicas a session's row may change
+		// elsewhere before the turn runs, so the turn ensures it then, as
+		// before.
 		it.Session = g.newSessionRow(cfg, agentID, key, in.Origin)
 	}
 	added, err := g.db.AddIntake(context.WithoutCancel(ctx), it)
 	if err == nil && it.Web != nil {
 		keep.kept(in.Origin.ChatID)
 	}
-	if err == nil && it.SessionCreated && it.ClaimedBy != "" {
+	if err == nil && added && it.Session != nil && it.ClaimedBy != "" {
 		g.mu.Lock()
 		if g.sessions[key] == nil {
-			g.newRows[key] = it.Session
+			g.newRows[key] = storedRow{row: it.Session, created: it.SessionCreated}
 		}
 		g.mu.Unlock()
 	}
@@ -244,6 +245,15 @@ func (g *Gateway) intake(ctx context.Context, in channels.Inbound, keep *webKeep
 	g.watchers.changed()
 	g.enqueueTurn(*it, log)
 	return nil
+}
+
+// storedRow is a session row a message's intake stored (created) or read.
+// Only the session's next load takes it (any load removes it), so what
+// it says still holds then: the row is the store's, and a created one's
+// transcript has no line.
+type storedRow struct {
+	row     *store.Session
+	created bool
 }
 
 // loaded reports whether the session of key is loaded.

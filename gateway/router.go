@@ -164,7 +164,7 @@ func (g *Gateway) post(ctx context.Context, to channels.Origin, kind channels.Ki
 func (g *Gateway) session(ctx context.Context, cfg *config.Config, agentID, key string, origin channels.Origin) (*sessionState, error) {
 	g.mu.Lock()
 	s, ok := g.sessions[key]
-	row := g.newRows[key]
+	stored, known := g.newRows[key]
 	delete(g.newRows, key)
 	g.mu.Unlock()
 	if ok {
@@ -173,11 +173,15 @@ func (g *Gateway) session(ctx context.Context, cfg *config.Config, agentID, key 
 	now := g.clock.Now()
 	var sess *agent.Session
 	var err error
-	if row != nil {
+	row := stored.row
+	switch {
+	case known && stored.created:
 		// Stored with its first message, and not loaded since: a new
 		// transcript, nothing to read.
 		sess, err = agent.OpenSessionFrom(ctx, g.db, nil, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
-	} else {
+	case known:
+		sess, err = agent.LoadSessionFrom(ctx, g.db, row.Key, row.ID, agentID, "", row.TranscriptPath, row.CreatedAt)
+	default:
 		row = g.newSessionRow(cfg, agentID, key, origin)
 		if _, err := g.db.EnsureSession(ctx, row); err != nil {
 			return nil, err
