@@ -428,6 +428,12 @@ func (g *Gateway) complete(laneCtx context.Context, it store.Intake, kind channe
 // (nil: none) is added to the session's totals in the same transaction
 // (store.TurnEnd), one commit where there were two.
 func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, usage *agent.Usage, log *zap.Logger) {
+	g.completeTurn(laneCtx, it, kind, text, usage, false, log)
+}
+
+// completeTurn is completeUsage; noRuns says the turn spawned no run
+// (store.TurnEnd.NoRuns).
+func (g *Gateway) completeTurn(laneCtx context.Context, it store.Intake, kind channels.Kind, text string, usage *agent.Usage, noRuns bool, log *zap.Logger) {
 	var reply *store.OutboxItem
 	files := g.attached.take(it.SessionKey) // send_file's, after the text
 	// The files of the announce parent/silent sub-agents whose results
@@ -460,7 +466,7 @@ func (g *Gateway) completeUsage(laneCtx context.Context, it store.Intake, kind c
 	err = g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
 		var err error
 		tries++
-		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now(), ClaimReply: claimFor}
+		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now(), ClaimReply: claimFor, NoRuns: noRuns}
 		if usage != nil {
 			end.AddUsage, end.TokensIn, end.TokensOut = true, usage.Input, usage.Output
 		}

@@ -358,6 +358,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	sc := turnSpend(key, agentID, it.ID, in.Text)
 	spent := g.spend.Counter(sc)
 	start := time.Now()
+	settles := s.sess.PendingCalls() // a cut turn's calls, made again or answered in this one
 	res, err := s.sess.Run(ctx, agent.Turn{
 		Model: model, System: systemPrompt(ag, aws, in.Origin, g.agentContext(ctx, cfg, agentID, key, aws)), Tools: reg,
 		Thinking: thinking, MaxIterations: ag.MaxIterations,
@@ -395,7 +396,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 	switch {
 	case err == nil:
 		outcome = "done"
-		g.completeUsage(laneCtx, it, channels.KindReply, res.Text, usage, log)
+		// One model call and no tool call, in a turn that did not start
+		// before and had no cut turn's calls to settle: it spawned
+		// nothing, so there is no spawn group whose wake to look for.
+		noRuns := res.Iterations == 1 && !resume && !settles && it.StartedAt.IsZero()
+		g.completeTurn(laneCtx, it, channels.KindReply, res.Text, usage, noRuns, log)
 		log.Info("turn done", zap.Int("iterations", res.Iterations), zap.Int64("tokens", res.Usage.Total()), zap.Duration("took", time.Since(start)))
 	case laneCtx.Err() != nil:
 		// Cut by shutdown: the turn stays owed and continues after the next

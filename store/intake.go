@@ -316,6 +316,10 @@ type TurnEnd struct {
 	// it did, and its fields are then the claimed row's (a new item: no
 	// attempt, no part sent).
 	ClaimReply string
+	// NoRuns says the turn spawned no sub-agent run (it made no tool call,
+	// and did not start before): there is no spawn group whose wake the
+	// completion could owe (addTurnWake), so none is looked for.
+	NoRuns bool
 }
 
 // CompleteTurn is CompleteIntake with the turn's usage (TurnEnd): a
@@ -336,16 +340,30 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	err := d.tx(ctx, func(c conn) error {
 		next, claimed = nil, false
 		var key, holder, agentID string
-		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&key, &holder, &agentID) },
-			`SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id); err != nil {
-			return err
-		}
-		if err := c.lock("session:" + key); err != nil {
-			return err
-		}
-		n, err := c.execN(`UPDATE intake SET done_at = $1 WHERE id = $2 AND done_at IS NULL`, msOrNow(at), id)
-		if err != nil {
-			return err
+		scan := func(rows *sql.Rows) error { return rows.Scan(&key, &holder, &agentID) }
+		n := int64(1)
+		var err error
+		if !c.dialect.advisoryLocks {
+			// No session lock to take before the mark (SQLite: one
+			// writer): the mark returns what the lock would need.
+			err = c.queryRow(scan, `UPDATE intake SET done_at = $1 WHERE id = $2 AND done_at IS NULL
+				RETURNING session_key, claimed_by, agent_id`, msOrNow(at), id)
+			if errors.Is(err, ErrNotFound) {
+				n, err = 0, c.queryRow(scan, `SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id)
+			}
+			if err != nil {
+				return err
+			}
+		} else {
+			if err = c.queryRow(scan, `SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id); err != nil {
+				return err
+			}
+			if err = c.lock("session:" + key); err != nil {
+				return err
+			}
+			if n, err = c.execN(`UPDATE intake SET done_at = $1 WHERE id = $2 AND done_at IS NULL`, msOrNow(at), id); err != nil {
+				return err
+			}
 		}
 		if n == 0 {
 			// Completed already: a retry after a commit whose outcome was
@@ -383,8 +401,10 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 				return err
 			}
 		}
-		if err := addTurnWake(c, id, agentID); err != nil {
-			return fmt.Errorf("wake: %w", err)
+		if !e.NoRuns {
+			if err := addTurnWake(c, id, agentID); err != nil {
+				return fmt.Errorf("wake: %w", err)
+			}
 		}
 		if holder == "" {
 			return nil
