@@ -88,7 +88,8 @@ func (s *sender) init(c *http.Client) {
 
 // post sends body to chat/completions and puts the answer in dst, as
 // client.Post does: *[]byte gets the body read whole, **http.Response the
-// response to read.
+// response to read. post and send wait for the answer on the caller's
+// stack; what comes after is received's.
 func (p *openAIProvider) post(ctx context.Context, body *openAIBody, dst any, key string) error {
 	if p.transport == nil || p.viaSDK.Load() {
 		return p.postSDK(ctx, body, dst, key)
@@ -97,12 +98,35 @@ func (p *openAIProvider) post(ctx context.Context, body *openAIBody, dst any, ke
 	if err != nil {
 		return err
 	}
-	req := (&http.Request{
+	req, res, err := p.send(ctx, e, body)
+	return p.received(ctx, e, req, res, err, body, dst, key)
+}
+
+// send makes the request and sends it.
+//
+//go:noinline
+func (p *openAIProvider) send(ctx context.Context, e *openAIEndpoint, body *openAIBody) (*http.Request, *http.Response, error) {
+	req := newRequest(e, body).WithContext(ctx)
+	res, err := p.transport.RoundTrip(req)
+	return req, res, err
+}
+
+// newRequest is the request of body, without its context: on the heap,
+// not in send's frame (WithContext copies it).
+//
+//go:noinline
+func newRequest(e *openAIEndpoint, body *openAIBody) *http.Request {
+	return &http.Request{
 		Method: http.MethodPost, URL: e.url, Host: e.host, Header: e.header,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Body: io.NopCloser(body.reader()), ContentLength: body.n, GetBody: body.getBody,
-	}).WithContext(ctx)
-	res, err := p.transport.RoundTrip(req)
+	}
+}
+
+// received turns what send got into post's answer.
+//
+//go:noinline
+func (p *openAIProvider) received(ctx context.Context, e *openAIEndpoint, req *http.Request, res *http.Response, err error, body *openAIBody, dst any, key string) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
