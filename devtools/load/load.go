@@ -461,16 +461,19 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 			get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), fmt.Sprintf("cpu-%03d.pprof", i))
 		}
 	})
-	// One second of the scheduler's trace, from the load's second
-	// second on: where a turn waits (go tool trace).
-	wg.Go(func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-		get("/debug/pprof/trace?seconds=1", "trace.out")
-	})
+	if o.Trace == 0 {
+		// Without -trace, one second of the execution trace from the
+		// load's second second on: where a turn waits (go tool trace).
+		// One trace at a time: -trace takes its own.
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			get("/debug/pprof/trace?seconds=1", "trace.out")
+		})
+	}
 	// In flight: the first spawn answer plus 1.5 latencies.
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
