@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/channels"
 )
@@ -268,6 +269,12 @@ func TestUnwrittenUntilACommit(t *testing.T) {
 	}
 	if owed, err := db.ClaimOwed(ctx, Claim{Holder: "me"}); err != nil || len(owed) != 0 {
 		t.Fatalf("ClaimOwed on a new database = %v, %v", owed, err)
+	}
+	if totals, err := db.SpendTotals(ctx, "2000-01-01"); err != nil || len(totals) != 0 {
+		t.Fatalf("SpendTotals on a new database = %v, %v", totals, err)
+	}
+	if _, ok, err := db.NextScheduleAt(ctx, time.Now()); err != nil || ok {
+		t.Fatalf("NextScheduleAt on a new database = %v, %v", ok, err)
 	}
 	// Another process (a second Open of the state dir) adds an owed message.
 	other, err := Open(ctx, dir)

@@ -11,10 +11,14 @@ import (
 // restart — runs and owed messages a previous process left (ClaimRuns,
 // ClaimOwed), archives due (DueArchives, NextArchiveAt), the outbox's
 // counts for /readyz and its first delivery pass (OutboxStats, PassOutbox,
-// NextOutboxAt) — on a database that cannot hold any: each compiled its
-// SQL before or right after the gateway was ready (~1.3 ms of CPU). While
-// nothing has been committed to a database this Open made from the image,
-// they answer empty without SQL.
+// NextOutboxAt), the spend ledger's totals (SpendTotals), pending
+// approvals (PendingApprovals), the next schedule (NextScheduleAt), files
+// to sweep (SweepFiles' batch) — on a database that cannot hold any: each
+// compiled its SQL before or right after the gateway was ready, and the
+// reads opened a read connection, which parses the whole schema again
+// (together ~2 ms of CPU). While nothing has been committed to a database
+// this Open made from the image, they answer empty without SQL, and Open
+// leaves the read pool to connect on first use.
 //
 // "Nothing committed" is read from SQLite's WAL index, not from this
 // process's own bookkeeping, so a commit by another process (a CLI command
