@@ -236,6 +236,12 @@ func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, li
 				return err
 			}
 		}
+		bounds := spawnBounds(runs, lim)
+		n, err := countBounds(c, bounds)
+		if err != nil {
+			return err
+		}
+		counts := &spawnCounts{bounds: bounds, n: n}
 		for i, r := range runs {
 			if r.SpawnCallID != "" {
 				err := recordSpawnCall(c, r)
@@ -247,7 +253,7 @@ func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, li
 					return err
 				}
 			}
-			err := checkSpawnLimits(c, runs[i:i+1], lim)
+			err := counts.check(r)
 			if le := (*LimitError)(nil); errors.As(err, &le) {
 				errs[i] = le
 				if r.SpawnCallID != "" { // the call spawned nothing
@@ -263,6 +269,7 @@ func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, li
 			if err := insertSpawned(c, r, children[i], preps[i]); err != nil {
 				return err
 			}
+			counts.inserted(r)
 		}
 		return nil
 	})
@@ -381,47 +388,9 @@ func insertRun(c conn, r *Run, tools any, origin string) error {
 // the counts are one statement, each read from an index alone
 // (runs_requester_active, runs_root_schedule).
 func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
-	// A bound counts the runs whose col is key, and also match (SQL).
-	type bound struct {
-		limit, col, also string
-		max              int
-		key              string
-		add              int
-	}
-	var bounds []bound
-	adding := func(limit string, max int, col, also string, key func(*Run) string) {
-		if max <= 0 {
-			return
-		}
-		first := len(bounds)
-		for _, r := range runs {
-			k := key(r)
-			i := slices.IndexFunc(bounds[first:], func(b bound) bool { return b.key == k })
-			if i < 0 {
-				bounds = append(bounds, bound{limit, col, also, max, k, 1})
-			} else {
-				bounds[first+i].add++
-			}
-		}
-	}
-	adding("maxChildrenPerSession", lim.MaxChildren, "requester_key",
-		` AND status IN ('`+StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`')`, func(r *Run) string { return r.RequesterKey })
-	adding("maxTotalSpawns", lim.MaxTotal, "root_key", "", func(r *Run) string { return r.RootKey })
-	if len(bounds) == 0 {
-		return nil
-	}
-	var args sqlArgs
-	counts := make([]string, len(bounds))
-	for i, b := range bounds {
-		counts[i] = `(SELECT COUNT(*) FROM runs WHERE ` + b.col + ` = ` + args.add(b.key) + b.also + ` AND schedule_id = '')`
-	}
-	n := make([]int, len(bounds))
-	dest := make([]any, len(bounds))
-	for i := range n {
-		dest[i] = &n[i]
-	}
-	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(dest...) },
-		`SELECT `+strings.Join(counts, ", "), args...); err != nil {
+	bounds := spawnBounds(runs, lim)
+	n, err := countBounds(c, bounds)
+	if err != nil {
 		return err
 	}
 	for i, b := range bounds {
@@ -430,6 +399,103 @@ func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
 		}
 	}
 	return nil
+}
+
+// A spawnBound counts the runs whose col is key, and also match (SQL):
+// limit's count, at most max; add is how many of the new runs it counts.
+type spawnBound struct {
+	limit, col, also string
+	max              int
+	key              string
+	add              int
+}
+
+// spawnBounds is the bounds lim sets on adding runs.
+func spawnBounds(runs []*Run, lim SpawnLimits) []spawnBound {
+	var bounds []spawnBound
+	adding := func(limit string, max int, col, also string, key func(*Run) string) {
+		if max <= 0 {
+			return
+		}
+		first := len(bounds)
+		for _, r := range runs {
+			k := key(r)
+			i := slices.IndexFunc(bounds[first:], func(b spawnBound) bool { return b.key == k })
+			if i < 0 {
+				bounds = append(bounds, spawnBound{limit, col, also, max, k, 1})
+			} else {
+				bounds[first+i].add++
+			}
+		}
+	}
+	adding("maxChildrenPerSession", lim.MaxChildren, "requester_key",
+		` AND status IN ('`+StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`')`, func(r *Run) string { return r.RequesterKey })
+	adding("maxTotalSpawns", lim.MaxTotal, "root_key", "", func(r *Run) string { return r.RootKey })
+	return bounds
+}
+
+// countBounds counts the stored runs of each bound, in one statement.
+func countBounds(c conn, bounds []spawnBound) ([]int, error) {
+	n := make([]int, len(bounds))
+	if len(bounds) == 0 {
+		return n, nil
+	}
+	var args sqlArgs
+	counts := make([]string, len(bounds))
+	for i, b := range bounds {
+		counts[i] = `(SELECT COUNT(*) FROM runs WHERE ` + b.col + ` = ` + args.add(b.key) + b.also + ` AND schedule_id = '')`
+	}
+	dest := make([]any, len(bounds))
+	for i := range n {
+		dest[i] = &n[i]
+	}
+	err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(dest...) },
+		`SELECT `+strings.Join(counts, ", "), args...)
+	return n, err
+}
+
+// spawnCounts is SpawnEach's running count of each bound of its runs: the
+// stored runs, counted once, and each run it inserted after. Inside the
+// writer's transaction (one writer connection, or the roots' locks held)
+// nothing else inserts a run of these roots meanwhile, so this is what a
+// count before each run would read.
+type spawnCounts struct {
+	bounds []spawnBound
+	n      []int
+}
+
+// check is checkSpawnLimits for r alone, as the next run.
+func (sc *spawnCounts) check(r *Run) error {
+	for i, b := range sc.bounds {
+		if b.key == boundKey(b, r) && sc.n[i]+1 > b.max {
+			return &LimitError{Limit: b.limit, Count: sc.n[i], Max: b.max, Adding: 1}
+		}
+	}
+	return nil
+}
+
+// inserted counts r, just inserted, in the bounds whose count has it.
+func (sc *spawnCounts) inserted(r *Run) {
+	if r.ScheduleID != "" {
+		return
+	}
+	for i, b := range sc.bounds {
+		if b.key != boundKey(b, r) {
+			continue
+		}
+		if b.col == "requester_key" && r.Status != StatusQueued && r.Status != StatusRunning && r.Status != StatusAnnouncing {
+			continue
+		}
+		sc.n[i]++
+	}
+}
+
+// boundKey is r's key in b's column.
+func boundKey(b spawnBound, r *Run) string {
+	if b.col == "requester_key" {
+		return r.RequesterKey
+	}
+	return r.RootKey
 }
 
 // RunBySpawnCall returns the run that the tool call callID of the session
