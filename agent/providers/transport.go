@@ -96,6 +96,7 @@ type Transport struct {
 // dialHost is what the transport knows of one host's dials and calls.
 type dialHost struct {
 	h2      bool          // the last handshake negotiated h2
+	known   bool          // a handshake finished: h2 says the protocol
 	dialing int           // dials in flight
 	ended   chan struct{} // closed when a dial ends (then replaced)
 
@@ -401,7 +402,10 @@ func (t *Transport) dialTLS(ctx context.Context, network, addr string) (net.Conn
 		h = &dialHost{ended: make(chan struct{})}
 		t.hosts[addr] = h
 	}
-	for h.h2 && h.dialing >= h2Dials(h, per, free) {
+	// A host not known yet: one dial first, the others wait for it (it
+	// tells whether the rest wait for streams or dial at once). Every h2
+	// connection dialled is kept, so a first burst would keep one per call.
+	for !h.known && h.dialing > 0 || h.h2 && h.dialing >= h2Dials(h, per, free) {
 		ended := h.ended
 		t.mu.Unlock()
 		select {
@@ -422,7 +426,7 @@ func (t *Transport) dialTLS(ctx context.Context, network, addr string) (net.Conn
 	t.mu.Lock()
 	h.dialing--
 	if err == nil {
-		h.h2 = conn.ConnectionState().NegotiatedProtocol == "h2"
+		h.h2, h.known = conn.ConnectionState().NegotiatedProtocol == "h2", true
 	}
 	close(h.ended)
 	h.ended = make(chan struct{})

@@ -200,3 +200,32 @@ func TestH2BurstIsNoHerd(t *testing.T) {
 	}
 	t.Logf("%d connection requests and %d connections for %d calls, %d streams each", asks.Load(), s.conns.Load(), n, streams)
 }
+
+// The first burst to a host whose protocol is not known yet dials once,
+// the other calls waiting for that handshake: the host answering h2
+// then carries them all (every h2 connection dialled is kept, so a dial
+// per call would stay open).
+func TestFirstBurstToNewHostDialsOnce(t *testing.T) {
+	const n, streams = 50, 100
+	s := newBurstServer(t, true, streams)
+	s.want = n
+	c := &http.Client{Transport: s.client(t), Timeout: 20 * time.Second}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			resp, err := c.Get(s.URL + "/burst")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	if s.missed.Load() {
+		t.Fatalf("only %d of %d requests were at the server at once", s.in.Load(), n)
+	}
+	if got := s.conns.Load(); got > 2 {
+		t.Errorf("%d connections for a first burst of %d calls to an h2 host taking %d streams each, want 1 (2 at a race)", got, n, streams)
+	}
+}
