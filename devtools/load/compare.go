@@ -41,6 +41,9 @@ type Sample struct {
 	BusyRSS  int64         // after the turns and SPAWN 8s
 	Turn     time.Duration // POST "SAY" → the reply on /api/events
 	Spawn8   time.Duration // POST "SPAWN 8" → the 8th announce on /api/events
+	// TurnCPU and Spawn8CPU are the gateway's CPU time from the POST to
+	// that entry (medians): steadier than the wall times on a busy machine.
+	TurnCPU, Spawn8CPU time.Duration
 }
 
 // Compare runs the rounds and returns [round][binary] samples.
@@ -95,7 +98,7 @@ func Compare(ctx context.Context, o CompareOptions) ([][2]Sample, error) {
 			s.Ready, s.ReadyCPU, s.RSS, s.RSSAnon, s.RSSFile = median(ready[i]), median(cpu[i]), int64(median(rss[i])), int64(median(anon[i])), int64(median(file[i]))
 			if !o.NoTurns {
 				if _, err := startIdle(ctx, bin, model.URL, 0, func(gw *harness.Gateway) error {
-					if s.Turn, s.Spawn8, err = turns(ctx, gw, o.Turns); err != nil {
+					if err := turns(ctx, gw, o.Turns, s); err != nil {
 						return err
 					}
 					p, err := harness.ReadProc(gw.Pid())
@@ -143,7 +146,9 @@ func CompareTable(o CompareOptions, samples [][2]Sample) string {
 		row("… RssFile", func(s Sample) float64 { return mib(s.RSSFile) }, "MiB") +
 		row("RSS after the turns below", func(s Sample) float64 { return mib(s.BusyRSS) }, "MiB") +
 		row(fmt.Sprintf("one plain turn (median of %d)", cmp.Or(o.Turns, 5)), func(s Sample) float64 { return ms(s.Turn) }, "ms") +
-		row(fmt.Sprintf("SPAWN 8 → all announced (median of %d)", cmp.Or(o.Turns, 5)), func(s Sample) float64 { return ms(s.Spawn8) }, "ms")
+		row("… the gateway's CPU time during it", func(s Sample) float64 { return ms(s.TurnCPU) }, "ms") +
+		row(fmt.Sprintf("SPAWN 8 → all announced (median of %d)", cmp.Or(o.Turns, 5)), func(s Sample) float64 { return ms(s.Spawn8) }, "ms") +
+		row("… the gateway's CPU time during it", func(s Sample) float64 { return ms(s.Spawn8CPU) }, "ms")
 }
 
 // startIdle starts bin on a fresh state dir, times it to ready, reads its
@@ -198,32 +203,38 @@ func startIdle(ctx context.Context, bin, modelURL string, settle time.Duration, 
 }
 
 // turns times n plain turns and n SPAWN 8s, each in a conversation of its
-// own, after one of each to warm up; it returns the medians.
-func turns(ctx context.Context, gw *harness.Gateway, n int) (turn, spawn8 time.Duration, err error) {
+// own, after one of each to warm up; it sets s's medians.
+func turns(ctx context.Context, gw *harness.Gateway, n int, s *Sample) error {
 	web := harness.NewWeb(gw.Base, 4)
-	var turnT, spawnT []time.Duration
+	cpu := func() time.Duration {
+		d, _ := harness.ThreadCPU(gw.Pid())
+		return d
+	}
+	var turnT, spawnT, turnC, spawnC []time.Duration
 	for i := range n + 1 {
-		d, err := timed(ctx, web, fmt.Sprintf("turn-%d", i), fmt.Sprintf("SAY t%d", i), func(m harness.Message) bool { return m.Role == "assistant" }, 1)
+		d, c, err := timed(ctx, web, cpu, fmt.Sprintf("turn-%d", i), fmt.Sprintf("SAY t%d", i), func(m harness.Message) bool { return m.Role == "assistant" }, 1)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
 		if i > 0 {
-			turnT = append(turnT, d)
+			turnT, turnC = append(turnT, d), append(turnC, c)
 		}
-		d, err = timed(ctx, web, fmt.Sprintf("spawn-%d", i), fmt.Sprintf("SPAWN 8 s%d", i), func(m harness.Message) bool { return m.Role == "announce" }, 8)
+		d, c, err = timed(ctx, web, cpu, fmt.Sprintf("spawn-%d", i), fmt.Sprintf("SPAWN 8 s%d", i), func(m harness.Message) bool { return m.Role == "announce" }, 8)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
 		if i > 0 {
-			spawnT = append(spawnT, d)
+			spawnT, spawnC = append(spawnT, d), append(spawnC, c)
 		}
 	}
-	return median(turnT), median(spawnT), nil
+	s.Turn, s.Spawn8, s.TurnCPU, s.Spawn8CPU = median(turnT), median(spawnT), median(turnC), median(spawnC)
+	return nil
 }
 
 // timed opens client's event stream, posts text and returns the time from
-// the POST to the want-th entry that match accepts.
-func timed(ctx context.Context, web *harness.Web, client, text string, match func(harness.Message) bool, want int) (time.Duration, error) {
+// the POST to the want-th entry that match accepts, and the gateway's CPU
+// time (cpu) meanwhile.
+func timed(ctx context.Context, web *harness.Web, cpu func() time.Duration, client, text string, match func(harness.Message) bool, want int) (time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var (
@@ -252,20 +263,22 @@ func timed(ctx context.Context, web *harness.Web, client, text string, match fun
 	select {
 	case <-ready:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("event stream of %s: %w", client, ctx.Err())
+		return 0, 0, fmt.Errorf("event stream of %s: %w", client, ctx.Err())
 	}
+	before := cpu()
 	posted := time.Now()
 	if _, err := web.Post(ctx, client, text); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return 0, errors.New("no answer to " + text + " within 30 s")
+		return 0, 0, errors.New("no answer to " + text + " within 30 s")
 	}
+	used := cpu() - before
 	mu.Lock()
 	defer mu.Unlock()
-	return last.Sub(posted), nil
+	return last.Sub(posted), used, nil
 }
 
 // median of d (unsorted; d is left as it is).
