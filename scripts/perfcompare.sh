@@ -6,6 +6,7 @@
 #
 #   scripts/perfcompare.sh [OLD_REF [NEW_REF]]    # defaults: 67a26c2 and the working tree
 #   ROUNDS=3 STARTS=7 scripts/perfcompare.sh 67a26c2 main
+#   IDLE_TURNS=1 scripts/perfcompare.sh       # each turn and SPAWN 8 starts on an idle gateway
 #
 # Both are built the same way (go build -tags goolm, not stripped) into a
 # temp dir, from git archive of the ref (the working tree as it is for the
@@ -45,4 +46,5 @@ done
 ls -l "$tmp/herald-old" "$tmp/herald-new" | awk '{ printf "%s %.0f MB\n", $NF, $5/1e6 }' >&2
 go run ./cmd/herald-load -compare "$tmp/herald-old,$tmp/herald-new" \
 	-compare-names "$(git rev-parse --short "$old"),$newName" \
-	-rounds "${ROUNDS:-2}" -starts "${STARTS:-5}" -timeout 30m
+	-rounds "${ROUNDS:-2}" -starts "${STARTS:-5}" -timeout 30m \
+	${IDLE_TURNS:+-idle-turns}

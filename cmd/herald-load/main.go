@@ -54,6 +54,7 @@ func main() {
 	rounds := flag.Int("rounds", 2, "with -compare: rounds (each measures OLD then NEW)")
 	starts := flag.Int("starts", 5, "with -compare: starts per binary per round (the median is kept)")
 	startsOnly := flag.Bool("starts-only", false, "with -compare: measure start and idle memory only, no turns")
+	idleTurns := flag.Bool("idle-turns", false, "with -compare: before each timed turn and SPAWN 8, wait until the gateway used no CPU for 20 ms (a message reaching an idle gateway; the previous SPAWN 8's tail not counted)")
 	settle := flag.Duration("settle", 2*time.Second, "with -compare: how long after ready the idle memory is read")
 	uploadAttachments := flag.String("upload-attachments", "", `with -uploads: more fields of the attachments config, e.g. "maxStoredMB: 50, maxTotalMB: 500"`)
 	flag.Parse()
@@ -68,7 +69,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *compare != "" {
-		co := load.CompareOptions{Rounds: *rounds, Starts: *starts, NoTurns: *startsOnly, Settle: *settle, Log: o.Log}
+		co := load.CompareOptions{Rounds: *rounds, Starts: *starts, NoTurns: *startsOnly, IdleTurns: *idleTurns, Settle: *settle, Log: o.Log}
 		bins, names := strings.Split(*compare, ","), strings.Split(*compareNames+",", ",")
 		if len(bins) != 2 {
 			fmt.Fprintln(os.Stderr, "herald-load: -compare takes two binaries, OLD,NEW")

@@ -24,6 +24,11 @@ type CompareOptions struct {
 	Starts  int       // starts per binary per round; the median is kept (default 5)
 	Turns   int       // plain turns and SPAWN 8s per binary per round (default 5)
 	NoTurns bool      // starts and idle memory only
+	// IdleTurns: each timed turn and SPAWN 8 starts once the gateway has
+	// used no CPU for 20 ms (quiet), instead of right after the previous
+	// one's last entry arrived (whose tail, such as a SPAWN 8's runs
+	// ending after their announces went out, is then counted in it).
+	IdleTurns bool
 	// Settle is how long an idle gateway is left after /readyz says 200
 	// before its memory is read (start-up work that runs after ready, such
 	// as the sandbox probe, is done by then).
@@ -98,7 +103,7 @@ func Compare(ctx context.Context, o CompareOptions) ([][2]Sample, error) {
 			s.Ready, s.ReadyCPU, s.RSS, s.RSSAnon, s.RSSFile = median(ready[i]), median(cpu[i]), int64(median(rss[i])), int64(median(anon[i])), int64(median(file[i]))
 			if !o.NoTurns {
 				if _, err := startIdle(ctx, bin, model.URL, 0, func(gw *harness.Gateway) error {
-					if err := turns(ctx, gw, o.Turns, s); err != nil {
+					if err := turns(ctx, gw, o.Turns, o.IdleTurns, s); err != nil {
 						return err
 					}
 					p, err := harness.ReadProc(gw.Pid())
@@ -203,8 +208,9 @@ func startIdle(ctx context.Context, bin, modelURL string, settle time.Duration, 
 }
 
 // turns times n plain turns and n SPAWN 8s, each in a conversation of its
-// own, after one of each to warm up; it sets s's medians.
-func turns(ctx context.Context, gw *harness.Gateway, n int, s *Sample) error {
+// own, after one of each to warm up; it sets s's medians. With idle, each
+// starts once the gateway is quiet.
+func turns(ctx context.Context, gw *harness.Gateway, n int, idle bool, s *Sample) error {
 	web := harness.NewWeb(gw.Base, 4)
 	cpu := func() time.Duration {
 		d, _ := harness.ThreadCPU(gw.Pid())
@@ -212,12 +218,18 @@ func turns(ctx context.Context, gw *harness.Gateway, n int, s *Sample) error {
 	}
 	var turnT, spawnT, turnC, spawnC []time.Duration
 	for i := range n + 1 {
+		if idle {
+			quiet(ctx, cpu)
+		}
 		d, c, err := timed(ctx, web, cpu, fmt.Sprintf("turn-%d", i), fmt.Sprintf("SAY t%d", i), func(m harness.Message) bool { return m.Role == "assistant" }, 1)
 		if err != nil {
 			return err
 		}
 		if i > 0 {
 			turnT, turnC = append(turnT, d), append(turnC, c)
+		}
+		if idle {
+			quiet(ctx, cpu)
 		}
 		d, c, err = timed(ctx, web, cpu, fmt.Sprintf("spawn-%d", i), fmt.Sprintf("SPAWN 8 s%d", i), func(m harness.Message) bool { return m.Role == "announce" }, 8)
 		if err != nil {
@@ -229,6 +241,26 @@ func turns(ctx context.Context, gw *harness.Gateway, n int, s *Sample) error {
 	}
 	s.Turn, s.Spawn8, s.TurnCPU, s.Spawn8CPU = median(turnT), median(spawnT), median(turnC), median(spawnC)
 	return nil
+}
+
+// quiet waits until the gateway has used no CPU for 20 ms (at most 2 s):
+// what the previous item left running (a SPAWN 8's runs ending after
+// their announces went out, a panel refresh) is not counted in the next.
+func quiet(ctx context.Context, cpu func() time.Duration) {
+	deadline := time.Now().Add(2 * time.Second)
+	last := cpu()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		now := cpu()
+		if now-last < 200*time.Microsecond {
+			return
+		}
+		last = now
+	}
 }
 
 // timed opens client's event stream, posts text and returns the time from
