@@ -170,16 +170,28 @@ var _ http2.ClientConnPool = (*h2Pool)(nil)
 
 // GetClientConn reserves a stream for req on a connection to addr with
 // room, the newest first (during a burst the newest has room).
+//
+// The stream reserved, the call leaves admit's count (its writer's
+// WroteHeaders would come later: under load, much later, and the calls
+// behind it would wait for that).
 func (p *h2Pool) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var cc *http2.ClientConn
 	conns := p.conns[addr]
 	for i := len(conns) - 1; i >= 0; i-- {
 		if conns[i].ReserveNewRequest() {
-			return conns[i], nil
+			cc = conns[i]
+			break
 		}
 	}
-	return nil, http2.ErrNoCachedConn
+	p.mu.Unlock()
+	if cc == nil {
+		return nil, http2.ErrNoCachedConn
+	}
+	if c, ok := req.Context().Value(callKey{}).(*callState); ok && c.leave != nil {
+		c.leave()
+	}
+	return cc, nil
 }
 
 // MarkDead drops cc (it closed, or will take no more calls).
@@ -272,12 +284,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	defer leave()
-	c := &callState{}
+	c := &callState{leave: leave}
 	ctx := context.WithValue(req.Context(), callKey{}, c)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GetConn:      func(string) { c.moved() },
 		GotConn:      func(httptrace.GotConnInfo) { c.moved() },
-		WroteHeaders: leave, // HTTP/2: the call has its stream
+		WroteHeaders: leave, // the call has its stream (h2Pool.GetClientConn says so first)
 	})
 	defer c.moved()
 	return t.Transport.RoundTrip(req.WithContext(ctx))
@@ -286,7 +298,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // admit lets a call to a host known to speak HTTP/2 into net/http only
 // while fewer than maxH2Waiting of its calls are in there without a
 // stream; the others wait their turn here, oldest first. leave (called
-// once the call has its stream, or has ended) lets the next one in.
+// once the call has its stream — h2Pool.GetClientConn reserved it — or
+// has ended) lets the next one in.
 // Calls to other hosts go in at once.
 //
 // Without it, a burst of calls beyond what the host's connections carry
@@ -363,8 +376,9 @@ type callKey struct{}
 // the call ended. Each of these happens only after the connection
 // request the dial serves was answered or given up.
 type callState struct {
-	mu   sync.Mutex
-	next chan struct{} // closed at the next move; nil until watched
+	leave func() // admit's: the call has its stream
+	mu    sync.Mutex
+	next  chan struct{} // closed at the next move; nil until watched
 }
 
 func (c *callState) moved() {
