@@ -34,7 +34,7 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	flag.StringVar(&o.Bin, "bin", "", "a built herald binary (default: build ./cmd/herald)")
 	flag.StringVar(&o.Dir, "dir", "", "keep config, state and gateway.log here (default: a temp dir, removed)")
-	flag.StringVar(&o.ProfileDir, "profile", "", "write cpu.pprof, heap.pprof, goroutine.pprof and (without -trace) one second of trace.out (go tool trace) of the gateway here")
+	flag.StringVar(&o.ProfileDir, "profile", "", "write cpu.pprof, heap.pprof, goroutine.pprof and (without -trace) one second of trace.out (go tool trace) of the gateway here, and what is live (heap-live.pprof, memstats-live.txt; work-* half a latency earlier, the children in their work calls)")
 	flag.StringVar(&o.PostgresURL, "postgres", "", "keep the gateway's state in this PostgreSQL database (a fresh one: scripts/postgres.sh start)")
 	flag.IntVar(&o.Replicas, "replicas", 1, "with -postgres: this many gateway processes share the state; conversations are spread over them")
 	flag.BoolVar(&o.Serial, "serial", false, "one conversation at a time: open its event stream, post, wait for its replies, close the stream (a loop of turns; CPU per turn without overlap)")

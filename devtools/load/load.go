@@ -474,7 +474,8 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 			get("/debug/pprof/trace?seconds=1", "trace.out")
 		})
 	}
-	// In flight: the first spawn answer plus 1.5 latencies.
+	// In flight: the first spawn answer plus 0.75 latencies (the work
+	// calls), plus 1.5 (the announce calls).
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	if o.Trace > 0 {
@@ -495,17 +496,40 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 			get(fmt.Sprintf("/debug/pprof/trace?seconds=%g", o.Trace.Seconds()), "trace.out")
 		})
 	}
-	for model.FirstSpawn().IsZero() || time.Now().Before(model.FirstSpawn().Add(o.Latency*3/2)) {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		case <-t.C:
+	// Until the first spawn answer plus frac latencies; false when the
+	// load ended first.
+	until := func(frac float64) bool {
+		for model.FirstSpawn().IsZero() || time.Now().Before(model.FirstSpawn().Add(time.Duration(float64(o.Latency)*frac))) {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+			}
 		}
+		return true
+	}
+	// What is live (heap?gc=1 collects first; memstats then reads the
+	// live heap as HeapAlloc) at two marks: the children in their work
+	// calls, then in their announce calls (docs/performance.md, memory
+	// per call in flight: the heap).
+	live := func(prefix string) {
+		get("/debug/pprof/heap?gc=1", prefix+"heap-live.pprof")
+		get("/debug/pprof/heap?debug=1", prefix+"memstats-live.txt")
+	}
+	if !until(0.75) {
+		wg.Wait()
+		return
+	}
+	live("work-")
+	get("/debug/pprof/goroutine", "work-goroutine.pprof")
+	if !until(1.5) {
+		wg.Wait()
+		return
 	}
 	get("/debug/pprof/heap", "heap.pprof")
 	get("/debug/pprof/heap?debug=1", "memstats.txt") // ends with runtime.MemStats: stacks vs heap
 	get("/debug/pprof/goroutine", "goroutine.pprof")
+	live("")
 	wg.Wait()
 	logf("profiles in %s (go tool pprof -top %s/cpu-*.pprof)", o.ProfileDir, o.ProfileDir)
 }
