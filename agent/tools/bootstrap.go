@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,8 +48,8 @@ func LoadBootstrap(workspace string, subagent bool) (string, error) {
 	if err != nil {
 		dir = nil
 	}
-	text, read, err := loadBootstrap(workspace, subagent)
-	if err == nil && dir != nil {
+	text, read, dangling, err := loadBootstrap(workspace, subagent)
+	if err == nil && dir != nil && !dangling {
 		e := bootEntry{text: text, dir: statOf(dir), files: read}
 		if e.settled(at) {
 			boots.put(key, e)
@@ -62,12 +63,12 @@ func LoadBootstrap(workspace string, subagent bool) (string, error) {
 // file system's timestamp granularity of a stat could change again
 // without its stat showing it, so such a read is not kept.
 func (e bootEntry) settled(at time.Time) bool {
-	limit := at.Add(-2 * time.Second).UnixNano()
-	if e.dir.mod >= limit {
+	limit := at.Add(-bootSettle).UnixNano()
+	if max(e.dir.mod, e.dir.ctime) >= limit {
 		return false
 	}
 	for _, st := range e.files {
-		if st.mod >= limit {
+		if max(st.mod, st.ctime) >= limit {
 			return false
 		}
 	}
@@ -75,14 +76,16 @@ func (e bootEntry) settled(at time.Time) bool {
 }
 
 // loadBootstrap is LoadBootstrap without the cache; read are the stats of
-// the files it read, by path.
-func loadBootstrap(workspace string, subagent bool) (text string, read map[string]fileStat, err error) {
+// the files it read, by path; dangling says a name was a link to nothing
+// (such a read is not kept).
+func loadBootstrap(workspace string, subagent bool) (text string, read map[string]fileStat, dangling bool, err error) {
+	bootLoads.Add(1)
 	root, err := os.OpenRoot(workspace)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", nil, nil
+			return "", nil, false, nil
 		}
-		return "", nil, fmt.Errorf("bootstrap: open workspace %s: %w", workspace, err)
+		return "", nil, false, fmt.Errorf("bootstrap: open workspace %s: %w", workspace, err)
 	}
 	defer root.Close()
 	names := bootstrapFiles
@@ -96,6 +99,10 @@ func loadBootstrap(workspace string, subagent bool) (text string, read map[strin
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) || IsEscape(err) {
 				errs = append(errs, fmt.Errorf("bootstrap: read %s in %s: %w", name, workspace, err))
+			} else if _, lerr := root.Lstat(name); lerr == nil {
+				// A link to nothing (yet): its target may appear
+				// without the workspace directory changing.
+				dangling = true
 			}
 			continue
 		}
@@ -107,18 +114,24 @@ func loadBootstrap(workspace string, subagent bool) (text string, read map[strin
 			sections = append(sections, "## "+name+"\n"+text)
 		}
 	}
-	return strings.Join(sections, "\n\n"), read, errors.Join(errs...)
+	return strings.Join(sections, "\n\n"), read, dangling, errors.Join(errs...)
 }
 
 // fileStat is what a cached read is checked against.
+// On Linux it also holds the inode and the change time, which no write
+// can leave as they were (cp -p and touch -r set the mtime back, not the
+// ctime).
 type fileStat struct {
-	mod  int64 // ns
-	size int64
-	mode fs.FileMode
+	mod   int64 // ns
+	size  int64
+	mode  fs.FileMode
+	ino   uint64
+	ctime int64 // ns
 }
 
 func statOf(fi fs.FileInfo) fileStat {
-	return fileStat{mod: fi.ModTime().UnixNano(), size: fi.Size(), mode: fi.Mode()}
+	ino, ctime := inodeOf(fi)
+	return fileStat{mod: fi.ModTime().UnixNano(), size: fi.Size(), mode: fi.Mode(), ino: ino, ctime: ctime}
 }
 
 type bootKey struct {
@@ -140,6 +153,13 @@ type bootCache struct {
 }
 
 const maxBootCache = 64
+
+// bootSettle is how long before a read what it read must have last
+// changed for the read to be kept; bootLoads counts the reads (tests).
+var (
+	bootSettle = 2 * time.Second
+	bootLoads  atomic.Int64
+)
 
 var boots bootCache
 

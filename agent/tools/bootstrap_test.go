@@ -3,6 +3,7 @@ package tools
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -97,37 +98,50 @@ func TestLoadBootstrapSeesChanges(t *testing.T) {
 }
 
 // Files last changed a while ago are read once and kept while they stat
-// the same; a change to any of them shows at the next call.
+// the same; a rewrite (also one that puts the mtime back), a new file
+// and a link whose target appears are seen at the next call.
 func TestLoadBootstrapKeepsSettledFiles(t *testing.T) {
+	settle := bootSettle
+	bootSettle = -time.Hour // everything counts as settled
+	t.Cleanup(func() { bootSettle = settle })
 	ws := t.TempDir()
 	agents := filepath.Join(ws, "AGENTS.md")
-	old := time.Now().Add(-time.Hour)
-	age := func(paths ...string) {
-		for _, p := range paths {
-			if err := os.Chtimes(p, old, old); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	mustWrite(t, agents, "first")
-	age(agents, ws)
-	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nfirst" {
-		t.Fatalf("first read = %q", got)
+	load := func(want string) int64 {
+		t.Helper()
+		before := bootLoads.Load()
+		if got, err := LoadBootstrap(ws, false); err != nil || got != want {
+			t.Fatalf("LoadBootstrap = %q, %v; want %q", got, err, want)
+		}
+		return bootLoads.Load() - before
 	}
-	// Rewritten behind the cache's back (same size, same times): kept.
-	mustWrite(t, agents, "other")
-	age(agents)
-	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nfirst" {
-		t.Fatalf("read of unchanged stats = %q; want the kept text", got)
+	load("## AGENTS.md\nfirst")
+	if n := load("## AGENTS.md\nfirst"); n != 0 {
+		t.Errorf("unchanged files read again (%d reads)", n)
 	}
-	// Any change of time, size or names is seen.
-	old = old.Add(time.Minute)
-	age(agents)
-	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nother" {
-		t.Fatalf("read after a change = %q", got)
+	fi, err := os.Stat(agents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, agents, "other") // same size
+	if err := os.Chtimes(agents, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS == "linux" { // the change time: elsewhere mtime and size only
+		load("## AGENTS.md\nother")
 	}
 	mustWrite(t, filepath.Join(ws, "USER.md"), "user")
-	if got, _ := LoadBootstrap(ws, false); got != "## AGENTS.md\nother\n\n## USER.md\nuser" {
-		t.Fatalf("read after a file was added = %q", got)
+	load("## AGENTS.md\nother\n\n## USER.md\nuser")
+	// A link to a file not there yet: never kept, so the file shows once
+	// it is written (the workspace directory does not change then).
+	sub := filepath.Join(ws, "notes")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.Symlink(filepath.Join("notes", "soul.md"), filepath.Join(ws, "SOUL.md")); err != nil {
+		t.Fatal(err)
+	}
+	load("## AGENTS.md\nother\n\n## USER.md\nuser")
+	mustWrite(t, filepath.Join(sub, "soul.md"), "soul")
+	load("## AGENTS.md\nother\n\n## SOUL.md\nsoul\n\n## USER.md\nuser")
 }
