@@ -248,9 +248,12 @@ func (g *Gateway) intake(ctx context.Context, in channels.Inbound, keep *webKeep
 }
 
 // storedRow is a session row a message's intake stored (created) or read.
-// Only the session's next load takes it (any load removes it), so what
-// it says still holds then: the row is the store's, and a created one's
-// transcript has no line.
+// Only the session's next load takes it (any load removes it; a turn that
+// ends before loading, skipStale, drops it), so what it says still holds
+// then: the row is the store's, and a created one's transcript has no
+// line. This relies on one process changing the rows: on SQLite nothing
+// outside the gateway writes a session row (the CLI and the console do
+// not; a restore needs it stopped), and with other replicas it is off.
 type storedRow struct {
 	row     *store.Session
 	created bool

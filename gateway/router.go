@@ -204,6 +204,14 @@ func (g *Gateway) session(ctx context.Context, cfg *config.Config, agentID, key 
 	return s, nil
 }
 
+// forgetRow drops the row a message's intake left for the session of key
+// (newRows) when its turn ends without loading the session.
+func (g *Gateway) forgetRow(key string) {
+	g.mu.Lock()
+	delete(g.newRows, key)
+	g.mu.Unlock()
+}
+
 // newSessionRow is the row of a new requester session of key.
 func (g *Gateway) newSessionRow(cfg *config.Config, agentID, key string, origin channels.Origin) *store.Session {
 	now := g.clock.Now()
@@ -256,6 +264,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		}
 	}()
 	if g.skipStale(laneCtx, it, cfg.Intake.MaxAge(), log) {
+		g.forgetRow(key) // no load follows to take it
 		outcome = "skipped"
 		return
 	}
