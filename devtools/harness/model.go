@@ -77,6 +77,39 @@ type Model struct {
 	spawned  map[string]int // tag → spawn calls answered (more than one answer = a repeated turn)
 	sentBack map[string]int // file name → send_file calls answered
 	arrived  map[CallKind][]time.Time
+	answered map[CallKind][]time.Time // when the handler returned: the answer written
+	kinds    map[string]CallKind      // by callIDHeader, until the answer is written
+	nextID   atomic.Int64
+}
+
+// callIDHeader is set on each call as it comes in, so that the time its
+// answer was written is counted under the kind answer gave it.
+const callIDHeader = "X-Herald-Load-Call"
+
+// timed records when each call's answer was written (Answered).
+func (m *Model) timed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strconv.FormatInt(m.nextID.Add(1), 10)
+		r.Header.Set(callIDHeader, id)
+		h.ServeHTTP(w, r)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		at := time.Now()
+		m.mu.Lock()
+		if kind, ok := m.kinds[id]; ok {
+			m.answered[kind] = append(m.answered[kind], at)
+			delete(m.kinds, id)
+		}
+		m.mu.Unlock()
+	})
+}
+
+// Answered returns when each answer of kind was written, in order.
+func (m *Model) Answered(kind CallKind) []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.answered[kind])
 }
 
 // CallKind sorts the model's calls for a timeline.
@@ -105,8 +138,8 @@ func (m *Model) Arrivals(kind CallKind) []time.Time {
 
 // StartModel serves the fake model on a loopback port.
 func StartModel(opts ModelOptions) (*Model, error) {
-	m := &Model{opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}, arrived: map[CallKind][]time.Time{}}
-	handler := llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false)
+	m := &Model{opts: opts, done: make(chan struct{}), spawned: map[string]int{}, sentBack: map[string]int{}, arrived: map[CallKind][]time.Time{}, kinds: map[string]CallKind{}, answered: map[CallKind][]time.Time{}}
+	handler := m.timed(llmtest.NewHandler(llmtest.APIOpenAI, m.answer, false))
 	if opts.TLS {
 		return m, m.startTLS(handler)
 	}
@@ -215,6 +248,9 @@ func (m *Model) answer(c llmtest.Call) llmtest.Reply {
 	r, kind := m.reply(c)
 	m.mu.Lock()
 	m.arrived[kind] = append(m.arrived[kind], at)
+	if id := c.Header.Get(callIDHeader); id != "" {
+		m.kinds[id] = kind
+	}
 	m.mu.Unlock()
 	if m.opts.FailEvery > 0 && n%int64(m.opts.FailEvery) == 0 {
 		m.failed.Add(1)

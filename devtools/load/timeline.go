@@ -15,7 +15,7 @@ import (
 
 // A Timeline says when the Nth event of each step of a load run happened,
 // counted from the model's first spawn answer: the fake model's call
-// arrivals by kind, the gateway's log lines for spawns registered and
+// arrivals by kind and when their answers were written, the gateway's log lines for spawns registered and
 // runs ended, and the announces seen on the event streams. Where a load
 // spends its time above the model's floor shows as the step whose last
 // event lags the one before it.
@@ -95,22 +95,15 @@ func timeline(model *harness.Model, gatewayLog string, announces []time.Time, cp
 		slices.Sort(at)
 		tl.Steps = append(tl.Steps, TimelineStep{Name: name, At: at})
 	}
-	shift := func(ts []time.Time, d time.Duration) []time.Time {
-		out := make([]time.Time, len(ts))
-		for i, x := range ts {
-			out[i] = x.Add(d)
-		}
-		return out
-	}
-	lat := model.Latency()
 	add("model conn accepted", model.Connections())
 	add("spawn call in", model.Arrivals(harness.CallSpawn))
-	add("spawn answer out", shift(model.Arrivals(harness.CallSpawn), lat))
+	add("spawn answer out", model.Answered(harness.CallSpawn))
 	logged := logTimes(gatewayLog, "sub-agent spawned", "sub-agent run ended", "turn done")
 	add("spawn registered", logged["sub-agent spawned"])
 	add("child work call in", model.Arrivals(harness.CallWork))
+	add("child work answered", model.Answered(harness.CallWork))
 	add("child announce in", model.Arrivals(harness.CallAnnounce))
-	add("child announce out", shift(model.Arrivals(harness.CallAnnounce), lat))
+	add("child announce answered", model.Answered(harness.CallAnnounce))
 	add("run ended (log)", logged["sub-agent run ended"])
 	add("announce on stream", announces)
 	add("parent after-call in", model.Arrivals(harness.CallAfter))
