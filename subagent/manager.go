@@ -850,8 +850,11 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	}
 	lr.fresh = lr.fresh || lr.spawnedHere
 	lr.run.StretchAt = now
-	run := lr.run
-	ctx, lr.span = m.startSpan(ctx, &run)
+	// The run's one copy for this execution: execute's and its runner's
+	// (RunCtx.Run), on the heap while the run waits for its model.
+	rc := &RunCtx{Run: lr.run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx}
+	run := &rc.Run
+	ctx, lr.span = m.startSpan(ctx, run)
 	span := lr.span
 	if run.Resumes > 0 && span.IsRecording() {
 		span.SetAttributes(telemetry.AttrResumed.Bool(true))
@@ -859,9 +862,9 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	m.mu.Unlock()
 	defer span.End() // end ends it first with the outcome; this covers a shutdown
 	defer cancel()
-	log := m.runLog(&run)
+	log := m.runLog(run)
 
-	rt, err := m.runThread(ctx, &run)
+	rt, err := m.runThread(ctx, run)
 	if err != nil && laneCtx.Err() != nil {
 		m.mu.Lock()
 		m.forgetLocked(run.ID)
@@ -871,7 +874,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	if rt != nil && rt.State == store.ThreadPending {
 		// The gateway stopped between recording the run and recording its
 		// thread: open it now, once (SPEC §24).
-		if _, err := m.openRunThread(ctx, &run, true); err != nil {
+		if _, err := m.openRunThread(ctx, run, true); err != nil {
 			if laneCtx.Err() != nil {
 				m.mu.Lock()
 				m.forgetLocked(run.ID)
@@ -883,7 +886,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		m.mu.Lock()
 		lr.run.Origin = run.Origin
 		m.mu.Unlock()
-		rt, _ = m.runThread(ctx, &run)
+		rt, _ = m.runThread(ctx, run)
 	}
 	m.changed(run.RootKey)
 	if !recorded {
@@ -892,13 +895,13 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 		}
 	}
 	if _, ok := m.config().Agent(run.AgentID); !ok {
-		m.finish(lr, &run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
+		m.finish(lr, run, store.OutcomeError, "", fmt.Sprintf("agent %s is no longer configured", run.AgentID), agent.Usage{})
 		return
 	}
-	rc := &RunCtx{Run: run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx, live: m.startLive(&run, rt), log: log}
-	out := m.runnerFor(&run).Run(ctx, rc)
+	rc.live, rc.log = m.startLive(run, rt), log
+	out := m.runnerFor(run).Run(ctx, rc)
 	draft, drafted := rc.live.stop()
-	m.focusEnd(ctx, lr, &run, out.Status)
+	m.focusEnd(ctx, lr, run, out.Status)
 	m.mu.Lock()
 	lr.draft, lr.drafted = draft, drafted
 	m.mu.Unlock()
@@ -913,10 +916,10 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	}
 	run.BudgetStopped, run.Output = out.BudgetStopped, out.Output
 	if out.Skip {
-		m.finishSkip(lr, &run, out.Status, out.Result, out.Note)
+		m.finishSkip(lr, run, out.Status, out.Result, out.Note)
 		return
 	}
-	m.finish(lr, &run, out.Status, out.Result, out.Note, m.usageOf(lr))
+	m.finish(lr, run, out.Status, out.Result, out.Note, m.usageOf(lr))
 }
 
 // modelRunner runs a child as the model loop of package agent: a work
