@@ -369,7 +369,7 @@ func TestOpenAIDirectFailsAsSDK(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	pr, _ = New("down", config.Provider{API: APIOpenAI, BaseURL: "http://" + addr + "/v1", APIKey: "k"}, Options{HTTPClient: &http.Client{}})
+	pr, _ = New("down", config.Provider{API: APIOpenAI, BaseURL: "http://user:secret@" + addr + "/v1", APIKey: "k"}, Options{HTTPClient: &http.Client{}})
 	p = pr.(*openAIProvider)
 	direct, sdk = p.post(context.Background(), body, &raw, ""), p.postSDK(context.Background(), body, &raw, "")
 	var du, su *url.Error

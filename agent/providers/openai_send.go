@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -131,7 +132,7 @@ func (p *openAIProvider) received(ctx context.Context, e *openAIEndpoint, req *h
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return &url.Error{Op: "Post", URL: e.url.Redacted(), Err: err}
+		return &url.Error{Op: "Post", URL: stripPassword(e.url), Err: err}
 	}
 	if res.StatusCode >= 300 && res.StatusCode < 400 && res.Header.Get("Location") != "" {
 		res.Body.Close()
@@ -180,4 +181,13 @@ func openAIError(req *http.Request, res *http.Response) error {
 		return err
 	}
 	return aerr
+}
+
+// stripPassword is u as http.Client writes it in its errors: a password
+// in it as "***".
+func stripPassword(u *url.URL) string {
+	if _, set := u.User.Password(); set {
+		return strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1)
+	}
+	return u.String()
 }
