@@ -578,3 +578,33 @@ func TestE2EScheduleReload(t *testing.T) {
 	}
 	checkOncePerDue(t, dues)
 }
+
+// TestE2EScheduleFailureNoticeGoesOutAtOnce: a firing that fails (a
+// stored schedule whose expression no longer parses) tells its
+// conversation at once, not at the outbox's next one-minute pass.
+func TestE2EScheduleFailureNoticeGoesOutAtOnce(t *testing.T) {
+	t.Parallel()
+	tg := newTestGateway(t, scheduleConfig, scheduleModel())
+	const client = "sched-broken"
+	o := channels.Origin{Channel: "web", ChatID: client, ChatType: channels.ChatDM, SenderID: client}
+	broken := &store.Schedule{ID: "sbad0001", SessionKey: "agent:main:web:dm:" + client, AgentID: "main", Kind: store.ScheduleEvery,
+		Expr: "bogus", Task: "x", Origin: o, Source: store.ScheduleFromChat, NextDue: time.Now().Add(2 * time.Second), CreatedAt: time.Now()}
+	if err := tg.G.Store().AddSchedule(context.Background(), broken, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A schedule made in chat wakes the scheduler, which then waits for
+	// the broken one's due time; its reply is delivered well before.
+	seq := webPost(t, tg.URL, client, "/schedule in 1h later")
+	waitWeb(t, tg, client, seq, "system", func(s string) bool { return strings.HasPrefix(s, "⏰ Scheduled") })
+	told := func() bool {
+		for _, m := range webMessages(t, tg.URL, client, seq) {
+			if m.Role == "system" && strings.HasPrefix(m.Text, "⚠️ Schedule sbad0001 cannot fire") {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(10*time.Second, told) { // the outbox's idle pass is a minute
+		t.Fatal("the failed firing's notice did not go out within 10 s")
+	}
+}

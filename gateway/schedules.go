@@ -46,9 +46,16 @@ func (g *Gateway) newScheduler() {
 	g.sched = schedule.New(schedule.Deps{
 		Store: g.db, Runs: g.subs, Config: g.cfg(), Clock: g.clock, Logger: g.log,
 		SessionKey: func(agentID string, o channels.Origin) string { return string(ids.Requester(agentID, o)) },
-		OnFiring:   func(result string, n int) { firings.WithLabelValues(result).Add(float64(n)) },
-		OnChange:   g.panel.changed,
-		Exclusive:  !g.cluster.shared,
+		OnFiring: func(result string, n int) {
+			firings.WithLabelValues(result).Add(float64(n))
+			if result == schedule.ResultFailed {
+				// FireDue stored the failure's notice: nothing else wakes
+				// the outbox for it.
+				g.outbox.wakeUp()
+			}
+		},
+		OnChange:  g.panel.changed,
+		Exclusive: !g.cluster.shared,
 	})
 }
 
