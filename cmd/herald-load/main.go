@@ -40,6 +40,7 @@ func main() {
 	flag.BoolVar(&o.Serial, "serial", false, "one conversation at a time: open its event stream, post, wait for its replies, close the stream (a loop of turns; CPU per turn without overlap)")
 	flag.DurationVar(&o.Trace, "trace", 0, "with -profile: also write trace.out, a runtime/trace this long from just before the first spawn answer (go tool trace)")
 	flag.IntVar(&o.MaxConns, "max-conns", 0, "the fake provider's models.providers.fake.maxConnections (default: the gateway's, a quarter of the open-file limit)")
+	flag.DurationVar(&o.TraceAt, "trace-at", 0, "with -trace: start the trace this long after the first spawn answer (e.g. 2×latency: the announces)")
 	flag.BoolVar(&o.Timeline, "timeline", false, "after the summary, print when each step's Nth event happened (model calls by kind, spawns registered, runs ended, announces seen), from the model's first spawn answer")
 	quiet := flag.Bool("q", false, "print only the summary line")
 	sessions := flag.Int("sessions", 0, "measure bounded memory: this many distinct conversations per wave (instead of the sub-agent load)")

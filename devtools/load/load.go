@@ -35,6 +35,7 @@ type Options struct {
 	Dir           string        // working dir (config, state, log); a temp dir when empty
 	ProfileDir    string        // when set, CPU, heap and goroutine profiles are written here
 	Trace         time.Duration // with ProfileDir: an execution trace this long from just before the first spawn answer (trace.out)
+	TraceAt       time.Duration // … starting this long after the first spawn answer instead
 	PostgresURL   string        // when set, the gateway's state is this PostgreSQL database (state.driver postgres)
 	Replicas      int           // gateway processes sharing PostgresURL (default 1); conversations are spread over them
 	Serial        bool          // post one conversation's message only after the previous one's replies all arrived (a loop of turns)
@@ -484,7 +485,7 @@ func takeProfiles(ctx context.Context, o Options, addr string, model *harness.Mo
 		wg.Go(func() {
 			for {
 				calls := model.Arrivals(harness.CallSpawn)
-				if len(calls) > 0 && time.Until(calls[0].Add(o.Latency)) < 200*time.Millisecond {
+				if len(calls) > 0 && time.Until(calls[0].Add(o.Latency+o.TraceAt)) < 200*time.Millisecond {
 					break
 				}
 				select {
