@@ -377,16 +377,23 @@ type chain struct {
 }
 
 // turn is t for a call with m (after BeforeCall allows it), on the heap.
+// Nothing a call does writes to the Turn it is given.
 func (c *chain) turn(ctx context.Context, t *Turn, m *Model) (*Turn, error) {
 	if t.BeforeCall != nil {
 		if err := t.BeforeCall(ctx, m); err != nil {
 			return nil, err
 		}
 	}
+	c.wrote = false
+	if m == t.Model && t.OnText == nil {
+		// Nothing to change for this call: t itself, no copy (a Turn is
+		// 576 B, kept as long as the call waits; an announce step's call,
+		// a turn nobody watches).
+		return t, nil
+	}
 	tm := new(Turn)
 	*tm = *t
 	tm.Model = m
-	c.wrote = false
 	if onText, shown := t.OnText, t.Shown; onText != nil {
 		tm.OnText = func(text string) {
 			onText(text)
