@@ -181,6 +181,23 @@ func dsn(path string, readOnly bool) string {
 	return "file:" + path + "?" + strings.Join(q, "&")
 }
 
+// noDatabaseFiles reports that neither path nor its WAL or rollback
+// journal exists. A -wal or -journal left beside a database that was
+// removed (an operator's reset after a crash: "move the file away") must
+// not meet the image: the image's header says WAL mode and holds pages, so
+// SQLite would replay the old WAL's frames onto it — the "empty" database
+// would hold the old conversations, or be malformed. An empty file made
+// the ordinary way has no pages, and SQLite discards a WAL or journal
+// beside it, so that is the path taken whenever one is there.
+func noDatabaseFiles(path string) bool {
+	for _, p := range []string{path, path + "-wal", path + "-journal"} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkWritable makes sure the state dir exists and that both it and an
 // existing database (with its WAL side files) can be written, so a
 // read-only deployment fails at start and not on the first run. When
@@ -199,12 +216,11 @@ func checkWritable(dir, path string, image []byte) (published bool, err error) {
 		return false, readOnly(dir, errors.New("not a directory"))
 	}
 	// A new database is made from the image when the system can publish
-	// it whole (publishImage); otherwise (and when another process made it
-	// meanwhile) it is checked and made below as before.
-	if len(image) > 0 {
-		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) && publishImage(dir, path, image) == nil {
-			return true, nil
-		}
+	// it whole (publishImage) and nothing of an earlier database is left
+	// beside it (noDatabaseFiles); otherwise (and when another process
+	// made it meanwhile) it is checked and made below as before.
+	if len(image) > 0 && noDatabaseFiles(path) && publishImage(dir, path, image) == nil {
+		return true, nil
 	}
 	// A new database is created private: it holds conversations. Creating
 	// it shows the dir takes new files (SQLite adds its WAL beside it), so

@@ -237,6 +237,70 @@ func TestOpenNewDatabaseFromImage(t *testing.T) {
 	}
 }
 
+// A -wal left beside a removed database (a reset after a crash: the
+// operator moved herald.db away, its uncheckpointed WAL stayed) is not
+// replayed onto the new database: Open gives an empty one, as it did
+// when a new database was an empty file, and the image is not published
+// while a -wal or -journal is there.
+func TestNewDatabaseIgnoresStaleWAL(t *testing.T) {
+	sqliteOnly(t)
+	ctx := context.Background()
+	oldDir := t.TempDir()
+	old, err := Open(ctx, oldDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, err := old.w.ExecContext(ctx, "CREATE TABLE old_conversation (x TEXT); INSERT INTO old_conversation VALUES ('before the crash')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.AddIntake(ctx, &Intake{SessionKey: "s1", AgentID: "main", Origin: channels.Origin{Channel: "web", ChatID: "c1", ChatType: "dm"}, Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	// The WAL as a crash leaves it: frames not checkpointed.
+	wal, err := os.ReadFile(filepath.Join(oldDir, DBFile+"-wal"))
+	if err != nil || len(wal) == 0 {
+		t.Fatalf("the old database's WAL: %d bytes, %v", len(wal), err)
+	}
+
+	for _, side := range []string{"-wal", "-journal"} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, DBFile)
+		if err := os.WriteFile(path+side, wal, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if published, err := checkWritable(dir, path, freshImage); err != nil || published {
+			t.Fatalf("%s left in the dir: checkWritable = %v, %v; want the ordinary path", side, published, err)
+		}
+		os.Remove(path)
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, DBFile)
+	if err := os.WriteFile(path+"-wal", wal, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.w.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'old_conversation'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the new database holds the old database's table (%d, %v): the stale WAL was replayed", n, err)
+	}
+	if err := db.w.QueryRowContext(ctx, "SELECT count(*) FROM sessions").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the new database holds %d sessions (%v), want none", n, err)
+	}
+	var ok string
+	if err := db.w.QueryRowContext(ctx, "PRAGMA quick_check").Scan(&ok); err != nil || ok != "ok" {
+		t.Fatalf("quick_check on the new database = %q, %v", ok, err)
+	}
+	if !atNewest(ctx, db.w, newestVersion()) {
+		t.Fatal("the new database is not at the newest version")
+	}
+}
+
 // BenchmarkOpenNew opens a new SQLite state database: what a first start
 // pays before it is ready.
 func BenchmarkOpenNew(b *testing.B) {
