@@ -3,6 +3,7 @@ package providers
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -369,7 +370,7 @@ func TestOpenAIDirectFailsAsSDK(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	pr, _ = New("down", config.Provider{API: APIOpenAI, BaseURL: "http://user:secret@" + addr + "/v1", APIKey: "k"}, Options{HTTPClient: &http.Client{}})
+	pr, _ = New("down", config.Provider{API: APIOpenAI, BaseURL: "http://" + addr + "/v1", APIKey: "k"}, Options{HTTPClient: &http.Client{}})
 	p = pr.(*openAIProvider)
 	direct, sdk = p.post(context.Background(), body, &raw, ""), p.postSDK(context.Background(), body, &raw, "")
 	var du, su *url.Error
@@ -408,4 +409,38 @@ func TestOpenAIDirectFailsAsSDK(t *testing.T) {
 		t.Errorf("%d redirects, %d calls answered; want 3 (the direct try, then one per call through the SDK) and 2", redirects, calls)
 	}
 	mu.Unlock()
+}
+
+// A base URL with a user in it is Basic auth on the wire when nothing else
+// authorizes the request, as http.Client sends it (a transport alone does
+// not): a compatible provider behind a proxy that asks for it.
+func TestOpenAIBaseURLUserIsBasicAuth(t *testing.T) {
+	var mu sync.Mutex
+	var auth []string
+	fake := llmtest.NewHandler(llmtest.APIOpenAI, llmtest.Text("ok"), false)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	base := strings.Replace(srv.URL, "http://", "http://alice:s3cret@", 1) + "/v1"
+	pr, err := New("basic", config.Provider{API: APIOpenAICompatible, BaseURL: base}, Options{HTTPClient: &http.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := agent.Request{Model: "llama", Messages: []agent.Message{{Role: agent.RoleUser, Text: "hi"}}}
+	if _, err := pr.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pr.(*openAIProvider).Stream(context.Background(), req, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:s3cret"))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auth) != 2 || auth[0] != want || auth[1] != want {
+		t.Errorf("Authorization %q, want %q on both calls", auth, want)
+	}
 }

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -29,9 +29,11 @@ import (
 //
 // The SDK's client is still used where this would differ: an
 // http.Client with more than a transport (a timeout, a cookie jar, a
-// redirect policy), and a provider that answered a redirect, which is
-// followed as the SDK follows it from then on (the answer that redirected
-// is dropped and the attempt made again).
+// redirect policy), a base URL with a user in it (http.Client sends it as
+// Basic auth when the request carries no Authorization; a transport does
+// not), and a provider that answered a redirect, which is followed as the
+// SDK follows it from then on (the answer that redirected is dropped and
+// the attempt made again).
 
 // openAIEndpoint is what every request of one provider and key sends
 // besides its body. Nothing writes to it once made.
@@ -99,6 +101,9 @@ func (p *openAIProvider) post(ctx context.Context, body *openAIBody, dst any, ke
 	if err != nil {
 		return err
 	}
+	if e.url.User != nil {
+		return p.postSDK(ctx, body, dst, key)
+	}
 	req, res, err := p.send(ctx, e, body)
 	return p.received(ctx, e, req, res, err, body, dst, key)
 }
@@ -132,7 +137,13 @@ func (p *openAIProvider) received(ctx context.Context, e *openAIEndpoint, req *h
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return &url.Error{Op: "Post", URL: stripPassword(e.url), Err: err}
+		return &url.Error{Op: "Post", URL: e.url.String(), Err: err}
+	}
+	if res == nil { // as http.Client answers a transport that says nothing
+		return &url.Error{Op: "Post", URL: e.url.String(), Err: fmt.Errorf("http: RoundTripper implementation (%T) returned a nil *Response with a nil error", p.transport)}
+	}
+	if res.Body == nil {
+		res.Body = http.NoBody
 	}
 	if res.StatusCode >= 300 && res.StatusCode < 400 && res.Header.Get("Location") != "" {
 		res.Body.Close()
@@ -181,13 +192,4 @@ func openAIError(req *http.Request, res *http.Response) error {
 		return err
 	}
 	return aerr
-}
-
-// stripPassword is u as http.Client writes it in its errors: a password
-// in it as "***".
-func stripPassword(u *url.URL) string {
-	if _, set := u.User.Password(); set {
-		return strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1)
-	}
-	return u.String()
 }
