@@ -120,9 +120,6 @@ func (e errCommitThen) Error() string { return e.err.Error() }
 // including ones past their ExpiresAt (so a restarted gateway can expire
 // them).
 func (d *DB) PendingApprovals(ctx context.Context) ([]Approval, error) {
-	if d.isUnwritten() {
-		return nil, nil
-	}
 	rows, err := d.reader(ctx).query(`SELECT ` + approvalCols + ` FROM approvals
 		WHERE status = 'pending' ORDER BY created_at, ` + d.dialect.rowid)
 	if err != nil {

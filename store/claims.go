@@ -135,9 +135,6 @@ func (d *DB) ClaimOwed(ctx context.Context, c Claim) ([]Intake, error) {
 	if holder == "" {
 		return nil, ErrNoHolder
 	}
-	if d.isUnwritten() {
-		return nil, nil
-	}
 	if limit <= 0 {
 		limit = noLimit
 	}
@@ -178,9 +175,6 @@ func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim Outbox
 	holder, limit := c.Holder, c.Limit
 	if holder == "" {
 		return OutboxPass{}, ErrNoHolder
-	}
-	if d.isUnwritten() {
-		return OutboxPass{}, nil
 	}
 	// Never the holder's own claims: their sends may be in flight.
 	buryQ, buryArgs, bury := d.buryQuery(Claim{Holder: holder}, lim, now)
@@ -233,9 +227,6 @@ func (d *DB) ClaimRuns(ctx context.Context, c Claim) ([]Run, error) {
 	}
 	if c.Limit > 0 {
 		return nil, errors.New("claim runs: a limit is not supported")
-	}
-	if d.isUnwritten() {
-		return nil, nil
 	}
 	q := `UPDATE runs SET owner = $1 WHERE id IN (
 		SELECT id FROM runs WHERE status IN ($2, $3, $4) AND ` + d.free("owner", "$1", c.Reclaim) + d.dialect.skipLocked + `) RETURNING ` + runCols

@@ -67,10 +67,6 @@ type DB struct {
 	// fault, when set, fails every write transaction (InjectWriteFault).
 	fault atomic.Pointer[error]
 
-	// unwritten: made from the image by Open, nothing committed since
-	// (unwritten.go).
-	unwritten unwrittenSince
-
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -84,12 +80,13 @@ type DB struct {
 // gives an error wrapping ErrReadOnly; a database written by a newer Herald
 // gives an error wrapping ErrSchemaTooNew.
 func Open(ctx context.Context, stateDir string) (*DB, error) {
-	return openSQLite(ctx, stateDir, freshImage)
+	return openSQLite(ctx, stateDir, freshImage, nil)
 }
 
 // openSQLite is Open with the image a new database is made from (nil: made
-// by fresh-sqlite.sql and the steps after it).
-func openSQLite(ctx context.Context, stateDir string, image []byte) (*DB, error) {
+// by fresh-sqlite.sql and the steps after it); afterPublish (tests), when
+// set, runs once the image is published, before this Open reads it.
+func openSQLite(ctx context.Context, stateDir string, image []byte, afterPublish func()) (*DB, error) {
 	if stateDir == "" {
 		return nil, errors.New("open state database: state dir is empty")
 	}
@@ -101,6 +98,9 @@ func openSQLite(ctx context.Context, stateDir string, image []byte) (*DB, error)
 	published, err := checkWritable(dir, path, image)
 	if err != nil {
 		return nil, err
+	}
+	if published && afterPublish != nil {
+		afterPublish()
 	}
 	if err := checkHeader(path); err != nil {
 		return nil, err
@@ -143,12 +143,7 @@ func openSQLite(ctx context.Context, stateDir string, image []byte) (*DB, error)
 	d.r.SetConnMaxIdleTime(0)
 	d.r.SetConnMaxLifetime(0)
 	d.rs = newStmtCache(d.r)
-	if published {
-		// The file the writer just opened: the first read connects (its
-		// schema parse, ~0.7 ms, is not spent before the gateway is ready
-		// when nothing reads until then; unwritten.go).
-		d.markUnwritten()
-	} else if err := d.r.PingContext(ctx); err != nil {
+	if err := d.r.PingContext(ctx); err != nil {
 		d.w.Close()
 		d.r.Close()
 		return nil, d.wrap("open", err)
@@ -429,7 +424,6 @@ func (d *DB) Close() error {
 		if d.w != nil {
 			errs = append(errs, d.w.Close())
 		}
-		d.unwritten.close() // after SQLite's connections: see unwritten.go
 		if err := errors.Join(errs...); err != nil {
 			d.closeErr = fmt.Errorf("close state database %s: %w", d.path, err)
 		}

@@ -326,9 +326,6 @@ func (d *DB) SweepFiles(ctx context.Context, before time.Time) (int, error) {
 // sweepFilesBatch removes one batch of SweepFiles: it returns how many it
 // removed and how many it selected.
 func (d *DB) sweepFilesBatch(ctx context.Context, before time.Time) (int, int, error) {
-	if d.isUnwritten() {
-		return 0, 0, nil
-	}
 	cut := before.UnixMilli()
 	var ids []string
 	rows, err := d.reader(ctx).query(`SELECT id FROM files WHERE last_ref_at < $1 ORDER BY last_ref_at LIMIT $2`, cut, sweepBatch)

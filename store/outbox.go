@@ -208,9 +208,6 @@ func (d *DB) GetOutbox(ctx context.Context, id int64) (*OutboxItem, error) {
 // holder, whose end makes it look again. ok is false when nothing is
 // pending.
 func (d *DB) NextOutboxAt(ctx context.Context, holder string) (time.Time, bool, error) {
-	if d.isUnwritten() {
-		return time.Time{}, false, nil
-	}
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
 		`SELECT MIN(next_attempt_at) FROM outbox WHERE `+d.dialect.pendingHead+` AND (claimed_by <> $1 OR $1 = '')`, holder)
@@ -319,9 +316,6 @@ func (d *DB) outboxResult(op string, n int64, err error) error {
 // OutboxStats counts pending, delivered and failed items. Pending and
 // failed are counted on their partial indexes; delivered is the rest.
 func (d *DB) OutboxStats(ctx context.Context) (pending, delivered, failed int, err error) {
-	if d.isUnwritten() {
-		return 0, 0, 0, nil
-	}
 	var total int
 	err = d.reader(ctx).queryRow(func(rows *sql.Rows) error {
 		return rows.Scan(&pending, &failed, &total)

@@ -961,9 +961,6 @@ func (d *DB) CountSpawns(ctx context.Context, rootKey string) (int, error) {
 // DueArchives returns the runs whose ArchiveAt is set and ≤ now and that are
 // not archived yet, earliest deadline first.
 func (d *DB) DueArchives(ctx context.Context, now time.Time) ([]Run, error) {
-	if d.isUnwritten() {
-		return nil, nil
-	}
 	// A child a thread is bound to (SPEC §24) is archived once its
 	// binding ended too: people still talk to it there.
 	rows, err := d.reader(ctx).query(`SELECT `+runCols+` FROM runs
@@ -984,9 +981,6 @@ func (d *DB) DueArchives(ctx context.Context, now time.Time) ([]Run, error) {
 // a thread is bound to, the later of its deadline and the binding's end);
 // ok is false when there is none.
 func (d *DB) NextArchiveAt(ctx context.Context) (time.Time, bool, error) {
-	if d.isUnwritten() {
-		return time.Time{}, false, nil
-	}
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
 		`SELECT MIN(CASE WHEN b.e > r.archive_at THEN b.e ELSE r.archive_at END) FROM runs r

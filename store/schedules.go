@@ -388,9 +388,6 @@ func waitBound(waitBefore time.Time) int64 {
 // caller's scheduler: a catchUp "all" due time before it whose previous
 // run still runs waits for that run (zero: all of them wait).
 func (d *DB) NextScheduleAt(ctx context.Context, waitBefore time.Time) (time.Time, bool, error) {
-	if d.isUnwritten() {
-		return time.Time{}, false, nil
-	}
 	var at sql.NullInt64
 	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&at) },
 		`SELECT MIN(next_due) FROM schedules WHERE `+dueCond, waitBound(waitBefore))

@@ -67,9 +67,6 @@ func (d *DB) RecordSpend(ctx context.Context, e SpendEntry) error {
 
 // SpendTotals sums spend by day, conversation, agent and model from fromDay on.
 func (d *DB) SpendTotals(ctx context.Context, fromDay string) ([]SpendTotal, error) {
-	if d.isUnwritten() {
-		return nil, nil
-	}
 	rows, err := d.reader(ctx).query(`SELECT day, conversation, agent_id, model, SUM(usd), SUM(tokens_in), SUM(tokens_out), COUNT(*)
 		FROM spend WHERE day >= $1 GROUP BY day, conversation, agent_id, model`, fromDay)
 	if err != nil {
