@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,4 +224,103 @@ func TestFirstBurstToNewHostDialsOnce(t *testing.T) {
 		t.Errorf("%d connections for a first burst of %d calls to an h2 host taking %d streams each, want at most %d", got, n, streams, max)
 	}
 	t.Logf("%d connections for a first burst of %d calls", s.conns.Load(), n)
+}
+
+// A call waiting its turn to go into net/http (admit) ends when its
+// context does, and the calls let in go on: 100 calls fill the one
+// connection (100 streams), the next ones wait for a second connection
+// whose handshake the server holds, those beyond maxH2Waiting wait in
+// admit; cancelling those returns at once, and once the handshake goes
+// on the ones let in are answered.
+func TestAdmitWaitEndsWithContext(t *testing.T) {
+	const streams = 100
+	s := newBurstServer(t, true, streams)
+	release := make(chan struct{})
+	s.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/warm" {
+			s.in.Add(1)
+			<-release
+		}
+		w.Write([]byte(r.Proto))
+	})
+	var hold atomic.Bool
+	handshake := make(chan struct{})
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(handshake); close(release) }) }
+	t.Cleanup(free) // before the server's Close (cleanups run last first), on any failure too
+	s.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if hold.Load() {
+			<-handshake
+		}
+		return nil, nil
+	}
+	tr := s.client(t)
+	c := &http.Client{Transport: tr}
+	resp, err := c.Get(s.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	hold.Store(true)
+	get := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/burst", nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	// Fill the connection, then the waiting places.
+	var wg sync.WaitGroup
+	errs := make(chan error, streams+maxH2Waiting+1)
+	for range streams + maxH2Waiting {
+		wg.Go(func() { errs <- get(context.Background()) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tr.mu.Lock()
+		h := tr.hosts[hostPort(strings.TrimPrefix(s.URL, "https://"))]
+		full := h != nil && h.waiting == maxH2Waiting
+		tr.mu.Unlock()
+		if full && s.in.Load() == streams {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the connection and the waiting places did not fill: %d at the server", s.in.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// One more waits in admit; its context ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() { ended <- get(ctx) }()
+	for {
+		tr.mu.Lock()
+		queued := len(tr.hosts[hostPort(strings.TrimPrefix(s.URL, "https://"))].queue)
+		tr.mu.Unlock()
+		if queued == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call beyond the waiting places is not queued in admit")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the queued call ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued call did not end with its context")
+	}
+	free()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a call let in: %v", err)
+		}
+	}
 }
