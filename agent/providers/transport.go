@@ -82,9 +82,12 @@ func DefaultMaxConnections() int {
 // dial gives up as soon as the call it was made for has moved on: the
 // call got a connection, is asking again, or ended. Calls to an h2 host
 // go into net/http a few at a time (admit). Hosts that answered with
-// HTTP/1.1, or whose protocol is not known yet, dial as before, one
-// connection per call: nothing waits there. The connection bound
-// (MaxConnsPerHost) is net/http's, unchanged.
+// HTTP/1.1 dial as before, one connection per call: nothing waits there.
+// To a host not known yet the first dial goes first and the others wait
+// for it at most firstDialWait; after a failed dial none waits. The
+// connection bound (MaxConnsPerHost, maxConnections) is net/http's: it
+// bounds HTTP/1.1 connections and dials, not the HTTP/2 connections this
+// pool keeps (net/http stops counting one when a call finds it full).
 type Transport struct {
 	*http.Transport
 
@@ -97,6 +100,8 @@ type Transport struct {
 type dialHost struct {
 	h2      bool          // the last handshake negotiated h2
 	known   bool          // a handshake finished: h2 says the protocol
+	failed  bool          // the last dial failed: no dial waits for another until one succeeds
+	firstAt time.Time     // when the first dial to a host not known yet started
 	dialing int           // dials in flight
 	ended   chan struct{} // closed when a dial ends (then replaced)
 
@@ -109,6 +114,10 @@ type dialHost struct {
 // maxH2Dials is how many dials may be in flight to an HTTP/2 host at
 // most (h2Dials).
 const maxH2Dials = 8
+
+// firstDialWait is how long a dial to a host not known yet waits for
+// the first one's handshake before it goes on anyway.
+var firstDialWait = time.Second
 
 // maxH2Waiting is how many calls to an HTTP/2 host may be inside
 // net/http at once without a stream yet (admit).
@@ -417,13 +426,35 @@ func (t *Transport) dialTLS(ctx context.Context, network, addr string) (net.Conn
 		t.hosts[addr] = h
 	}
 	// A host not known yet: one dial first, the others wait for it (it
-	// tells whether the rest wait for streams or dial at once). Every h2
-	// connection dialled is kept, so a first burst would keep one per call.
-	for !h.known && h.dialing > 0 || h.h2 && h.dialing >= h2Dials(h, per, free) {
+	// tells whether the rest wait for streams or dial at once), at most
+	// firstDialWait: a host that does not answer must not have its calls'
+	// dials made one after another. Every h2 connection dialled is kept,
+	// so a first burst would keep one per call. After a failed dial
+	// nothing waits (each call dials, and fails, on its own) until a dial
+	// succeeds again.
+	for {
+		var timer <-chan time.Time
+		if h.failed {
+			break
+		}
+		if h.h2 {
+			if h.dialing < h2Dials(h, per, free) {
+				break
+			}
+		} else if h.known || h.dialing == 0 {
+			break // HTTP/1.1: one connection per call, at once
+		} else { // not known yet, its first dial in flight
+			left := firstDialWait - time.Since(h.firstAt)
+			if left <= 0 {
+				break
+			}
+			timer = time.After(left)
+		}
 		ended := h.ended
 		t.mu.Unlock()
 		select {
 		case <-ended:
+		case <-timer:
 		case <-moved:
 			return nil, errDialNotNeeded
 		case <-ctx.Done():
@@ -432,6 +463,9 @@ func (t *Transport) dialTLS(ctx context.Context, network, addr string) (net.Conn
 		per, free = t.pool.room(addr)
 		t.mu.Lock()
 	}
+	if !h.known && h.dialing == 0 {
+		h.firstAt = time.Now()
+	}
 	h.dialing++
 	t.mu.Unlock()
 
@@ -439,6 +473,7 @@ func (t *Transport) dialTLS(ctx context.Context, network, addr string) (net.Conn
 
 	t.mu.Lock()
 	h.dialing--
+	h.failed = err != nil
 	if err == nil {
 		h.h2, h.known = conn.ConnectionState().NegotiatedProtocol == "h2", true
 	}

@@ -324,3 +324,63 @@ func TestAdmitWaitEndsWithContext(t *testing.T) {
 		}
 	}
 }
+
+// Calls to a host whose TLS handshake never answers fail together, each
+// by its own handshake timeout (or once the first dial has been waited
+// for firstDialWait), not one after another: a host not known yet has
+// only its first dial waited for, briefly, and a failed dial lets the
+// others go.
+func TestUnansweringHostFailsCallsTogether(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var held sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	held.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // never answered
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		held.Wait()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	old := firstDialWait
+	firstDialWait = 100 * time.Millisecond
+	t.Cleanup(func() { firstDialWait = old })
+	const n, handshake = 6, 500 * time.Millisecond
+	tr := transportFor(0)
+	tr.TLSHandshakeTimeout = handshake
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if resp, err := c.Get("https://" + ln.Addr().String() + "/"); err == nil {
+				resp.Body.Close()
+				t.Error("a call to a host that never answers its handshake succeeded")
+			}
+		})
+	}
+	wg.Wait()
+	// Together: about one handshake timeout (plus the short wait);
+	// one after another it would be n of them.
+	if took, max := time.Since(start), 2*handshake+firstDialWait+500*time.Millisecond; took > max {
+		t.Errorf("%d calls to a host that never answers took %s to fail, want within %s (one after another: %s)", n, took, max, n*handshake)
+	}
+}
