@@ -91,7 +91,7 @@ func loadUpgrades(fsys interface {
 }
 
 // SchemaVersion is the newest schema version this binary knows.
-func SchemaVersion() int { t, _ := upgradeTable(); return len(t) }
+func SchemaVersion() int { return newestVersion() }
 
 // SchemaVersion is the newest schema version this binary knows (one
 // numbering for both engines).

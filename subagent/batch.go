@@ -163,7 +163,7 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 		}
 		slots = append(slots, slot)
 	}
-	err := m.d.Store.SpawnRuns(ctx, runs, children, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	err := m.d.Store.SpawnRuns(ctx, runs, children, spawnLimits(lim))
 	if err != nil {
 		for _, slot := range slots {
 			slot.Release()
@@ -308,11 +308,6 @@ func (m *Manager) batchAnnounceAt(runs []store.Run, at time.Time) *store.OutboxI
 // stillRunning is the outcome a batch announce shows for a child that had
 // not ended at the batch's group deadline (SPEC §23).
 const stillRunning = "running"
-
-// RenderBatch renders a batch announce of the ended runs (SPEC §23).
-func RenderBatch(runs []store.Run) string {
-	return renderBatch(runs, lastEnd(runs))
-}
 
 // renderBatch renders a batch announce at end: a run that had not ended
 // then is shown still running, its result to come in the requester's

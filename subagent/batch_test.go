@@ -102,11 +102,12 @@ func TestRenderBatch(t *testing.T) {
 		return store.Run{Batch: "0123456789abcdef", Label: label, Task: task, Outcome: outcome, Result: result, Note: note,
 			StartedAt: t0.Add(start), EndedAt: t0.Add(end), TokensIn: in, TokensOut: out, CostUSD: cost}
 	}
-	got := RenderBatch([]store.Run{
+	runs := []store.Run{
 		run("alpha", "look at alpha", "success", "alpha is fine", "", 0, 30*time.Second, 1000, 200, 0.01),
 		run("", "a task without a label", "error", "", "model said no", time.Second, 10*time.Second, 10, 0, -1),
 		run("gamma", "look at gamma", "success", "gamma too", "", 2*time.Second, 95*time.Second, 500, 100, 0.02),
-	})
+	}
+	got := renderBatch(runs, lastEnd(runs))
 	want := `Status: ✅ 2 success · ❌ 1 error
 
 — 1/3 · alpha —
@@ -141,7 +142,7 @@ Notes:
 
 Stats: runtime 1m35s (batch of 3) • tokens 1.8k (in 1.5k / out 300) • est $0.03 • batch 01234567`
 	if got != want {
-		t.Errorf("RenderBatch =\n%s\n\nwant\n%s", got, want)
+		t.Errorf("renderBatch =\n%s\n\nwant\n%s", got, want)
 	}
 }
 

@@ -460,7 +460,7 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	// The children and total-spawn limits are checked in the transaction
 	// that records the run, so two parallel spawns cannot both take the last
 	// slot and no lock is held across the store round trip.
-	err := m.d.Store.SpawnRun(ctx, run, child, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	err := m.d.Store.SpawnRun(ctx, run, child, spawnLimits(lim))
 	if err != nil {
 		slot.Release()
 	}
@@ -1659,4 +1659,10 @@ func (m *Manager) taskFiles(ctx context.Context, ws, task string) []agent.File {
 		out = append(out, f)
 	}
 	return out
+}
+
+// spawnLimits is what the store checks of an agent's sub-agent limits when
+// it records spawns.
+func spawnLimits(lim config.Limits) store.SpawnLimits {
+	return store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns}
 }

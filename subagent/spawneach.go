@@ -91,7 +91,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 		items[i].slot = m.startSlot(items[i].run)
 	}
 	lim := m.config().SubagentLimits(agentID)
-	errs, err := m.d.Store.SpawnEach(calls[0].Ctx, runs, children, store.SpawnLimits{MaxChildren: lim.MaxChildrenPerSession, MaxTotal: lim.MaxTotalSpawns})
+	errs, err := m.d.Store.SpawnEach(calls[0].Ctx, runs, children, spawnLimits(lim))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.prepared == nil {
