@@ -55,7 +55,7 @@ var ErrUnknownAPI = errors.New("unknown provider api")
 // Options tunes a provider. The zero value is usable.
 type Options struct {
 	Logger     *zap.Logger  // nil → zap.NewNop()
-	HTTPClient *http.Client // nil → a plain client; calls are bounded by ctx
+	HTTPClient *http.Client // nil → a pool of its own (transportFor); calls are bounded by ctx
 	// MaxRetries is how often a 429, 5xx or connection failure is retried:
 	// 0 → DefaultMaxRetries, negative → never.
 	MaxRetries int
@@ -76,9 +76,6 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
-	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Transport: sharedTransport}
 	}
 	if o.MaxRetries == 0 {
 		o.MaxRetries = DefaultMaxRetries
