@@ -62,7 +62,7 @@ func (p *openAIProvider) body(req agent.Request, stream bool) *openAIBody {
 	}
 	// Exactly this call's bytes are kept; the scratch buffer goes back.
 	body := &openAIBody{parts: make([][]byte, 0, len(req.Tools)+2)}
-	body.add(append(make([]byte, 0, len(b)), b...))
+	body.add(bytes.Clone(b))
 	if cap(b) <= maxBodyScratch {
 		*scratch = b
 		bodyScratch.Put(scratch)
@@ -112,15 +112,6 @@ type openAIBody struct {
 func (b *openAIBody) add(part []byte) {
 	b.parts = append(b.parts, part)
 	b.n += int64(len(part))
-}
-
-// Bytes is the whole body in one slice.
-func (b *openAIBody) Bytes() []byte {
-	out := make([]byte, 0, b.n)
-	for _, part := range b.parts {
-		out = append(out, part...)
-	}
-	return out
 }
 
 // reader reads the body from its start.

@@ -91,7 +91,7 @@ func TestOpenAIBodyMatchesSDK(t *testing.T) {
 			if stream {
 				want, _ = sjson.SetBytes(want, "stream", true)
 			}
-			got := p.body(c.req, stream).Bytes()
+			got := bodyBytes(p.body(c.req, stream))
 			var g, w any
 			if err := json.Unmarshal(got, &g); err != nil {
 				t.Fatalf("%s: our body is not JSON: %v\n%s", c.name, err, got)
@@ -304,7 +304,7 @@ func TestOpenAIRequestOnTheWire(t *testing.T) {
 				t.Fatalf("h2 %v stream %v: %v", h2, stream, err)
 			}
 			// The same body given to client.Post as one slice, as before.
-			want := p.body(req, stream).Bytes()
+			want := bodyBytes(p.body(req, stream))
 			var raw *http.Response
 			if err := p.client.Post(context.Background(), "chat/completions", want, &raw, openAIKey("")...); err == nil {
 				raw.Body.Close()
@@ -443,4 +443,13 @@ func TestOpenAIBaseURLUserIsBasicAuth(t *testing.T) {
 	if len(auth) != 2 || auth[0] != want || auth[1] != want {
 		t.Errorf("Authorization %q, want %q on both calls", auth, want)
 	}
+}
+
+// bodyBytes is what body's reader puts on the wire, whole.
+func bodyBytes(body *openAIBody) []byte {
+	out, err := io.ReadAll(body.reader())
+	if err != nil {
+		panic(err)
+	}
+	return out
 }

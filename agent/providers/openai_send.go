@@ -21,7 +21,7 @@ import (
 // key from the client itself (openAIEndpoint). Through client.Post every
 // call in flight kept the SDK's request config, two copies of its
 // request and three of its headers (its own, the attempt's clone,
-// http.Client's copy for redirects): ~4 KB per call waiting for its
+// http.Client's copy for redirects): ~5.5 KB per call waiting for its
 // answer (docs/performance.md, memory per call in flight). What goes on
 // the wire is unchanged (TestOpenAIRequestOnTheWire), a failed answer is
 // the *openai.Error the SDK makes, a transport error the *url.Error

@@ -22,15 +22,15 @@ func TestToolSchemaSharedAcrossCalls(t *testing.T) {
 	if !reflect.DeepEqual(s.Required, []string{"pattern"}) || s.ExtraFields["additionalProperties"] != false || s.Properties == nil {
 		t.Errorf("input schema = %+v", s)
 	}
-	p := (&openAIProvider{}).body(agent.Request{Model: "m", Tools: []agent.ToolSpec{spec}}, false).Bytes()
-	p2 := (&openAIProvider{}).body(agent.Request{Model: "m", Tools: []agent.ToolSpec{spec}}, false).Bytes()
+	p := bodyBytes((&openAIProvider{}).body(agent.Request{Model: "m", Tools: []agent.ToolSpec{spec}}, false))
+	p2 := bodyBytes((&openAIProvider{}).body(agent.Request{Model: "m", Tools: []agent.ToolSpec{spec}}, false))
 	if string(p2) != string(p) || !strings.Contains(string(p2), `"required":["pattern"]`) {
 		t.Errorf("openai bodies:\n%s\n%s", p, p2)
 	}
 	// A tool of the same name and description with another schema is
 	// rendered anew.
 	spec.Schema = json.RawMessage(`{"type":"object","properties":{"glob":{"type":"string"}}}`)
-	if p3 := (&openAIProvider{}).body(agent.Request{Model: "m", Tools: []agent.ToolSpec{spec}}, false).Bytes(); !strings.Contains(string(p3), `"glob"`) {
+	if p3 := bodyBytes((&openAIProvider{}).body(agent.Request{Model: "m", Tools: []agent.ToolSpec{spec}}, false)); !strings.Contains(string(p3), `"glob"`) {
 		t.Errorf("openai body after the schema changed: %s", p3)
 	}
 }
