@@ -323,6 +323,29 @@ func TestOpenAIRequestOnTheWire(t *testing.T) {
 				}
 			}
 			mu.Unlock()
+			// Through the SDK's client (a redirect policy, a user in the
+			// URL) the parts go out as the same body, sized.
+			var answer []byte
+			if err := p.postSDK(context.Background(), p.body(req, stream), &answer, ""); err != nil {
+				t.Fatalf("h2 %v stream %v through the SDK: %v", h2, stream, err)
+			}
+			mu.Lock()
+			if s := got[len(got)-1]; len(got) != 4 || !bytes.Equal(s.body, want) || s.length != int64(len(want)) || s.chunked {
+				t.Errorf("h2 %v stream %v through the SDK: %d requests, the last %d bytes, length %d, chunked %v (want %d bytes)", h2, stream, len(got), len(s.body), s.length, s.chunked, len(want))
+			}
+			mu.Unlock()
+			// What net/http reads to send a direct request's body again.
+			e, err := p.endpoint(context.Background(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := newRequest(e, p.body(req, stream)).GetBody()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := io.ReadAll(again); !bytes.Equal(b, want) {
+				t.Errorf("h2 %v stream %v: GetBody reads %d bytes, want the %d sent", h2, stream, len(b), len(want))
+			}
 		}
 		if h2 && got[0].protocol != "HTTP/2.0" {
 			t.Errorf("protocol %s, want HTTP/2.0", got[0].protocol)
