@@ -422,7 +422,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 				// (the web chat's log) marks the item delivered with it,
 				// and claims the destination's next item.
 				at := d.clock.Now()
-				mark = &deliveryMark{id: it.ID, at: at, next: &store.NextClaim{Holder: d.replica, Limits: d.limits(), Now: at}}
+				mark = &deliveryMark{id: it.ID, at: at, next: d.nextClaim(at)}
 				sctx = context.WithValue(sctx, deliveryMarkKey{}, mark)
 			}
 			_, span := d.startSpan(sctx, it, it.Text, 1, 1)
@@ -452,7 +452,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
 	case err == nil:
 		at := d.clock.Now()
-		nc := &store.NextClaim{Holder: d.replica, Limits: d.limits(), Now: at}
+		nc := d.nextClaim(at)
 		tries := 0
 		if err := d.retryWrite(d.writeCtx, "mark delivered", log, func(wctx context.Context) error {
 			tries++
@@ -725,3 +725,9 @@ func (g *Gateway) outboxLimits() store.OutboxLimits {
 // WakeOutbox asks for a delivery pass now, here and on the other replicas
 // (an operator retried an item).
 func (g *Gateway) WakeOutbox() { g.outbox.wakeUp() }
+
+// nextClaim asks the write that marks an item delivered at at to claim
+// the same chat's next item for this replica, within the outbox's limits.
+func (d *deliverer) nextClaim(at time.Time) *store.NextClaim {
+	return &store.NextClaim{Holder: d.replica, Limits: d.limits(), Now: at}
+}
