@@ -125,8 +125,12 @@ func start(spec Spec, client sdk.Client, log *zap.Logger) (*process, error) {
 		c.Cleanup()
 		return nil, fmt.Errorf("%w: %s: %w", ErrCommand, spec.Command, err)
 	}
-	p.conn = sdk.NewClientSideConnection(client, stdin, stdout)
+	// The connection reads as soon as it is made, and its reader uses the
+	// logger: nothing the agent writes is read before SetLogger.
+	set := make(chan struct{})
+	p.conn = sdk.NewClientSideConnection(client, stdin, gated{set, stdout})
 	p.conn.SetLogger(protocolLogger(log, p.stderr))
+	close(set)
 	go func() {
 		p.waitErr = c.Wait()
 		c.Cleanup()
@@ -220,4 +224,15 @@ func (t *tail) protoErr() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.proto
+}
+
+// gated reads r once set is closed.
+type gated struct {
+	set <-chan struct{}
+	r   io.Reader
+}
+
+func (g gated) Read(b []byte) (int, error) {
+	<-g.set
+	return g.r.Read(b)
 }

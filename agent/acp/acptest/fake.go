@@ -10,6 +10,7 @@ package acptest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -101,10 +102,26 @@ func Main() bool {
 		}
 	}
 	a := &fake{mode: mode, cancel: make(chan struct{})}
-	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	// The connection reads (and runs handlers, which use a.conn) as soon
+	// as it is made: nothing is read until a.conn is set. Without this a
+	// loaded machine ran session/prompt with a nil a.conn.
+	set := make(chan struct{})
+	a.conn = sdk.NewAgentSideConnection(a, os.Stdout, readAfter{set, os.Stdin})
+	close(set)
 	<-a.conn.Done()
 	os.Exit(0)
 	return true
+}
+
+// readAfter reads r once set is closed.
+type readAfter struct {
+	set <-chan struct{}
+	r   io.Reader
+}
+
+func (g readAfter) Read(b []byte) (int, error) {
+	<-g.set
+	return g.r.Read(b)
 }
 
 type fake struct {
