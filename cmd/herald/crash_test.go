@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -319,14 +318,15 @@ func statusLine(runs map[string]store.Run) string {
 	return strings.Join(parts, " ")
 }
 
+// freeAddr is harness.FreeAddr: a loopback address of its own where the
+// system has one, so a gateway killed and started again finds its port free.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // buildHerald is the herald binary of this tree, built once for the

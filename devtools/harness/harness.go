@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -78,8 +79,21 @@ func RemoveBuilt() {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.
+//
+// Where the system has all of 127.0.0.0/8 (Linux) the address is one of its
+// own, 127.a.b.c, not 127.0.0.1. Tests kill a gateway and start it again on
+// the same address; while it is down, any other process's listener or
+// outgoing connection on 127.0.0.1 may take that port of 127.0.0.1, and the
+// restart fails with "bind: address already in use" (seen in CI). Nothing
+// else binds a port of this address (a connection to it comes from
+// 127.0.0.1), so the port stays the gateway's across restarts. Elsewhere
+// (macOS has only 127.0.0.1) it is a port of 127.0.0.1.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		return "", err
 	}
