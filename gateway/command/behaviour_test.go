@@ -127,7 +127,7 @@ func TestConversationsAreIsolated(t *testing.T) {
 
 // TestStopCascades: /stop aborts the turn and stops a child, its grandchild
 // and its great-grandchild, each blocked in a slow model reply; every run
-// reaches outcome stopped within a second.
+// reaches outcome stopped long before that reply would come.
 func TestStopCascades(t *testing.T) {
 	var mu sync.Mutex
 	spawned := map[string]bool{}
@@ -168,8 +168,10 @@ func TestStopCascades(t *testing.T) {
 	if len(aborted) != 1 || aborted[0] != sessA {
 		t.Errorf("AbortTurn called with %q, want [%s]", aborted, sessA)
 	}
-	if miss := h.waitOutcome(ids, store.OutcomeStopped, time.Second); len(miss) > 0 {
-		t.Errorf("runs %v did not reach outcome stopped within 1s of /stop", miss)
+	// 10 s, not the minute the model holds each reply: the calls were
+	// cancelled, not answered (a tighter bound fails on a loaded machine).
+	if miss := h.waitOutcome(ids, store.OutcomeStopped, 10*time.Second); len(miss) > 0 {
+		t.Errorf("runs %v did not reach outcome stopped within 10 s of /stop", miss)
 	}
 	items, err := h.db.PendingOutbox(context.Background(), 10)
 	if err != nil || len(items) != 0 {
