@@ -511,7 +511,6 @@ func TestE2EACPBudgetCutsPrompt(t *testing.T) {
 	cfg := webACPConfig(t, ws, "agent: { dailyUSD: 0.04 }", "spender=spender")
 	tg := newTestGateway(t, cfg, acpModel)
 	const client = "acp-budget-cut"
-	start := time.Now()
 	seq := webPost(t, tg.URL, client, "code: spender")
 	ann := waitWeb(t, tg, client, seq, "announce", func(s string) bool { return strings.Contains(s, "Task: spender") }).Text
 	tomorrow := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
@@ -520,9 +519,10 @@ func TestE2EACPBudgetCutsPrompt(t *testing.T) {
 		!strings.Contains(ann, "• est $0.05 •") {
 		t.Errorf("announce of the agent that passed its budget mid-prompt:\n%s", ann)
 	}
-	// The agent would have gone on for 5 s more without session/cancel.
-	if took := time.Since(start); took > 4*time.Second {
-		t.Errorf("the run took %s: its prompt was not cut", took)
+	// Without session/cancel the agent would have gone on for 30 s more
+	// and said so.
+	if strings.Contains(ann, "Spent it all.") {
+		t.Errorf("the agent's prompt was not cut:\n%s", ann)
 	}
 	if _, err := os.Stat(filepath.Join(tools.ConversationWorkspace(ws, "agent:main:web:dm:"+client), "cancelled.txt")); err != nil {
 		t.Errorf("the agent did not see session/cancel: %v", err)

@@ -54,8 +54,9 @@ import (
 //	           replayed): $0.05 after its first prompt, +$0.03 each
 //	           prompt after it, in this process or a later one
 //	spender    reports its session's running cost $0.02, then $0.05 during
-//	           its prompt, then waits for session/cancel (up to 5 s; then
-//	           it ends end_turn) and answers cancelled
+//	           its prompt, then waits for session/cancel (up to 30 s; then
+//	           it says "Spent it all." and ends end_turn) and answers
+//	           cancelled
 //	euro       like costly with its cost in EUR
 //	tokens     like nousage, but reports usage (no cost)
 //	chatty     ChattyUpdates session/updates at once: per step a message
@@ -237,7 +238,7 @@ func (a *fake) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptRespo
 		case <-a.cancel:
 			a.say(ctx, sid, "Cancelled.")
 			return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled, Usage: usage}, nil
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			a.say(ctx, sid, "Spent it all.")
 			return sdk.PromptResponse{StopReason: sdk.StopReasonEndTurn, Usage: usage}, nil
 		}
