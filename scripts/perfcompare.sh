@@ -10,7 +10,9 @@
 #
 # Both are built the same way (go build -tags goolm, not stripped) into a
 # temp dir, from git archive of the ref (the working tree as it is for the
-# new side when NEW_REF is not given).
+# new side when NEW_REF is not given), static (CGO_ENABLED=0) as releases
+# and make build are; CGO_ENABLED=1 builds both with cgo, as the harness
+# built them before 2026-11-27 (the issue's 67a26c2 figures are such a build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:-67a26c2}
@@ -19,7 +21,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/herald-perfcompare-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 build() { # build SRC_DIR OUT
-	(cd "$1" && go build -tags goolm -o "$2" ./cmd/herald)
+	(cd "$1" && CGO_ENABLED=${CGO_ENABLED:-0} go build -tags goolm -o "$2" ./cmd/herald)
 }
 mkdir -p "$tmp/old"
 git archive "$old" | tar -x -C "$tmp/old"

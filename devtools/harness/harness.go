@@ -28,7 +28,12 @@ import (
 )
 
 // BuildHerald builds ./cmd/herald of the module the working directory is in
-// into dir and returns the binary's path.
+// into dir and returns the binary's path. It is built as it is shipped
+// (make build, releases, the Docker image): static, CGO_ENABLED=0, with the
+// goolm tag (pure-Go Olm for Matrix encryption), so what
+// the load, chaos and crash tests start and time is that binary (no ld.so,
+// libcap's psx through syscall.AllThreadsSyscall). The tests' own -race
+// build is unaffected: this is a separate go build.
 func BuildHerald(ctx context.Context, dir string) (string, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -43,8 +48,9 @@ func BuildHerald(ctx context.Context, dir string) (string, error) {
 		return "", errors.New("not inside the herald module: run from the repository")
 	}
 	bin := filepath.Join(dir, "herald")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/herald")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-tags", "goolm", "-o", bin, "./cmd/herald")
 	cmd.Dir = filepath.Dir(mod)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/herald: %v\n%s", err, b)
 	}
