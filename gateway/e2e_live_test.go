@@ -2,9 +2,12 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +143,63 @@ func TestE2EWebStreamsTheReply(t *testing.T) {
 				t.Errorf("the conversation holds %d messages, want the question and one reply", n)
 			}
 		})
+	}
+}
+
+// TestE2EWebStreamShowsWhatTheLogHolds: the entries an open event stream
+// shows as they are added (the person's message with its file, the
+// replies) are, byte for byte, what a stream opened afterwards reads back
+// from the store: same seq, time, text, HTML and file links.
+func TestE2EWebStreamShowsWhatTheLogHolds(t *testing.T) {
+	t.Parallel()
+	tg := newTestGateway(t, filesE2EConfig, llmtest.Text("**ok** — done"))
+	const client = "same-events"
+	live := openEvents(t, tg.URL, client)
+	body, _ := json.Marshal(map[string]any{"client": client, "text": "look", "files": []map[string]string{
+		{"name": "note.txt", "mime": "text/plain", "data": base64.StdEncoding.EncodeToString([]byte("a note"))},
+	}})
+	resp, err := http.Post(tg.URL+"/api/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST with a file: %s", resp.Status)
+	}
+	// entries reads stream's entries (no event name) until the n-th reply.
+	entries := func(stream <-chan sseEvent, replies int) []string {
+		t.Helper()
+		var got []string
+		deadline := time.After(e2eWait)
+		for replies > 0 {
+			select {
+			case ev, ok := <-stream:
+				if !ok {
+					t.Fatalf("event stream ended after %q", got)
+				}
+				if ev.Name != "" {
+					continue
+				}
+				got = append(got, ev.Data)
+				var m struct{ Role string }
+				json.Unmarshal([]byte(ev.Data), &m)
+				if m.Role == "assistant" {
+					replies--
+				}
+			case <-deadline:
+				t.Fatalf("entries so far: %q", got)
+			}
+		}
+		return got
+	}
+	first := entries(live, 1)
+	webPost(t, tg.URL, client, "and again")
+	shown := append(first, entries(live, 1)...)
+	if len(shown) != 4 || !strings.Contains(shown[0], `"url":`) || !strings.Contains(shown[1], `"html":`) {
+		t.Fatalf("live entries %q; want the message with its file's link, the reply with its HTML, the second message and reply", shown)
+	}
+	back := entries(openEvents(t, tg.URL, client), 2)
+	if !slices.Equal(back, shown) {
+		t.Errorf("read back from the store:\n%q\nthe live stream showed:\n%q", back, shown)
 	}
 }

@@ -44,7 +44,7 @@ func webMessage(e *web.Entry) *store.WebMessage {
 	return m
 }
 
-func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, error) {
+func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, bool, error) {
 	m := webMessage(e)
 	// The outbox item this entry delivers whole is marked delivered in
 	// the append's transaction (one commit, not two; and a crash between
@@ -62,13 +62,11 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 	if err == nil && l.told != nil {
 		l.told(client)
 	}
-	if err == nil {
-		e.Seq = seq
-		if e.At.IsZero() {
-			e.At = m.At
-		}
+	if err != nil {
+		return 0, false, err
 	}
-	return seq, err
+	e.Seq, e.At = seq, m.At
+	return seq, m.Added, nil
 }
 
 func (l webLog) After(ctx context.Context, client string, after int64, limit int) ([]web.Entry, error) {

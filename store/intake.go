@@ -143,6 +143,9 @@ func (d *DB) AddIntake(ctx context.Context, in *Intake) (added bool, err error) 
 		return err
 	})
 	if err != nil {
+		if in.Web != nil {
+			in.Web.Added = false
+		}
 		return false, d.wrap("add intake", err)
 	}
 	return added, nil

@@ -281,6 +281,10 @@ type WebMessage struct {
 	// Next, with Delivers, claims the delivered item's destination's next
 	// item in the same transaction (DeliverOutbox).
 	Next *NextClaim `json:"-"`
+	// Added is set by the write that stores the message: true when it
+	// added it, false when RunID or Key found it stored already (the web
+	// chat shows only an added message from memory).
+	Added bool `json:"-"`
 }
 
 // SessionFilter selects sessions for ListSessions.

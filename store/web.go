@@ -29,6 +29,7 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 		if m.Next != nil {
 			m.Next.Item = nil
 		}
+		m.Added = false
 		return 0, d.wrap("append web message for "+client, err)
 	}
 	m.Seq = seq
@@ -43,8 +44,10 @@ func normalizeWeb(m *WebMessage) {
 	m.At = truncMS(m.At)
 }
 
-// appendWeb is AppendWeb's transaction body (m normalized).
+// appendWeb is AppendWeb's transaction body (m normalized); it sets
+// m.Added.
 func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err error) {
+	m.Added = false
 	if err := c.lock("web:" + client); err != nil {
 		return 0, err
 	}
@@ -88,6 +91,7 @@ func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err err
 	}
 	_, err = c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
+	m.Added = err == nil
 	return seq, err
 }
 

@@ -88,10 +88,48 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 
 	log := a.log.With(zap.String("client", client))
 	var buf bytes.Buffer
-	// send writes every entry after last and advances it.
+	// flush writes what buf holds.
+	flush := func() bool {
+		if buf.Len() == 0 {
+			return true
+		}
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		return err == nil && rc.Flush() == nil
+	}
+	// put adds the entries to buf and advances last.
+	put := func(entries []Entry) bool {
+		for _, e := range entries {
+			data, err := json.Marshal(withURLs(client, withHTML(e)))
+			if err != nil {
+				log.Error("web entry not encoded", zap.Int64("seq", e.Seq), zap.Error(err))
+				return false
+			}
+			buf.WriteString("id: ")
+			buf.WriteString(strconv.FormatInt(e.Seq, 10))
+			buf.WriteString("\ndata: ")
+			buf.Write(data)
+			buf.WriteString("\n\n")
+			last = e.Seq
+		}
+		return true
+	}
+	// send puts every entry after last into buf: the entries the wake-up
+	// carried when they continue the stream (seqs last+1, last+2, …), else
+	// read from the Log (a full batch is written out at once).
 	send := func() bool {
-		if !sub.entries.Swap(false) {
-			return true // woken for the live state alone
+		read := sub.entries.Swap(false)
+		fresh := sub.take()
+		for len(fresh) > 0 && fresh[0].Seq <= last {
+			fresh = fresh[1:] // written already (read from the Log)
+		}
+		for i := range fresh {
+			if fresh[i].Seq != last+1+int64(i) {
+				read = true // a gap: an entry this process did not add
+			}
+		}
+		if !read {
+			return put(fresh)
 		}
 		for {
 			entries, err := a.opts.Log.After(r.Context(), client, last, streamBatch)
@@ -101,45 +139,26 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 				}
 				return false
 			}
-			if len(entries) == 0 {
-				return true
-			}
-			buf.Reset()
-			for _, e := range entries {
-				data, err := json.Marshal(withURLs(client, withHTML(e)))
-				if err != nil {
-					log.Error("web entry not encoded", zap.Int64("seq", e.Seq), zap.Error(err))
-					return false
-				}
-				buf.WriteString("id: ")
-				buf.WriteString(strconv.FormatInt(e.Seq, 10))
-				buf.WriteString("\ndata: ")
-				buf.Write(data)
-				buf.WriteString("\n\n")
-				last = e.Seq
-			}
-			if _, err := w.Write(buf.Bytes()); err != nil {
-				return false
-			}
-			if err := rc.Flush(); err != nil {
+			if !put(entries) {
 				return false
 			}
 			if len(entries) < streamBatch {
 				return true
 			}
+			if !flush() {
+				return false
+			}
 		}
 	}
-	// sendLive writes the live state when it changed: "event: typing" with
-	// {"active": bool}, "event: delta" with {"text": the reply so far} and
-	// "event: subagents" with {"runs": [...]} for the panel.
-	// These events carry no id: they are not part of the conversation.
+	// sendLive puts the live state into buf when it changed: "event:
+	// typing" with {"active": bool}, "event: delta" with {"text": the
+	// reply so far} and "event: subagents" with {"runs": [...]} for the
+	// panel. These events carry no id: they are not part of the
+	// conversation. A wake-up's entries and live state go out in one
+	// write.
 	var shown liveState
-	sendLive := func() bool {
+	sendLive := func() {
 		st := a.hub.liveOf(client)
-		if st.typing == shown.typing && st.draft == shown.draft && st.runs == shown.runs {
-			return true
-		}
-		buf.Reset()
 		if st.typing != shown.typing {
 			data, _ := json.Marshal(map[string]bool{"active": st.typing})
 			buf.WriteString("event: typing\ndata: ")
@@ -158,12 +177,15 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 			buf.WriteString("\n\n")
 		}
 		shown = st
-		if _, err := w.Write(buf.Bytes()); err != nil {
+	}
+	update := func() bool {
+		if !send() {
 			return false
 		}
-		return rc.Flush() == nil
+		sendLive()
+		return flush()
 	}
-	if !send() || !sendLive() {
+	if !update() {
 		return
 	}
 	heartbeat := time.NewTicker(a.opts.Heartbeat)
@@ -175,7 +197,7 @@ func (a *Adapter) handleEvents(w http.ResponseWriter, r *http.Request) {
 		case <-a.streamsCtx.Done():
 			return
 		case <-sub.wake:
-			if !send() || !sendLive() {
+			if !update() {
 				return
 			}
 		case <-heartbeat.C:

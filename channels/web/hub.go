@@ -1,16 +1,22 @@
 package web
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
 
-// hub is the per-client broadcast behind the event streams. It carries no
-// entries, only a wake-up: a woken stream reads what is new from the Log, so
-// a re-delivered announce (same RunID, no new entry) sends nothing and a
-// slow stream never makes Append wait. A wake-up for the live state alone
-// (typing, a draft, the sub-agents panel) says so: the stream then does
-// not read the Log.
+// hub is the per-client broadcast behind the event streams. A wake-up
+// either carries the entries this process has just added (added), or asks
+// the stream to read what is new from the Log (notify: another replica
+// appended, or an append added nothing). A stream writes carried entries
+// only when they continue what it has written (the next seqs, with no
+// gap), else it reads the Log; so a re-delivered announce (same RunID, no
+// new entry) sends nothing, an entry another replica added in between is
+// not skipped, and a slow stream never makes Append wait. A wake-up for
+// the live state alone (typing, a draft, the sub-agents panel) says so:
+// the stream then does not read the Log.
 type hub struct {
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{} // client → its streams
@@ -20,9 +26,32 @@ type hub struct {
 // sub is one stream's subscription.
 type sub struct {
 	wake chan struct{}
-	// entries is set with a wake-up for new entries, and cleared by the
-	// stream when it reads them.
+	// entries is set with a wake-up that asks the stream to read the Log,
+	// and cleared by the stream when it reads it.
 	entries atomic.Bool
+	// fresh are the entries added since the stream last took them
+	// (guarded by mu): at most maxFresh of them and maxFreshBytes of text;
+	// past that they are dropped and entries is set (the Log has them).
+	mu         sync.Mutex
+	fresh      []Entry
+	freshBytes int
+}
+
+// Bounds of a stream's carried entries (sub.fresh).
+const (
+	maxFresh      = 32
+	maxFreshBytes = 256 << 10
+)
+
+// take returns the carried entries in seq order and forgets them.
+func (s *sub) take() []Entry {
+	s.mu.Lock()
+	fresh := s.fresh
+	s.fresh, s.freshBytes = nil, 0
+	s.mu.Unlock()
+	// Two appends may hand their entries over in the other order.
+	slices.SortFunc(fresh, func(a, b Entry) int { return cmp.Compare(a.Seq, b.Seq) })
+	return fresh
 }
 
 func newHub() *hub {
@@ -53,10 +82,33 @@ func (h *hub) subscribe(client string) (*sub, func()) {
 	}
 }
 
-// notify wakes every stream of client to read its new entries. Wake-ups
-// coalesce: a stream that has not yet read the previous one gets a single
-// wake-up for both.
+// notify wakes every stream of client to read its new entries from the
+// Log. Wake-ups coalesce: a stream that has not yet read the previous one
+// gets a single wake-up for both.
 func (h *hub) notify(client string) { h.wakeAll(client, true) }
+
+// added wakes every stream of client with e, an entry the Log has just
+// added (stored: e.Seq and e.At as the Log returns them).
+func (h *hub) added(client string, e *Entry) {
+	shown := Entry{Seq: e.Seq, Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Files: e.Files}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[client] {
+		s.mu.Lock()
+		if len(s.fresh) < maxFresh && s.freshBytes+len(shown.Text) <= maxFreshBytes {
+			s.fresh = append(s.fresh, shown)
+			s.freshBytes += len(shown.Text)
+		} else {
+			s.fresh, s.freshBytes = nil, 0
+			s.entries.Store(true)
+		}
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // wakeAll wakes every stream of client; with entries, to read the Log too.
 func (h *hub) wakeAll(client string, entries bool) {

@@ -37,10 +37,12 @@ type Entry struct {
 // Log persists each client's conversation. The gateway implements it over
 // the store; NewMemoryLog is the in-memory fallback.
 type Log interface {
-	// Append stores e for client and returns its seq, increasing per client.
-	// An entry whose RunID or Key was already appended for that client
-	// returns the first seq and adds nothing.
-	Append(ctx context.Context, client string, e *Entry) (seq int64, err error)
+	// Append stores e for client and returns its seq, increasing per client,
+	// with e.Seq and e.At set as stored. An entry whose RunID or Key was
+	// already appended for that client returns the first seq and adds
+	// nothing: added is false. The web chat writes an added entry to the
+	// client's open streams as it is (After would return the same).
+	Append(ctx context.Context, client string, e *Entry) (seq int64, added bool, err error)
 	// After returns up to limit entries of client with seq > after, oldest
 	// first. limit <= 0 means no limit.
 	After(ctx context.Context, client string, after int64, limit int) ([]Entry, error)
@@ -53,7 +55,9 @@ type IntakeLog interface {
 	Log
 	// AppendInbound stores e (a person's message) for client and hands in
 	// to the gateway as the sink would, with in.Origin.MessageID the
-	// entry's seq. stored reports whether e was stored, also when err is
+	// entry's seq (e.Seq and e.At set as stored, as Append does). stored
+	// reports whether e was stored (a person's message is always a new
+	// entry), also when err is
 	// the gateway's refusal (a sink's error: BusyError, ErrDraining, …); a
 	// message that was not stored was not taken either.
 	AppendInbound(ctx context.Context, client string, e *Entry, in channels.Inbound) (seq int64, stored bool, err error)
@@ -79,9 +83,9 @@ func NewMemoryLog() *MemoryLog {
 var _ Log = (*MemoryLog)(nil)
 
 // Append implements Log.
-func (m *MemoryLog) Append(ctx context.Context, client string, e *Entry) (int64, error) {
+func (m *MemoryLog) Append(ctx context.Context, client string, e *Entry) (int64, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -92,19 +96,18 @@ func (m *MemoryLog) Append(ctx context.Context, client string, e *Entry) (int64,
 	}
 	for _, k := range []string{runKey(e.RunID), idemKey(e.Key)} {
 		if seq, ok := c.runs[k]; ok && k != "" {
-			return seq, nil
+			return seq, false, nil
 		}
 	}
 	seq := int64(len(c.entries)) + 1
-	stored := *e
-	stored.Seq = seq
-	c.entries = append(c.entries, stored)
+	e.Seq = seq
+	c.entries = append(c.entries, *e)
 	for _, k := range []string{runKey(e.RunID), idemKey(e.Key)} {
 		if k != "" {
 			c.runs[k] = seq
 		}
 	}
-	return seq, nil
+	return seq, true, nil
 }
 
 func runKey(id string) string {

@@ -74,7 +74,7 @@ func TestClientSecretOptionalOnLoopback(t *testing.T) {
 // loopback the old conversation goes on as before.
 func TestLegacyClientNotClaimableOffLoopback(t *testing.T) {
 	log := web.NewMemoryLog()
-	if _, err := log.Append(context.Background(), "legacy", &web.Entry{Role: web.RoleUser, Text: "my old secret plans"}); err != nil {
+	if _, _, err := log.Append(context.Background(), "legacy", &web.Entry{Role: web.RoleUser, Text: "my old secret plans"}); err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t, web.Options{Token: "t", OffLoopback: true, Log: log}, nil)

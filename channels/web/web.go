@@ -288,14 +288,19 @@ func (a *Adapter) entry(to channels.Origin, msg channels.Message) (*Entry, error
 	return &Entry{Role: role, Text: msg.Text, RunID: msg.RunID, At: time.Now().UTC()}, nil
 }
 
-// append stores e and wakes the client's streams.
+// append stores e and wakes the client's streams: with e itself when the
+// Log added it, else to read the Log.
 func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, error) {
-	seq, err := a.opts.Log.Append(ctx, client, e)
+	seq, added, err := a.opts.Log.Append(ctx, client, e)
 	if err != nil {
 		return 0, err
 	}
 	e.Seq = seq
-	a.hub.notify(client)
+	if added {
+		a.hub.added(client, e)
+	} else {
+		a.hub.notify(client)
+	}
 	return seq, nil
 }
 
@@ -317,7 +322,7 @@ func (a *Adapter) take(ctx context.Context, sink channels.Sink, client string, e
 			return 0, fmt.Errorf("%w: %w", errNotStored, err)
 		}
 		e.Seq = seq
-		a.hub.notify(client)
+		a.hub.added(client, e) // a person's message is always a new entry
 		return seq, err
 	}
 	seq, err := a.append(ctx, client, e)

@@ -776,9 +776,12 @@ func TestMemoryLog(t *testing.T) {
 	ctx := context.Background()
 	l := web.NewMemoryLog()
 	add := func(client, text, run string) int64 {
-		seq, err := l.Append(ctx, client, &web.Entry{Role: "assistant", Text: text, RunID: run})
+		seq, added, err := l.Append(ctx, client, &web.Entry{Role: "assistant", Text: text, RunID: run})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if dup := text == "dup"; added == dup {
+			t.Fatalf("append %q: added %v, want %v", text, added, !dup)
 		}
 		return seq
 	}
@@ -878,5 +881,71 @@ func TestEventsLiveStateReadsNoEntries(t *testing.T) {
 	}
 	if e := next(t, ev); e.Text != "hi" || e.Seq != 1 {
 		t.Fatalf("entry %+v, want the reply", e)
+	}
+	if n := log.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the conversation after a new entry; want it written without being read back", n)
+	}
+}
+
+// A new entry goes to the open streams as it was added, without being
+// read back; an append that added nothing (a re-delivered announce) shows
+// nothing, and an entry added elsewhere (another replica) before a new
+// one is read from the Log first, so nothing is skipped. A stream opened
+// afterwards shows the same events.
+func TestEventsWriteAddedEntriesInOrder(t *testing.T) {
+	log := &countingLog{MemoryLog: web.NewMemoryLog()}
+	h := newHarness(t, web.Options{Log: log}, nil)
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "gil", ChatType: "dm"}
+	ev, _, _ := openEvents(t, h, "client=gil", nil)
+	var seen []sseEvent
+	want := func(seq int64, text string) {
+		t.Helper()
+		var raw sseEvent
+		select {
+		case raw = <-ev:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event; want %d %q", seq, text)
+		}
+		var e web.Entry
+		if err := json.Unmarshal([]byte(raw.data), &e); err != nil || e.Seq != seq || e.Text != text || raw.id != strconv.FormatInt(seq, 10) {
+			t.Fatalf("event %+v (%v); want %d %q", raw, err, seq, text)
+		}
+		seen = append(seen, raw)
+	}
+	send := func(msg channels.Message) {
+		t.Helper()
+		if err := h.a.Send(ctx, to, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(channels.Message{Kind: channels.KindReply, Text: "**one**"})
+	want(1, "**one**")
+	send(channels.Message{Kind: channels.KindAnnounce, Text: "two", RunID: "r1"})
+	want(2, "two")
+	if n := log.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the conversation; want the stream's first one only", n)
+	}
+	// Another replica's entry, not announced here; then one of ours.
+	if _, _, err := log.Append(ctx, "gil", &web.Entry{Role: web.RoleSystem, Text: "three", At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	send(channels.Message{Kind: channels.KindReply, Text: "four"})
+	want(3, "three")
+	want(4, "four")
+	send(channels.Message{Kind: channels.KindAnnounce, Text: "two again", RunID: "r1"})
+	send(channels.Message{Kind: channels.KindReply, Text: "five"})
+	want(5, "five")
+	again, _, closeAgain := openEvents(t, h, "client=gil", nil)
+	defer closeAgain()
+	for i, first := range seen {
+		select {
+		case e := <-again:
+			if e != first {
+				t.Errorf("event %d read back from the Log = %+v; the live stream wrote %+v", i, e, first)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event %d on the second stream", i)
+		}
 	}
 }

@@ -43,6 +43,10 @@ func testWebLog(t *testing.T, s Store) {
 		if seq != st.wantSeq || m.Seq != seq {
 			t.Errorf("step %d (%s %q): seq %d (m.Seq %d), want %d", i, st.client, st.msg.Text, seq, m.Seq, st.wantSeq)
 		}
+		// Added: the first append of a RunID or Key only.
+		if again := st.msg.RunID+st.msg.Key != "" && st.msg.At.IsZero(); m.Added == again {
+			t.Errorf("step %d (%s %q): Added %v, want %v", i, st.client, st.msg.Text, m.Added, !again)
+		}
 	}
 	tests := []struct {
 		client string
@@ -165,8 +169,8 @@ func testWebIntake(t *testing.T, s Store) {
 	if err != nil || !added || in.ID == 0 || in.ClaimedBy != "r1" {
 		t.Fatalf("AddIntake = %v, %v (id %d, claimed by %q)", added, err, in.ID, in.ClaimedBy)
 	}
-	if in.Web.Seq != 2 || in.Origin.MessageID != "2" || in.PlatformID != "carol/2" {
-		t.Fatalf("web seq %d, message id %q, platform id %q; want 2, \"2\", \"carol/2\"", in.Web.Seq, in.Origin.MessageID, in.PlatformID)
+	if in.Web.Seq != 2 || !in.Web.Added || in.Origin.MessageID != "2" || in.PlatformID != "carol/2" {
+		t.Fatalf("web seq %d (added %v), message id %q, platform id %q; want 2 added, \"2\", \"carol/2\"", in.Web.Seq, in.Web.Added, in.Origin.MessageID, in.PlatformID)
 	}
 	owed, err := s.OwedIntake(ctx)
 	if err != nil || len(owed) != 1 || owed[0].ID != in.ID || owed[0].Origin.MessageID != "2" || owed[0].PlatformID != "carol/2" {
