@@ -359,7 +359,7 @@ func (g *Gateway) buildChannel(name channels.Name, cfg *config.Config) (channels
 			return nil, nil
 		}
 		a, err := web.New(web.Options{Token: c.Web.Token.Value(), Log: webLog{db: g.db, told: g.cluster.tellWeb, intake: g.intake},
-			OffLoopback: !cfg.ListenerIsLoopback(), BehindProxy: cfg.Gateway.HTTP.BehindProxy, Secrets: &webSecrets{db: g.db}, MaxStreams: c.Web.MaxStreams,
+			OffLoopback: !cfg.ListenerIsLoopback(), BehindProxy: cfg.Gateway.HTTP.BehindProxy, Secrets: &webSecrets{db: g.db, alone: !g.cluster.shared}, MaxStreams: c.Web.MaxStreams,
 			RateLimit:     web.RateLimit{PerMinute: max(c.Web.RateLimit.PerMinute, 0), Burst: c.Web.RateLimit.Burst},
 			OnRateLimited: func(string) { g.metrics.refused.WithLabelValues("web", "rate_limited").Inc() },
 			SessionKey: func(client string) string {

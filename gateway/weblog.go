@@ -90,14 +90,21 @@ func (l webLog) After(ctx context.Context, client string, after int64, limit int
 // deletes it), so the hashes seen are kept in memory (at most
 // maxKnownSecrets, then the set starts over): a client's post and event
 // stream do not read the store for it again. A client with no hash yet is
-// always read: another replica may claim it.
+// read every time when other replicas may claim it; with none (alone:
+// SQLite, where only this process writes the store) this process makes
+// every claim, so "no hash" is kept too (a loopback client never claims
+// one: its post and stream then read nothing).
 type webSecrets struct {
 	db interface {
 		ClaimKV(ctx context.Context, key, value string) (bool, error)
 		GetKV(ctx context.Context, key string) (string, bool, error)
 	}
+	alone bool
 	mu    sync.Mutex
-	known map[string]string // client → claimed hash; guarded by mu
+	known map[string]string // client → claimed hash, "" = none; guarded by mu
+	// claims counts the claims' beginnings and ends: a read that saw no
+	// hash is kept only when no claim began or ended during it.
+	claims uint64
 }
 
 // maxKnownSecrets bounds webSecrets' memory (~100 bytes a client).
@@ -106,9 +113,16 @@ const maxKnownSecrets = 4096
 var _ web.ClientSecrets = (*webSecrets)(nil)
 
 func (s *webSecrets) ClaimSecret(ctx context.Context, client, hash string) (bool, error) {
+	s.mu.Lock()
+	s.claims++
+	delete(s.known, client)
+	s.mu.Unlock()
 	claimed, err := s.db.ClaimKV(ctx, "web.clientSecret:"+client, hash)
+	s.mu.Lock()
+	s.claims++ // a read that overlapped the claim keeps nothing
+	s.mu.Unlock()
 	if err == nil && claimed {
-		s.keep(client, hash)
+		s.keep(client, hash, 0)
 	}
 	return claimed, err
 }
@@ -116,20 +130,29 @@ func (s *webSecrets) ClaimSecret(ctx context.Context, client, hash string) (bool
 func (s *webSecrets) SecretHash(ctx context.Context, client string) (string, bool, error) {
 	s.mu.Lock()
 	hash, ok := s.known[client]
+	claims := s.claims
 	s.mu.Unlock()
 	if ok {
-		return hash, true, nil
+		return hash, hash != "", nil
 	}
 	hash, ok, err := s.db.GetKV(ctx, "web.clientSecret:"+client)
-	if err == nil && ok {
-		s.keep(client, hash)
+	switch {
+	case err == nil && ok:
+		s.keep(client, hash, 0)
+	case err == nil && s.alone:
+		s.keep(client, "", claims)
 	}
 	return hash, ok, err
 }
 
-func (s *webSecrets) keep(client, hash string) {
+// keep remembers client's hash; "none" (hash "") only when no claim
+// began or ended since claims was read.
+func (s *webSecrets) keep(client, hash string, claims uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if hash == "" && s.claims != claims {
+		return
+	}
 	if s.known == nil || len(s.known) >= maxKnownSecrets {
 		s.known = make(map[string]string)
 	}
