@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -18,18 +16,33 @@ import (
 // whose path it knows (the systemd user bus, docker.sock, PostgreSQL's).
 const landlockUnixABI = 9
 
-// Where a socket(2) refused by the filter fails, and how. EACCES is the
+// What the filter answers. A socket(2) it refuses fails with EACCES, the
 // error socket(2) documents for "not permitted to create a socket of this
-// type"; programs report it plainly ("Permission denied"). io_uring is
-// refused with ENOSYS, the answer of a kernel without it, so that programs
-// fall back to plain system calls.
+// type"; programs report it plainly ("Permission denied"). io_uring (and
+// an x32 system call) is refused with ENOSYS, the answer of a kernel
+// without it, so that programs fall back to plain system calls.
 const (
-	refuseSocket  = seccomp.ActionErrno | seccomp.Action(unix.EACCES)
-	refuseIOURing = seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)
+	retAllow         = unix.SECCOMP_RET_ALLOW
+	retRefuseSocket  = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
+	retRefuseIOURing = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	retKill          = unix.SECCOMP_RET_KILL_PROCESS
 )
 
-// seccompPolicy is the socket filter of a Landlock sandbox, for the
-// native architecture (the caller adds the architecture check):
+// Offsets in struct seccomp_data: nr, arch, instruction_pointer, args[6]
+// (amd64 and arm64 are little-endian: an argument's low 32 bits come
+// first).
+const (
+	offNr         = 0
+	offArch       = 4
+	offArg0Low    = 16
+	x32SyscallBit = 0x40000000 // __X32_SYSCALL_BIT
+)
+
+// seccompProgram is the socket filter of a Landlock sandbox. System calls
+// of another architecture than the helper's own (i386 through int 0x80 on
+// x86_64, AArch32 on arm64: their socket numbers, and i386's socketcall,
+// would go unchecked) kill the process; on x86_64, x32 system calls are
+// refused. Then, for the native architecture:
 //
 //   - without network, socket(2) is refused for every address family
 //     (Landlock's network rules cover only TCP before ABI 10, and a network
@@ -42,54 +55,49 @@ const (
 //
 // The address family is compared on its low 32 bits only, as the kernel
 // reads it (an int): a caller cannot slip AF_UNIX past the filter with
-// high bits set.
-func seccompPolicy(network, unixScoped bool) seccomp.Policy {
-	p := seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Names: []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}, Action: refuseIOURing},
-		},
-	}
-	switch {
-	case !network:
-		p.Syscalls = append(p.Syscalls, seccomp.SyscallGroup{Names: []string{"socket"}, Action: refuseSocket})
-	case !unixScoped:
-		// Low 32 bits == AF_UNIX (1): no bit but bit 0 set, and bit 0 set.
-		p.Syscalls = append(p.Syscalls, seccomp.SyscallGroup{
-			NamesWithCondtions: []seccomp.NameWithConditions{{Name: "socket", Conditions: seccomp.ArgumentConditions{
-				{Argument: 0, Operation: seccomp.BitsNotSet, Value: 0xffffffff &^ unix.AF_UNIX},
-				{Argument: 0, Operation: seccomp.BitsSet, Value: unix.AF_UNIX},
-			}}},
-			Action: refuseSocket,
-		})
-	}
-	return p
-}
-
-// seccompProgram is the whole filter: system calls of another
-// architecture than the helper's own (i386 through int 0x80 on x86_64,
-// AArch32 on arm64: their socket numbers, and i386's socketcall, would go
-// unchecked) kill the process; native ones go through seccompPolicy (which
-// also refuses x32 system calls on x86_64).
+// high bits set. The program is written out here (rather than assembled
+// from a policy by a seccomp library, whose syscall tables for every
+// architecture were built at every process's start: 0.15 ms and 165 KB of
+// package init for a filter of five system calls).
 func seccompProgram(network, unixScoped bool) ([]bpf.Instruction, error) {
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+	var native uint32
+	switch runtime.GOARCH {
+	case "amd64":
+		native = unix.AUDIT_ARCH_X86_64
+	case "arm64":
+		native = unix.AUDIT_ARCH_AARCH64
+	default:
 		return nil, fmt.Errorf("no socket filter for %s (Herald's Landlock sandbox supports amd64 and arm64)", runtime.GOARCH)
 	}
-	native, err := arch.GetInfo("")
-	if err != nil {
-		return nil, err
+	// Each check is "if the accumulator is v, return ret": when it is not,
+	// the jump skips the return.
+	is := func(v, ret uint32) []bpf.Instruction {
+		return []bpf.Instruction{bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipFalse: 1}, bpf.RetConstant{Val: ret}}
 	}
-	p := seccompPolicy(network, unixScoped)
-	body, err := p.Assemble()
-	if err != nil {
-		return nil, err
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: offArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: native, SkipTrue: 1},
+		bpf.RetConstant{Val: retKill},
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
 	}
-	const archOffset = 4 // seccomp_data.arch
-	return append([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(native.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
-	}, body...), nil
+	if native == unix.AUDIT_ARCH_X86_64 {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallBit, SkipFalse: 1},
+			bpf.RetConstant{Val: retRefuseIOURing})
+	}
+	p = append(p, is(unix.SYS_IO_URING_SETUP, retRefuseIOURing)...)
+	p = append(p, is(unix.SYS_IO_URING_ENTER, retRefuseIOURing)...)
+	p = append(p, is(unix.SYS_IO_URING_REGISTER, retRefuseIOURing)...)
+	switch {
+	case !network:
+		p = append(p, is(unix.SYS_SOCKET, retRefuseSocket)...)
+	case !unixScoped:
+		// socket: load the family's low 32 bits (the accumulator no longer
+		// holds the number: this check comes last) and refuse AF_UNIX.
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 3},
+			bpf.LoadAbsolute{Off: offArg0Low, Size: 4})
+		p = append(p, is(unix.AF_UNIX, retRefuseSocket)...)
+	}
+	return append(p, bpf.RetConstant{Val: retAllow}), nil
 }
 
 // installSeccomp applies the socket filter to the calling thread, which

@@ -350,17 +350,11 @@ func TestUmask(t *testing.T) {
 // TestSeccompForeignArchitecture: the filter kills a process making a
 // system call of another architecture (i386's socketcall on x86_64, whose
 // socket creation the socket rules cannot see) and refuses x32 ones; it
-// judges the address family on the low 32 bits. Checked on the assembled
-// program (the test host has no 32-bit programs to run).
+// judges the address family on the low 32 bits; without network every
+// socket(2) is refused, with network only AF_UNIX and only below Landlock
+// ABI 9. Checked on the assembled program for each of the three policies
+// (the test host has no 32-bit programs to run).
 func TestSeccompForeignArchitecture(t *testing.T) {
-	prog, err := seccompProgram(true, false)
-	if err != nil {
-		t.Skip(err)
-	}
-	vm, err := bpf.NewVM(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const (
 		auditArchI386   = 0x40000003
 		auditArchX86_64 = 0xc000003e
@@ -371,43 +365,75 @@ func TestSeccompForeignArchitecture(t *testing.T) {
 	if unix.SYS_SOCKET != 41 { // arm64
 		native, foreign = auditArchARM64, auditArchARM
 	}
-	// seccomp_data as the program reads it: 32-bit words (the VM loads
-	// them big-endian), 64-bit arguments low word first.
-	call := func(archID uint32, nr int, args ...uint64) uint32 {
-		d := make([]byte, 64)
-		binary.BigEndian.PutUint32(d[0:], uint32(nr))
-		binary.BigEndian.PutUint32(d[4:], archID)
-		for i, a := range args {
-			binary.BigEndian.PutUint32(d[16+8*i:], uint32(a))
-			binary.BigEndian.PutUint32(d[16+8*i+4:], uint32(a>>32))
-		}
-		got, err := vm.Run(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return uint32(got)
-	}
 	eacces := uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES))
-	for _, c := range []struct {
-		name string
-		got  uint32
-		want uint32
+	enosys := uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
+	allow := uint32(unix.SECCOMP_RET_ALLOW)
+	for _, pol := range []struct {
+		name                   string
+		network, unixScoped    bool
+		unixSocket, inetSocket uint32 // socket(AF_UNIX), socket(AF_INET)
 	}{
-		{"foreign architecture", call(foreign, 102, 1), unix.SECCOMP_RET_KILL_PROCESS},
-		{"socket(AF_UNIX)", call(native, unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), eacces},
-		{"socket(AF_UNIX | 1<<32)", call(native, unix.SYS_SOCKET, 1<<32|unix.AF_UNIX, unix.SOCK_STREAM), eacces},
-		{"socket(AF_INET)", call(native, unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), unix.SECCOMP_RET_ALLOW},
-		{"socket(AF_INET6 | 1<<32)", call(native, unix.SYS_SOCKET, 1<<32|unix.AF_INET6, unix.SOCK_STREAM), unix.SECCOMP_RET_ALLOW},
-		{"socketpair(AF_UNIX)", call(native, unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), unix.SECCOMP_RET_ALLOW},
-		{"io_uring_setup", call(native, unix.SYS_IO_URING_SETUP, 8), uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))},
+		{"no network", false, false, eacces, eacces},
+		{"no network, ABI 9", false, true, eacces, eacces},
+		{"network", true, false, eacces, allow},
+		{"network, ABI 9", true, true, allow, allow},
 	} {
-		if c.got != c.want {
-			t.Errorf("%s: filter returns %#x, want %#x", c.name, c.got, c.want)
-		}
-	}
-	if native == auditArchX86_64 {
-		if got := call(native, 0x40000000|unix.SYS_SOCKET, unix.AF_INET); got&unix.SECCOMP_RET_ACTION_FULL != unix.SECCOMP_RET_ERRNO {
-			t.Errorf("x32 socket: filter returns %#x, want an error", got)
-		}
+		t.Run(pol.name, func(t *testing.T) {
+			prog, err := seccompProgram(pol.network, pol.unixScoped)
+			if err != nil {
+				t.Skip(err)
+			}
+			vm, err := bpf.NewVM(prog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// seccomp_data as the program reads it: 32-bit words (the VM
+			// loads them big-endian), 64-bit arguments low word first.
+			call := func(archID uint32, nr int, args ...uint64) uint32 {
+				d := make([]byte, 64)
+				binary.BigEndian.PutUint32(d[0:], uint32(nr))
+				binary.BigEndian.PutUint32(d[4:], archID)
+				for i, a := range args {
+					binary.BigEndian.PutUint32(d[16+8*i:], uint32(a))
+					binary.BigEndian.PutUint32(d[16+8*i+4:], uint32(a>>32))
+				}
+				got, err := vm.Run(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return uint32(got)
+			}
+			for _, c := range []struct {
+				name string
+				got  uint32
+				want uint32
+			}{
+				{"foreign architecture", call(foreign, 102, 1), unix.SECCOMP_RET_KILL_PROCESS},
+				{"foreign architecture, native socket number", call(foreign, unix.SYS_SOCKET, unix.AF_INET), unix.SECCOMP_RET_KILL_PROCESS},
+				{"socket(AF_UNIX)", call(native, unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), pol.unixSocket},
+				{"socket(AF_UNIX | 1<<32)", call(native, unix.SYS_SOCKET, 1<<32|unix.AF_UNIX, unix.SOCK_STREAM), pol.unixSocket},
+				{"socket(AF_INET)", call(native, unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), pol.inetSocket},
+				{"socket(AF_INET6 | 1<<32)", call(native, unix.SYS_SOCKET, 1<<32|unix.AF_INET6, unix.SOCK_STREAM), pol.inetSocket},
+				{"socket(AF_UNIX+2)", call(native, unix.SYS_SOCKET, unix.AF_UNIX+2, unix.SOCK_STREAM), pol.inetSocket},
+				{"socketpair(AF_UNIX)", call(native, unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), allow},
+				{"connect", call(native, unix.SYS_CONNECT, 3), allow},
+				{"openat", call(native, unix.SYS_OPENAT, 3), allow},
+				{"io_uring_setup", call(native, unix.SYS_IO_URING_SETUP, 8), enosys},
+				{"io_uring_enter", call(native, unix.SYS_IO_URING_ENTER, 3), enosys},
+				{"io_uring_register", call(native, unix.SYS_IO_URING_REGISTER, 3), enosys},
+			} {
+				if c.got != c.want {
+					t.Errorf("%s: filter returns %#x, want %#x", c.name, c.got, c.want)
+				}
+			}
+			if native == auditArchX86_64 {
+				if got := call(native, 0x40000000|unix.SYS_SOCKET, unix.AF_INET); got&unix.SECCOMP_RET_ACTION_FULL != unix.SECCOMP_RET_ERRNO {
+					t.Errorf("x32 socket: filter returns %#x, want an error", got)
+				}
+				if got := call(native, 0x40000000|unix.SYS_OPENAT, 3); got&unix.SECCOMP_RET_ACTION_FULL != unix.SECCOMP_RET_ERRNO {
+					t.Errorf("x32 openat: filter returns %#x, want an error", got)
+				}
+			}
+		})
 	}
 }
