@@ -234,10 +234,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, Outbox: runOutbox{g}, RetryWrite: g.retryWrite,
 		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
-		StartThread: g.startThread,
-		Live:        g.runLive,
-		LiveAt:      g.runLiveAt,
-		Wake:        func(it store.Intake) { g.enqueueTurn(it, g.turnLog(it)) },
+		StartThread:  g.startThread,
+		Live:         g.runLive,
+		LiveAt:       g.runLiveAt,
+		Wake:         func(it store.Intake) { g.enqueueTurn(it, g.turnLog(it)) },
+		ArchiveLater: true, // Run starts it once ready
 	})
 	g.sessDeps = sessionDeps{db: db, lock: func(ctx context.Context, agentID, key string, o channels.Origin) (*sessionState, error) {
 		return g.acquire(ctx, g.cfg(), agentID, key, o)
@@ -443,8 +444,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.spend.Run(g.bgCtx, spend.RefreshEvery) }()
 	}
-	g.bg.Add(6)
-	go func() { defer g.bg.Done(); g.sweepFiles(g.bgCtx) }()
+	g.bg.Add(5)
 	go func() { defer g.bg.Done(); g.sweepOwed(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.janitor(g.bgCtx) }()
 	go func() { defer g.bg.Done(); g.panel.run(g.bgCtx) }()
@@ -456,6 +456,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
 	}
 	g.phase.set(phaseRunning, "")
+	// Upkeep that recovery does not need starts once ready: the file
+	// retention sweep and the archiver of ended runs' transcripts. Their
+	// first passes read the store; before ready they ran beside start-up's
+	// recovery reads and /readyz (a second read connection, ~0.4 ms of CPU
+	// until ready; docs/performance.md).
+	g.bg.Add(1)
+	go func() { defer g.bg.Done(); g.sweepFiles(g.bgCtx) }()
+	g.subs.StartArchiver()
 	// Delivery starts once ready: /readyz does not wait for the first pass
 	// (replies of turns that complete before it are handed to the pass,
 	// deliverer.hand).

@@ -127,6 +127,11 @@ type Deps struct {
 	// (SPEC §23: the requester of announce "parent" children, woken once
 	// with their results) on the gateway's main lane.
 	Wake func(store.Intake)
+	// ArchiveLater holds the archiver back from Start until StartArchiver
+	// (the gateway starts it once ready: archiving ended runs' transcripts
+	// is not part of recovering, and its first look read the store while
+	// the start-up's own reads ran).
+	ArchiveLater bool
 }
 
 // Peers are the other replicas of a PostgreSQL state (SPEC §14): a run
@@ -165,6 +170,7 @@ type Manager struct {
 	// while it is looking): a run end whose archive deadline is no earlier
 	// need not wake it (wakeArchiver).
 	archiveNext atomic.Int64
+	archiveOnce sync.Once      // StartArchiver
 	bg          sync.WaitGroup // archiver and one-more-turn goroutines
 	stopBG      context.CancelFunc
 	bgCtx       context.Context
@@ -273,9 +279,20 @@ func (m *Manager) Start(ctx context.Context) error {
 	if _, err := m.adopt(ctx, store.Claim{Holder: m.d.Replica, Reclaim: true}); err != nil {
 		return err
 	}
-	m.bg.Add(1)
-	go m.archiver()
+	if !m.d.ArchiveLater {
+		m.StartArchiver()
+	}
 	return nil
+}
+
+// StartArchiver starts the archiver (once): Start does unless
+// Deps.ArchiveLater. Runs that end before it starts are archived by its
+// first look (their deadlines are in the store).
+func (m *Manager) StartArchiver() {
+	m.archiveOnce.Do(func() {
+		m.bg.Add(1)
+		go m.archiver()
+	})
 }
 
 // Adopt takes over the live runs no live replica owns (on SQLite: every
