@@ -108,6 +108,22 @@ func claim[T any](d *DB, ctx context.Context, q string, args []any, scan func(*s
 	return out, err
 }
 
+// anyRow reports whether q (a SELECT 1 … LIMIT 1) finds a row on c. A
+// claim first asks whether it has a candidate at all — at start, and on a
+// gateway with nothing owed or live, the answer is no — in its own
+// transaction (immediate on SQLite, one repeatable-read snapshot on
+// PostgreSQL), so a "no" holds for the UPDATE it then skips. That UPDATE …
+// RETURNING is a wide statement which each connection parses once: with
+// the other claim, ~0.5 ms of a start's CPU before ready
+// (docs/performance.md).
+func anyRow(c conn, q string, args ...any) (bool, error) {
+	err := c.queryRow(func(*sql.Rows) error { return nil }, q, args...)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // queryAll runs q on c and scans every row it returns with scan.
 func queryAll[T any](c conn, q string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
 	rows, err := c.query(q, args...)
@@ -142,7 +158,15 @@ func (d *DB) ClaimOwed(ctx context.Context, c Claim) ([]Intake, error) {
 		SELECT id FROM intake WHERE done_at IS NULL AND ` + d.free("claimed_by", "$1", c.Reclaim) + ` AND NOT EXISTS (
 			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
 		ORDER BY id LIMIT $2` + d.dialect.skipLocked + `) RETURNING ` + intakeCols
-	out, err := claim(d, ctx, q, []any{holder, limit}, scanIntake)
+	var out []Intake
+	err := d.claimTx(ctx, func(c conn) error {
+		if ok, err := anyRow(c, `SELECT 1 FROM intake WHERE done_at IS NULL LIMIT 1`); !ok {
+			return err
+		}
+		var err error
+		out, err = queryAll(c, q, []any{holder, limit}, scanIntake)
+		return err
+	})
 	if err != nil {
 		return nil, d.wrap("claim owed turns", err)
 	}
@@ -233,6 +257,9 @@ func (d *DB) ClaimRuns(ctx context.Context, c Claim) ([]Run, error) {
 	all := []any{holder, StatusQueued, StatusRunning, StatusAnnouncing}
 	var out []Run
 	err := d.claimTx(ctx, func(tx conn) error {
+		if ok, err := anyRow(tx, `SELECT 1 FROM runs WHERE status IN ($1, $2, $3) LIMIT 1`, all[1:]...); !ok {
+			return err
+		}
 		rows, err := tx.query(q, all...)
 		if err != nil {
 			return err
