@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # postgres.sh — install PostgreSQL from Debian's packages when it is missing,
 # and start / stop a throwaway cluster for the tests. The cluster lives in a
-# folder of the caller's, listens on 127.0.0.1 only, trusts local
-# connections and is built for speed (fsync off): test data only.
+# folder of the caller's, listens on one loopback address only (127.0.0.1
+# unless told), trusts local connections and is built for speed (fsync
+# off): test data only.
 #
 #   scripts/postgres.sh install             apt-get install postgresql unless initdb is found
 #   scripts/postgres.sh bindir              print the folder holding initdb and pg_ctl
-#   scripts/postgres.sh start <dir> <port>  initdb in <dir>/data, start on 127.0.0.1:<port>,
-#                                           print the connection URL
+#   scripts/postgres.sh start <dir> <port> [host]
+#                                           initdb in <dir>/data, start on <host>:<port>
+#                                           (host 127.0.0.1 unless given, a loopback
+#                                           address), print the connection URL
 #   scripts/postgres.sh stop <dir> [mode]   stop the cluster started in <dir> (pg_ctl -m mode:
 #                                           immediate, the default, or fast: committed work kept)
 #
@@ -60,7 +63,7 @@ as_owner() {
 }
 
 cmd_start() {
-	local dir=${1:?usage: postgres.sh start <dir> <port>} port=${2:?usage: postgres.sh start <dir> <port>}
+	local dir=${1:?usage: postgres.sh start <dir> <port> [host]} port=${2:?usage: postgres.sh start <dir> <port> [host]} host=${3:-127.0.0.1}
 	local bin
 	bin=$(bindir) || die "PostgreSQL is not installed: run scripts/postgres.sh install"
 	mkdir -p "$dir"
@@ -70,9 +73,9 @@ cmd_start() {
 			die "initdb failed: $(tail -5 "$dir/initdb.log")"
 	fi
 	as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+		-o "-c listen_addresses=$host -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
 		start >/dev/null || die "pg_ctl start failed: $(tail -5 "$dir/postgres.log" 2>/dev/null)"
-	echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	echo "postgres://postgres@$host:$port/postgres?sslmode=disable"
 }
 
 cmd_stop() {
@@ -88,5 +91,5 @@ install) cmd_install ;;
 bindir) bindir || die "PostgreSQL is not installed" ;;
 start) shift; cmd_start "$@" ;;
 stop) shift; cmd_stop "$@" ;;
-*) die "usage: postgres.sh install | bindir | start <dir> <port> | stop <dir>" ;;
+*) die "usage: postgres.sh install | bindir | start <dir> <port> [host] | stop <dir>" ;;
 esac

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/devtools/loopback"
 )
 
 func keyedProvider(t *testing.T, b backend, srv *llmtest.Server, opts Options, keys ...string) agent.Provider {
@@ -118,12 +118,13 @@ func TestKeyRefusedSetAside(t *testing.T) {
 
 // What a fallback needs to know: which failures are worth another model.
 func TestFailuresClassifiedForFallback(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port of a loopback address of its own: no other process starts
+	// listening there while the test runs.
+	refused, err := loopback.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	refusedURL := "http://" + closed.Addr().String()
-	closed.Close()
+	refusedURL := "http://" + refused
 	for _, b := range backends[:2] {
 		for _, tc := range []struct {
 			name      string

@@ -71,7 +71,7 @@ func TestDoctorAgainstFakes(t *testing.T) {
 	}
 	for _, want := range []string{
 		`(?m)^ok    config +` + regexp.QuoteMeta(cfgPath) + ` is valid$`,
-		`(?m)^ok    http listen 127\.0\.0\.1:\d+ +free`,
+		`(?m)^ok    http listen 127(\.\d+){3}:\d+ +free`,
 		`(?m)^ok    state dir +.* writable; outbox 0 pending`,
 		`(?m)^ok    provider anthropic +1 configured models available$`,
 		`(?m)^ok    provider local +1 configured models available$`,

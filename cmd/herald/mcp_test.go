@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/agent/mcptools/mcptest"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/devtools/loopback"
 	"github.com/heraldhq/herald/gateway"
 )
 
@@ -50,12 +51,10 @@ func checkMCPList(t *testing.T, out, source string) {
 
 // Without a running gateway, herald mcp list starts the servers itself.
 func TestMCPListProbes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.Addr() // nothing listens there, nor will another process
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
 	var out, errb bytes.Buffer
 	code := run([]string{"mcp", "list", "--config", mcpListConfig(t, addr)}, &out, &errb)
 	if code != 1 {

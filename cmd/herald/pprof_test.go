@@ -1,23 +1,22 @@
 package main
 
 import (
-	"net"
 	"net/http"
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldhq/herald/devtools/loopback"
 )
 
 // TestPprofRefusesForeignHost (issue 35): --pprof answers only loopback
 // Hosts, so a page of another site whose name it rebinds to 127.0.0.1
 // (DNS rebinding) cannot read the gateway's profiles.
 func TestPprofRefusesForeignHost(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.Addr() // no other process takes its port meanwhile
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	stop, err := startPprof(addr, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)

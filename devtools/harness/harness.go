@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/heraldhq/herald/devtools/loopback"
 )
 
 // BuildHerald builds ./cmd/herald of the module the working directory is in
@@ -84,28 +84,10 @@ func RemoveBuilt() {
 	}
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
-//
-// Where the system has all of 127.0.0.0/8 (Linux) the address is one of its
-// own, 127.a.b.c, not 127.0.0.1. Tests kill a gateway and start it again on
-// the same address; while it is down, any other process's listener or
-// outgoing connection on 127.0.0.1 may take that port of 127.0.0.1, and the
-// restart fails with "bind: address already in use" (seen in CI). Nothing
-// else binds a port of this address (a connection to it comes from
-// 127.0.0.1), so the port stays the gateway's across restarts. Elsewhere
-// (macOS has only 127.0.0.1) it is a port of 127.0.0.1.
-func FreeAddr() (string, error) {
-	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
-	ln, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-	}
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago, of a loopback address of its own where the system has one
+// (loopback.Addr): a gateway a test kills and starts again keeps its port.
+func FreeAddr() (string, error) { return loopback.Addr() }
 
 // Gateway is one running `herald gateway` child process.
 type Gateway struct {

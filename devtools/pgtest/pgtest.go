@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/devtools/loopback"
 )
 
 var (
@@ -114,12 +115,12 @@ func start() {
 	// postgres user: /tmp/herald-pg-N.
 	os.Chmod(d, 0o755)
 	for attempt := 0; attempt < 3; attempt++ {
-		port, perr := freePort()
+		host, port, perr := loopback.HostPort()
 		if perr != nil {
 			err = perr
 			break
 		}
-		out, serr := exec.Command("bash", script, "start", d, fmt.Sprint(port)).Output()
+		out, serr := exec.Command("bash", script, "start", d, fmt.Sprint(port), host).Output()
 		if serr == nil {
 			dir, baseURL, err = d, strings.TrimSpace(string(out)), nil
 			return
@@ -131,15 +132,6 @@ func start() {
 		err = fmt.Errorf("start PostgreSQL: %w", serr)
 	}
 	os.RemoveAll(d)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // repoRoot is the folder holding go.mod, from the test's working dir up.
@@ -232,6 +224,7 @@ func RunBoth(m *testing.M, pkg string) int {
 type Server struct {
 	URL  string // its postgres database
 	dir  string
+	host string
 	port int
 	tb   testing.TB
 }
@@ -257,11 +250,14 @@ func OwnServer(tb testing.TB) *Server {
 		tb.Fatal(derr)
 	}
 	os.Chmod(d, 0o755)
-	port, perr := freePort()
+	// A loopback address of its own: initdb runs seconds between picking
+	// the port and binding it, and Stop … Start leaves it unbound; no
+	// other process takes a port of this address meanwhile.
+	host, port, perr := loopback.HostPort()
 	if perr != nil {
 		tb.Fatal(perr)
 	}
-	s := &Server{dir: d, port: port, tb: tb}
+	s := &Server{dir: d, host: host, port: port, tb: tb}
 	tb.Cleanup(func() {
 		exec.Command("bash", sh, "stop", d).Run()
 		os.RemoveAll(d)
@@ -272,7 +268,7 @@ func OwnServer(tb testing.TB) *Server {
 
 func (s *Server) start(sh string) string {
 	s.tb.Helper()
-	out, err := exec.Command("bash", sh, "start", s.dir, fmt.Sprint(s.port)).Output()
+	out, err := exec.Command("bash", sh, "start", s.dir, fmt.Sprint(s.port), s.host).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {

@@ -27,6 +27,8 @@ import (
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
+
+	"github.com/heraldhq/herald/devtools/loopback"
 )
 
 // Version is the Dendrite release the helpers expect.
@@ -112,7 +114,9 @@ func Launch(dir string) (*Homeserver, error) {
 	if ok, why := Available(); !ok {
 		return nil, errors.New(why)
 	}
-	port, err := freePort()
+	// A loopback address of its own: Dendrite binds it seconds after the
+	// port is picked, and no other process takes it meanwhile.
+	host, port, err := loopback.HostPort()
 	if err != nil {
 		return nil, err
 	}
@@ -139,14 +143,14 @@ func Launch(dir string) (*Homeserver, error) {
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join(bin, "dendrite"), "-config", cfgPath,
-		"-http-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "-really-enable-open-registration")
+		"-http-bind-address", net.JoinHostPort(host, fmt.Sprint(port)), "-really-enable-open-registration")
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start dendrite: %w", err)
 	}
-	hs := &Homeserver{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Dir: dir, cmd: cmd, exit: make(chan error, 1)}
+	hs := &Homeserver{URL: "http://" + net.JoinHostPort(host, fmt.Sprint(port)), Dir: dir, cmd: cmd, exit: make(chan error, 1)}
 	go func() {
 		hs.exit <- cmd.Wait()
 		logf.Close()
@@ -190,15 +194,6 @@ func patchConfig(cfg, keyPath string) (string, error) {
 	cfg = rePrivateKey.ReplaceAllString(cfg, "${1}private_key: "+keyPath)
 	cfg = reTraceLevel.ReplaceAllString(cfg, "${1}level: warn")
 	return cfg, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitVersions polls /_matrix/client/versions until it answers 200.
