@@ -112,7 +112,7 @@ func TestE2EWebAPISubagentCommands(t *testing.T) {
 		}
 		return len(announces) >= 3
 	}) {
-		t.Fatalf("%d announces for %s, want 3: %+v", len(announces), a, announces)
+		t.Fatalf("%d announces for %s, want 3: %+v\nthe conversation: %+v\n%s", len(announces), a, announces, webMessages(t, tg.URL, a, 0), tg.state(t))
 	}
 	runIDs := map[string]bool{}
 	for _, m := range announces {

@@ -201,6 +201,23 @@ func (tg *testGW) waitDelivered(t *testing.T, n int) {
 	}
 }
 
+// state describes the gateway's runs and outbox, for a failure message
+// that says where a flow stopped.
+func (tg *testGW) state(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	p, d, f, err := tg.G.Store().OutboxStats(context.Background())
+	fmt.Fprintf(&b, "outbox: %d pending, %d delivered, %d failed (%v)", p, d, f, err)
+	runs, err := tg.G.Store().ListRuns(context.Background(), store.RunFilter{})
+	if err != nil {
+		fmt.Fprintf(&b, "; runs: %v", err)
+	}
+	for _, r := range runs {
+		fmt.Fprintf(&b, "\nrun %.8s %q %s/%s owner %s note %q", r.ID, r.Label, r.Status, r.Outcome, r.Owner, r.Note)
+	}
+	return b.String()
+}
+
 // sessionKeys returns the keys of the top-level (requester) sessions.
 func (tg *testGW) sessionKeys(t *testing.T) []string {
 	t.Helper()
