@@ -450,6 +450,7 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 		next = mark.next.Item
 		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 		log.Debug("delivered", zap.Int("attempt", it.Attempts+1))
+		d.followed(ctx, mark.followed)
 	case err == nil:
 		at := d.clock.Now()
 		nc := d.nextClaim(at)
@@ -486,15 +487,35 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 	return next, reclaim || err != nil && mark != nil
 }
 
+// followed counts, logs and traces the items a delivery's store write
+// delivered after its own (webLog.Append: the web chat's items queued
+// behind it), as their own sends would have.
+func (d *deliverer) followed(ctx context.Context, items []store.OutboxItem) {
+	for i := range items {
+		it := &items[i]
+		_, span := d.startSpan(ctx, it, it.Text, 1, 1)
+		endSpan(span, "", nil)
+		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
+		if ce := d.log.Check(zap.DebugLevel, "delivered"); ce != nil {
+			ce.Write(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)), zap.String("sessionKey", it.SessionKey),
+				zap.String("agentId", it.AgentID), zap.String("runId", it.RunID), zap.Int("attempt", it.Attempts+1), zap.Bool("withPrevious", true),
+				telemetry.LogField(it.TraceParent))
+		}
+	}
+}
+
 // deliveryMark is the outbox item a send delivers whole, carried in the
 // send's context to a channel's store write (webLog.Append): the message
 // is stored and the item marked delivered in one transaction, done then
-// set, and the deliverer writes no mark of its own.
+// set, and the deliverer writes no mark of its own. The write may deliver
+// the destination's next items with it (followed); next is then the one
+// after them.
 type deliveryMark struct {
-	id   int64
-	at   time.Time
-	next *store.NextClaim // the destination's next item, claimed with the mark
-	done bool             // set by the write that marked it; read after the send returned
+	id       int64
+	at       time.Time
+	next     *store.NextClaim   // the destination's next item, claimed with the mark
+	done     bool               // set by the write that marked it; read after the send returned
+	followed []store.OutboxItem // the items the write delivered after this one
 }
 
 type deliveryMarkKey struct{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
@@ -35,6 +36,19 @@ func (l webLog) AppendInbound(ctx context.Context, client string, e *web.Entry, 
 	return keep.m.Seq, keep.stored, err
 }
 
+// followingEntry is store.WebMessage.Then for the web chat client: the
+// entry the web adapter's Send stores for an outbox item of the same
+// chat, or nil for one it would not store as it is.
+func followingEntry(client string) func(store.OutboxItem) *store.WebMessage {
+	return func(it store.OutboxItem) *store.WebMessage {
+		role, ok := web.RoleOf(it.Kind)
+		if !ok || it.Origin.Channel != web.Name || it.Origin.ChatID != client {
+			return nil
+		}
+		return &store.WebMessage{Role: role, Text: it.Text, RunID: it.RunID, At: time.Now().UTC(), Key: "outbox:" + strconv.FormatInt(it.ID, 10)}
+	}
+}
+
 // webMessage is the store's row of e.
 func webMessage(e *web.Entry) *store.WebMessage {
 	m := &store.WebMessage{Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Key: e.Key}
@@ -52,12 +66,18 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 	mark := deliveryOf(ctx)
 	if mark != nil && e.Key == "outbox:"+strconv.FormatInt(mark.id, 10) {
 		m.Delivers, m.DeliveredAt, m.Next = mark.id, mark.at, mark.next
+		// The chat's items queued behind this one are stored with it, as
+		// their sends would store them next (one commit, not one each).
+		m.Then = followingEntry(client)
 	} else {
 		mark = nil
 	}
 	seq, err := l.db.AppendWeb(ctx, client, m)
 	if err == nil && mark != nil {
 		mark.done = true
+		for _, f := range m.Followed {
+			mark.followed = append(mark.followed, f.Item)
+		}
 	}
 	if err == nil && l.told != nil {
 		l.told(client)
@@ -66,7 +86,12 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 		return 0, false, err
 	}
 	e.Seq, e.At = seq, m.At
-	return seq, m.Added, nil
+	added := m.Added
+	for _, f := range m.Followed {
+		added = added && f.Message.Added
+		e.Then = append(e.Then, web.Entry{Seq: f.Message.Seq, Role: f.Message.Role, Text: f.Message.Text, RunID: f.Message.RunID, At: f.Message.At, Key: f.Message.Key})
+	}
+	return seq, added, nil
 }
 
 func (l webLog) After(ctx context.Context, client string, after int64, limit int) ([]web.Entry, error) {

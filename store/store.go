@@ -285,7 +285,33 @@ type WebMessage struct {
 	// added it, false when RunID or Key found it stored already (the web
 	// chat shows only an added message from memory).
 	Added bool `json:"-"`
+	// Then, with Delivers and Next, delivers the destination's next items
+	// in the same transaction, as their own sends one after the other
+	// would: each item Next claims that has no files is given to Then, and
+	// the message Then makes of it (nil: it cannot be taken whole) is
+	// appended with Delivers set to the item (so it is marked delivered
+	// and the item after it claimed), up to MaxFollow items. The item
+	// Then did not take stays claimed in Next.Item, for a send of its
+	// own. A destination's backlog thus goes out in one commit, in order,
+	// each item once, instead of one commit after another.
+	Then func(next OutboxItem) *WebMessage `json:"-"`
+	// Followed are the items Then's messages delivered, in order, each
+	// with its message as stored (set on return; none when the append
+	// failed).
+	Followed []Followed `json:"-"`
 }
+
+// Followed is an outbox item a web append delivered after its own
+// message (WebMessage.Then): the item as delivered, and its message with
+// Seq, At and Added as stored.
+type Followed struct {
+	Item    OutboxItem
+	Message WebMessage
+}
+
+// MaxFollow bounds the items one web append delivers after its own
+// (WebMessage.Then), so its transaction stays short.
+const MaxFollow = 64
 
 // SessionFilter selects sessions for ListSessions.
 type SessionFilter struct {

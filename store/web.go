@@ -21,19 +21,61 @@ func (d *DB) AppendWeb(ctx context.Context, client string, m *WebMessage) (int64
 	normalizeWeb(m)
 	var seq int64
 	err := d.tx(ctx, func(c conn) error {
+		m.Followed = nil // a retried transaction starts again
 		var err error
-		seq, err = d.appendWeb(c, client, m)
-		return err
+		if seq, err = d.appendWeb(c, client, m); err != nil {
+			return err
+		}
+		return d.appendFollowing(c, client, m)
 	})
 	if err != nil {
 		if m.Next != nil {
 			m.Next.Item = nil
 		}
 		m.Added = false
+		m.Followed = nil
 		return 0, d.wrap("append web message for "+client, err)
 	}
 	m.Seq = seq
 	return seq, nil
+}
+
+// appendFollowing is WebMessage.Then: it appends the messages of the
+// items m.Next claims after m's, each delivering its item and claiming
+// the next, while Then takes them.
+func (d *DB) appendFollowing(c conn, client string, m *WebMessage) error {
+	if m.Then == nil || m.Delivers == 0 || m.Next == nil {
+		return nil
+	}
+	for len(m.Followed) < MaxFollow && m.Next.Item != nil {
+		it := *m.Next.Item
+		var files int
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&files) },
+			`SELECT COUNT(*) FROM outbox_files WHERE outbox_id = $1`, it.ID); err != nil {
+			return err
+		}
+		if files > 0 {
+			return nil // its files go out as parts of their own: a send
+		}
+		f := m.Then(it)
+		if f == nil {
+			return nil
+		}
+		normalizeWeb(f)
+		at := truncMS(m.Next.Now)
+		if at.IsZero() {
+			at = f.At
+		}
+		f.Delivers, f.DeliveredAt, f.Next, f.Then = it.ID, at, m.Next, nil
+		seq, err := d.appendWeb(c, client, f)
+		if err != nil {
+			return err
+		}
+		f.Seq, f.Next = seq, nil
+		it.ClaimedBy, it.DeliveredAt, it.FilesKnown = "", at, true
+		m.Followed = append(m.Followed, Followed{Item: it, Message: *f})
+	}
+	return nil
 }
 
 // normalizeWeb sets m.At as AppendWeb stores it.

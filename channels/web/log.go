@@ -32,6 +32,11 @@ type Entry struct {
 	Key string `json:"-"`
 	// Files are the message's files (SPEC §18); URL is set when served.
 	Files []File `json:"files,omitempty"`
+	// Then are the entries Append stored right after this one in the same
+	// write, in seq order (the gateway's Log: the chat's outbox items
+	// queued behind the one this entry delivers); set by Append. Not
+	// shown to clients.
+	Then []Entry `json:"-"`
 }
 
 // Log persists each client's conversation. The gateway implements it over
@@ -40,8 +45,11 @@ type Log interface {
 	// Append stores e for client and returns its seq, increasing per client,
 	// with e.Seq and e.At set as stored. An entry whose RunID or Key was
 	// already appended for that client returns the first seq and adds
-	// nothing: added is false. The web chat writes an added entry to the
-	// client's open streams as it is (After would return the same).
+	// nothing: added is false. Append may store more entries after e in
+	// the same write (e.Then); added is then true only if each of them was
+	// added too. The web chat writes added entries to the client's open
+	// streams as they are (After would return the same), else it has the
+	// streams read the Log.
 	Append(ctx context.Context, client string, e *Entry) (seq int64, added bool, err error)
 	// After returns up to limit entries of client with seq > after, oldest
 	// first. limit <= 0 means no limit.

@@ -274,18 +274,25 @@ func (a *Adapter) entry(to channels.Origin, msg channels.Message) (*Entry, error
 	if !ValidClient(to.ChatID) {
 		return nil, fmt.Errorf("web: send to %q: %w: %w", to.ChatID, ErrInvalidClient, channels.ErrPermanent)
 	}
-	var role string
-	switch msg.Kind {
-	case channels.KindReply, "":
-		role = RoleAssistant
-	case channels.KindAnnounce:
-		role = RoleAnnounce
-	case channels.KindSystem:
-		role = RoleSystem
-	default:
+	role, ok := RoleOf(msg.Kind)
+	if !ok {
 		return nil, fmt.Errorf("web: send to %s: unknown message kind %q: %w", to.ChatID, msg.Kind, channels.ErrPermanent)
 	}
 	return &Entry{Role: role, Text: msg.Text, RunID: msg.RunID, At: time.Now().UTC()}, nil
+}
+
+// RoleOf is the conversation role an outbound message of kind shows
+// with; ok is false for a kind the web chat does not show.
+func RoleOf(kind channels.Kind) (role string, ok bool) {
+	switch kind {
+	case channels.KindReply, "":
+		return RoleAssistant, true
+	case channels.KindAnnounce:
+		return RoleAnnounce, true
+	case channels.KindSystem:
+		return RoleSystem, true
+	}
+	return "", false
 }
 
 // append stores e and wakes the client's streams: with e itself when the
@@ -298,6 +305,9 @@ func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, e
 	e.Seq = seq
 	if added {
 		a.hub.added(client, e)
+		for i := range e.Then {
+			a.hub.added(client, &e.Then[i])
+		}
 	} else {
 		a.hub.notify(client)
 	}

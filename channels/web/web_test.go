@@ -949,3 +949,70 @@ func TestEventsWriteAddedEntriesInOrder(t *testing.T) {
 		}
 	}
 }
+
+// followingLog is a Log that stores, with an entry whose text is "lead",
+// the entries queued behind it in the same write, as the gateway's Log
+// does with a chat's outbox backlog (Entry.Then); redelivered names the
+// one among them found stored already.
+type followingLog struct {
+	*countingLog
+	behind      []string
+	redelivered string
+}
+
+func (l *followingLog) Append(ctx context.Context, client string, e *web.Entry) (int64, bool, error) {
+	seq, added, err := l.countingLog.Append(ctx, client, e)
+	if err != nil || e.Text != "lead" {
+		return seq, added, err
+	}
+	for _, text := range l.behind {
+		f := web.Entry{Role: web.RoleAnnounce, Text: text, RunID: "run-" + text, At: time.Now().UTC()}
+		_, fadded, err := l.countingLog.Append(ctx, client, &f)
+		if err != nil {
+			return 0, false, err
+		}
+		added = added && fadded
+		e.Then = append(e.Then, f)
+	}
+	return seq, added, nil
+}
+
+// The entries the Log stored behind a sent one in the same write go to
+// the open streams with it, in order, without reading the conversation;
+// when one of them was there already, the streams read the Log and show
+// the new ones in order.
+func TestEventsWriteEntriesStoredBehindASend(t *testing.T) {
+	log := &followingLog{countingLog: &countingLog{MemoryLog: web.NewMemoryLog()}, behind: []string{"a1", "a2"}}
+	h := newHarness(t, web.Options{Log: log}, nil)
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "hal", ChatType: "dm"}
+	ev, _, _ := openEvents(t, h, "client=hal", nil)
+	want := func(seq int64, text string) {
+		t.Helper()
+		select {
+		case raw := <-ev:
+			var e web.Entry
+			if err := json.Unmarshal([]byte(raw.data), &e); err != nil || e.Seq != seq || e.Text != text {
+				t.Fatalf("event %+v (%v); want %d %q", raw, err, seq, text)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event; want %d %q", seq, text)
+		}
+	}
+	if err := h.a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: "lead"}); err != nil {
+		t.Fatal(err)
+	}
+	want(1, "lead")
+	want(2, "a1")
+	want(3, "a2")
+	if n := log.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the conversation; want the stream's first one only", n)
+	}
+	// a1 is there already (a re-delivered announce): a3 is new.
+	log.behind = []string{"a1", "a3"}
+	if err := h.a.Send(ctx, to, channels.Message{Kind: channels.KindReply, Text: "lead"}); err != nil {
+		t.Fatal(err)
+	}
+	want(4, "lead")
+	want(5, "a3")
+}

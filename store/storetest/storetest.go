@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"WebLog", testWebLog},
 		{"WebLogConcurrent", testWebLogConcurrent},
 		{"WebLogDelivers", testWebLogDelivers},
+		{"WebLogDeliversFollowing", testWebLogDeliversFollowing},
 		{"WebIntake", testWebIntake},
 		{"IntakeSession", testIntakeSession},
 		{"FilesStoredOnce", testFilesStoredOnce},

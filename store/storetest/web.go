@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,6 +155,104 @@ func testWebLogDelivers(t *testing.T, s Store) {
 	}
 }
 
+// A web append that delivers an item with Then delivers the chat's next
+// items in its transaction, in order, each as its own message and once:
+// up to the first it cannot take whole (Then says no, or it has files),
+// which stays claimed for a send of its own; an item not due, another
+// chat's and a dead letter are left alone.
+func testWebLogDeliversFollowing(t *testing.T, s Store) {
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "dora", ChatType: channels.ChatDM}
+	add := func(o channels.Origin, kind channels.Kind, text, runID string, due time.Time, files ...store.FileRef) *store.OutboxItem {
+		t.Helper()
+		it := &store.OutboxItem{Origin: o, Kind: kind, Text: text, RunID: runID, CreatedAt: t0, NextAttemptAt: due, Files: files}
+		if _, err := s.EnqueueOutbox(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	other := to
+	other.ChatID = "eve"
+	first := add(to, channels.KindReply, "first", "", t0)
+	eve := add(other, channels.KindReply, "eve's", "", t0)
+	a1 := add(to, channels.KindAnnounce, "run 1", "run-1", t0)
+	a2 := add(to, channels.KindAnnounce, "run 2", "run-2", t0)
+	refused := add(to, channels.KindSystem, "refused", "", t0)
+	after := add(to, channels.KindReply, "after", "", t0)
+	if got, err := s.ClaimOutbox(ctx, store.Claim{Holder: "r1"}, nil, t0); err != nil || strings.Join(texts(got), ",") != "first,eve's" {
+		t.Fatalf("claim = %v, %v; want first and eve's", texts(got), err)
+	}
+	var given []string
+	then := func(it store.OutboxItem) *store.WebMessage {
+		given = append(given, it.Text)
+		if it.Kind == channels.KindSystem {
+			return nil
+		}
+		return &store.WebMessage{Role: "announce", Text: it.Text, RunID: it.RunID, Key: "outbox:" + strconv.FormatInt(it.ID, 10)}
+	}
+	at := t0.Add(time.Second)
+	next := &store.NextClaim{Holder: "r1", Now: at}
+	m := &store.WebMessage{Role: "assistant", Text: "first", At: at, Key: "outbox:" + strconv.FormatInt(first.ID, 10), Delivers: first.ID, Next: next, Then: then}
+	if seq, err := s.AppendWeb(ctx, "dora", m); err != nil || seq != 1 {
+		t.Fatalf("append = %d, %v; want seq 1", seq, err)
+	}
+	if got := strings.Join(followedTexts(m.Followed), ","); got != "run 1,run 2" || strings.Join(given, ",") != "run 1,run 2,refused" {
+		t.Fatalf("followed %q after giving Then %v; want run 1 and run 2, then refused given and left", got, given)
+	}
+	if next.Item == nil || next.Item.ID != refused.ID || next.Item.ClaimedBy != "r1" {
+		t.Fatalf("next = %+v; want the refused item claimed by r1", next.Item)
+	}
+	for _, it := range []*store.OutboxItem{first, a1, a2} {
+		if got, _ := s.GetOutbox(ctx, it.ID); got.State() != store.OutboxDelivered || !got.DeliveredAt.Equal(ms(at)) || got.ClaimedBy != "" {
+			t.Errorf("%q = %+v; want delivered at the append, unclaimed", it.Text, got)
+		}
+	}
+	for _, it := range []*store.OutboxItem{after, eve} {
+		if got, _ := s.GetOutbox(ctx, it.ID); got.State() == store.OutboxDelivered {
+			t.Errorf("%q delivered; want it left alone", it.Text)
+		}
+	}
+	for i, f := range m.Followed {
+		if f.Message.Seq != int64(i+2) || !f.Message.Added || f.Message.Text != f.Item.Text {
+			t.Errorf("followed message %d = %+v; want seq %d, added, the item's text", i, f.Message, i+2)
+		}
+	}
+	msgs, err := s.WebAfter(ctx, "dora", 0, 0)
+	var got []string
+	for _, w := range msgs {
+		got = append(got, strconv.FormatInt(w.Seq, 10)+":"+w.Role+":"+w.Text+":"+w.RunID)
+	}
+	if want := "1:assistant:first:,2:announce:run 1:run-1,3:announce:run 2:run-2"; err != nil || strings.Join(got, ",") != want {
+		t.Fatalf("dora's messages = %v, %v; want %s", got, err, want)
+	}
+
+	// The refused item's own send delivers it; what follows has a file
+	// (a send of its own too) and then an item not due yet.
+	file := store.FileRef{ID: "f1", Name: "a.txt", MIME: "text/plain", Size: 1}
+	withFile := add(to, channels.KindReply, "with a file", "", t0, file)
+	given, next = nil, &store.NextClaim{Holder: "r1", Now: at}
+	m = &store.WebMessage{Role: "system", Text: "refused", At: at, Key: "outbox:" + strconv.FormatInt(refused.ID, 10), Delivers: refused.ID, Next: next, Then: then}
+	if _, err := s.AppendWeb(ctx, "dora", m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Followed) != 1 || m.Followed[0].Item.ID != after.ID || next.Item == nil || next.Item.ID != withFile.ID {
+		t.Fatalf("followed %v, next %+v; want after, then the item with a file claimed", followedTexts(m.Followed), next.Item)
+	}
+	if slices.Contains(given, "with a file") {
+		t.Errorf("Then was given an item with files: %v", given)
+	}
+
+	// Appended again (a re-send after a crash), nothing shows twice.
+	m = &store.WebMessage{Role: "assistant", Text: "first", At: at, Key: "outbox:" + strconv.FormatInt(first.ID, 10), Delivers: first.ID,
+		Next: &store.NextClaim{Holder: "r1", Now: at}, Then: then}
+	if _, err := s.AppendWeb(ctx, "dora", m); err != nil || len(m.Followed) != 0 {
+		t.Fatalf("append again = %v, followed %v; want nothing more", err, followedTexts(m.Followed))
+	}
+	if msgs, _ := s.WebAfter(ctx, "dora", 0, 0); len(msgs) != 5 {
+		t.Errorf("%d messages after the appends, want 5 (first, run 1, run 2, refused, after)", len(msgs))
+	}
+}
+
 // A person's web message is stored as the conversation's entry and as
 // owed in one transaction: the entry's seq is the message's platform id,
 // and the conversation's numbering goes on across both kinds of append.
@@ -221,4 +320,12 @@ func testIntakeSession(t *testing.T, s Store) {
 	if added, err := s.AddIntake(ctx, again); err != nil || added || again.SessionCreated || again.Session.ID != "s3" {
 		t.Fatalf("re-delivery = %v, %v (created %v, row %+v); want nothing done", added, err, again.SessionCreated, again.Session)
 	}
+}
+
+func followedTexts(fs []store.Followed) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Item.Text)
+	}
+	return out
 }
