@@ -244,6 +244,15 @@ func (d *DB) SyncConfigSchedules(ctx context.Context, list []Schedule) error {
 		}
 	}
 	err := d.tx(ctx, func(c conn) error {
+		if len(list) == 0 {
+			// No schedule in the config (the usual start): only config
+			// schedules left from an earlier config would change, and a
+			// narrow look for one spares start-up the wide SELECT below
+			// (anyRow).
+			if ok, err := anyRow(c, `SELECT 1 FROM schedules WHERE source = '`+ScheduleFromConfig+`' LIMIT 1`); !ok {
+				return err
+			}
+		}
 		rows, err := c.query(`SELECT ` + scheduleCols + ` FROM schedules WHERE source = '` + ScheduleFromConfig + `'` + c.dialect.forUpdate)
 		if err != nil {
 			return err
