@@ -54,7 +54,9 @@ func TestDendriteFilesIn(t *testing.T) {
 
 	img := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 3000)...)
 	root := matrixtest.Post(t, alice, room, "screenshots of the bug")
-	evt, _ := matrixtest.PostFile(t, alice, room, root, event.MsgImage, "bug.png", "image/png", img, "heraldf: what is wrong here?")
+	// The bot's own localpart ("heraldf", with a suffix on a homeserver
+	// that already has one: -count=2, HERALD_DENDRITE_URL).
+	evt, _ := matrixtest.PostFile(t, alice, room, root, event.MsgImage, "bug.png", "image/png", img, bot.UserID.Localpart()+": what is wrong here?")
 	got := in.next(t)
 	if got.Origin.MessageID != string(evt) || got.Origin.ThreadID != string(root) || got.Text != "what is wrong here?" || !got.Mentioned {
 		t.Fatalf("inbound = %+v text %q mentioned %v; want the caption without the mention, in the thread", got.Origin, got.Text, got.Mentioned)
