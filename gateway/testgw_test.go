@@ -508,7 +508,9 @@ func stateURL(t *testing.T, stateDir string) string {
 // dir, or its PostgreSQL database), for a test that seeds or inspects it.
 func openTestStore(t *testing.T, stateDir string) *store.DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A minute: on PostgreSQL this creates the schema in a fresh database,
+	// which took over 10 s on the loaded machine (-race, 2 busy cores).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var db *store.DB
 	var err error

@@ -146,7 +146,7 @@ func TestCrashKill9Schedules(t *testing.T) {
 	// other due time has exactly one run, and none has two.
 	var skipped int64
 	func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a loaded machine is slow; nothing is measured here
 		defer cancel()
 		db, err := store.Open(ctx, stateDir)
 		if err != nil {
