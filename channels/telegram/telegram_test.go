@@ -414,7 +414,9 @@ func TestStopEndsPollLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first long poll", func() bool { return fake.Polls() > 0 })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// 20 s: well under the 30 s poll a Stop that did not cut it would wait
+	// for, and room for a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := a.Stop(ctx); err != nil {
 		t.Fatalf("stop with a 30s long poll in flight: %v", err)
@@ -440,8 +442,8 @@ func TestStartContextCancelEndsPollLoop(t *testing.T) {
 	cancel()
 	select {
 	case <-a.done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("poll loop still running 5s after its context was cancelled")
+	case <-time.After(20 * time.Second): // under the 30 s poll it would otherwise wait for
+		t.Fatal("poll loop still running 20s after its context was cancelled")
 	}
 }
 
@@ -497,7 +499,7 @@ func TestPollingContinuesFromSavedOffset(t *testing.T) {
 	if got := rec.next(t); got.Text != "new since" {
 		t.Fatalf("first message after the restart: %q, want the one after the saved offset", got.Text)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for v, _ := offsets.LoadOffset(context.Background()); v != 100002; v, _ = offsets.LoadOffset(context.Background()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("saved offset %d, want 100002", v)
