@@ -75,10 +75,11 @@ func (p *Parts) WorkspaceOf(*config.Config, string) string { return p.Workspace 
 // Shutdowner is what Stop needs of a Manager.
 type Shutdowner interface{ Shutdown(context.Context) }
 
-// StopAtCleanup shuts m down when the test ends, waiting at most 5 s.
+// StopAtCleanup shuts m down when the test ends, waiting at most 30 s (a
+// loaded machine is slow to end runs; the store closes after this).
 func StopAtCleanup(tb testing.TB, m Shutdowner) {
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		m.Shutdown(ctx)
 	})
