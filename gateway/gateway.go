@@ -102,6 +102,7 @@ type Gateway struct {
 	handler  atomic.Pointer[http.ServeMux]        // the routes; a reload rebuilds them
 	web      *web.Adapter
 	tools    atomic.Pointer[tools.Options] // built-in tools' options; Reload replaces them
+	builtin  atomic.Pointer[builtinTools]  // the built-in tools of those options (builtinTools)
 	metrics  *metrics
 	outbox   *deliverer
 	approv   *approvals
@@ -298,14 +299,38 @@ func (g *Gateway) workspace(cfg *config.Config, agentID string) string {
 // that are up, limited to its allowedTools (a: the agent as the turn or
 // run resolved it at its start).
 func (g *Gateway) baseTools(a config.AgentSettings) *agent.Registry {
-	return allowedOnly(a, agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcp.Tools(a.MCPServers)...)...))
+	return allowedOnly(a, agent.NewRegistry(slices.Concat(g.builtinTools(), g.mcp.Tools(a.MCPServers))...))
+}
+
+// builtinTools are the built-in tools (tools.New) of the options in
+// force, with the options they were made of.
+type builtinTools struct {
+	opts *tools.Options
+	list []agent.Tool
+}
+
+// builtinTools is tools.New of the options in force, made once for them
+// and shared by every turn and run until a reload replaces the options
+// (setToolOptions swaps in new ones; they are not changed in place). A
+// built-in tool holds only its options, and keeps its spec once made, so
+// sharing it changes nothing a call sees; making them for each run was
+// ~8 % of the gateway's CPU while 10,000 sub-agents start (their specs,
+// an exec logger each). The caller must not change the slice.
+func (g *Gateway) builtinTools() []agent.Tool {
+	opts := g.tools.Load()
+	if b := g.builtin.Load(); b != nil && b.opts == opts {
+		return b.list
+	}
+	b := &builtinTools{opts: opts, list: tools.New(*opts)}
+	g.builtin.Store(b)
+	return b.list
 }
 
 // topTools is the tool set of an agent's top-level turn: its base tools,
 // the session tools and the schedule tool, all limited to its allowedTools (SPEC §17: the
 // session tools honour allowedTools too).
 func (g *Gateway) topTools(a config.AgentSettings) *agent.Registry {
-	reg := agent.NewRegistry(append(tools.New(*g.tools.Load()), g.mcp.Tools(a.MCPServers)...)...)
+	reg := agent.NewRegistry(slices.Concat(g.builtinTools(), g.mcp.Tools(a.MCPServers))...)
 	for _, t := range g.subs.SessionTools(0) {
 		reg.Add(t)
 	}

@@ -31,7 +31,10 @@ const (
 
 // ---- read_file ----
 
-type readFile struct{ max int64 }
+type readFile struct {
+	max  int64
+	spec keptSpec
+}
 
 // Repeatable implements agent.Repeatable: reading has no effect to repeat.
 func (t *readFile) Repeatable() bool { return true }
@@ -49,7 +52,9 @@ func NewReadFile(opts Options) agent.Tool {
 
 func (t *readFile) Group() string { return agent.GroupFiles }
 
-func (t *readFile) Spec() agent.ToolSpec {
+func (t *readFile) Spec() agent.ToolSpec { return t.spec.get(t.makeSpec) }
+
+func (t *readFile) makeSpec() agent.ToolSpec {
 	fields := append([]field(nil), readFileFields...)
 	fields[2].desc = fmt.Sprintf("maximum bytes to return (default and maximum %d)", t.max)
 	return agent.ToolSpec{
@@ -275,7 +280,10 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 
 // ---- list_files ----
 
-type listFiles struct{ max int }
+type listFiles struct {
+	max  int
+	spec keptSpec
+}
 
 // Repeatable implements agent.Repeatable: listing has no effect to repeat.
 func (t *listFiles) Repeatable() bool { return true }
@@ -292,7 +300,9 @@ func NewListFiles(opts Options) agent.Tool {
 
 func (t *listFiles) Group() string { return agent.GroupFiles }
 
-func (t *listFiles) Spec() agent.ToolSpec {
+func (t *listFiles) Spec() agent.ToolSpec { return t.spec.get(t.makeSpec) }
+
+func (t *listFiles) makeSpec() agent.ToolSpec {
 	return agent.ToolSpec{
 		Name: ListFilesName,
 		Description: fmt.Sprintf("List the files and directories in a workspace directory (at most %d entries). "+
