@@ -61,7 +61,7 @@ func (s *blockingPass) PassOutbox(ctx context.Context, c store.Claim, chans []st
 
 // testDeliverer runs a deliverer of replica r1 on db with ch as its only
 // channel, at most limit sends in flight, until the test ends.
-func testDeliverer(t *testing.T, db outboxStore, ch channels.Channel, limit int) *deliverer {
+func testDeliverer(t testing.TB, db outboxStore, ch channels.Channel, limit int) *deliverer {
 	t.Helper()
 	d := newDeliverer(outboxDeps{db: db, replica: "r1", tell: func() {},
 		channel: func(channels.Name) channels.Channel { return ch }, sendsOn: func() []string { return nil },
