@@ -46,7 +46,7 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	checks := map[string]string{}
 	ready := true
-	if _, _, _, err := g.db.OutboxStats(ctx); err != nil {
+	if err := g.db.Check(ctx); err != nil {
 		checks["store"] = err.Error()
 		ready = false
 	} else {

@@ -219,6 +219,7 @@ type Store interface {
 	Bindings
 	Backup(ctx context.Context, path string) error // SQLite only
 	Driver() string                                // DriverSQLite or DriverPostgres
+	Check(ctx context.Context) error               // the database answers a read (/readyz); scans no table
 	StateDir() string
 	Path() string // the SQLite file, or the PostgreSQL URL without its password
 	Close() error

@@ -392,3 +392,44 @@ func TestConcurrentFirstUse(t *testing.T) {
 		t.Errorf("web messages = %d, %v; want seq 1..120", len(msgs), err)
 	}
 }
+
+// TestCheckReadsTheDatabase: Check (what /readyz asks) answers on an open
+// store and fails once the store cannot be read: closed, or (SQLite) its
+// file overwritten with something that is not a database.
+func TestCheckReadsTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t)
+	if err := db.Check(ctx); err != nil {
+		t.Fatalf("Check on an open store: %v", err)
+	}
+	if !onPostgres() {
+		dir := t.TempDir()
+		other, err := Open(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if err := other.Check(ctx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		junk := make([]byte, 8192)
+		for i := range junk {
+			junk[i] = 'x'
+		}
+		for _, p := range []string{other.Path(), other.Path() + "-wal", other.Path() + "-shm"} {
+			if err := os.WriteFile(p, junk, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := other.Check(ctx); err == nil {
+			t.Error("Check on a file that is no longer a database: no error")
+		}
+	}
+	closed := newTestDB(t)
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Check(ctx); err == nil {
+		t.Error("Check on a closed store: no error")
+	}
+}

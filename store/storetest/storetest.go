@@ -334,6 +334,9 @@ func testOutboxClaims(t *testing.T, s Store) {
 	if len(got) != 1 || got[0].Text != "three" || got[0].Attempts != 1 || got[0].LastError != "429" {
 		t.Fatalf("at the retry time: %+v", got)
 	}
+	if err := s.Check(ctx); err != nil {
+		t.Errorf("Check on an open store: %v", err)
+	}
 	pending, delivered, failed, err := s.OutboxStats(ctx)
 	if err != nil || pending != 2 || delivered != 1 || failed != 1 {
 		t.Errorf("stats = %d pending, %d delivered, %d failed, %v; want 2, 1, 1", pending, delivered, failed, err)
