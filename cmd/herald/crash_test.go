@@ -909,4 +909,40 @@ func TestCrashKill9MidToolCall(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", msgs)
 	})
+	// Once nothing is left to send, each answer is there once: the resumed
+	// turn's "Done." (none when "hello again" came during its model call
+	// and was folded into it) and "Hello again." are not said twice.
+	waitFor(t, gw2, "the outbox to settle", func() (bool, string) {
+		n, err := outboxPending(stateDir)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == 0, fmt.Sprintf("%d pending", n)
+	})
+	msgs, err := webMessages(t, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := map[string]int{}
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			said[m.Text]++
+		}
+	}
+	if said["Hello again."] != 1 || said["Done."] > 1 || said["Let me check."] > 1 {
+		t.Errorf("answers after the restart %v; want \"Hello again.\" once, the others at most once: %+v", said, msgs)
+	}
+}
+
+// outboxPending counts what the gateway on stateDir still has to send.
+func outboxPending(stateDir string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, stateDir)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	items, err := db.PendingOutbox(ctx, 1000)
+	return len(items), err
 }
