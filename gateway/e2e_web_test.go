@@ -2,14 +2,18 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web/webtest"
 	"github.com/heraldhq/herald/devtools/pgtest"
+	"github.com/heraldhq/herald/store"
 )
 
 // webE2EConfig: the built-in demo model as the only provider and only the
@@ -168,5 +172,165 @@ func TestE2EWebAPISubagentCommands(t *testing.T) {
 		if m.Role == "announce" {
 			t.Errorf("client %s received an announce of %s's runs:\n%s", b, a, m.Text)
 		}
+	}
+}
+
+// TestE2EWebReplyKeepsItsChatsOrder: a web reply is delivered with its
+// turn's completion, once, in its chat's order: behind an announce of the
+// same chat that could not go out yet it waits, and shows after it once
+// that goes; every reply is in the conversation once, the outbox holds
+// nothing pending, and a restart shows and sends nothing again.
+func TestE2EWebReplyKeepsItsChatsOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	reply := llmtest.Text("the answer")
+	tg := newTestGatewayIn(t, dir, sessionCmdConfig, reply)
+	db := tg.G.Store()
+	ctx := context.Background()
+	const client = "in-order"
+	webPost(t, tg.URL, client, "first")
+	waitWeb(t, tg, client, 0, "assistant", func(s string) bool { return s == "the answer" })
+	items, err := db.ListOutbox(ctx, false, 0)
+	if err != nil || len(items) != 1 || items[0].State() != store.OutboxDelivered {
+		t.Fatalf("outbox after the first turn = %+v, %v; want its reply delivered", items, err)
+	}
+	// An announce to the same chat whose send failed: retried in an hour.
+	held := &store.OutboxItem{Origin: items[0].Origin, Kind: channels.KindAnnounce, Text: "held announce",
+		NextAttemptAt: time.Now().Add(time.Hour)}
+	if _, err := db.EnqueueOutbox(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	webPost(t, tg.URL, client, "second")
+	// The turn completes; its reply waits behind the announce.
+	var waiting store.OutboxItem
+	if !waitFor(e2eWait, func() bool {
+		items, _ = db.ListOutbox(ctx, true, 0)
+		for _, it := range items {
+			if it.ID > held.ID {
+				waiting = it
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("pending items %+v; want the second reply queued behind the announce", items)
+	}
+	if got := roles(webMessages(t, tg.URL, client, 0)); got != "user assistant user" {
+		t.Fatalf("conversation %q while the announce waits; want the second reply not shown before it", got)
+	}
+	if err := db.RetryOutbox(ctx, held.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tg.G.WakeOutbox()
+	waitWeb(t, tg, client, 3, "assistant", func(s string) bool { return s == "the answer" })
+	want := "user:first assistant:the answer user:second announce:held announce assistant:the answer"
+	if got := texts(webMessages(t, tg.URL, client, 0)); got != want {
+		t.Fatalf("conversation %q, want %q", got, want)
+	}
+	if pending, err := db.ListOutbox(ctx, true, 0); err != nil || len(pending) != 0 {
+		t.Fatalf("pending = %+v, %v; want the announce and the second reply (%d) delivered", pending, err, waiting.ID)
+	}
+	tg.Stop()
+	tg = newTestGatewayIn(t, dir, sessionCmdConfig, reply)
+	webPost(t, tg.URL, client, "third")
+	waitWeb(t, tg, client, 6, "assistant", func(s string) bool { return s == "the answer" })
+	if got := texts(webMessages(t, tg.URL, client, 0)); got != want+" user:third assistant:the answer" {
+		t.Errorf("conversation after a restart %q; want each message and reply once", got)
+	}
+	if pending, err := tg.G.Store().ListOutbox(ctx, true, 0); err != nil || len(pending) != 0 {
+		t.Errorf("pending after a restart = %+v, %v; want none", pending, err)
+	}
+}
+
+// roles and texts render a conversation as "role …" and "role:text …".
+func roles(msgs []webEntry) string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.Role)
+	}
+	return strings.Join(out, " ")
+}
+
+func texts(msgs []webEntry) string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.Role+":"+m.Text)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestE2EWebAnnouncesOnceEach: the announces of a spawn (delivered with
+// their runs' ends) show each once with its run id, on the open event
+// stream and in the conversation, and the stream shows what the
+// conversation holds; the
+// outbox holds nothing pending, and a restart shows and sends nothing
+// again.
+func TestE2EWebAnnouncesOnceEach(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tg := newTestGatewayIn(t, dir, webE2EConfig, nil)
+	const client = "announced"
+	stream := openEvents(t, tg.URL, client)
+	webPost(t, tg.URL, client, webSpawn)
+	var shown []webEntry
+	deadline := time.After(e2eWait)
+	for announces, replies := 0, 0; announces < 3 || replies < 1; {
+		select {
+		case ev, ok := <-stream:
+			if !ok {
+				t.Fatalf("event stream ended after %+v", shown)
+			}
+			var e webEntry
+			if ev.Name != "" || json.Unmarshal([]byte(ev.Data), &e) != nil {
+				continue
+			}
+			shown = append(shown, e)
+			switch e.Role {
+			case "announce":
+				announces++
+			case "assistant":
+				replies++
+			}
+		case <-deadline:
+			t.Fatalf("entries so far %+v; want the reply and three announces", shown)
+		}
+	}
+	check := func(msgs []webEntry, when string) {
+		t.Helper()
+		runs := map[string]bool{}
+		for i, m := range msgs {
+			if m.Seq != int64(i+1) {
+				t.Errorf("%s: entry %d has seq %d", when, i, m.Seq)
+			}
+			if m.Role == "announce" {
+				if m.RunID == "" || runs[m.RunID] {
+					t.Errorf("%s: announce %+v without a run id or shown twice", when, m)
+				}
+				runs[m.RunID] = true
+			}
+		}
+		// A child may end before the turn that spawned it: its announce
+		// then comes before the reply (the outbox's order is the rows').
+		got := strings.Fields(roles(msgs))
+		slices.Sort(got)
+		if strings.Join(got, " ") != "announce announce announce assistant user" || msgs[0].Role != "user" || len(runs) != 3 {
+			t.Errorf("%s: conversation %q; want the message, its reply and each announce once", when, roles(msgs))
+		}
+	}
+	check(shown, "event stream")
+	msgs := webMessages(t, tg.URL, client, 0)
+	check(msgs, "conversation")
+	if !slices.Equal(msgs, shown) {
+		t.Errorf("conversation %+v, the event stream showed %+v", msgs, shown)
+	}
+	if pending, err := tg.G.Store().ListOutbox(context.Background(), true, 0); err != nil || len(pending) != 0 {
+		t.Errorf("pending = %+v, %v; want every announce delivered", pending, err)
+	}
+	tg.Stop()
+	tg = newTestGatewayIn(t, dir, webE2EConfig, nil)
+	webPost(t, tg.URL, client, "thanks")
+	waitWeb(t, tg, client, 5, "assistant", func(string) bool { return true })
+	if got := roles(webMessages(t, tg.URL, client, 0)); got != roles(msgs)+" user assistant" {
+		t.Errorf("conversation after a restart %q; want nothing shown again", got)
 	}
 }

@@ -559,6 +559,12 @@ func (o runOutbox) ClaimFor(ch channels.Name) string {
 
 func (o runOutbox) Hand(item store.OutboxItem) { o.g.outbox.hand(item) }
 func (o runOutbox) Reclaim()                   { o.g.outbox.reclaim() }
+func (o runOutbox) WebDelivery(item *store.OutboxItem) *store.WebDelivery {
+	return o.g.webDelivery(item)
+}
+func (o runOutbox) Delivered(item store.OutboxItem, w *store.WebDelivery, nothingElse bool) {
+	o.g.webDelivered(o.g.bgCtx, item, w, nothingElse)
+}
 
 // sendsHere reports whether this replica sends the outbox items of the
 // channel name (sendsOn).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/channels/web"
 	"github.com/heraldhq/herald/gateway/command"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/lane"
@@ -465,11 +466,17 @@ func (g *Gateway) completeTurn(laneCtx context.Context, it store.Intake, kind ch
 	if reply != nil {
 		claimFor = runOutbox{g}.ClaimFor(reply.Origin.Channel)
 	}
+	// A web reply so claimed is also delivered there (no send, and no
+	// commit of its own).
+	var wd *store.WebDelivery
+	if claimFor != "" && len(files) == 0 {
+		wd = g.webDelivery(reply)
+	}
 	tries := 0
 	err = g.retryWrite(laneCtx, "complete the turn", log, func(ctx context.Context) error {
 		var err error
 		tries++
-		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now(), ClaimReply: claimFor, NoRuns: noRuns}
+		end := store.TurnEnd{ID: it.ID, Reply: reply, At: g.clock.Now(), ClaimReply: claimFor, NoRuns: noRuns, Web: wd}
 		if usage != nil {
 			end.AddUsage, end.TokensIn, end.TokensOut = true, usage.Input, usage.Output
 		}
@@ -486,18 +493,61 @@ func (g *Gateway) completeTurn(laneCtx context.Context, it store.Intake, kind ch
 	}
 	g.owedMu.Unlock()
 	switch {
+	case wd != nil && wd.Msg.Delivers != 0:
+		g.webDelivered(laneCtx, *reply, wd, true)
 	case reply != nil && claimFor != "" && reply.ClaimedBy == claimFor:
 		g.outbox.hand(*reply)
 	case reply != nil && claimFor != "" && tries > 1:
-		// A try whose commit was lost may have claimed it: the next pass
-		// takes this replica's claims back.
+		// A try whose commit was lost may have claimed it (the next pass
+		// takes this replica's claims back), or delivered it to the web
+		// chat (its streams read the conversation).
 		g.outbox.reclaim()
+		if wd != nil {
+			g.webDelivered(laneCtx, *reply, wd, true)
+		}
 	case reply != nil:
 		g.outbox.wakeUp()
 	}
 	g.watchers.changed()
 	if next != nil { // the session's next message, claimed for this replica
 		g.enqueueTurn(*next, g.turnLog(*next))
+	}
+}
+
+// webDelivery is how reply (or an announce), when it is for the web chat
+// running here, is delivered in the transaction that adds it (a turn's
+// completion, a run's end), if that claims it
+// (store.WebDelivery): the entry the web chat's Send would store, with the
+// chat's next item claimed as the deliverer's send would. nil otherwise.
+func (g *Gateway) webDelivery(reply *store.OutboxItem) *store.WebDelivery {
+	if reply.Origin.Channel != web.Name || !web.ValidClient(reply.Origin.ChatID) {
+		return nil
+	}
+	if _, ok := g.outbox.channel(web.Name).(*web.Adapter); !ok {
+		return nil
+	}
+	role, ok := web.RoleOf(reply.Kind)
+	if !ok {
+		return nil
+	}
+	at := g.clock.Now()
+	return &store.WebDelivery{Client: reply.Origin.ChatID, Msg: store.WebMessage{Role: role, Text: reply.Text, RunID: reply.RunID, At: at, Next: g.outbox.nextClaim(at)}}
+}
+
+// webDelivered tells the web chat's streams, here and on the other
+// replicas, of the item w delivered in the write that added it, and the
+// deliverer of the delivery. With w not delivered (a write retried after a
+// commit whose answer was lost, which may have delivered it) the streams
+// read the conversation. nothingElse: the write added nothing else to the
+// outbox (a turn's completion).
+func (g *Gateway) webDelivered(ctx context.Context, it store.OutboxItem, w *store.WebDelivery, nothingElse bool) {
+	if a, ok := g.outbox.channel(web.Name).(*web.Adapter); ok {
+		e := web.Entry{Seq: w.Msg.Seq, Role: w.Msg.Role, Text: w.Msg.Text, RunID: w.Msg.RunID, At: w.Msg.At}
+		a.Delivered(w.Client, e, w.Msg.Delivers != 0 && w.Msg.Added)
+	}
+	g.cluster.tellWeb(w.Client)
+	if w.Msg.Delivers != 0 {
+		g.outbox.deliveredWith(ctx, &it, w.Msg.Next.Item, nothingElse)
 	}
 }
 

@@ -492,15 +492,43 @@ func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.
 // behind it), as their own sends would have.
 func (d *deliverer) followed(ctx context.Context, items []store.OutboxItem) {
 	for i := range items {
-		it := &items[i]
-		_, span := d.startSpan(ctx, it, it.Text, 1, 1)
-		endSpan(span, "", nil)
-		d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
-		if ce := d.log.Check(zap.DebugLevel, "delivered"); ce != nil {
-			ce.Write(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)), zap.String("sessionKey", it.SessionKey),
-				zap.String("agentId", it.AgentID), zap.String("runId", it.RunID), zap.Int("attempt", it.Attempts+1), zap.Bool("withPrevious", true),
-				telemetry.LogField(it.TraceParent))
-		}
+		d.recordDelivered(ctx, &items[i], true)
+	}
+}
+
+// recordDelivered is the span, count and debug line of item it, which a
+// store write delivered without a send of its own (withPrevious: after
+// the item that write delivered).
+func (d *deliverer) recordDelivered(ctx context.Context, it *store.OutboxItem, withPrevious bool) {
+	_, span := d.startSpan(ctx, it, it.Text, 1, 1)
+	endSpan(span, "", nil)
+	d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
+	if ce := d.log.Check(zap.DebugLevel, "delivered"); ce != nil {
+		ce.Write(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)), zap.String("sessionKey", it.SessionKey),
+			zap.String("agentId", it.AgentID), zap.String("runId", it.RunID), zap.Int("attempt", it.Attempts+1), zap.Bool("withPrevious", withPrevious),
+			telemetry.LogField(it.TraceParent))
+	}
+}
+
+// deliveredWith records the delivery of it that a store write made
+// itself, in the commit that added the item (a web reply or announce
+// stored by its turn's completion or run's end: store.WebDelivery), as a
+// send's end would: its span, count and log line, then next, the chat's
+// next item claimed with it, goes out now; nothingElse says the write
+// added nothing else to the outbox.
+func (d *deliverer) deliveredWith(ctx context.Context, it *store.OutboxItem, next *store.OutboxItem, nothingElse bool) {
+	d.recordDelivered(ctx, it, false)
+	d.changed()
+	switch {
+	case next != nil:
+		d.hand(*next)
+	case !nothingElse || d.poll > 0:
+		// The write added more (a run's end: a pause notice, due a moment
+		// after the claim's now), or another replica's item committed
+		// while it ran may be next: look at what is due. In one process a
+		// write that added nothing else delivered the last item of its
+		// chat (one writer) and claimed nothing after it.
+		nudge(d.sent)
 	}
 }
 

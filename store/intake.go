@@ -323,6 +323,50 @@ type TurnEnd struct {
 	// and did not start before): there is no spawn group whose wake the
 	// completion could owe (addTurnWake), so none is looked for.
 	NoRuns bool
+	// Web, with ClaimReply, delivers a reply for the web chat in the same
+	// transaction when it was claimed (WebDelivery).
+	Web *WebDelivery
+}
+
+// WebDelivery asks the write that adds an outbox item for the web chat
+// and claims it (TurnEnd.ClaimReply, RunEnd.ClaimAnnounce) to deliver it
+// in the same transaction, as the deliverer's send would (the web chat's
+// Send, then AppendWeb with Key "outbox:<id>" marking it delivered and
+// claiming the chat's next item with Msg.Next): the item is claimed only
+// when it is the oldest pending one of its chat, so order is kept, and
+// the entry and the delivered mark are in one commit with the item
+// itself, so a crash leaves all or none. An item with files, or not
+// claimed, is not delivered so: Msg.Delivers is then 0.
+type WebDelivery struct {
+	Client string
+	// Msg is the entry: Role, Text, RunID, At (the delivery time too) and
+	// Next are the caller's; Key, Delivers, Seq and Added are set by the
+	// write.
+	Msg WebMessage
+}
+
+// deliverWeb delivers item id, which r was added as and claimed, as w
+// asks (nil: not), on c.
+func (d *DB) deliverWeb(c conn, r *outboxRow, id int64, claimed bool, w *WebDelivery) error {
+	if w == nil || !claimed || len(r.files) > 0 {
+		return nil
+	}
+	w.Msg.Key, w.Msg.Delivers, w.Msg.DeliveredAt = "outbox:"+strconv.FormatInt(id, 10), id, w.Msg.At
+	seq, err := d.appendWeb(c, w.Client, &w.Msg)
+	w.Msg.Seq = seq
+	return err
+}
+
+// undeliver clears what deliverWeb set, before a try and when its
+// transaction failed.
+func (w *WebDelivery) undeliver() {
+	if w == nil {
+		return
+	}
+	w.Msg.Delivers, w.Msg.Seq, w.Msg.Added = 0, 0, false
+	if w.Msg.Next != nil {
+		w.Msg.Next.Item = nil
+	}
 }
 
 // CompleteTurn is CompleteIntake with the turn's usage (TurnEnd): a
@@ -340,8 +384,19 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	var outID int64
 	var next *Intake
 	var claimed bool
+	web := e.Web
+	if reply == nil || e.ClaimReply == "" {
+		web = nil
+	}
+	if web != nil {
+		if web.Client == "" {
+			return 0, nil, fmt.Errorf("complete intake %d: a web delivery needs its client", id)
+		}
+		normalizeWeb(&web.Msg)
+	}
 	err := d.tx(ctx, func(c conn) error {
 		next, claimed = nil, false
+		web.undeliver()
 		var key, holder, agentID string
 		scan := func(rows *sql.Rows) error { return rows.Scan(&key, &holder, &agentID) }
 		n := int64(1)
@@ -360,6 +415,13 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 		} else {
 			if err = c.queryRow(scan, `SELECT session_key, claimed_by, agent_id FROM intake WHERE id = $1`, id); err != nil {
 				return err
+			}
+			if web != nil {
+				// The web chat's lock before the session's, as a person's
+				// message takes them (AddIntake).
+				if err = c.lock("web:" + web.Client); err != nil {
+					return err
+				}
 			}
 			if err = c.lock("session:" + key); err != nil {
 				return err
@@ -395,6 +457,9 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 			if claimed, err = row.claimAdded(c, e.ClaimReply, outID); err != nil {
 				return err
 			}
+			if err = d.deliverWeb(c, row, outID, claimed, web); err != nil {
+				return err
+			}
 		}
 		if e.AddUsage {
 			// A session gone meanwhile (deleted) loses the count, as
@@ -425,6 +490,7 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 		return err
 	})
 	if err != nil {
+		web.undeliver()
 		return 0, nil, d.wrap(fmt.Sprintf("complete intake %d", id), err)
 	}
 	if reply != nil && outID != 0 {
@@ -432,6 +498,9 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 		row.apply(reply)
 		if claimed {
 			row.claimed(reply, e.ClaimReply)
+		}
+		if web != nil && web.Msg.Delivers != 0 {
+			reply.ClaimedBy, reply.DeliveredAt = "", web.Msg.DeliveredAt
 		}
 	}
 	return outID, next, nil

@@ -651,6 +651,10 @@ type RunEnd struct {
 	// (in its lane slot): it is moved to running as StartRun does, in
 	// the same transaction; a run no longer queued is left as it is.
 	Start *RunStart
+	// Web, with ClaimAnnounce, delivers an announce for the web chat in
+	// the same transaction when it was claimed (WebDelivery; its RunID
+	// defaults to the announce's).
+	Web *WebDelivery
 }
 
 // RunStart names a run to start and when (RunEnd.Start).
@@ -699,9 +703,23 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 			return fmt.Errorf("finish run %s: %w", r.ID, err)
 		}
 	}
+	web := end.Web
+	if announce == nil || end.ClaimAnnounce == "" {
+		web = nil
+	}
+	if web != nil {
+		if web.Client == "" {
+			return fmt.Errorf("finish run %s: a web delivery needs its client", r.ID)
+		}
+		if web.Msg.RunID == "" {
+			web.Msg.RunID = announce.RunID
+		}
+		normalizeWeb(&web.Msg)
+	}
 	claimedAnnounce := false
 	err := d.tx(ctx, func(c conn) error {
 		claimedAnnounce = false
+		web.undeliver()
 		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
 			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
 			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13, skipped = $14 WHERE id = $15`,
@@ -766,6 +784,13 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 				return fmt.Errorf("schedule %s: %w", r.ScheduleID, err)
 			}
 		}
+		// Last: the delivery's claim of the chat's next item sees what this
+		// end added after the announce (a batch's announce, a pause notice).
+		if item != nil {
+			if err := d.deliverWeb(c, item, announce.ID, claimedAnnounce, web); err != nil {
+				return fmt.Errorf("web: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -775,12 +800,16 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		if end.Batch != nil {
 			end.Batch.Announce = nil
 		}
+		web.undeliver()
 		return d.wrap("finish run "+r.ID, err)
 	}
 	if announce != nil {
 		item.apply(announce)
 		if claimedAnnounce {
 			item.claimed(announce, end.ClaimAnnounce)
+		}
+		if web != nil && web.Msg.Delivers != 0 {
+			announce.ClaimedBy, announce.DeliveredAt = "", web.Msg.DeliveredAt
 		}
 	}
 	return nil

@@ -96,7 +96,10 @@ func (m *Manager) overlay(runs []store.Run) {
 	defer m.mu.Unlock()
 	for i := range runs {
 		lr, ok := m.live[runs[i].ID]
-		if !ok {
+		if !ok || runs[i].Status == store.StatusDone {
+			// A run whose end is stored is shown as stored: its live entry
+			// only waits for the run's goroutine to forget it, and its
+			// announce may already show (delivered with the end's commit).
 			continue
 		}
 		runs[i].Status = lr.run.Status

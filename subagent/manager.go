@@ -1500,6 +1500,9 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	if own != nil && m.d.Outbox != nil {
 		claimFor = m.d.Outbox.ClaimFor(own.Origin.Channel)
 		ends.ClaimAnnounce = claimFor
+		if claimFor != "" && len(own.Files) == 0 {
+			ends.Web = m.d.Outbox.WebDelivery(own)
+		}
 	}
 	next := m.handOn(lr, &ends)
 	tries := 0
@@ -1547,12 +1550,22 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	m.runEnded(&r)
 	handed := false
 	switch {
+	case err == nil && ends.Web != nil && ends.Web.Msg.Delivers != 0:
+		// Delivered with the run's end, which may have added a batch's
+		// announce or a schedule's pause notice after it.
+		batched := ends.Batch != nil && ends.Batch.Announce != nil
+		m.d.Outbox.Delivered(*own, ends.Web, !batched && r.ScheduleID == "")
+		handed = true
 	case err == nil && claimFor != "" && own.ClaimedBy == claimFor:
 		m.d.Outbox.Hand(*own)
 		handed = true
 	case claimFor != "" && tries > 1:
-		// A try whose commit was lost may have claimed it unseen.
+		// A try whose commit was lost may have claimed it unseen, or
+		// delivered it to the web chat.
 		m.d.Outbox.Reclaim()
+		if ends.Web != nil {
+			m.d.Outbox.Delivered(*own, ends.Web, false)
+		}
 	}
 	if item != nil && (!handed || item != own) {
 		m.d.Notify()
@@ -1570,6 +1583,14 @@ type Outbox interface {
 	Hand(item store.OutboxItem)
 	// Reclaim makes the deliverer take this replica's claims back.
 	Reclaim()
+	// WebDelivery is how an announce claimed by its run's end is also
+	// delivered there when it is for the web chat (store.WebDelivery;
+	// nil: not so).
+	WebDelivery(item *store.OutboxItem) *store.WebDelivery
+	// Delivered tells the web chat and the deliverer of item, which its
+	// run's end delivered as w asked (or, not delivered, may have in a
+	// lost commit); nothingElse says the end added no other outbox item.
+	Delivered(item store.OutboxItem, w *store.WebDelivery, nothingElse bool)
 }
 
 // handOn gives the lane slot of the ending run lr, when its runner

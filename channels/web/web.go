@@ -295,6 +295,18 @@ func RoleOf(kind channels.Kind) (role string, ok bool) {
 	return "", false
 }
 
+// Delivered tells client's open event streams of e, an entry of its
+// conversation the gateway stored itself (a reply delivered by its turn's
+// completion, in the same transaction), as Send would have: added says
+// whether that write added it (else the streams read the Log).
+func (a *Adapter) Delivered(client string, e Entry, added bool) {
+	if added {
+		a.hub.added(client, &e)
+	} else {
+		a.hub.notify(client)
+	}
+}
+
 // append stores e and wakes the client's streams: with e itself when the
 // Log added it, else to read the Log.
 func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, error) {

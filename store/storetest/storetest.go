@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"WebLogDelivers", testWebLogDelivers},
 		{"WebLogDeliversFollowing", testWebLogDeliversFollowing},
 		{"WebIntake", testWebIntake},
+		{"WebReplyDelivered", testWebReplyDelivered},
 		{"IntakeSession", testIntakeSession},
 		{"FilesStoredOnce", testFilesStoredOnce},
 		{"FilesRefused", testFilesRefused},

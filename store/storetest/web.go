@@ -293,6 +293,107 @@ func testWebIntake(t *testing.T, s Store) {
 	}
 }
 
+// A web reply claimed by its turn's completion is delivered in the same
+// transaction (TurnEnd.Web): the entry is in the conversation, the item
+// delivered and the chat's next item claimed. A reply behind a pending
+// item of its chat, one with files, or a completion made again delivers
+// nothing there.
+func testWebReplyDelivered(t *testing.T, s Store) {
+	ctx := context.Background()
+	to := channels.Origin{Channel: "web", ChatID: "dora", ChatType: channels.ChatDM, SenderID: "dora"}
+	key := "agent:main:web:dm:dora"
+	owed := func(text string) *store.Intake {
+		t.Helper()
+		in := &store.Intake{SessionKey: key, AgentID: "main", Origin: to, Text: text, CreatedAt: t0, ClaimedBy: "r1",
+			Web: &store.WebMessage{Role: "user", Text: text, At: t0}}
+		if added, err := s.AddIntake(ctx, in); err != nil || !added {
+			t.Fatalf("AddIntake(%s) = %v, %v", text, added, err)
+		}
+		return in
+	}
+	complete := func(in *store.Intake, text string, files []store.FileRef) (*store.OutboxItem, *store.WebDelivery) {
+		t.Helper()
+		reply := &store.OutboxItem{Origin: to, Kind: channels.KindReply, Text: text, SessionKey: key, AgentID: "main", Files: files, CreatedAt: t0}
+		w := &store.WebDelivery{Client: "dora", Msg: store.WebMessage{Role: "assistant", Text: text, At: t0.Add(time.Second),
+			Next: &store.NextClaim{Holder: "r1", Now: t0.Add(time.Hour)}}}
+		if _, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: in.ID, Reply: reply, At: t0, ClaimReply: "r1", Web: w}); err != nil || reply.ID == 0 {
+			t.Fatalf("CompleteTurn(%s) = %v; reply %+v", text, err, reply)
+		}
+		return reply, w
+	}
+	a := owed("one")
+	reply, w := complete(a, "answer", nil)
+	if w.Msg.Delivers != reply.ID || w.Msg.Seq != 2 || !w.Msg.Added || reply.ClaimedBy != "" || !reply.DeliveredAt.Equal(ms(t0.Add(time.Second))) {
+		t.Fatalf("delivery %+v, reply %+v; want entry 2 added, the reply delivered and unclaimed", w.Msg, reply)
+	}
+	if got, err := s.GetOutbox(ctx, reply.ID); err != nil || got.State() != store.OutboxDelivered || got.ClaimedBy != "" {
+		t.Fatalf("stored reply %+v, %v; want delivered", got, err)
+	}
+	if msgs, _ := s.WebAfter(ctx, "dora", 1, 0); len(msgs) != 1 || msgs[0].Text != "answer" || msgs[0].Role != "assistant" {
+		t.Fatalf("conversation after the reply = %+v", msgs)
+	}
+	// Completing again (a lost commit's retry) adds and delivers nothing.
+	w2 := &store.WebDelivery{Client: "dora", Msg: store.WebMessage{Role: "assistant", Text: "answer"}}
+	if id, _, err := s.CompleteTurn(ctx, store.TurnEnd{ID: a.ID, Reply: &store.OutboxItem{Origin: to, Text: "answer"}, At: t0, ClaimReply: "r1", Web: w2}); err != nil || id != 0 || w2.Msg.Delivers != 0 {
+		t.Errorf("second completion = %d, %v, delivers %d; want nothing", id, err, w2.Msg.Delivers)
+	}
+	// Behind a pending item of the chat: stored, not claimed, not delivered;
+	// delivering the pending one claims it next.
+	first := &store.OutboxItem{Origin: to, Kind: channels.KindAnnounce, Text: "first", CreatedAt: t0}
+	if _, err := s.EnqueueOutbox(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	later, w := complete(owed("two"), "later", nil)
+	if w.Msg.Delivers != 0 || w.Msg.Seq != 0 || later.ClaimedBy != "" || !later.DeliveredAt.IsZero() {
+		t.Fatalf("reply behind a pending item: delivery %+v, reply %+v; want it waiting", w.Msg, later)
+	}
+	next := &store.NextClaim{Holder: "r1", Now: t0.Add(time.Hour)}
+	if err := s.DeliverOutbox(ctx, first.ID, t0, next); err != nil || next.Item == nil || next.Item.ID != later.ID {
+		t.Fatalf("delivering the first = %v, next %+v; want the reply claimed", err, next.Item)
+	}
+	if err := s.MarkDelivered(ctx, later.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	// A reply with files goes through the deliverer (text, then a part per file).
+	file, err := s.PutFile(ctx, strings.NewReader("a"), 10, plainSniff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file.Name = "a.txt"
+	withFile, w := complete(owed("three"), "see file", []store.FileRef{file})
+	if w.Msg.Delivers != 0 || withFile.ClaimedBy != "r1" {
+		t.Errorf("reply with a file: delivery %+v, reply claimed by %q; want claimed for the deliverer", w.Msg, withFile.ClaimedBy)
+	}
+	if msgs, _ := s.WebAfter(ctx, "dora", 0, 0); len(msgs) != 4 {
+		t.Errorf("conversation = %+v; want three messages and one reply", msgs)
+	}
+	// A run's announce, claimed by its end, is delivered there the same
+	// way, shown with its run id; the end retried adds nothing.
+	r, child := newRun("web-run")
+	if err := s.SpawnRun(ctx, r, child, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute)
+	eve := channels.Origin{Channel: "web", ChatID: "eve", ChatType: channels.ChatDM}
+	for try := range 2 {
+		ann := &store.OutboxItem{Origin: eve, Kind: channels.KindAnnounce, Text: "✅ done", CreatedAt: t0}
+		w := &store.WebDelivery{Client: "eve", Msg: store.WebMessage{Role: "announce", Text: "✅ done", At: t0.Add(time.Minute)}}
+		if err := s.EndRun(ctx, r, store.RunEnd{Announce: ann, ClaimAnnounce: "r1", Web: w}); err != nil {
+			t.Fatal(err)
+		}
+		if delivered := w.Msg.Delivers == ann.ID && ann.ClaimedBy == "" && !ann.DeliveredAt.IsZero(); delivered != (try == 0) || try == 0 && (w.Msg.Seq != 1 || !w.Msg.Added) {
+			t.Errorf("end %d: delivery %+v, announce %+v; want it delivered by the first end only", try, w.Msg, ann)
+		}
+	}
+	want := []store.WebMessage{{Seq: 1, Role: "announce", Text: "✅ done", RunID: "web-run", At: ms(t0.Add(time.Minute))}}
+	if msgs, err := s.WebAfter(ctx, "eve", 0, 0); err != nil || !reflect.DeepEqual(msgs, want) {
+		t.Errorf("eve's conversation = %+v, %v; want %+v", msgs, err, want)
+	}
+	if pending, _ := s.PendingOutbox(ctx, 0); len(pending) != 1 || pending[0].ID != withFile.ID {
+		t.Errorf("pending = %v; want only the reply with a file", texts(pending))
+	}
+}
+
 // A message can bring its session's row: stored with the message when the
 // session has none, else the stored row is handed back; a re-delivery
 // does nothing.
