@@ -438,12 +438,20 @@ func (d *DB) StateDir() string { return d.dir }
 func (d *DB) Path() string { return d.path }
 
 func safeName(s string) string {
-	s = strings.NewReplacer("/", "_", "\\", "_", "\x00", "_").Replace(s)
+	if strings.ContainsAny(s, unsafeNameChars) {
+		s = unsafeNames.Replace(s)
+	}
 	if s == "" || s == "." || s == ".." {
 		return "_" + s
 	}
 	return s
 }
+
+// unsafeNameChars are what safeName replaces; unsafeNames replaces them
+// (made once: a transcript's path is asked for every run).
+const unsafeNameChars = "/\\\x00"
+
+var unsafeNames = strings.NewReplacer("/", "_", "\\", "_", "\x00", "_")
 
 // stmtCache keeps one prepared statement per query text.
 type stmtCache struct {

@@ -60,6 +60,8 @@ func TestTranscriptPath(t *testing.T) {
 		{"main", "0b5e", "transcripts/main/0b5e.jsonl"},
 		{"../etc", "x", "transcripts/.._etc/x.jsonl"},
 		{"main", "..", "transcripts/main/_...jsonl"},
+		{`a\b`, "s\x00/1", "transcripts/a_b/s__1.jsonl"},
+		{"", ".", "transcripts/_/_..jsonl"},
 	}
 	for _, tt := range tests {
 		got := db.TranscriptPath(tt.agent, tt.session)
@@ -433,3 +435,4 @@ func TestCheckReadsTheDatabase(t *testing.T) {
 		t.Error("Check on a closed store: no error")
 	}
 }
+
