@@ -5,6 +5,8 @@ package matrixtest
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +31,43 @@ type E2EE struct {
 	KeyRequests chan *event.RoomKeyRequestEventContent
 }
 
+// signatureStore is mautrix's MemoryStore with the key signatures behind a
+// lock of its own: MemoryStore (mautrix v0.31.0) writes them under its read
+// lock (PutSignature, DropSignaturesByKey) and hands out its inner maps
+// (GetSignaturesForKeyBy), so the /sync loop storing the signatures of a
+// device list raced with the test signing its own device (-race in CI,
+// TestE2EMatrixApprovalNeedsVerifiedDevice). The gateway's own store is
+// SQL and not affected.
+type signatureStore struct {
+	*crypto.MemoryStore
+	mu sync.RWMutex
+}
+
+func (s *signatureStore) PutSignature(ctx context.Context, signedUser id.UserID, signedKey id.Ed25519, signerUser id.UserID, signerKey id.Ed25519, signature string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.MemoryStore.PutSignature(ctx, signedUser, signedKey, signerUser, signerKey, signature)
+}
+
+func (s *signatureStore) DropSignaturesByKey(ctx context.Context, user id.UserID, key id.Ed25519) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.MemoryStore.DropSignaturesByKey(ctx, user, key)
+}
+
+func (s *signatureStore) GetSignaturesForKeyBy(ctx context.Context, user id.UserID, key id.Ed25519, signer id.UserID) (map[id.Ed25519]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sigs, err := s.MemoryStore.GetSignaturesForKeyBy(ctx, user, key, signer)
+	return maps.Clone(sigs), err
+}
+
+func (s *signatureStore) IsKeySignedBy(ctx context.Context, user id.UserID, key id.Ed25519, signer id.UserID, signerKey id.Ed25519) (bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.MemoryStore.IsKeySignedBy(ctx, user, key, signer, signerKey)
+}
+
 // NewE2EE gives c (from RegisterUser) an Olm device, uploads its keys and
 // starts its /sync loop.
 func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
@@ -41,7 +80,7 @@ func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
 	syncer := mautrix.NewDefaultSyncer()
 	c.Syncer = syncer
 	log := zerolog.Nop()
-	mach := crypto.NewOlmMachine(c, &log, crypto.NewMemoryStore(nil), state)
+	mach := crypto.NewOlmMachine(c, &log, &signatureStore{MemoryStore: crypto.NewMemoryStore(nil)}, state)
 	if err := mach.Load(ctx); err != nil {
 		t.Fatalf("%s: load Olm account: %v", c.UserID, err)
 	}
