@@ -63,6 +63,14 @@ func (s *blockingPass) PassOutbox(ctx context.Context, c store.Claim, chans []st
 // channel, at most limit sends in flight, until the test ends.
 func testDeliverer(t testing.TB, db outboxStore, ch channels.Channel, limit int) *deliverer {
 	t.Helper()
+	d, stop := startDeliverer(db, ch, limit)
+	t.Cleanup(stop)
+	return d
+}
+
+// startDeliverer runs a deliverer as testDeliverer does until stop,
+// which returns once its loop and sends have ended.
+func startDeliverer(db outboxStore, ch channels.Channel, limit int) (*deliverer, func()) {
 	d := newDeliverer(outboxDeps{db: db, replica: "r1", tell: func() {},
 		channel: func(channels.Name) channels.Channel { return ch }, sendsOn: func() []string { return nil },
 		limits: func() store.OutboxLimits { return store.OutboxLimits{} }, changed: func() {},
@@ -75,12 +83,11 @@ func testDeliverer(t testing.TB, db outboxStore, ch channels.Channel, limit int)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.run(ctx) }()
-	t.Cleanup(func() {
+	return d, func() {
 		cancel()
 		<-done
 		d.sends.Wait()
-	})
-	return d
+	}
 }
 
 func openTestStore(t *testing.T) *store.DB {
