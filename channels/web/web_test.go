@@ -845,7 +845,8 @@ func (l *countingLog) After(ctx context.Context, client string, after int64, lim
 }
 
 // A stream woken for the live state (typing on and off) writes it without
-// reading the conversation again; a new entry is read and streamed.
+// reading the conversation again; a new entry is streamed without being
+// read back either.
 func TestEventsLiveStateReadsNoEntries(t *testing.T) {
 	log := &countingLog{MemoryLog: web.NewMemoryLog()}
 	h := newHarness(t, web.Options{Log: log}, nil)
