@@ -96,6 +96,12 @@ func newTestGatewayIn(t *testing.T, stateDir, cfgJSON5 string, h llmtest.Handler
 	if err != nil {
 		t.Fatalf("parse test config: %v", err)
 	}
+	// The disk floor (attachments.minFreeMB, 1 GB by default) is the
+	// host's free space: a test gateway keeps 1 MB, so the tests do not
+	// refuse files on a machine whose disk is merely full of other work
+	// (seen: 507s and "disk is nearly full" at 0.9 GB free). The floor's
+	// own tests are in channels/web (quota_test.go).
+	cfg.Attachments.MinFreeMB = 1
 	for _, edit := range edits {
 		edit(cfg)
 	}
