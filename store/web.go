@@ -106,22 +106,20 @@ func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err err
 			return 0, fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
 		}
 	}
-	for _, q := range []struct{ col, val string }{{"run_id", m.RunID}, {"idem", m.Key}} {
-		if q.val == "" {
-			continue
-		}
-		err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-			`SELECT seq FROM web_messages WHERE client = $1 AND `+q.col+` = $2`, client, q.val)
-		if err == nil {
-			return seq, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
-			return 0, err
-		}
-	}
-	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
-		`SELECT COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = $1`, client); err != nil {
+	// One statement: the message's seq when its RunID, else its Key, is
+	// stored already (0: neither; seqs start at 1), and the next seq.
+	// Each lookup reads its unique index (web_messages_run, _idem); a
+	// NULL RunID or Key finds nothing.
+	var stored int64
+	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&stored, &seq) },
+		`SELECT COALESCE((SELECT seq FROM web_messages WHERE client = $1 AND run_id = $2),
+			(SELECT seq FROM web_messages WHERE client = $1 AND idem = $3), 0),
+			COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = $1`,
+		client, nullString(m.RunID), nullString(m.Key)); err != nil {
 		return 0, err
+	}
+	if stored > 0 {
+		return stored, nil
 	}
 	files := ""
 	if len(m.Files) > 0 {
