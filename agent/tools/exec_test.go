@@ -318,8 +318,9 @@ func TestCapBuffer(t *testing.T) {
 }
 
 const (
-	envFakeGateway = "HERALD_TEST_EXEC_FAKE_GATEWAY" // the sandbox mechanism
-	envFakeSleep   = "HERALD_TEST_EXEC_FAKE_SLEEP"
+	envFakeGateway   = "HERALD_TEST_EXEC_FAKE_GATEWAY" // the sandbox mechanism
+	envFakeSleep     = "HERALD_TEST_EXEC_FAKE_SLEEP"
+	envFakeWorkspace = "HERALD_TEST_EXEC_FAKE_WORKSPACE" // the caller's temp dir: the killed process removes nothing
 )
 
 // TestExecFakeGateway is the process TestExecDiesWithGateway kills: a
@@ -331,7 +332,7 @@ func TestExecFakeGateway(t *testing.T) {
 	}
 	sleep := os.Getenv(envFakeSleep)
 	raw, _ := json.Marshal(map[string]string{"command": "setsid " + sleep + " >/dev/null 2>&1 & nohup " + sleep + " >/dev/null 2>&1 & wait"})
-	cc := agent.CallContext{AgentID: "main", Workspace: t.TempDir()}
+	cc := agent.CallContext{AgentID: "main", Workspace: os.Getenv(envFakeWorkspace)}
 	_, _ = NewExec(Options{ExecTimeout: time.Hour, Sandbox: sandbox.Policy{Mechanism: mech}}).Call(context.Background(), cc, raw)
 	t.Fatal("the command ended before the gateway was killed")
 }
@@ -348,7 +349,7 @@ func TestExecDiesWithGateway(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			sleep := sleeper()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestExecFakeGateway$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envFakeGateway+"="+mech, envFakeSleep+"="+sleep)
+			cmd.Env = append(os.Environ(), envFakeGateway+"="+mech, envFakeSleep+"="+sleep, envFakeWorkspace+"="+t.TempDir())
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
