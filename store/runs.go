@@ -720,6 +720,13 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 	err := d.tx(ctx, func(c conn) error {
 		claimedAnnounce = false
 		web.undeliver()
+		if web != nil {
+			// The web chat's lock first, before any session's (addWake),
+			// the order a person's message takes them (AddIntake).
+			if err := c.lock("web:" + web.Client); err != nil {
+				return err
+			}
+		}
 		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
 			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
 			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13, skipped = $14 WHERE id = $15`,
