@@ -149,6 +149,14 @@ func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
 			t.Fatalf("run %s runs on %q, want gw-0 (where it was spawned)", r.Label, r.Owner)
 		}
 	}
+	// Both runs in their model call, i.e. live on gw-0. A spawn records its
+	// run as running before the manager holds it live, and a stop that
+	// comes in between misses the run (subagent: SpawnRun/SpawnEach commit,
+	// then enqueueSpawned) — a gap of the product, written up in
+	// /work/notes/s5-flakes.md; this test is about the stop reaching the
+	// holder, so it stops runs that are surely running there.
+	waitSeen(t, seen, "wait a long time")
+	waitSeen(t, seen, "wait a long time")
 	webPost(t, b.URL, "sam", "/subagents stop all")
 	waitText(t, b, "sam", "⚙️ Stopped 2 subagents.")
 	if !waitFor(e2eWait, func() bool {
