@@ -163,11 +163,13 @@ func (m *Manager) spawnBatch(ctx context.Context, cc agent.CallContext, p SpawnP
 		}
 		slots = append(slots, slot)
 	}
+	m.markSpawning(runs...)
 	err := m.d.Store.SpawnRuns(ctx, runs, children, spawnLimits(lim))
 	if err != nil {
 		for _, slot := range slots {
 			slot.Release()
 		}
+		m.unmarkSpawning(runs...)
 	}
 	if le := (*store.LimitError)(nil); errors.As(err, &le) {
 		if le.Limit == "maxTotalSpawns" {

@@ -204,11 +204,24 @@ func (m *Manager) StopLocal(ctx context.Context, runID string) (n int, stopped b
 		key = r.ChildKey
 	}
 	n = m.StopBelowLocal(ctx, key)
-	if m.stopOne(runID) {
+	if m.stopOne(runID) || m.stopSpawning(runID) {
 		n++
 		stopped = true
 	}
 	return n, stopped
+}
+
+// stopSpawning marks runID, when a spawn is recording it here, to stop as
+// soon as it is live (enqueueSpawned).
+func (m *Manager) stopSpawning(runID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sp := m.spawning[runID]
+	if sp == nil || sp.stop {
+		return false
+	}
+	sp.stop = true
+	return true
 }
 
 // elsewhere reports whether r is live on another replica that is alive.
@@ -289,8 +302,16 @@ func (m *Manager) StopBelowLocal(ctx context.Context, sessionKey string) int {
 			ids = append(ids, id)
 		}
 	}
+	// Runs being spawned below (recorded, not live yet) stop as soon as
+	// they are live (enqueueSpawned).
+	below := map[string]bool{sessionKey: true}
+	for _, id := range ids {
+		if k := childKey[id]; k != "" {
+			below[k] = true
+		}
+	}
+	n := m.stopSpawningLocked(below, sessionKey)
 	m.mu.Unlock()
-	n := 0
 	for _, id := range ids {
 		if m.stopOne(id) {
 			n++

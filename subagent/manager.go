@@ -155,9 +155,14 @@ type Manager struct {
 	lane *lane.Lane
 	conf atomic.Pointer[config.Config] // read with config(); SetConfig replaces it
 
-	mu        sync.Mutex
-	live      map[string]*liveRun  // by run id; guarded by mu
-	liveKeys  map[string]string    // live runs' child session keys → run ids; guarded by mu
+	mu       sync.Mutex
+	live     map[string]*liveRun // by run id; guarded by mu
+	liveKeys map[string]string   // live runs' child session keys → run ids; guarded by mu
+	// spawning are the runs a spawn has recorded (or is recording) but
+	// not yet made live, by run id; a stop that comes meanwhile marks
+	// them, and enqueueSpawned stops them as soon as they are live.
+	// Guarded by mu.
+	spawning  map[string]*spawningRun
 	turnLocks map[string]*turnLock // turns of finished runs in progress, by run id; guarded by mu
 
 	spawned atomic.Int64 // runs spawned since start
@@ -244,6 +249,7 @@ func New(d Deps) *Manager {
 		lane:        lane.New(LaneName, lim.MaxConcurrent, d.Logger),
 		live:        make(map[string]*liveRun),
 		liveKeys:    make(map[string]string),
+		spawning:    make(map[string]*spawningRun),
 		turnLocks:   make(map[string]*turnLock),
 		archiveWake: make(chan struct{}, 1),
 		groupTimers: map[string]*time.Timer{}, groupDeadline: map[string]time.Time{},
@@ -477,9 +483,11 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	// The children and total-spawn limits are checked in the transaction
 	// that records the run, so two parallel spawns cannot both take the last
 	// slot and no lock is held across the store round trip.
+	m.markSpawning(run)
 	err := m.d.Store.SpawnRun(ctx, run, child, spawnLimits(lim))
 	if err != nil {
 		slot.Release()
+		m.unmarkSpawning(run)
 	}
 	if sc := (*store.SpawnCallError)(nil); errors.As(err, &sc) {
 		if res, ok := m.spawnedBy(ctx, cc); ok {
@@ -494,10 +502,12 @@ func (m *Manager) Spawn(ctx context.Context, cc agent.CallContext, p SpawnParams
 	}
 	if run.ThreadPending {
 		if stepStops("recorded") {
+			m.unmarkSpawning(run)
 			return spawnError("%v", errStopped)
 		}
 		w, err := m.openRunThread(ctx, run, false)
 		if errors.Is(err, errStopped) || stepStops("bound") {
+			m.unmarkSpawning(run)
 			return spawnError("%v", errStopped)
 		}
 		if err != nil {
@@ -752,11 +762,57 @@ func (m *Manager) enqueue(r *store.Run) {
 }
 
 // enqueueSpawned is enqueue for a run this process just spawned, started
-// in slot when it has one (startSlot).
+// in slot when it has one (startSlot). A stop that came while the spawn
+// recorded it (markSpawning) stops it now.
 func (m *Manager) enqueueSpawned(r *store.Run, slot *lane.Slot) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	sp := m.spawning[r.ID]
+	delete(m.spawning, r.ID)
 	m.enqueueLocked(r, slot, true)
+	_, live := m.live[r.ID]
+	m.mu.Unlock()
+	if sp != nil && sp.stop && live {
+		m.stopOne(r.ID)
+	}
+}
+
+// spawningRun is a run being recorded by a spawn, not yet live.
+type spawningRun struct {
+	requester, root string
+	stop            bool // a stop came for it meanwhile
+}
+
+// markSpawning notes runs a spawn is about to record, before the
+// transaction: from then on a stop below their requester or root finds
+// them (stopSpawningLocked) although they are not live yet.
+func (m *Manager) markSpawning(runs ...*store.Run) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range runs {
+		m.spawning[r.ID] = &spawningRun{requester: r.RequesterKey, root: r.RootKey}
+	}
+}
+
+// unmarkSpawning forgets runs a spawn did not record or will not start.
+func (m *Manager) unmarkSpawning(runs ...*store.Run) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range runs {
+		delete(m.spawning, r.ID)
+	}
+}
+
+// stopSpawningLocked marks the runs being spawned whose requester is one
+// of keys or whose root is root, and counts them. m.mu must be held.
+func (m *Manager) stopSpawningLocked(keys map[string]bool, root string) int {
+	n := 0
+	for _, sp := range m.spawning {
+		if !sp.stop && (keys[sp.requester] || sp.root == root) {
+			sp.stop = true
+			n++
+		}
+	}
+	return n
 }
 
 // startSlot takes a free slot of the lane for the new run r, if there is

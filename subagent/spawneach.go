@@ -91,6 +91,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 		items[i].slot = m.startSlot(items[i].run)
 	}
 	lim := m.config().SubagentLimits(agentID)
+	m.markSpawning(runs...)
 	errs, err := m.d.Store.SpawnEach(calls[0].Ctx, runs, children, spawnLimits(lim))
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -100,6 +101,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 	for i, ps := range items {
 		if err != nil || errs[i] != nil {
 			ps.slot.Release()
+			m.unmarkSpawning(ps.run)
 		}
 		le := (*store.LimitError)(nil)
 		switch {
