@@ -204,7 +204,9 @@ func (m *Manager) StopLocal(ctx context.Context, runID string) (n int, stopped b
 		key = r.ChildKey
 	}
 	n = m.StopBelowLocal(ctx, key)
-	if m.stopOne(runID) || m.stopSpawning(runID) {
+	// Spawning first: enqueueSpawned moves a run from spawning to live in
+	// one m.mu section, so a run not spawning now is live (or unknown).
+	if m.stopSpawning(runID) || m.stopOne(runID) {
 		n++
 		stopped = true
 	}
@@ -275,6 +277,9 @@ func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
 
 // StopBelowLocal stops the live runs of this replica below sessionKey.
 func (m *Manager) StopBelowLocal(ctx context.Context, sessionKey string) int {
+	// One m.mu section for the walk and the marking: a run that goes live
+	// meanwhile (enqueueSpawned) is then either among the live runs walked
+	// or among the spawning runs marked.
 	m.mu.Lock()
 	byParent := make(map[string][]string)
 	for id, lr := range m.live {
@@ -284,7 +289,6 @@ func (m *Manager) StopBelowLocal(ctx context.Context, sessionKey string) int {
 	for id, lr := range m.live {
 		childKey[id] = lr.run.ChildKey
 	}
-	m.mu.Unlock()
 	var ids []string
 	frontier := []string{sessionKey}
 	for len(frontier) > 0 {
@@ -296,7 +300,6 @@ func (m *Manager) StopBelowLocal(ctx context.Context, sessionKey string) int {
 		}
 	}
 	// Live runs whose parent run already ended are still below the root.
-	m.mu.Lock()
 	for id, lr := range m.live {
 		if lr.run.RootKey == sessionKey && !slices.Contains(ids, id) {
 			ids = append(ids, id)
