@@ -435,4 +435,3 @@ func TestCheckReadsTheDatabase(t *testing.T) {
 		t.Error("Check on a closed store: no error")
 	}
 }
-

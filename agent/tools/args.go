@@ -34,7 +34,9 @@ var schemas sync.Map // fieldsKey → json.RawMessage
 // the gateway shares its built-in tools across turns and runs, so each
 // registry built for one (Registry.Add asks every tool's Spec) no longer
 // formats the descriptions and schemas again.
-type keptSpec struct{ p atomic.Pointer[agent.ToolSpec] }
+type keptSpec struct {
+	p atomic.Pointer[agent.ToolSpec]
+}
 
 // get is the kept spec, made by mk the first time (two first calls at
 // once both make it; they make the same).
