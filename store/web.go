@@ -47,6 +47,7 @@ func (d *DB) appendFollowing(c conn, client string, m *WebMessage) error {
 	if m.Then == nil || m.Delivers == 0 || m.Next == nil {
 		return nil
 	}
+	now := truncMS(m.Next.Now)
 	for len(m.Followed) < MaxFollow && m.Next.Item != nil {
 		it := *m.Next.Item
 		var files int
@@ -62,7 +63,7 @@ func (d *DB) appendFollowing(c conn, client string, m *WebMessage) error {
 			return nil
 		}
 		normalizeWeb(f)
-		at := truncMS(m.Next.Now)
+		at := now
 		if at.IsZero() {
 			at = f.At
 		}

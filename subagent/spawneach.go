@@ -98,10 +98,12 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 	if t.prepared == nil {
 		t.prepared = make(map[string]preparedSpawn, len(items))
 	}
+	var unrecorded []*store.Run
+	defer func() { m.unmarkSpawning(unrecorded...) }()
 	for i, ps := range items {
 		if err != nil || errs[i] != nil {
 			ps.slot.Release()
-			m.unmarkSpawning(ps.run)
+			unrecorded = append(unrecorded, ps.run)
 		}
 		le := (*store.LimitError)(nil)
 		switch {

@@ -53,11 +53,6 @@ func (k *keptSpec) get(mk func() agent.ToolSpec) agent.ToolSpec {
 // callers must not modify it.
 func schema(fields ...field) json.RawMessage {
 	var k strings.Builder
-	n := 0
-	for _, f := range fields {
-		n += len(f.name) + len(f.kind) + len(f.desc) + 4
-	}
-	k.Grow(n)
 	for _, f := range fields {
 		k.WriteString(f.name)
 		k.WriteByte(0)
