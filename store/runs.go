@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -181,12 +184,11 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 		if err := checkSpawnLimits(c, runs, lim); err != nil {
 			return err
 		}
-		for i, r := range runs {
-			if err := insertSpawned(c, r, children[i], preps[i]); err != nil {
-				return err
-			}
+		all := make([]int, len(runs))
+		for i := range all {
+			all[i] = i
 		}
-		return nil
+		return insertSpawnedRows(c, runs, children, preps, all)
 	})
 	if err != nil {
 		if le := (*LimitError)(nil); errors.As(err, &le) {
@@ -242,36 +244,43 @@ func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, li
 			return err
 		}
 		counts := &spawnCounts{bounds: bounds, n: n}
+		// The calls go in together, each for the first run that names it;
+		// taken holds the calls stored before, with their runs. Then the
+		// runs are walked in order as separate SpawnRun calls would be,
+		// in memory: the calls, the counts and the refusals. The calls
+		// that spawned nothing are deleted, and the runs kept go in
+		// together.
+		calls, taken, err := recordSpawnCalls(c, runs)
+		if err != nil {
+			return err
+		}
+		keep := make([]int, 0, len(runs))
 		for i, r := range runs {
+			call := spawnCallKey(r)
 			if r.SpawnCallID != "" {
-				err := recordSpawnCall(c, r)
-				if sc := (*SpawnCallError)(nil); errors.As(err, &sc) {
-					errs[i] = sc
+				if id, ok := taken[call]; ok {
+					errs[i] = &SpawnCallError{CallID: r.SpawnCallID, RunID: id}
 					continue
-				}
-				if err != nil {
-					return err
 				}
 			}
 			err := counts.check(r)
 			if le := (*LimitError)(nil); errors.As(err, &le) {
 				errs[i] = le
-				if r.SpawnCallID != "" { // the call spawned nothing
-					if _, err := c.exec(`DELETE FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, r.RequesterKey, r.SpawnCallID); err != nil {
-						return err
-					}
-				}
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			if err := insertSpawned(c, r, children[i], preps[i]); err != nil {
-				return err
+			if r.SpawnCallID != "" {
+				taken[call] = r.ID
 			}
+			keep = append(keep, i)
 			counts.inserted(r)
 		}
-		return nil
+		if err := settleSpawnCalls(c, calls, taken); err != nil {
+			return err
+		}
+		return insertSpawnedRows(c, runs, children, preps, keep)
 	})
 	if err != nil {
 		return nil, d.wrap(fmt.Sprintf("create %d runs", len(runs)), err)
@@ -295,23 +304,214 @@ func recordSpawnCall(c conn, r *Run) error {
 	return sc
 }
 
-// insertSpawned inserts a spawned run's rows: its child session (when
-// given), the run and its pending thread.
-func insertSpawned(c conn, r *Run, child *Session, p preparedRun) error {
-	if child != nil {
-		if _, err := c.exec(insertSession, p.sessArgs...); err != nil {
-			return fmt.Errorf("child session %s: %w", child.Key, err)
+// spawnCallKey is r's key in spawn_calls: its requester and call.
+func spawnCallKey(r *Run) string { return r.RequesterKey + "\x00" + r.SpawnCallID }
+
+// A newSpawnCall is a spawn_calls row SpawnEach inserted: for the first
+// of its runs that names the call.
+type newSpawnCall struct {
+	key       string
+	requester string
+	callID    string
+	runID     string
+}
+
+// recordSpawnCalls inserts the runs' calls, each for the first run naming
+// it, in multi-row statements. It returns the calls it inserted, and the
+// run each call stored before holds (taken, by spawnCallKey).
+func recordSpawnCalls(c conn, runs []*Run) ([]newSpawnCall, map[string]string, error) {
+	taken := map[string]string{}
+	var calls []newSpawnCall
+	seen := make(map[string]bool, len(runs))
+	for _, r := range runs {
+		k := spawnCallKey(r)
+		if r.SpawnCallID == "" || seen[k] {
+			continue
 		}
+		seen[k] = true
+		calls = append(calls, newSpawnCall{k, r.RequesterKey, r.SpawnCallID, r.ID})
 	}
-	if err := insertRun(c, r, p.tools, p.origin); err != nil {
-		return err
+	inserted := make(map[string]bool, len(calls))
+	err := spawnCallRows.each(c, len(calls), func(off, n int, q string) error {
+		args := make([]any, 0, 3*n)
+		for _, sc := range calls[off : off+n] {
+			args = append(args, sc.requester, sc.callID, sc.runID)
+		}
+		rows, err := c.query(q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var req, call string
+			if err := rows.Scan(&req, &call); err != nil {
+				return err
+			}
+			inserted[req+"\x00"+call] = true
+		}
+		return rows.Close()
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	if r.ThreadPending {
-		if _, err := c.exec(`INSERT INTO run_threads (run_id, state) VALUES ($1, $2)`, r.ID, ThreadPending); err != nil {
-			return fmt.Errorf("run thread: %w", err)
+	kept := calls[:0]
+	for _, sc := range calls {
+		if inserted[sc.key] {
+			kept = append(kept, sc)
+			continue
+		}
+		var id string
+		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) },
+			`SELECT run_id FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, sc.requester, sc.callID); err != nil {
+			return nil, nil, err
+		}
+		taken[sc.key] = id
+	}
+	return kept, taken, nil
+}
+
+// settleSpawnCalls deletes the calls recordSpawnCalls inserted that no
+// run took (taken): their first run was refused by a limit, so the call
+// spawned nothing. A later run naming the same call has the same
+// requester and root, so the same limit refuses it too.
+func settleSpawnCalls(c conn, calls []newSpawnCall, taken map[string]string) error {
+	for _, sc := range calls {
+		if _, ok := taken[sc.key]; ok {
+			continue
+		}
+		if _, err := c.exec(`DELETE FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, sc.requester, sc.callID); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// insertSpawnedRows inserts the rows of the spawned runs runs[i], i in
+// keep: their child sessions (when given), the runs and their pending
+// threads, each table's rows in multi-row statements.
+func insertSpawnedRows(c conn, runs []*Run, children []*Session, preps []preparedRun, keep []int) error {
+	var args []any
+	var sessions, threads []int
+	for _, i := range keep {
+		if children[i] != nil {
+			sessions = append(sessions, i)
+		}
+		if runs[i].ThreadPending {
+			threads = append(threads, i)
+		}
+	}
+	err := sessionRows.each(c, len(sessions), func(off, n int, q string) error {
+		args = args[:0]
+		for _, i := range sessions[off : off+n] {
+			args = append(args, preps[i].sessArgs...)
+		}
+		_, err := c.exec(q, args...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("child sessions: %w", err)
+	}
+	err = runRows.each(c, len(keep), func(off, n int, q string) error {
+		args = args[:0]
+		for _, i := range keep[off : off+n] {
+			args = appendRunArgs(args, runs[i], preps[i].tools, preps[i].origin)
+		}
+		_, err := c.exec(q, args...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = threadRows.each(c, len(threads), func(off, n int, q string) error {
+		args = args[:0]
+		for _, i := range threads[off : off+n] {
+			args = append(args, runs[i].ID, ThreadPending)
+		}
+		_, err := c.exec(q, args...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("run threads: %w", err)
+	}
+	return nil
+}
+
+var (
+	sessionRows   = multiRow{head: `INSERT INTO sessions (` + sessionCols + `) VALUES `, cols: 16}
+	runRows       = multiRow{head: `INSERT INTO runs (` + runCols + `) VALUES `, cols: 45}
+	threadRows    = multiRow{head: `INSERT INTO run_threads (run_id, state) VALUES `, cols: 2}
+	spawnCallRows = multiRow{head: `INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES `, cols: 3,
+		tail: ` ON CONFLICT (requester_key, call_id) DO NOTHING RETURNING requester_key, call_id`}
+)
+
+// multiRow is an INSERT of several rows in one statement: head, then
+// the rows' placeholders, then tail. Its statements hold a power of two
+// rows, at most 64, so that a few texts are prepared and cached (the
+// statement cache keeps every text) and no statement binds more
+// parameters than the engines allow (SQLite 32,766, PostgreSQL 65,535).
+//
+// On SQLite the placeholders are ?, not $n: modernc finds each
+// parameter's name by a walk of the statement's list of names
+// (sqlite3_bind_parameter_name), which is quadratic in the parameters:
+// 64 runs' 2,880 $n took ~1 ms to bind, against none for ?.
+type multiRow struct {
+	head string
+	cols int
+	tail string
+	q    [2][multiRowSizes]atomic.Pointer[string] // [sqlite][log2 rows]
+}
+
+const multiRowSizes = 7 // 1 … 64 rows
+
+// each calls fn for consecutive chunks of n rows: offset, rows and the
+// statement on c's engine for that many rows.
+func (m *multiRow) each(c conn, n int, fn func(off, rows int, q string) error) error {
+	for off := 0; off < n; {
+		k := min(bits.Len(uint(n-off)), multiRowSizes) - 1
+		rows := 1 << k
+		if err := fn(off, rows, m.query(c.dialect.name == DriverSQLite, k)); err != nil {
+			return err
+		}
+		off += rows
+	}
+	return nil
+}
+
+// query is the statement for 1<<k rows, with ? placeholders on SQLite.
+func (m *multiRow) query(sqlite bool, k int) string {
+	e := 0
+	if sqlite {
+		e = 1
+	}
+	if q := m.q[e][k].Load(); q != nil {
+		return *q
+	}
+	var b strings.Builder
+	b.WriteString(m.head)
+	p := 0
+	for r := range 1 << k {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for col := range m.cols {
+			if col > 0 {
+				b.WriteString(", ")
+			}
+			p++
+			if sqlite {
+				b.WriteByte('?')
+			} else {
+				b.WriteByte('$')
+				b.WriteString(strconv.Itoa(p))
+			}
+		}
+		b.WriteByte(')')
+	}
+	b.WriteString(m.tail)
+	q := b.String()
+	m.q[e][k].Store(&q)
+	return q
 }
 
 // preparedRun is what a new run's rows need, encoded.
@@ -370,15 +570,20 @@ func (d *DB) prepareRun(r *Run, child *Session) (p preparedRun, err error) {
 
 // insertRun inserts the run row r (tools and origin encoded).
 func insertRun(c conn, r *Run, tools any, origin string) error {
-	_, err := c.exec(`INSERT INTO runs (`+runCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44, $45)`,
+	_, err := c.exec(runRows.query(c.dialect.name == DriverSQLite, 0), appendRunArgs(make([]any, 0, runRows.cols), r, tools, origin)...)
+	return err
+}
+
+// appendRunArgs appends run r's row (tools and origin encoded) in
+// runCols' order.
+func appendRunArgs(args []any, r *Run, tools any, origin string) []any {
+	return append(args,
 		r.ID, r.ChildKey, r.ChildSessionID, r.RequesterKey, r.RootKey, r.Depth, r.AgentID, r.Task,
 		r.Label, r.Model, r.Thinking, r.Cleanup, r.TimeoutSeconds, r.MaxIterations, tools, origin,
 		r.Status, r.Outcome, r.Note, r.Result, r.CreatedAt.UnixMilli(), msOrNull(r.StartedAt),
 		msOrNull(r.EndedAt), r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD,
 		msOrNull(r.ArchiveAt), msOrNull(r.ArchivedAt), r.Owner, r.ScheduleID, msOrNull(r.ScheduleDue), r.TraceParent, r.RequesterSessionID,
 		r.Resumes, r.Ran.Milliseconds(), msOrNull(r.StretchAt), r.Announce, r.SpawnGroup, msOrNull(r.GroupDeadline), r.OutputSchema, r.Output, r.Batch, boolInt(r.Skipped))
-	return err
 }
 
 // checkSpawnLimits counts inside the writer's transaction: with one writer

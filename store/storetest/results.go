@@ -374,4 +374,30 @@ func testSpawnEach(t *testing.T, s Store) {
 	if err != nil || !errors.As(errs[0], &lim) || lim.Limit != "maxTotalSpawns" {
 		t.Errorf("a fifth spawn under maxTotal 4 = %v, %v", errs, err)
 	}
+	// One call named twice in a response: the second is the call made
+	// again. A call refused by a limit is freed with its repeats refused too.
+	var twice []*store.Run
+	var twiceChildren []*store.Session
+	for i, call := range []string{"dup", "dup", "dup-full", "dup-full"} {
+		r, child := newRun(fmt.Sprintf("d%d", i))
+		r.SpawnCallID = call
+		twice, twiceChildren = append(twice, r), append(twiceChildren, child)
+	}
+	errs, err = s.SpawnEach(ctx, twice[:2], twiceChildren[:2], store.SpawnLimits{})
+	if err != nil || errs[0] != nil || !errors.As(errs[1], &sc) || sc.RunID != "d0" {
+		t.Errorf("one call twice = %v, %v, want the second a *SpawnCallError naming d0", errs, err)
+	}
+	errs, err = s.SpawnEach(ctx, twice[2:], twiceChildren[2:], store.SpawnLimits{MaxTotal: 5})
+	if err != nil || !errors.As(errs[0], &lim) || !errors.As(errs[1], &lim) {
+		t.Errorf("one call twice over maxTotal = %v, %v, want both refused", errs, err)
+	}
+	if r, err := s.RunBySpawnCall(ctx, convKey, "dup-full"); err == nil {
+		t.Errorf("the refused call dup-full is recorded as spawning %s", r.ID)
+	}
+	for id, want := range map[string]bool{"d0": true, "d1": false, "d2": false, "d3": false} {
+		_, err := s.GetRun(ctx, id)
+		if stored := err == nil; stored != want {
+			t.Errorf("run %s stored = %v (%v), want %v", id, stored, err, want)
+		}
+	}
 }
