@@ -47,6 +47,11 @@ type Session struct {
 	// resumed turn runs the repeatable ones and closes the others as
 	// interrupted; a new turn closes them all as interrupted first.
 	pending []ToolCall
+	// results is the tool results slice append last made for History's
+	// last message: while that message still holds it, the next result
+	// goes into its spare room (a response's 100 spawn results took
+	// 5,050 copies, one clone of the list per result).
+	results []ToolResult
 }
 
 // ErrHistory is returned by LoadSession when a transcript exists but
@@ -617,7 +622,7 @@ func (s *Session) appendResult(ctx context.Context, r ToolResult, clock Clock) e
 
 // append records m in history and the transcript.
 func (s *Session) append(ctx context.Context, m Message, u *Usage, model string, clock Clock) error {
-	s.History = appendMessage(s.History, m)
+	s.appendHistory(m)
 	if s.Transcript == nil {
 		return nil
 	}
@@ -638,6 +643,26 @@ func (s *Session) append(ctx context.Context, m Message, u *Usage, model string,
 		return fmt.Errorf("write transcript of %s: %w: %w", s.Key, ErrTranscript, err)
 	}
 	return nil
+}
+
+// appendHistory is appendMessage on History, with a tool result merged
+// into the last tool message in place when that message's results are
+// the slice this session made (s.results): nothing else holds its spare
+// room. Views of History taken before keep their lengths and see no
+// change but the last message's new results, as with appendMessage.
+func (s *Session) appendHistory(m Message) {
+	n := len(s.History)
+	if n == 0 || m.Role != RoleTool || s.History[n-1].Role != RoleTool {
+		s.History, s.results = appendMessage(s.History, m), nil
+		return
+	}
+	last := s.History[n-1].ToolResults
+	if len(last) != len(s.results) || len(last) == 0 || &last[0] != &s.results[0] {
+		s.results = make([]ToolResult, len(last), 2*(len(last)+len(m.ToolResults)))
+		copy(s.results, last)
+	}
+	s.results = append(s.results, m.ToolResults...)
+	s.History[n-1].ToolResults = s.results
 }
 
 // PendingCalls reports whether the history ends with tool calls of a cut
