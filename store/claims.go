@@ -220,7 +220,13 @@ func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim Outbox
 	var out OutboxPass
 	err := d.claimTx(ctx, func(c conn) error {
 		out = OutboxPass{}
-		var err error
+		// Both statements look only at pending items: with none (every
+		// idle pass, a first start) the pass is one index probe, not the
+		// two wide UPDATEs' planning.
+		ok, err := anyRow(c, `SELECT 1 FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL LIMIT 1`)
+		if !ok {
+			return err
+		}
 		if bury {
 			if out.Dead, err = queryAll(c, buryQ, buryArgs, scanOutbox); err != nil {
 				return fmt.Errorf("bury: %w", err)
