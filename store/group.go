@@ -54,6 +54,9 @@ func (d *DB) txGroup(ctx context.Context, fn func(c conn) error) error {
 	g.mu.Unlock()
 
 	d.commitGroup(batch)
+	if testHookGroupCommit != nil {
+		testHookGroupCommit(len(batch))
+	}
 
 	g.mu.Lock()
 	var next *groupTx
@@ -71,6 +74,10 @@ func (d *DB) txGroup(ctx context.Context, fn func(c conn) error) error {
 	}
 	return t.err
 }
+
+// testHookGroupCommit, when set by a benchmark, is told the size of each
+// group committed.
+var testHookGroupCommit func(n int)
 
 // commitGroup runs batch in one transaction and sets each one's err.
 func (d *DB) commitGroup(batch []*groupTx) {

@@ -345,14 +345,25 @@ type WebDelivery struct {
 	Msg WebMessage
 }
 
-// deliverWeb delivers item id, which r was added as and claimed, as w
-// asks (nil: not), on c.
-func (d *DB) deliverWeb(c conn, r *outboxRow, id int64, claimed bool, w *WebDelivery) error {
-	if w == nil || !claimed || len(r.files) > 0 {
+// deliverWeb delivers item id, which r was added as and claimed
+// (claimAdded, which marked it delivered), as w asks (nil: not), on c:
+// it claims the chat's next item (w.Msg.Next) and stores the message.
+// more says the write added other outbox items after r. Without them, on
+// SQLite's one writer, an item claimed as its chat's oldest pending one
+// was its chat's only pending one, so there is no next item to claim and
+// no statement asks for one; with several writers (PostgreSQL) another
+// transaction may have committed one meanwhile.
+func (d *DB) deliverWeb(c conn, r *outboxRow, id int64, claimed bool, w *WebDelivery, more bool) error {
+	if !claimed || !r.webDelivers(w) {
 		return nil
 	}
 	w.Msg.Key, w.Msg.Delivers, w.Msg.DeliveredAt = "outbox:"+strconv.FormatInt(id, 10), id, w.Msg.At
-	seq, err := d.appendWeb(c, w.Client, &w.Msg)
+	if next := w.Msg.Next; next != nil && (more || c.dialect.advisoryLocks) {
+		if err := d.claimNext(c, next, id); err != nil {
+			return err
+		}
+	}
+	seq, err := d.storeWeb(c, w.Client, &w.Msg)
 	w.Msg.Seq = seq
 	return err
 }
@@ -454,10 +465,10 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 			if outID, err = row.insert(c); err != nil {
 				return err
 			}
-			if claimed, err = row.claimAdded(c, e.ClaimReply, outID); err != nil {
+			if claimed, err = row.claimAdded(c, e.ClaimReply, outID, web); err != nil {
 				return err
 			}
-			if err = d.deliverWeb(c, row, outID, claimed, web); err != nil {
+			if err = d.deliverWeb(c, row, outID, claimed, web, false); err != nil {
 				return err
 			}
 		}

@@ -102,14 +102,29 @@ func (r *outboxRow) apply(o *OutboxItem) {
 // the oldest pending item of its destination, as ClaimOutbox would, and
 // reports whether it did. A row that was there already is not claimed:
 // its state (attempts, parts sent) is not the new one claimed reads back.
-func (r *outboxRow) claimAdded(c conn, holder string, id int64) (bool, error) {
+//
+// When w will deliver the row in the same write (deliverWeb), the claim
+// marks it delivered at once, at w's time, and leaves it claimed by
+// nobody: what the claim and deliverWeb's mark together left, in one
+// statement, not two.
+func (r *outboxRow) claimAdded(c conn, holder string, id int64, w *WebDelivery) (bool, error) {
 	if holder == "" || !r.added {
 		return false, nil
 	}
-	n, err := c.execN(`UPDATE outbox SET claimed_by = $1 WHERE id = $2 AND NOT EXISTS (
+	set, arg := `claimed_by = $1`, any(holder)
+	if r.webDelivers(w) {
+		set, arg = `delivered_at = $1`, w.Msg.At.UnixMilli()
+	}
+	n, err := c.execN(`UPDATE outbox SET `+set+` WHERE id = $2 AND NOT EXISTS (
 		SELECT 1 FROM outbox o WHERE o.dest = $3 AND o.id < $2 AND o.delivered_at IS NULL AND o.failed_at IS NULL)`,
-		holder, id, r.dest)
+		arg, id, r.dest)
 	return n == 1, err
+}
+
+// webDelivers reports whether w delivers the row in the write that adds
+// and claims it (a row with files goes by a send of its own).
+func (r *outboxRow) webDelivers(w *WebDelivery) bool {
+	return w != nil && len(r.files) == 0
 }
 
 // claimed makes o, added as r and claimed by claimAdded, the row as

@@ -970,7 +970,7 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 				return fmt.Errorf("outbox: %w", err)
 			}
 			announce.ID = id
-			if claimedAnnounce, err = item.claimAdded(c, end.ClaimAnnounce, id); err != nil {
+			if claimedAnnounce, err = item.claimAdded(c, end.ClaimAnnounce, id, web); err != nil {
 				return fmt.Errorf("outbox: %w", err)
 			}
 		}
@@ -999,7 +999,8 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		// Last: the delivery's claim of the chat's next item sees what this
 		// end added after the announce (a batch's announce, a pause notice).
 		if item != nil {
-			if err := d.deliverWeb(c, item, announce.ID, claimedAnnounce, web); err != nil {
+			more := (end.Batch != nil && end.Batch.Announce != nil) || r.ScheduleID != ""
+			if err := d.deliverWeb(c, item, announce.ID, claimedAnnounce, web, more); err != nil {
 				return fmt.Errorf("web: %w", err)
 			}
 		}

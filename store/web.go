@@ -107,20 +107,15 @@ func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err err
 			return 0, fmt.Errorf("mark outbox %d delivered: %w", m.Delivers, ErrNotFound)
 		}
 	}
-	// One statement: the message's seq when its RunID, else its Key, is
-	// stored already (0: neither; seqs start at 1), and the next seq.
-	// Each lookup reads its unique index (web_messages_run, _idem); a
-	// NULL RunID or Key finds nothing.
-	var stored int64
-	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&stored, &seq) },
-		`SELECT COALESCE((SELECT seq FROM web_messages WHERE client = $1 AND run_id = $2),
-			(SELECT seq FROM web_messages WHERE client = $1 AND idem = $3), 0),
-			COALESCE(MAX(seq), 0) + 1 FROM web_messages WHERE client = $1`,
-		client, nullString(m.RunID), nullString(m.Key)); err != nil {
+	return d.storeWeb(c, client, m)
+}
+
+// storeWeb is appendWeb after the delivered mark: it stores m unless its
+// RunID or Key finds it stored already, and returns its seq.
+func (d *DB) storeWeb(c conn, client string, m *WebMessage) (seq int64, err error) {
+	m.Added = false
+	if err := c.lock("web:" + client); err != nil {
 		return 0, err
-	}
-	if stored > 0 {
-		return stored, nil
 	}
 	files := ""
 	if len(m.Files) > 0 {
@@ -130,9 +125,33 @@ func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err err
 		}
 		files = string(b)
 	}
-	_, err = c.exec(`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		client, seq, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
-	m.Added = err == nil
+	// One statement: the insert takes the next seq itself (the web
+	// chat's lock is held), and a message whose RunID or Key is stored
+	// already is kept out by web_messages_run or _idem (a NULL one
+	// matches nothing) and returns nothing; its seq is then read. The
+	// casts type the parameters of the SELECT on PostgreSQL.
+	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
+		`INSERT INTO web_messages (client, seq, role, text, run_id, idem, at, files)
+			SELECT $1, COALESCE(MAX(seq), 0) + 1, CAST($2 AS TEXT), CAST($3 AS TEXT), CAST($4 AS TEXT), CAST($5 AS TEXT), CAST($6 AS BIGINT), CAST($7 AS TEXT)
+			FROM web_messages WHERE client = $1
+			ON CONFLICT DO NOTHING RETURNING seq`,
+		client, m.Role, m.Text, nullString(m.RunID), nullString(m.Key), m.At.UnixMilli(), files)
+	if err == nil {
+		m.Added = true
+		return seq, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return 0, err
+	}
+	// Stored already: its seq, by RunID, else by Key (each its unique
+	// index).
+	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&seq) },
+		`SELECT COALESCE((SELECT seq FROM web_messages WHERE client = $1 AND run_id = $2),
+			(SELECT seq FROM web_messages WHERE client = $1 AND idem = $3), 0)`,
+		client, nullString(m.RunID), nullString(m.Key))
+	if err == nil && seq == 0 {
+		err = fmt.Errorf("web message for %s: kept out, yet neither its run nor its key is stored", client)
+	}
 	return seq, err
 }
 

@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"WebLogDeliversFollowing", testWebLogDeliversFollowing},
 		{"WebIntake", testWebIntake},
 		{"WebReplyDelivered", testWebReplyDelivered},
+		{"WebEndClaimsWhatItAdded", testWebEndClaimsWhatItAdded},
 		{"IntakeSession", testIntakeSession},
 		{"FilesStoredOnce", testFilesStoredOnce},
 		{"FilesRefused", testFilesRefused},

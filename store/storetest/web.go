@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -391,6 +392,60 @@ func testWebReplyDelivered(t *testing.T, s Store) {
 	}
 	if pending, _ := s.PendingOutbox(ctx, 0); len(pending) != 1 || pending[0].ID != withFile.ID {
 		t.Errorf("pending = %v; want only the reply with a file", texts(pending))
+	}
+}
+
+// A run's end that delivers its own item to the web chat claims the
+// chat's next item with it: none when the end added nothing after its
+// own, the batch's announce when it added that (the last run of a batch
+// that also finishes its thread draft). The items are delivered and
+// claimed once, in order.
+func testWebEndClaimsWhatItAdded(t *testing.T, s Store) {
+	ctx := context.Background()
+	gus := channels.Origin{Channel: "web", ChatID: "gus", ChatType: channels.ChatDM}
+	var runs []*store.Run
+	var children []*store.Session
+	for _, id := range []string{"gus-1", "gus-2"} {
+		r, child := newRun(id)
+		r.Origin, r.Batch, r.SpawnCallID = gus, "gus-b", "call-gus"
+		runs, children = append(runs, r), append(children, child)
+	}
+	if err := s.SpawnRuns(ctx, runs, children, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	end := func(r *store.Run) (*store.OutboxItem, *store.WebDelivery, *store.BatchEnd) {
+		t.Helper()
+		r.Status, r.Outcome, r.EndedAt = store.StatusDone, store.OutcomeSuccess, t0.Add(time.Minute)
+		own := &store.OutboxItem{Origin: gus, Kind: channels.KindReply, Text: "draft of " + r.ID, CreatedAt: t0, SessionKey: convKey}
+		w := &store.WebDelivery{Client: "gus", Msg: store.WebMessage{Role: "assistant", Text: own.Text, At: t0.Add(time.Minute),
+			Next: &store.NextClaim{Holder: "r1", Now: t0.Add(time.Hour)}}}
+		b := &store.BatchEnd{Render: func(rs []store.Run) *store.OutboxItem {
+			return &store.OutboxItem{Origin: gus, Kind: channels.KindAnnounce, Text: fmt.Sprintf("batch of %d", len(rs)), SessionKey: convKey, CreatedAt: t0}
+		}}
+		if err := s.EndRun(ctx, r, store.RunEnd{Announce: own, ClaimAnnounce: "r1", Web: w, Batch: b}); err != nil {
+			t.Fatal(err)
+		}
+		if w.Msg.Delivers != own.ID || !w.Msg.Added || own.ClaimedBy != "" || own.DeliveredAt.IsZero() {
+			t.Fatalf("end of %s: delivery %+v, item %+v; want its item delivered", r.ID, w.Msg, own)
+		}
+		if got, err := s.GetOutbox(ctx, own.ID); err != nil || got.State() != store.OutboxDelivered || got.ClaimedBy != "" {
+			t.Fatalf("end of %s: stored item %+v, %v; want delivered, claimed by nobody", r.ID, got, err)
+		}
+		return own, w, b
+	}
+	if _, w, b := end(runs[0]); w.Msg.Next.Item != nil || b.Announce != nil {
+		t.Errorf("first end claimed %+v, batch announce %+v; want nothing after it", w.Msg.Next.Item, b.Announce)
+	}
+	_, w, b := end(runs[1])
+	if b.Announce == nil || w.Msg.Next.Item == nil || w.Msg.Next.Item.ID != b.Announce.ID || w.Msg.Next.Item.ClaimedBy != "r1" {
+		t.Fatalf("last end: claimed %+v, batch announce %+v; want the batch's announce claimed for r1", w.Msg.Next.Item, b.Announce)
+	}
+	if got, err := s.GetOutbox(ctx, b.Announce.ID); err != nil || got.State() != store.OutboxPending || got.ClaimedBy != "r1" {
+		t.Errorf("stored batch announce %+v, %v; want pending, claimed by r1", got, err)
+	}
+	want := []string{"draft of gus-1", "draft of gus-2"}
+	if msgs, err := s.WebAfter(ctx, "gus", 0, 0); err != nil || len(msgs) != 2 || msgs[0].Text != want[0] || msgs[1].Text != want[1] || msgs[1].Seq != 2 {
+		t.Errorf("gus's conversation = %+v, %v; want %v", msgs, err, want)
 	}
 }
 

@@ -1,0 +1,119 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/channels"
+)
+
+// BenchmarkEndRunBurst is the store's part of the 10,000 case's run ends
+// (docs/performance.md): each op is a burst of 1,000 sub-agent runs of 10
+// web chats ending at once, each from its own goroutine, as the runs whose
+// announce calls are answered in the same moment do. An end is what the
+// gateway writes for such a run: the run row, its child session's tokens,
+// its result for the requester (SPEC §23), its announce, claimed for this
+// replica and delivered to the web chat in the same transaction (with the
+// claim of the chat's next item). It reports the process's CPU per end
+// (getrusage: steadier than ns/op on a shared machine), the group commits
+// per end, and the wall time of a burst: SQLite has one writer, so a
+// burst's ends are written one after another.
+func BenchmarkEndRunBurst(b *testing.B) {
+	const chats, perChat = 10, 100
+	db := newTestDB(b)
+	ctx := context.Background()
+	lim := SpawnLimits{MaxChildren: 1 << 20, MaxTotal: 1 << 30}
+	var commits atomic.Int64
+	if db.pg == nil {
+		testHookGroupCommit = func(int) { commits.Add(1) }
+		b.Cleanup(func() { testHookGroupCommit = nil })
+	}
+	now := time.Now()
+	spawn := func(op int) []*Run {
+		var all []*Run
+		for c := range chats {
+			client := "c" + strconv.Itoa(c)
+			origin := channels.Origin{Channel: "web", ChatID: client, ChatType: channels.ChatDM}
+			req := "agent:main:web:dm:" + client
+			runs, children := make([]*Run, perChat), make([]*Session, perChat)
+			for j := range perChat {
+				id := strconv.Itoa(op) + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(j)
+				r, child := newRun("end-" + id)
+				r.ChildKey, r.ChildSessionID = "", ""
+				child.Key, child.ID = "agent:main:subagent:"+id, "sess-"+id
+				r.RequesterKey, r.RequesterSessionID, r.SpawnCallID, r.Origin = req, "s-"+client, "call-"+id, origin
+				r.Status, r.CreatedAt, r.StartedAt, r.StretchAt = StatusRunning, now, now, now
+				runs[j], children[j] = r, child
+			}
+			errs, err := db.SpawnEach(ctx, runs, children, lim)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, e := range errs {
+				if e != nil {
+					b.Fatal(e)
+				}
+			}
+			all = append(all, runs...)
+		}
+		return all
+	}
+	end := func(r *Run) error {
+		r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
+		r.EndedAt, r.ArchiveAt = time.Now(), time.Now().Add(time.Hour)
+		ann := &OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished\n\ndone",
+			SessionKey: r.RequesterKey, AgentID: r.AgentID}
+		at := time.Now()
+		e := RunEnd{
+			Announce:      ann,
+			Result:        &Result{Text: "[sub-agent result] done"},
+			ClaimAnnounce: "local",
+			Web: &WebDelivery{Client: r.Origin.ChatID, Msg: WebMessage{Role: "announce", Text: ann.Text, RunID: r.ID, At: at,
+				Next: &NextClaim{Holder: "local", Limits: OutboxLimits{}, Now: at}}},
+		}
+		if err := db.EndRun(ctx, r, e); err != nil {
+			return err
+		}
+		if e.Web.Msg.Delivers == 0 {
+			b.Errorf("run %s: the announce was not delivered with its end", r.ID)
+		}
+		return nil
+	}
+	b.ReportAllocs()
+	var cpu, wall time.Duration
+	commits.Store(0)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		runs := spawn(i)
+		c0, n0 := processCPU(b), commits.Load()
+		b.StartTimer()
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, r := range runs {
+			wg.Go(func() {
+				<-start
+				if err := end(r); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		b.StopTimer()
+		wall += time.Since(t0)
+		cpu += processCPU(b) - c0
+		_ = n0
+		b.StartTimer()
+	}
+	ends := float64(b.N * chats * perChat)
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/ends, "cpu-µs/end")
+	b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "ms/burst")
+	if db.pg == nil {
+		b.ReportMetric(float64(commits.Load())/ends, "commits/end")
+	}
+}
