@@ -580,7 +580,7 @@ func preparable(t *Turn, calls []ToolCall) []ToolCall {
 // failed, is run with its result dropped, as a crash would leave it.
 func (s *Session) callPrepared(ctx context.Context, t *Turn, calls []ToolCall) error {
 	checked := make([]checkedCall, len(calls))
-	var allowed []PreparedCall
+	allowed := make([]PreparedCall, 0, len(calls))
 	for i, call := range calls {
 		checked[i] = s.checkCall(ctx, t, call)
 		if c := &checked[i]; !c.refused {

@@ -63,10 +63,10 @@ func (t *spawnTool) Call(ctx context.Context, cc agent.CallContext, args json.Ra
 // made by Call as ever.
 func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 	m := t.m
-	var ids []string
-	var runs []*store.Run
-	var children []*store.Session
-	var items []preparedSpawn
+	ids := make([]string, 0, len(calls))
+	runs := make([]*store.Run, 0, len(calls))
+	children := make([]*store.Session, 0, len(calls))
+	items := make([]preparedSpawn, 0, len(calls))
 	agentID := calls[0].CC.AgentID
 	for _, c := range calls {
 		var p SpawnParams
