@@ -60,3 +60,31 @@ func TestRegistrySpecsShared(t *testing.T) {
 		t.Errorf("two registries keep two copies of the description %q", a)
 	}
 }
+
+// counted counts how often its spec is asked for.
+type counted struct {
+	rendered
+	specs *int
+}
+
+func (c counted) Spec() agent.ToolSpec { *c.specs++; return c.rendered.Spec() }
+
+// A clone has the registry's tools without asking them for their specs
+// again, and each changes apart from the other.
+func TestRegistryClone(t *testing.T) {
+	var asked int
+	r := agent.NewRegistry(counted{rendered{"write", 1}, &asked}, counted{rendered{"exec", 2}, &asked})
+	asked = 0
+	c := r.Clone()
+	if asked != 0 {
+		t.Errorf("Clone asked %d specs", asked)
+	}
+	c.Add(rendered{"read", 3})
+	c.Add(rendered{"exec", 9})
+	if s := r.Specs(); len(s) != 2 || s[0].Description != "does exec up to 2 bytes" || s[1].Name != "write" {
+		t.Errorf("the registry changed with its clone: %v", s)
+	}
+	if s := c.Specs(); len(s) != 3 || s[0].Description != "does exec up to 9 bytes" || s[1].Name != "read" || s[2].Name != "write" {
+		t.Errorf("the clone's specs: %v", s)
+	}
+}

@@ -222,6 +222,12 @@ func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
 	return out
 }
 
+// Clone is a new registry of r's tools, with the specs r read: Add on
+// either does not change the other.
+func (r *Registry) Clone() *Registry {
+	return &Registry{tools: slices.Clone(r.tools), specs: slices.Clone(r.specs)}
+}
+
 // Specs returns the tool specs in name order. The slice is the
 // registry's: it must not be written to (Add makes a new one).
 func (r *Registry) Specs() []ToolSpec {

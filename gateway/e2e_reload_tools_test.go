@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,5 +62,49 @@ func TestE2EReloadRemakesBuiltinTools(t *testing.T) {
 	third, thirdTools := ask("three")
 	if !strings.Contains(third, "after 15 seconds") || strings.Contains(third, "after 45 seconds") || thirdTools != firstTools {
 		t.Fatalf("after the reload the model saw tools %q (before: %q); want the same tools, exec killed after 15 seconds", thirdTools, firstTools)
+	}
+}
+
+// TestE2ETurnToolsStayTheTurns: a turn's and a run's tool registries are
+// copies of one made with the built-in tools (gateway builtinRegistry),
+// so what a top-level turn adds (the session tools, schedule) does not
+// reach a sub-agent it spawns, and every turn sees the same tools.
+func TestE2ETurnToolsStayTheTurns(t *testing.T) {
+	t.Parallel()
+	tg := newTestGateway(t, `{
+  models: { providers: { anthropic: { api: "anthropic", baseUrl: "{{llm}}", apiKey: "k", models: [{ id: "m" }] } } },
+  agents: { defaults: { model: "anthropic/m" }, list: [{ id: "main" }] },
+  channels: { web: { enabled: true } },
+}`, researchModel(nil))
+	seq := webPost(t, tg.URL, "tt", "research this")
+	for _, label := range []string{"alpha", "beta"} {
+		waitWeb(t, tg, "tt", seq, "announce", func(text string) bool { return strings.Contains(text, "findings for "+label) })
+	}
+	webPost(t, tg.URL, "tt", "and a plain question")
+	waitWebReply(t, tg, "tt", "plain answer to: and a plain question")
+	var top []string
+	children := 0
+	for _, c := range tg.LLM.Requests() {
+		tools := strings.Join(c.Tools, ",")
+		if strings.Contains(c.System, "Sub-agent context") {
+			if strings.Contains(c.LastUser(), "Announce step") {
+				continue // no tools by design
+			}
+			children++
+			if slices.Contains(c.Tools, "schedule") || !slices.Contains(c.Tools, "read_file") {
+				t.Errorf("a sub-agent's call had tools %s: want the built-in ones, no schedule", tools)
+			}
+			continue
+		}
+		top = append(top, tools)
+	}
+	if children == 0 || len(top) < 3 {
+		t.Fatalf("%d sub-agent calls and top-level calls %q", children, top)
+	}
+	for _, tools := range top {
+		if tools != top[0] || !strings.Contains(tools, "schedule") || !strings.Contains(tools, "sessions_spawn") {
+			t.Errorf("top-level calls saw tools %q: want the same, with schedule and sessions_spawn, each time", top)
+			break
+		}
 	}
 }
