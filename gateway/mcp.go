@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/heraldhq/herald/telemetry/prom"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldhq/herald/agent/mcptools"
 	"github.com/heraldhq/herald/agent/tools"
@@ -14,13 +14,13 @@ import (
 // newMCP builds the MCP server manager and its metrics; the servers start
 // in Run (startMCP) and stop in shutdown.
 func (g *Gateway) newMCP() {
-	calls := prom.NewCounterVec(prom.Opts{Name: "herald_mcp_calls_total",
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_mcp_calls_total",
 		Help: "MCP tool calls by server."}, []string{"server"})
-	errs := prom.NewCounterVec(prom.Opts{Name: "herald_mcp_call_errors_total",
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_mcp_call_errors_total",
 		Help: "MCP tool calls that failed, timed out or returned isError, by server."}, []string{"server"})
-	latency := prom.NewHistogramVec(prom.Opts{Name: "herald_mcp_call_seconds",
-		Help: "MCP tool call latency by server."}, prom.ExponentialBuckets(0.01, 2, 14), []string{"server"})
-	up := prom.NewGaugeVec(prom.Opts{Name: "herald_mcp_server_up",
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_mcp_call_seconds",
+		Help: "MCP tool call latency by server.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"server"})
+	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_mcp_server_up",
 		Help: "1 when the MCP server is connected and its tools are offered."}, []string{"server"})
 	for name, s := range g.cfg().MCP.Servers {
 		if s.On() {

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/heraldhq/herald/telemetry/prom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
@@ -16,57 +17,57 @@ import (
 
 // metrics are the gateway's Prometheus series (SPEC §13).
 type metrics struct {
-	reg       *prom.Registry
-	delivered *prom.CounterVec
-	retried   *prom.CounterVec
-	failed    *prom.CounterVec
-	dead      *prom.CounterVec // dead letters (SPEC §27), by channel
-	tokensIn  *prom.CounterVec
-	tokensOut *prom.CounterVec
-	latency   *prom.HistogramVec
-	channelUp *prom.GaugeVec
-	refused   *prom.CounterVec
-	redeliver *prom.Counter
+	reg       *prometheus.Registry
+	delivered *prometheus.CounterVec
+	retried   *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	dead      *prometheus.CounterVec // dead letters (SPEC §27), by channel
+	tokensIn  *prometheus.CounterVec
+	tokensOut *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	channelUp *prometheus.GaugeVec
+	refused   *prometheus.CounterVec
+	redeliver prometheus.Counter
 	// storeRetries counts store writes retried during an outage; turnRetries
 	// turns put back because the store cut them short.
-	storeRetries *prom.Counter
-	turnRetries  *prom.Counter
-	uncertain    *prom.CounterVec
-	reloads      *prom.CounterVec
-	spend        *prom.CounterVec
+	storeRetries prometheus.Counter
+	turnRetries  prometheus.Counter
+	uncertain    *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	spend        *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg: prom.NewRegistry(),
-		delivered: prom.NewCounterVec(prom.Opts{Name: "herald_outbox_delivered_total",
+		reg: prometheus.NewRegistry(),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_delivered_total",
 			Help: "Messages accepted by a channel, by kind (assistant, announce, system)."}, []string{"kind"}),
-		retried: prom.NewCounterVec(prom.Opts{Name: "herald_outbox_retried_total",
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_retried_total",
 			Help: "Delivery attempts put off for a retry (errors, rate limits), by kind."}, []string{"kind"}),
-		failed: prom.NewCounterVec(prom.Opts{Name: "herald_outbox_failed_total",
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_failed_total",
 			Help: "Messages a channel rejected for good, by kind."}, []string{"kind"}),
-		dead: prom.NewCounterVec(prom.Opts{Name: "herald_outbox_dead_total",
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_dead_total",
 			Help: "Messages that became dead letters (outbox.maxAttempts failed attempts, or older than outbox.maxAgeHours), by channel."}, []string{"channel"}),
-		tokensIn: prom.NewCounterVec(prom.Opts{Name: "herald_tokens_input_total",
+		tokensIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_tokens_input_total",
 			Help: "Input tokens of every model call (top-level turns, sub-agent runs with their announce steps, delegate calls), by agent and model."}, []string{"agent", "model"}),
-		tokensOut: prom.NewCounterVec(prom.Opts{Name: "herald_tokens_output_total",
+		tokensOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_tokens_output_total",
 			Help: "Output tokens of every model call, by agent and model."}, []string{"agent", "model"}),
-		latency: prom.NewHistogramVec(prom.Opts{Name: "herald_provider_latency_seconds",
-			Help: "Model call latency by provider, retries included."}, prom.ExponentialBuckets(0.05, 2, 12), []string{"provider", "result"}),
-		channelUp: prom.NewGaugeVec(prom.Opts{Name: "herald_channel_up", Help: "1 when the channel reports healthy."}, []string{"channel"}),
-		refused: prom.NewCounterVec(prom.Opts{Name: "herald_intake_refused_total",
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_provider_latency_seconds",
+			Help: "Model call latency by provider, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"provider", "result"}),
+		channelUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_channel_up", Help: "1 when the channel reports healthy."}, []string{"channel"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_intake_refused_total",
 			Help: "Inbound messages refused, by channel and reason (busy, commands_busy, rate_limited, draining, store_unavailable)."}, []string{"channel", "reason"}),
-		storeRetries: prom.NewCounter(prom.Opts{Name: "herald_store_write_retries_total",
+		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_store_write_retries_total",
 			Help: "State store writes retried because the store did not take them (an outage: unreachable, busy, disk full, I/O error, no file descriptor)."}),
-		turnRetries: prom.NewCounter(prom.Opts{Name: "herald_turn_store_retries_total",
+		turnRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_turn_store_retries_total",
 			Help: "Turns run again after the state store cut them short."}),
-		redeliver: prom.NewCounter(prom.Opts{Name: "herald_intake_redelivered_total",
+		redeliver: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_intake_redelivered_total",
 			Help: "Platform re-deliveries of a message already stored (not run again)."}),
-		uncertain: prom.NewCounterVec(prom.Opts{Name: "herald_outbox_uncertain_total",
+		uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_uncertain_total",
 			Help: "Message parts whose delivery was uncertain after a crash, by channel and action (found, resend, skip)."}, []string{"channel", "action"}),
-		spend: prom.NewCounterVec(prom.Opts{Name: "herald_spend_usd_total",
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_spend_usd_total",
 			Help: "Estimated USD of every model call (tokens × the model's cost; $0 without cost), by agent and model (SPEC §20)."}, []string{"agent", "model"}),
-		reloads: prom.NewCounterVec(prom.Opts{Name: "herald_config_reloads_total",
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_config_reloads_total",
 			Help: "Config reloads (SIGHUP, herald reload) by result: ok, or rejected with the old config kept."}, []string{"result"}),
 	}
 	m.reloads.WithLabelValues("ok")
@@ -90,19 +91,19 @@ func newMetrics() *metrics {
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
 	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.dead, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.storeRetries, m.turnRetries, m.uncertain, m.reloads, m.spend,
-		prom.NewGoCollector())
+		collectors.NewGoCollector())
 	return m
 }
 
 // register adds the series read from live components.
 func (m *metrics) register(g *Gateway) {
-	laneGauge := func(l *lane.Lane, name string, queued bool) *prom.Func {
+	laneGauge := func(l *lane.Lane, name string, queued bool) prometheus.GaugeFunc {
 		help := "Jobs running on the lane."
 		metric := "herald_lane_running"
 		if queued {
 			help, metric = "Jobs waiting on the lane.", "herald_lane_queued"
 		}
-		return prom.NewGaugeFunc(prom.Opts{Name: metric, Help: help, ConstLabels: map[string]string{"lane": name}},
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metric, Help: help, ConstLabels: prometheus.Labels{"lane": name}},
 			func() float64 {
 				q, r := l.Stats()
 				if queued {
@@ -111,15 +112,15 @@ func (m *metrics) register(g *Gateway) {
 				return float64(r)
 			})
 	}
-	m.reg.MustRegister(newHealthCollector(g)...)
 	m.reg.MustRegister(
+		newHealthCollector(g),
 		laneGauge(g.mainLane, "main", true), laneGauge(g.mainLane, "main", false),
 		laneGauge(g.subs.Lane(), "subagent", true), laneGauge(g.subs.Lane(), "subagent", false),
-		prom.NewCounterFunc(prom.Opts{Name: "herald_subagent_spawns_total", Help: "Sub-agent runs spawned since start."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_subagent_spawns_total", Help: "Sub-agent runs spawned since start."},
 			func() float64 { return float64(g.subs.Spawned()) }),
-		prom.NewGaugeFunc(prom.Opts{Name: "herald_sessions_loaded", Help: "Requester sessions in memory (idle ones leave after session.idleMinutes)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_sessions_loaded", Help: "Requester sessions in memory (idle ones leave after session.idleMinutes)."},
 			func() float64 { return float64(g.loadedSessions()) }),
-		prom.NewGaugeFunc(prom.Opts{Name: "herald_outbox_pending", Help: "Messages waiting for delivery."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_outbox_pending", Help: "Messages waiting for delivery."},
 			func() float64 {
 				p, _, _, _ := g.db.OutboxStats(context.Background())
 				return float64(p)
@@ -140,7 +141,7 @@ func (m *metrics) timed(id string, p agent.Provider, timeout time.Duration) agen
 
 type timedProvider struct {
 	p       agent.Provider
-	h       *prom.HistogramVec
+	h       *prometheus.HistogramVec
 	id      string
 	timeout time.Duration
 }

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"strconv"
 	"strings"
@@ -146,19 +144,20 @@ func (l *recordingLog) Append(ctx context.Context, client string, e *web.Entry) 
 // m's registry (0: none).
 func counted(t *testing.T, m *metrics, name, label string) float64 {
 	t.Helper()
-	var b bytes.Buffer
-	w := bufio.NewWriter(&b)
-	m.reg.Write(w)
-	if err := w.Flush(); err != nil {
+	mfs, err := m.reg.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(b.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, name+"{"); ok && strings.Contains(rest, `="`+label+`"`) {
-			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, c := range mf.GetMetric() {
+			for _, l := range c.GetLabel() {
+				if l.GetValue() == label {
+					return c.GetCounter().GetValue()
+				}
 			}
-			return v
 		}
 	}
 	return 0

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/heraldhq/herald/telemetry/prom"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/channels"
@@ -17,15 +17,15 @@ import (
 // runs of g.subs, counted in herald_schedule_firings_total{result}, and
 // herald_schedules{state} counts the stored schedules.
 func (g *Gateway) newScheduler() {
-	firings := prom.NewCounterVec(prom.Opts{Name: "herald_schedule_firings_total",
+	firings := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_schedule_firings_total",
 		Help: "Schedule due times by result: started (a run), skipped (the previous run still ran), missed (no gateway ran; catchUp), failed (no run could be made)."},
 		[]string{"result"})
 	for _, r := range []string{schedule.ResultStarted, schedule.ResultSkipped, schedule.ResultMissed, schedule.ResultFailed} {
 		firings.WithLabelValues(r)
 	}
-	count := func(state string) *prom.Func {
-		return prom.NewGaugeFunc(prom.Opts{Name: "herald_schedules",
-			Help: "Stored schedules by state: active, paused, done (a one-off that fired).", ConstLabels: map[string]string{"state": state}},
+	count := func(state string) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_schedules",
+			Help: "Stored schedules by state: active, paused, done (a one-off that fired).", ConstLabels: prometheus.Labels{"state": state}},
 			func() float64 {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a scrape never hangs on the store
 				defer cancel()

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heraldhq/herald/telemetry/prom"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/heraldhq/herald/agent"
@@ -132,27 +132,31 @@ func (g *Gateway) usageReply(ctx context.Context, key, agentID string) (string, 
 	return spend.ChatReply(conv, all, key, agentID, g.cfg().Budgets), nil
 }
 
-// newHealthCollector exports the models' cooldowns and failed calls.
-func newHealthCollector(g *Gateway) []prom.Collector {
-	each := func(emit func(float64, ...string), v func(h agent.ModelHealth) float64) {
-		for _, h := range g.catalog.Health().Snapshot() {
-			emit(v(h), h.Ref)
+// healthCollector exports the models' cooldowns and failed calls.
+type healthCollector struct {
+	g        *Gateway
+	cooling  *prometheus.Desc
+	failures *prometheus.Desc
+}
+
+func newHealthCollector(g *Gateway) *healthCollector {
+	return &healthCollector{g: g,
+		cooling: prometheus.NewDesc("herald_model_cooldown", "1 while a model that kept failing is tried after the others of its chain (SPEC §20).",
+			[]string{"model"}, nil),
+		failures: prometheus.NewDesc("herald_model_failures_total", "Model calls that failed after their retries with a retryable error (each moved to a fallback or ended the turn).",
+			[]string{"model"}, nil)}
+}
+
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.cooling; ch <- c.failures }
+
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, h := range c.g.catalog.Health().Snapshot() {
+		v := 0.0
+		if !h.Until.IsZero() {
+			v = 1
 		}
-	}
-	return []prom.Collector{
-		prom.NewGaugeVecFunc(prom.Opts{Name: "herald_model_cooldown", Help: "1 while a model that kept failing is tried after the others of its chain (SPEC §20)."},
-			[]string{"model"}, func(emit func(float64, ...string)) {
-				each(emit, func(h agent.ModelHealth) float64 {
-					if h.Until.IsZero() {
-						return 0
-					}
-					return 1
-				})
-			}),
-		prom.NewCounterVecFunc(prom.Opts{Name: "herald_model_failures_total", Help: "Model calls that failed after their retries with a retryable error (each moved to a fallback or ended the turn)."},
-			[]string{"model"}, func(emit func(float64, ...string)) {
-				each(emit, func(h agent.ModelHealth) float64 { return float64(h.TotalFailed) })
-			}),
+		ch <- prometheus.MustNewConstMetric(c.cooling, prometheus.GaugeValue, v, h.Ref)
+		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(h.TotalFailed), h.Ref)
 	}
 }
 

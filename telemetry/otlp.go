@@ -17,11 +17,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // otlpExporter posts spans to an OTLP/HTTP collector as the binary
 // protobuf ExportTraceServiceRequest (opentelemetry-proto
-// collector/trace/v1), written field by field (wire.go).
+// collector/trace/v1), written field by field with protowire.
 //
 // It replaces OpenTelemetry's otlptracehttp, which links the generated
 // OTLP types and through them gRPC, golang.org/x/net/trace and
@@ -234,7 +235,7 @@ func spanFlags(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 	return f
 }
 
-func appendKeyValues(b []byte, num wireNumber, kvs []attribute.KeyValue) []byte {
+func appendKeyValues(b []byte, num protowire.Number, kvs []attribute.KeyValue) []byte {
 	for _, kv := range kvs {
 		b = appendMsg(b, num, func(b []byte) []byte {
 			b = appendString(b, 1, string(kv.Key))
@@ -257,15 +258,15 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	// Oneof members are written even when zero: their presence is the value.
 	switch v.Type() {
 	case attribute.STRING:
-		return pwString(pwTag(b, 1, wireBytes), v.AsString())
+		return protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), v.AsString())
 	case attribute.BOOL:
-		return pwVarint(pwTag(b, 2, wireVarint), pwBool(v.AsBool()))
+		return protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), protowire.EncodeBool(v.AsBool()))
 	case attribute.INT64:
-		return pwVarint(pwTag(b, 3, wireVarint), uint64(v.AsInt64()))
+		return protowire.AppendVarint(protowire.AppendTag(b, 3, protowire.VarintType), uint64(v.AsInt64()))
 	case attribute.FLOAT64:
-		return pwFixed64(pwTag(b, 4, wireFixed64), math.Float64bits(v.AsFloat64()))
+		return protowire.AppendFixed64(protowire.AppendTag(b, 4, protowire.Fixed64Type), math.Float64bits(v.AsFloat64()))
 	case attribute.BYTESLICE:
-		return pwBytes(pwTag(b, 7, wireBytes), v.AsByteSlice())
+		return protowire.AppendBytes(protowire.AppendTag(b, 7, protowire.BytesType), v.AsByteSlice())
 	case attribute.STRINGSLICE:
 		s := v.AsStringSlice()
 		return array(len(s), func(b []byte, i int) []byte { return appendAnyValue(b, attribute.StringValue(s[i])) })
@@ -286,48 +287,48 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	case attribute.EMPTY:
 		return b
 	}
-	return pwString(pwTag(b, 1, wireBytes), "INVALID")
+	return protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), "INVALID")
 }
 
 // appendMsg writes a length-delimited sub-message whose fields fill adds.
-func appendMsg(b []byte, num wireNumber, fill func([]byte) []byte) []byte {
-	return pwBytes(pwTag(b, num, wireBytes), fill(nil))
+func appendMsg(b []byte, num protowire.Number, fill func([]byte) []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), fill(nil))
 }
 
 // The scalar writers leave out a zero value (proto3 has no presence for them).
-func appendString(b []byte, num wireNumber, s string) []byte {
+func appendString(b []byte, num protowire.Number, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return pwString(pwTag(b, num, wireBytes), s)
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
 }
 
-func appendBytes(b []byte, num wireNumber, v []byte) []byte {
+func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 	if len(v) == 0 {
 		return b
 	}
-	return pwBytes(pwTag(b, num, wireBytes), v)
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
 }
 
-func appendVarint(b []byte, num wireNumber, v uint64) []byte {
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	return pwVarint(pwTag(b, num, wireVarint), v)
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
 }
 
-func appendFixed64(b []byte, num wireNumber, v uint64) []byte {
+func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	return pwFixed64(pwTag(b, num, wireFixed64), v)
+	return protowire.AppendFixed64(protowire.AppendTag(b, num, protowire.Fixed64Type), v)
 }
 
-func appendFixed32(b []byte, num wireNumber, v uint32) []byte {
+func appendFixed32(b []byte, num protowire.Number, v uint32) []byte {
 	if v == 0 {
 		return b
 	}
-	return pwFixed32(pwTag(b, num, wireFixed32), v)
+	return protowire.AppendFixed32(protowire.AppendTag(b, num, protowire.Fixed32Type), v)
 }
 
 func unixNano(t time.Time) uint64 { return uint64(max(0, t.UnixNano())) }
