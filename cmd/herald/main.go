@@ -25,7 +25,8 @@ import (
 
 	"github.com/heraldhq/herald/admin"
 	"github.com/heraldhq/herald/channels"
-	_ "github.com/heraldhq/herald/channels/all" // every channel module registers itself
+	_ "github.com/heraldhq/herald/channels/all"          // every channel module registers itself
+	_ "github.com/heraldhq/herald/cmd/herald/stackstart" // one stack growth before package init (its doc)
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/gateway"
 	"github.com/heraldhq/herald/store"
