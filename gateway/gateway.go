@@ -233,7 +233,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		Tools: g.baseTools, Workspace: g.workspace, Files: g.attached.take, SystemContext: g.agentContext, ReadOnlyDirs: g.skillDirs,
 		WorkspaceFile: g.workspaceFile, OpenFile: g.openFile,
 		Authorize: g.approv.authorize, Notify: g.outbox.wakeUp, Outbox: runOutbox{g}, RetryWrite: g.retryWrite,
-		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged,
+		Logger: o.Logger, Clock: o.Clock, OnUsage: g.metrics.tokens, OnChange: g.runChanged, ScheduleEnded: g.scheduleEnded,
 		Replica: g.cluster.id, Peers: g.peers(), Tracer: g.tracer, Spend: g.spend,
 		StartThread:  g.startThread,
 		Live:         g.runLive,

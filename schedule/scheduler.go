@@ -207,8 +207,8 @@ func (s *Scheduler) Run(ctx context.Context) {
 				continue
 			}
 		}
-		// A pass is a write transaction; most wake-ups (every run's spawn,
-		// start and end wakes the loop) find nothing due, which a read
+		// A pass is a write transaction; most wake-ups (a scheduled run's
+		// end wakes the loop) find nothing due, which a read
 		// tells (NextScheduleAt selects with FireDue's condition). A read
 		// that fails lets the pass run and report.
 		if n, ok, lerr := s.d.Store.NextScheduleAt(ctx, s.started); lerr == nil && (!ok || s.d.Clock.Now().Before(n)) {

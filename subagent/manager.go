@@ -98,6 +98,10 @@ type Deps struct {
 	// spawned, started or ended (the web chat's sub-agents panel). It must
 	// not block.
 	OnChange func(rootKey string)
+	// ScheduleEnded, if set, is told that the end of a scheduled run was
+	// stored, which frees its schedule (a catchUp "all" schedule waits
+	// for it). It must not block.
+	ScheduleEnded func()
 	// WorkspaceFile, if set, stores the file at path (relative) of the
 	// conversation workspace ws and returns it (sessions_spawn's
 	// attachments); OpenFile reads a stored file for a model.
@@ -370,6 +374,7 @@ func (m *Manager) finishUnknown(ctx context.Context, r *store.Run, note string) 
 	m.groupEnded(r, *lastOfBatch, end.Wake)
 	m.handWake(end.Wake)
 	m.runEnded(r)
+	m.scheduleEnded(r)
 	m.runLog(r).Info("run ended while the gateway was down", zap.String("outcome", r.Outcome))
 	return nil
 }
@@ -1596,6 +1601,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 			zap.Bool("wakes", wake != nil && wake.ID != 0), zap.Bool("batchAnnounced", batched))
 		m.groupEnded(&r, *lastOfBatch, wake)
 		m.handWake(wake)
+		m.scheduleEnded(&r)
 		if batched {
 			item = ends.Batch.Announce
 		}
@@ -1695,6 +1701,14 @@ func (m *Manager) startSpan(ctx context.Context, r *store.Run) (context.Context,
 		}
 	}
 	return ctx, span
+}
+
+// scheduleEnded tells Deps.ScheduleEnded of r's stored end when r is a
+// schedule's run.
+func (m *Manager) scheduleEnded(r *store.Run) {
+	if r.ScheduleID != "" && m.d.ScheduleEnded != nil {
+		m.d.ScheduleEnded()
+	}
 }
 
 func (m *Manager) changed(rootKey string) {
