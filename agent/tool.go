@@ -206,26 +206,31 @@ func (r *Registry) Names() []string {
 	return names
 }
 
-// Filter returns a new registry with the tools keep accepts.
+// Filter returns a new registry with the tools keep accepts. A run's
+// registry lives as long as the run: it is made at its size.
 func (r *Registry) Filter(keep func(name string, t Tool) bool) *Registry {
-	out := &Registry{tools: make([]Tool, 0, len(r.tools)), specs: make([]ToolSpec, 0, len(r.tools))}
+	var buf [64]int
+	kept := buf[:0]
 	for i, t := range r.tools {
 		if keep(r.specs[i].Name, t) {
-			out.tools = append(out.tools, t)
-			out.specs = append(out.specs, r.specs[i])
+			kept = append(kept, i)
 		}
 	}
-	if len(out.tools) < len(r.tools) {
-		// A run's registry lives as long as the run: kept at its size.
-		out.tools, out.specs = slices.Clone(out.tools), slices.Clone(out.specs)
+	out := &Registry{tools: make([]Tool, len(kept)), specs: make([]ToolSpec, len(kept))}
+	for j, i := range kept {
+		out.tools[j], out.specs[j] = r.tools[i], r.specs[i]
 	}
 	return out
 }
 
 // Clone is a new registry of r's tools, with the specs r read: Add on
-// either does not change the other.
+// either does not change the other. It has room for a few more tools,
+// as a new registry does.
 func (r *Registry) Clone() *Registry {
-	return &Registry{tools: slices.Clone(r.tools), specs: slices.Clone(r.specs)}
+	c := &Registry{tools: make([]Tool, len(r.tools), len(r.tools)+8), specs: make([]ToolSpec, len(r.specs), len(r.specs)+8)}
+	copy(c.tools, r.tools)
+	copy(c.specs, r.specs)
+	return c
 }
 
 // Specs returns the tool specs in name order. The slice is the
