@@ -9,13 +9,20 @@ import (
 	"syscall"
 )
 
-// Descriptors reports how many files this process has open (-1 where that
-// cannot be counted) and its open-file limit (RLIMIT_NOFILE, soft).
-func Descriptors() (open int, limit uint64) {
+// DescriptorLimit is this process's open-file limit (RLIMIT_NOFILE, soft);
+// 0 where it cannot be read.
+func DescriptorLimit() uint64 {
 	var r syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err == nil {
-		limit = r.Cur
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0
 	}
+	return r.Cur
+}
+
+// Descriptors reports how many files this process has open (-1 where that
+// cannot be counted) and its open-file limit (DescriptorLimit).
+func Descriptors() (open int, limit uint64) {
+	limit = DescriptorLimit()
 	open = -1
 	if f, err := os.Open("/proc/self/fd"); err == nil {
 		names, _ := f.Readdirnames(-1)

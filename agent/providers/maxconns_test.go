@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
 )
 
 // models.providers.<id>.maxConnections bounds the connections open to the
@@ -63,5 +64,17 @@ func TestMaxConnectionsBoundsCallsInFlight(t *testing.T) {
 	}
 	if got := peak.Load(); got != 2 {
 		t.Errorf("%d calls reached the provider at once, want at most 2 (maxConnections) and 2 seen", got)
+	}
+}
+
+// TestDefaultMaxConnectionsIsAQuarterOfTheLimit: an unset maxConnections
+// is a quarter of the open-file limit, at least 16 (docs/providers.md).
+func TestDefaultMaxConnectionsIsAQuarterOfTheLimit(t *testing.T) {
+	_, limit := store.Descriptors()
+	if limit == 0 || limit > 1<<30 {
+		t.Skipf("open-file limit %d: the default is the fixed 1024", limit)
+	}
+	if got, want := DefaultMaxConnections(), max(int(limit/4), 16); got != want {
+		t.Errorf("DefaultMaxConnections() = %d, want %d (limit %d)", got, want, limit)
 	}
 }

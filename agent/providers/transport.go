@@ -45,7 +45,9 @@ func transportFor(maxConns int) *Transport {
 // a quarter of the open-file limit (RLIMIT_NOFILE), at least 16; 1024 where
 // the limit cannot be read.
 func DefaultMaxConnections() int {
-	_, limit := store.Descriptors()
+	// The limit alone: Descriptors also lists /proc/self/fd, once per
+	// provider at start.
+	limit := store.DescriptorLimit()
 	if limit == 0 || limit > 1<<30 {
 		return 1024
 	}
