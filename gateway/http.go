@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/heraldhq/herald/channels"
 	"github.com/heraldhq/herald/channels/web"
 )
@@ -22,7 +20,7 @@ func (g *Gateway) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.Handle("GET /mcp", g.guarded(http.HandlerFunc(g.mcpList)))
-	mux.Handle("GET /metrics", g.metricsAuth(promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /metrics", g.metricsAuth(g.metrics.handler()))
 	// The operator's console, a peer of the web chat (SPEC §27).
 	if g.console == nil {
 		g.console = g.newConsole()

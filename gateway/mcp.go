@@ -29,7 +29,7 @@ func (g *Gateway) newMCP() {
 			up.WithLabelValues(name)
 		}
 	}
-	g.metrics.reg.MustRegister(calls, errs, latency, up)
+	g.metrics.add(calls, errs, latency, up)
 	g.mcp = mcptools.New(mcptools.Options{
 		Logger:    g.log,
 		MaxOutput: g.cfg().Tools.Exec.MaxOutputBytes,

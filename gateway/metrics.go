@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/channels"
@@ -16,8 +20,19 @@ import (
 )
 
 // metrics are the gateway's Prometheus series (SPEC §13).
+//
+// The registry is made on the first scrape (registry): registering a
+// collector hashes and checks its descriptors, and client_golang's Go
+// collector reads the runtime's metric descriptions when it is made —
+// ~1 % of a first start's CPU until ready, for a registry read only at
+// /metrics. The series themselves are made at once (code counts into them
+// from the start).
 type metrics struct {
-	reg       *prometheus.Registry
+	regOnce   sync.Once
+	reg       *prometheus.Registry // set by registry()
+	mu        sync.Mutex
+	pending   []prometheus.Collector // added before the registry was made
+	made      bool                   // the registry is made: add registers at once
 	delivered *prometheus.CounterVec
 	retried   *prometheus.CounterVec
 	failed    *prometheus.CounterVec
@@ -39,7 +54,6 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_delivered_total",
 			Help: "Messages accepted by a channel, by kind (assistant, announce, system)."}, []string{"kind"}),
 		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_outbox_retried_total",
@@ -90,9 +104,37 @@ func newMetrics() *metrics {
 		m.dead.WithLabelValues(string(ch))
 	}
 	m.refused.WithLabelValues("web", "rate_limited")
-	m.reg.MustRegister(m.delivered, m.retried, m.failed, m.dead, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.storeRetries, m.turnRetries, m.uncertain, m.reloads, m.spend,
-		collectors.NewGoCollector())
+	m.add(m.delivered, m.retried, m.failed, m.dead, m.tokensIn, m.tokensOut, m.latency, m.channelUp, m.refused, m.redeliver, m.storeRetries, m.turnRetries, m.uncertain, m.reloads, m.spend)
 	return m
+}
+
+// add registers cs, on the registry once it is made (before: when it is).
+func (m *metrics) add(cs ...prometheus.Collector) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.made {
+		m.reg.MustRegister(cs...)
+		return
+	}
+	m.pending = append(m.pending, cs...)
+}
+
+// registry makes the registry with every collector added so far and the
+// Go collector (the first scrape), and returns it.
+func (m *metrics) registry() *prometheus.Registry {
+	m.regOnce.Do(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.reg = prometheus.NewRegistry()
+		m.reg.MustRegister(append(m.pending, collectors.NewGoCollector())...)
+		m.pending, m.made = nil, true
+	})
+	return m.reg
+}
+
+// handler serves the registry (made on the first request).
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return m.registry().Gather() }), promhttp.HandlerOpts{})
 }
 
 // register adds the series read from live components.
@@ -112,7 +154,7 @@ func (m *metrics) register(g *Gateway) {
 				return float64(r)
 			})
 	}
-	m.reg.MustRegister(
+	m.add(
 		newHealthCollector(g),
 		laneGauge(g.mainLane, "main", true), laneGauge(g.mainLane, "main", false),
 		laneGauge(g.subs.Lane(), "subagent", true), laneGauge(g.subs.Lane(), "subagent", false),

@@ -42,7 +42,7 @@ func (g *Gateway) newScheduler() {
 				return float64(c.Active)
 			})
 	}
-	g.metrics.reg.MustRegister(firings, count("active"), count("paused"), count("done"))
+	g.metrics.add(firings, count("active"), count("paused"), count("done"))
 	g.sched = schedule.New(schedule.Deps{
 		Store: g.db, Runs: g.subs, Config: g.cfg(), Clock: g.clock, Logger: g.log,
 		SessionKey: func(agentID string, o channels.Origin) string { return string(ids.Requester(agentID, o)) },
