@@ -462,10 +462,7 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 			return err
 		}
 		if row != nil {
-			if outID, err = row.insert(c); err != nil {
-				return err
-			}
-			if claimed, err = row.claimAdded(c, e.ClaimReply, outID, web); err != nil {
+			if outID, claimed, err = row.insertClaimed(c, e.ClaimReply, web); err != nil {
 				return err
 			}
 			if err = d.deliverWeb(c, row, outID, claimed, web, false); err != nil {

@@ -77,20 +77,66 @@ func newOutboxRow(o *OutboxItem) (*outboxRow, error) {
 // insert adds the row unless an item with the same RunID exists, and
 // returns the id of the row that holds the RunID; r.added says which.
 func (r *outboxRow) insert(c conn) (int64, error) {
+	id, _, err := r.insertClaimed(c, "", nil)
+	return id, err
+}
+
+// outboxInsertCols are the columns insert sets, $1…$12 in order.
+const outboxInsertCols = `dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref, trace_parent`
+
+// args are the values of outboxInsertCols.
+func (r *outboxRow) args(more ...any) []any {
+	return append([]any{r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text,
+		r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef, r.trace}, more...)
+}
+
+// insertClaimed is insert, then, for holder ("": none), claimAdded: the
+// row it added is claimed for holder when it is the oldest pending item
+// of its destination, and marked delivered instead when w delivers it in
+// the same write. claimed reports whether it was.
+//
+// On SQLite both are one statement: the one writer gives the new row the
+// highest id, so it is its destination's oldest pending item when none is
+// pending as it is inserted, and it goes into the pending indexes only
+// when it stays pending. On PostgreSQL the claim is its own statement
+// after the insert, as before: it sees items of the destination that
+// other transactions committed meanwhile.
+func (r *outboxRow) insertClaimed(c conn, holder string, w *WebDelivery) (id int64, claimed bool, err error) {
 	r.added = false
-	id, err := c.insertID(`INSERT INTO outbox (dest, channel, session_key, agent_id, run_id, origin, kind, text, created_at, next_attempt_at, draft_ref, trace_parent)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING id`,
-		r.dest, r.channel, r.session, r.agent, r.runID, r.origin, r.kind, r.text, r.createdAt.UnixMilli(), r.nextAt.UnixMilli(), r.draftRef, r.trace)
+	scan := func(rows *sql.Rows) error { return rows.Scan(&id) }
+	switch {
+	case holder == "" || c.dialect.advisoryLocks:
+		err = c.queryRow(scan, `INSERT INTO outbox (`+outboxInsertCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING id`, r.args()...)
+	default:
+		claimBy, deliverAt := any(holder), any(nil)
+		if r.webDelivers(w) {
+			claimBy, deliverAt = "", w.Msg.At.UnixMilli()
+		}
+		scan = func(rows *sql.Rows) error { return rows.Scan(&id, &claimed) }
+		err = c.queryRow(scan, `INSERT INTO outbox (`+outboxInsertCols+`, claimed_by, delivered_at)
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+				CASE WHEN h.pending THEN '' ELSE $13 END, CASE WHEN h.pending THEN NULL ELSE $14 END
+			FROM (SELECT EXISTS (SELECT 1 FROM outbox o WHERE o.dest = $1 AND o.delivered_at IS NULL AND o.failed_at IS NULL) AS pending) h
+			WHERE true ON CONFLICT DO NOTHING RETURNING id, claimed_by <> '' OR delivered_at IS NOT NULL`, r.args(claimBy, deliverAt)...)
+	}
 	if err == nil && len(r.files) > 0 {
 		err = insertFiles(c, "outbox_files", "outbox_id", id, r.session, r.files, r.createdAt.UnixMilli())
 	}
 	if !errors.Is(err, ErrNotFound) {
 		r.added = err == nil
-		return id, err
+		if err != nil || holder == "" || !c.dialect.advisoryLocks {
+			return id, claimed && err == nil, err
+		}
+		claimed, err = r.claimAdded(c, holder, id, w)
+		return id, claimed, err
 	}
+	// Kept out: the item of the RunID is stored already, and not claimed
+	// (its state, attempts and parts sent, is not the new one a claim
+	// reads back).
 	err = c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&id) },
 		`SELECT id FROM outbox WHERE run_id = $1`, r.runID)
-	return id, err
+	return id, false, err
 }
 
 // apply writes the defaults back into the caller's item.
@@ -100,17 +146,13 @@ func (r *outboxRow) apply(o *OutboxItem) {
 
 // claimAdded claims the row insert just added (id) for holder when it is
 // the oldest pending item of its destination, as ClaimOutbox would, and
-// reports whether it did. A row that was there already is not claimed:
-// its state (attempts, parts sent) is not the new one claimed reads back.
+// reports whether it did (insertClaimed on PostgreSQL).
 //
 // When w will deliver the row in the same write (deliverWeb), the claim
 // marks it delivered at once, at w's time, and leaves it claimed by
 // nobody: what the claim and deliverWeb's mark together left, in one
 // statement, not two.
 func (r *outboxRow) claimAdded(c conn, holder string, id int64, w *WebDelivery) (bool, error) {
-	if holder == "" || !r.added {
-		return false, nil
-	}
 	set, arg := `claimed_by = $1`, any(holder)
 	if r.webDelivers(w) {
 		set, arg = `delivered_at = $1`, w.Msg.At.UnixMilli()

@@ -965,14 +965,11 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 			}
 		}
 		if item != nil {
-			id, err := item.insert(c)
+			id, claimed, err := item.insertClaimed(c, end.ClaimAnnounce, web)
 			if err != nil {
 				return fmt.Errorf("outbox: %w", err)
 			}
-			announce.ID = id
-			if claimedAnnounce, err = item.claimAdded(c, end.ClaimAnnounce, id, web); err != nil {
-				return fmt.Errorf("outbox: %w", err)
-			}
+			announce.ID, claimedAnnounce = id, claimed
 		}
 		if end.Result != nil {
 			if err := insertResult(c, r, end.Result); err != nil {

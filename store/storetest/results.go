@@ -37,8 +37,12 @@ func testResults(t *testing.T, s Store) {
 			// The first announce, the oldest pending item of its chat, is
 			// claimed with the end that adds it; one already stored (the
 			// retried end) or behind another is not.
-			if want := try == 0 && id == "res1"; (ann.ClaimedBy == "r1") != want || want && (ann.SendingPart != -1 || !ann.FilesKnown) {
+			want := try == 0 && id == "res1"
+			if (ann.ClaimedBy == "r1") != want || want && (ann.SendingPart != -1 || !ann.FilesKnown) {
 				t.Errorf("end %d of %s: announce %+v; claimed want %v", try, id, ann, want)
+			}
+			if got, err := s.GetOutbox(ctx, ann.ID); err != nil || (got.ClaimedBy == "r1") != (id == "res1") || got.State() != store.OutboxPending {
+				t.Errorf("end %d of %s: stored announce %+v, %v; want pending, claimed by r1 only for res1", try, id, got, err)
 			}
 		}
 	}
