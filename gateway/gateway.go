@@ -79,6 +79,9 @@ type Gateway struct {
 	onReady     func()
 
 	db store.Store
+	// openReads ends the store's reads on the writer's connection (SQLite:
+	// store.DB.DeferReadPool); Run calls it once ready.
+	openReads func()
 	// memories is where the memory tools and /memory write: the store, or
 	// on SQLite pins' write path, which drops the pinned blocks it keeps
 	// (nil pins: a shared state, read on every turn; agentContext).
@@ -176,6 +179,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.db = db
+	// Until ready, reads share the writer's connection: a read connection
+	// of its own would parse the schema a second time before ready.
+	g.openReads = db.DeferReadPool()
 	fail := func(err error) (*Gateway, error) {
 		db.Close()
 		return nil, err
@@ -496,6 +502,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case <-time.After(5 * time.Second):
 		g.log.Warn("the listener for the other replicas is not up yet; relying on polling meanwhile")
 	}
+	g.openReads()
 	g.phase.set(phaseRunning, "")
 	// Upkeep that recovery does not need starts once ready: the file
 	// retention sweep and the archiver of ended runs' transcripts. Their

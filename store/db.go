@@ -64,6 +64,10 @@ type DB struct {
 
 	group group // SQLite: concurrent write transactions commit together
 
+	// readsOnWriter (SQLite, DeferReadPool): reads run on the writer's
+	// connection; the read pool has not connected.
+	readsOnWriter atomic.Bool
+
 	// fault, when set, fails every write transaction (InjectWriteFault).
 	fault atomic.Pointer[error]
 
@@ -143,12 +147,26 @@ func openSQLite(ctx context.Context, stateDir string, image []byte, afterPublish
 	d.r.SetConnMaxIdleTime(0)
 	d.r.SetConnMaxLifetime(0)
 	d.rs = newStmtCache(d.r)
-	if err := d.r.PingContext(ctx); err != nil {
-		d.w.Close()
-		d.r.Close()
-		return nil, d.wrap("open", err)
-	}
+	// The read pool connects on first use: each SQLite connection parses
+	// the whole schema once (~0.7 ms), and a process that reads on the
+	// writer until it is ready (DeferReadPool) needs none before then.
 	return d, nil
+}
+
+// DeferReadPool has reads run on the writer's connection until the
+// returned func is called; the read pool then connects on its first read.
+// The gateway calls it at start and ends it once ready: its reads before
+// ready are few and mostly sequential, and a second connection is a
+// second parse of the schema (docs/performance.md, "2026-11-28: start →
+// ready"). A read there waits while a write transaction holds the writer;
+// no store code reads through d.reader inside a transaction (it would
+// wait for itself). A no-op on PostgreSQL (one pool).
+func (d *DB) DeferReadPool() (open func()) {
+	if d.pg != nil {
+		return func() {}
+	}
+	d.readsOnWriter.Store(true)
+	return func() { d.readsOnWriter.Store(false) }
 }
 
 // dsn builds the modernc.org/sqlite data source name for path.
@@ -612,6 +630,9 @@ func (c conn) insertID(q string, args ...any) (int64, error) {
 }
 
 func (d *DB) reader(ctx context.Context) conn {
+	if d.readsOnWriter.Load() {
+		return conn{ctx: ctx, dialect: d.dialect, cache: d.ws} // outside the group commit: reads only
+	}
 	return conn{ctx: ctx, dialect: d.dialect, cache: d.rs}
 }
 
