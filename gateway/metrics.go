@@ -26,13 +26,14 @@ import (
 // collector reads the runtime's metric descriptions when it is made —
 // ~1 % of a first start's CPU until ready, for a registry read only at
 // /metrics. The series themselves are made at once (code counts into them
-// from the start).
+// from the start). A collector the registry refuses (a clash of names or
+// labels: a programming error) fails every scrape with the error, as it
+// failed the start before.
 type metrics struct {
-	regOnce   sync.Once
-	reg       *prometheus.Registry // set by registry()
 	mu        sync.Mutex
+	reg       *prometheus.Registry   // made by registry()
 	pending   []prometheus.Collector // added before the registry was made
-	made      bool                   // the registry is made: add registers at once
+	regErr    error                  // what the registry refused, reported at every scrape
 	delivered *prometheus.CounterVec
 	retried   *prometheus.CounterVec
 	failed    *prometheus.CounterVec
@@ -112,29 +113,45 @@ func newMetrics() *metrics {
 func (m *metrics) add(cs ...prometheus.Collector) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.made {
-		m.reg.MustRegister(cs...)
+	if m.reg != nil {
+		m.registerLocked(cs)
 		return
 	}
 	m.pending = append(m.pending, cs...)
 }
 
+func (m *metrics) registerLocked(cs []prometheus.Collector) {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			m.regErr = errors.Join(m.regErr, err)
+		}
+	}
+}
+
 // registry makes the registry with every collector added so far and the
-// Go collector (the first scrape), and returns it.
-func (m *metrics) registry() *prometheus.Registry {
-	m.regOnce.Do(func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
+// Go collector (the first scrape), and returns it with what it refused.
+func (m *metrics) registry() (*prometheus.Registry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reg == nil {
 		m.reg = prometheus.NewRegistry()
-		m.reg.MustRegister(append(m.pending, collectors.NewGoCollector())...)
-		m.pending, m.made = nil, true
-	})
-	return m.reg
+		m.registerLocked(append(m.pending, collectors.NewGoCollector()))
+		m.pending = nil
+	}
+	return m.reg, m.regErr
+}
+
+// gather is the registry's samples; an error when it refused a collector
+// (every scrape then answers 500 with it).
+func (m *metrics) gather() ([]*dto.MetricFamily, error) {
+	reg, err := m.registry()
+	mfs, gerr := reg.Gather()
+	return mfs, errors.Join(err, gerr)
 }
 
 // handler serves the registry (made on the first request).
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return m.registry().Gather() }), promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(prometheus.GathererFunc(m.gather), promhttp.HandlerOpts{})
 }
 
 // register adds the series read from live components.

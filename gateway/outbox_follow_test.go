@@ -144,7 +144,7 @@ func (l *recordingLog) Append(ctx context.Context, client string, e *web.Entry) 
 // m's registry (0: none).
 func counted(t *testing.T, m *metrics, name, label string) float64 {
 	t.Helper()
-	mfs, err := m.registry().Gather()
+	mfs, err := m.gather()
 	if err != nil {
 		t.Fatal(err)
 	}
