@@ -34,6 +34,11 @@ import (
 //   - wake-ups travel over LISTEN/NOTIFY on the channel "herald": an outbox
 //     item another replica should send, a web client's new message, /stop,
 //     /subagents stop and /approve for work living on another replica.
+//     A notification can be lost (sent while the listener reconnects), so
+//     none is the only record: what it asks for is in the store first (the
+//     outbox, the decided approval, the stop request of store.Stops), and
+//     every replica reads that again each poll and whenever its listener
+//     is in place again (actOnStops, approvals.recheck, the delivery pass).
 //
 // On SQLite one process runs: it holds everything and no lease is needed.
 
@@ -67,6 +72,7 @@ type clusterDeps struct {
 	db interface {
 		store.Leases
 		store.Bus
+		store.Stops
 	}
 	shared bool // PostgreSQL: other replicas may run
 	// setPhase says what /readyz reports (standby while the lease is held
@@ -326,6 +332,32 @@ func (g *Gateway) claimLeft(ctx context.Context) {
 		c.log.Warn("could not expire approvals of a dead replica", zap.Error(err))
 	}
 	g.approv.recheck()
+	g.actOnStops(ctx)
+}
+
+// actOnStops stops the runs and cuts the turns this replica holds that
+// another replica recorded a stop for (store.Stops): what busStop,
+// busStopBelow and busAbort tell at once, read again in case the
+// notification was lost. A request ends with its run or turn, so one
+// already acted on is only found again until the run or turn has ended.
+func (g *Gateway) actOnStops(ctx context.Context) {
+	runs, sessions, err := g.db.StopRequests(ctx, g.cluster.id)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("could not read the stop requests of other replicas", zap.Error(err))
+		}
+		return
+	}
+	for _, id := range runs {
+		if n, _ := g.subs.StopLocal(ctx, id); n > 0 {
+			g.log.Info("stopped a run another replica asked to stop (read from the store)", zap.String("runId", id), zap.Int("stopped", n))
+		}
+	}
+	for _, key := range sessions {
+		if g.abortTurn(key) {
+			g.log.Info("cut a turn another replica asked to stop (read from the store)", zap.String("sessionKey", key))
+		}
+	}
 }
 
 // busHandlers answer what the other replicas say (a claims message also
@@ -352,7 +384,14 @@ func (g *Gateway) busHandlers() map[busKind]func(ctx context.Context, arg string
 func (g *Gateway) abortAnywhere(key string) bool {
 	ok := g.abortTurn(key)
 	if !ok && g.cluster.shared {
-		g.cluster.send(context.Background(), busAbort, key)
+		// Recorded first, so the holder cuts the turn even if it misses the
+		// notification (actOnStops).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := g.db.RequestAbort(ctx, key, g.cluster.id, g.clock.Now()); err != nil {
+			g.log.Warn("could not record /stop for a turn on another replica; telling it only", zap.String("sessionKey", key), zap.Error(err))
+		}
+		g.cluster.send(ctx, busAbort, key)
 	}
 	return ok
 }
@@ -450,12 +489,29 @@ func (c *cluster) listen(ctx context.Context, ready chan<- struct{}) {
 		isReady()
 		return
 	}
-	c.db.Listen(ctx, busChannel, isReady, func(payload string) {
+	var lost time.Time
+	c.db.Listen(ctx, busChannel, func() {
+		isReady()
+		if !lost.IsZero() {
+			c.log.Info("listening to the other replicas again", zap.Duration("after", time.Since(lost).Round(time.Millisecond)))
+			lost = time.Time{}
+		}
+		// What was said while no listener was in place is read from the
+		// store: a claim pass now (the stop requests, approvals, outbox).
+		c.handle(ctx, busMsg{Kind: busClaims})
+	}, func(payload string) {
 		var m busMsg
 		if err := json.Unmarshal([]byte(payload), &m); err != nil || m.From == c.id {
 			return
 		}
 		c.handle(ctx, m)
+	}, func(err error) {
+		if lost.IsZero() {
+			lost = time.Now()
+		}
+		// The error names the server and the user, never the password
+		// (store.Listen takes it out).
+		c.log.Warn("lost the listener to the other replicas; connecting again (what they say meanwhile is read from the store)", zap.Error(err))
 	})
 	isReady()
 }
@@ -523,10 +579,22 @@ func (g *Gateway) peers() subagent.Peers {
 	return peers{g.cluster}
 }
 
-func (p peers) StopRun(ctx context.Context, runID string) { p.c.send(ctx, busStop, runID) }
+func (p peers) StopRun(ctx context.Context, runID string, runs []string) {
+	p.request(ctx, runs)
+	p.c.send(ctx, busStop, runID)
+}
 
-func (p peers) StopBelow(ctx context.Context, sessionKey string) {
+func (p peers) StopBelow(ctx context.Context, sessionKey string, runs []string) {
+	p.request(ctx, runs)
 	p.c.send(ctx, busStopBelow, sessionKey)
+}
+
+// request records the stop of runs before the other replicas are told, so
+// their holder stops them even if it misses the notification (actOnStops).
+func (p peers) request(ctx context.Context, runs []string) {
+	if err := p.c.db.RequestStop(context.WithoutCancel(ctx), runs, time.Now()); err != nil {
+		p.c.log.Warn("could not record a stop for runs on other replicas; telling them only", zap.Int("runs", len(runs)), zap.Error(err))
+	}
 }
 
 func (p peers) Alive(ctx context.Context, replica string) bool { return p.c.alive(ctx, replica) }

@@ -155,7 +155,18 @@ type Schedules interface {
 // (LISTEN/NOTIFY); on SQLite it carries nothing.
 type Bus interface {
 	Notify(ctx context.Context, channel, payload string) error
-	Listen(ctx context.Context, channel string, ready func(), fn func(payload string)) // until ctx ends
+	Listen(ctx context.Context, channel string, ready func(), fn func(payload string), fail func(err error)) // until ctx ends
+}
+
+// Stops are /stop and /subagents stop for work another replica holds
+// (SPEC §14 replicas), recorded before they are answered: the NOTIFY that
+// tells the holder at once may be lost (its listener reconnecting), so
+// the holder also reads what it is asked to stop, each poll and whenever
+// its listener (re)connects. A request ends with its run or turn.
+type Stops interface {
+	RequestStop(ctx context.Context, runIDs []string, at time.Time) error                     // runs not ended yet
+	RequestAbort(ctx context.Context, sessionKey, except string, at time.Time) (int64, error) // the session's started turn held by a replica other than except
+	StopRequests(ctx context.Context, holder string) (runs, sessions []string, err error)     // what holder holds and was asked to stop
 }
 
 // Files are the stored files of messages in and out (SPEC §18),
@@ -214,6 +225,7 @@ type Store interface {
 	Leases
 	Schedules
 	Bus
+	Stops
 	Transcripts
 	Spend
 	Bindings

@@ -201,12 +201,18 @@ func (d *DB) Notify(ctx context.Context, channel, payload string) error {
 	return nil
 }
 
+// ListenerName is the application_name of Listen's connection.
+const ListenerName = "herald listener"
+
 // Listen calls fn with the payload of every notification sent on channel
 // until ctx ends, on a connection of its own. When the connection is lost
-// it connects again after a pause; what was sent meanwhile is not seen, so
-// a listener also polls. ready (optional) is called each time the listener
-// is in place. On SQLite, where nothing is ever sent, it returns at once.
-func (d *DB) Listen(ctx context.Context, channel string, ready func(), fn func(payload string)) {
+// or cannot be made, fail (optional) is told why — the error without the
+// database's password — and it connects again after a pause; what was
+// sent meanwhile is not seen, so a listener also reads the store (ready,
+// optional, is called each time the listener is in place, the first time
+// and after every reconnection). On SQLite, where nothing is ever sent,
+// it returns at once.
+func (d *DB) Listen(ctx context.Context, channel string, ready func(), fn func(payload string), fail func(err error)) {
 	if d.pg == nil {
 		return
 	}
@@ -218,6 +224,13 @@ func (d *DB) Listen(ctx context.Context, channel string, ready func(), fn func(p
 		}
 		if err != nil {
 			backoff = min(backoff*2, 5*time.Second)
+			if fail != nil {
+				msg := err.Error()
+				if pw := d.pg.pool.Config().ConnConfig.Password; pw != "" {
+					msg = strings.ReplaceAll(msg, pw, "xxxxx")
+				}
+				fail(fmt.Errorf("listen on %s (%s): %s", channel, d.pg.url, msg))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -227,7 +240,9 @@ func (d *DB) Listen(ctx context.Context, channel string, ready func(), fn func(p
 }
 
 func (d *DB) listenOnce(ctx context.Context, channel string, ready func(), fn func(payload string)) error {
-	conn, err := pgx.ConnectConfig(ctx, d.pg.pool.Config().ConnConfig.Copy())
+	cc := d.pg.pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = ListenerName // tells it apart in pg_stat_activity
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err
 	}

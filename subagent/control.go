@@ -176,12 +176,15 @@ func (m *Manager) Stop(ctx context.Context, runID string) int {
 	if err != nil {
 		return n
 	}
-	remote := m.remoteBelow(ctx, r.ChildKey)
-	if !stopped && m.elsewhere(ctx, r) {
-		remote++
+	remote, others := m.remoteBelow(ctx, r.ChildKey)
+	if !stopped && r.Status != store.StatusDone && r.Owner != m.d.Replica {
+		others = append(others, r.ID)
+		if m.elsewhere(ctx, r) {
+			remote++
+		}
 	}
-	if remote > 0 {
-		m.d.Peers.StopRun(ctx, runID)
+	if len(others) > 0 {
+		m.d.Peers.StopRun(ctx, runID, others)
 	}
 	return n + remote
 }
@@ -235,17 +238,22 @@ func (m *Manager) elsewhere(ctx context.Context, r *store.Run) bool {
 }
 
 // remoteBelow counts the live runs below sessionKey that other live
-// replicas run.
-func (m *Manager) remoteBelow(ctx context.Context, sessionKey string) int {
+// replicas run, and lists every run below it not ended yet that is not
+// this replica's (a dead replica's run is stopped by whoever takes it
+// over).
+func (m *Manager) remoteBelow(ctx context.Context, sessionKey string) (n int, others []string) {
 	runs, err := m.Runs(ctx, sessionKey)
 	if err != nil {
-		return 0
+		return 0, nil
 	}
-	n := 0
 	alive := map[string]bool{}
 	for i := range runs {
 		r := &runs[i]
-		if r.Status == store.StatusDone || r.Owner == "" || r.Owner == m.d.Replica {
+		if r.Status == store.StatusDone || r.Owner == m.d.Replica {
+			continue
+		}
+		others = append(others, r.ID)
+		if r.Owner == "" {
 			continue
 		}
 		up, ok := alive[r.Owner]
@@ -257,7 +265,7 @@ func (m *Manager) remoteBelow(ctx context.Context, sessionKey string) int {
 			n++
 		}
 	}
-	return n
+	return n, others
 }
 
 // StopBelow stops every live run below sessionKey, at every depth, on
@@ -268,11 +276,11 @@ func (m *Manager) StopBelow(ctx context.Context, sessionKey string) int {
 	if m.d.Peers == nil {
 		return n
 	}
-	if remote := m.remoteBelow(ctx, sessionKey); remote > 0 {
-		m.d.Peers.StopBelow(ctx, sessionKey)
-		n += remote
+	remote, others := m.remoteBelow(ctx, sessionKey)
+	if len(others) > 0 {
+		m.d.Peers.StopBelow(ctx, sessionKey, others)
 	}
-	return n
+	return n + remote
 }
 
 // StopBelowLocal stops the live runs of this replica below sessionKey.

@@ -144,9 +144,12 @@ type Deps struct {
 type Peers interface {
 	// StopRun asks the other replicas to stop a run and the runs below it
 	// (StopLocal there); StopBelow to stop the runs below a session key
-	// (StopBelowLocal). Neither waits for them.
-	StopRun(ctx context.Context, runID string)
-	StopBelow(ctx context.Context, sessionKey string)
+	// (StopBelowLocal). runs are the runs not ended yet that the stop
+	// reaches and this replica does not hold: the stop is recorded on them
+	// first (store.Stops), so whoever holds one stops it even if the
+	// message is lost. Neither waits for the runs to end.
+	StopRun(ctx context.Context, runID string, runs []string)
+	StopBelow(ctx context.Context, sessionKey string, runs []string)
 	// Alive reports whether replica holds its lease.
 	Alive(ctx context.Context, replica string) bool
 }

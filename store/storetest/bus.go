@@ -25,7 +25,7 @@ func testBus(t *testing.T, s Store) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.Listen(ctx, "herald", nil, func(p string) { t.Errorf("SQLite delivered %q", p) })
+			s.Listen(ctx, "herald", nil, func(p string) { t.Errorf("SQLite delivered %q", p) }, nil)
 		}()
 		select {
 		case <-done:
@@ -40,7 +40,7 @@ func testBus(t *testing.T, s Store) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.Listen(lctx, "herald", func() { ready <- struct{}{} }, func(p string) { got <- p })
+		s.Listen(lctx, "herald", func() { ready <- struct{}{} }, func(p string) { got <- p }, func(err error) { t.Errorf("the listener failed: %v", err) })
 	}()
 	select {
 	case <-ready:

@@ -79,6 +79,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"FilesSweep", testFilesSweep},
 		{"FileHolds", testFileHolds},
 		{"Bus", testBus},
+		{"Stops", testStops},
 		{"ConversationSettings", testConversationSettings},
 		{"IntakeDraft", testIntakeDraft},
 		{"RunBySpawnCall", testRunBySpawnCall},
