@@ -590,6 +590,7 @@ func (s *Session) callPrepared(ctx context.Context, t *Turn, calls []ToolCall) e
 	if len(allowed) > 1 {
 		tool, _ := t.Tools.Get(calls[0].Name)
 		tool.(Preparer).Prepare(allowed)
+		defer tool.(Preparer).Done(allowed)
 	}
 	for i := range checked {
 		if err := s.appendResult(ctx, s.runCall(t, &checked[i]), t.Clock); err != nil {

@@ -184,9 +184,43 @@ func (t prepTool) Prepare(calls []agent.PreparedCall) {
 	*t.log = append(*t.log, "prepare "+strings.Join(ids, ","))
 }
 
+func (t prepTool) Done(calls []agent.PreparedCall) {
+	ids := make([]string, len(calls))
+	for i, c := range calls {
+		ids[i] = c.CC.CallID
+	}
+	*t.log = append(*t.log, "done "+strings.Join(ids, ","))
+}
+
 func (t prepTool) Call(ctx context.Context, cc agent.CallContext, args json.RawMessage) (string, error) {
 	*t.log = append(*t.log, "call "+cc.CallID)
+	if strings.Contains(string(args), "panic") {
+		panic("the tool broke")
+	}
 	return t.echoTool.Call(ctx, cc, args)
+}
+
+// A turn cut by a panic in one of the prepared calls still tells the
+// Preparer it is done with them, so what it did for the calls never made
+// (b here) is not left behind.
+func TestPreparerIsDoneWhenACallPanics(t *testing.T) {
+	call := func(id, text string) agent.ToolCall {
+		return agent.ToolCall{ID: id, Name: "echo", Args: json.RawMessage(`{"text":"` + text + `"}`)}
+	}
+	model, _ := newModel(t, llmtest.Script(llmtest.Reply{ToolCalls: []agent.ToolCall{call("a", "panic"), call("b", "2")}}))
+	var log []string
+	s := &agent.Session{Key: "k"}
+	func() {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Error("the tool's panic did not reach the caller")
+			}
+		}()
+		_, _ = s.Run(context.Background(), agent.Turn{Model: model, Tools: agent.NewRegistry(prepTool{log: &log})}, "go")
+	}()
+	if want := "prepare a,b; call a; done a,b"; strings.Join(log, "; ") != want {
+		t.Errorf("log = %q, want %q", strings.Join(log, "; "), want)
+	}
 }
 
 // Consecutive calls of a Preparer tool in one response are prepared
@@ -214,7 +248,7 @@ func TestPreparerGetsTheAllowedCallsOfARun(t *testing.T) {
 	if err != nil || res.Text != "done" {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
-	want := []string{"check a", "check b", "check c", "check d", "prepare a,c,d", "call a", "call c", "call d", "check f", "call f"}
+	want := []string{"check a", "check b", "check c", "check d", "prepare a,c,d", "call a", "call c", "call d", "done a,c,d", "check f", "call f"}
 	if strings.Join(log, "; ") != strings.Join(want, "; ") {
 		t.Errorf("log = %q\nwant %q", log, want)
 	}

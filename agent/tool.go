@@ -120,9 +120,13 @@ func IsRepeatable(t Tool) bool {
 // Call as usual. Prepare may do each call's work ahead, together (the
 // spawns of sessions_spawn calls recorded in one store transaction); Call
 // must then give each call exactly the result it would have had alone.
-// Every call given to Prepare is then made with Call, once.
+// Every call given to Prepare is then made with Call, once — unless the
+// turn is cut before (a panic in an earlier call): Done is called with the
+// same calls once they were made or the turn was cut, so that what Prepare
+// did for a call never made is not left behind.
 type Preparer interface {
 	Prepare(calls []PreparedCall)
+	Done(calls []PreparedCall)
 }
 
 // PreparedCall is one call given to Preparer.Prepare: its context (within

@@ -118,6 +118,28 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 	}
 }
 
+// Done starts the runs of prepared calls that were never made (a panic cut
+// their turn): their record says running or queued, as a restart would
+// find and resume them, and until they start their spawning entry and
+// lane slot would stay taken.
+func (t *spawnTool) Done(calls []agent.PreparedCall) {
+	var left []preparedSpawn
+	t.mu.Lock()
+	for _, c := range calls {
+		if ps, ok := t.prepared[c.CC.CallID]; ok {
+			delete(t.prepared, c.CC.CallID)
+			if ps.run != nil {
+				left = append(left, ps)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, ps := range left {
+		t.m.runLog(ps.run).Warn("the sessions_spawn call of this run was not made (its turn was cut); starting the run it recorded")
+		t.m.startSpawned(ps.run, ps.slot, ps.warning)
+	}
+}
+
 func (t *spawnTool) has(callID string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
