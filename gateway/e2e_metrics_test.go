@@ -1,14 +1,18 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
+	"github.com/heraldhq/herald/channels"
+	"github.com/heraldhq/herald/store"
 )
 
 // TestE2ETokenMetricsCountSubagents: herald_tokens_* count every model
@@ -54,5 +58,17 @@ func TestE2ETokenMetricsCountSubagents(t *testing.T) {
 	out := tg.metric(t, `herald_tokens_output_total{agent="main",model="anthropic/m"}`)
 	if in != 2200 || out != 220 {
 		t.Errorf("tokens in %v / out %v, want 2200 / 220 (two top-level calls and the run's work and announce step)", in, out)
+	}
+	// herald_outbox_pending counts what waits, not what was sent.
+	if got := tg.metric(t, "herald_outbox_pending"); got != 0 {
+		t.Errorf("herald_outbox_pending = %v with the reply and announce delivered, want 0", got)
+	}
+	held := &store.OutboxItem{Origin: channels.Origin{Channel: "web", ChatID: "tok-held"}, Kind: channels.KindAnnounce, Text: "held",
+		CreatedAt: time.Now(), NextAttemptAt: time.Now().Add(time.Hour)}
+	if _, err := tg.G.Store().EnqueueOutbox(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	if got := tg.metric(t, "herald_outbox_pending"); got != 1 {
+		t.Errorf("herald_outbox_pending = %v with one item held for a retry, want 1", got)
 	}
 }

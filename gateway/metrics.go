@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -181,7 +182,13 @@ func (m *metrics) register(g *Gateway) {
 			func() float64 { return float64(g.loadedSessions()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_outbox_pending", Help: "Messages waiting for delivery."},
 			func() float64 {
-				p, _, _, _ := g.db.OutboxStats(context.Background())
+				// The pending items alone, on their partial index: not the
+				// count of every item ever sent, at every scrape.
+				// A failed read is no figure (NaN), not "none pending".
+				p, err := g.db.OutboxPending(context.Background())
+				if err != nil {
+					return math.NaN()
+				}
 				return float64(p)
 			}),
 	)

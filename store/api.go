@@ -89,6 +89,7 @@ type Outbox interface {
 	EndPart(ctx context.Context, id int64, part int, platformID string) error
 	AbortPart(ctx context.Context, id int64) error
 	OutboxStats(ctx context.Context) (pending, delivered, failed int, err error)
+	OutboxPending(ctx context.Context) (int, error) // OutboxStats' pending alone, read on its partial index
 	ListOutbox(ctx context.Context, pendingOnly bool, limit int) ([]OutboxItem, error)
 	OutboxInState(ctx context.Context, state string, limit int) ([]OutboxItem, error) // newest first
 	Backlog(ctx context.Context) (OutboxBacklog, error)

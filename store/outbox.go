@@ -386,6 +386,17 @@ func (d *DB) OutboxStats(ctx context.Context) (pending, delivered, failed int, e
 	return pending, total - pending - failed, failed, nil
 }
 
+// OutboxPending counts the pending items, as OutboxStats does, on the
+// partial index of pending items alone: its cost grows with the backlog,
+// not with every item ever sent (OutboxStats' total). /metrics reads it at
+// every scrape (herald_outbox_pending).
+func (d *DB) OutboxPending(ctx context.Context) (int, error) {
+	var n int
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
+		`SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL`)
+	return n, d.wrap("outbox pending", err)
+}
+
 // BeginPart records that the send of part (0-based) of item id starts: if
 // the process dies before EndPart or AbortPart, the part's outcome is
 // unknown at the next attempt. ErrNotFound.

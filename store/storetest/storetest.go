@@ -344,6 +344,9 @@ func testOutboxClaims(t *testing.T, s Store) {
 	if err != nil || pending != 2 || delivered != 1 || failed != 1 {
 		t.Errorf("stats = %d pending, %d delivered, %d failed, %v; want 2, 1, 1", pending, delivered, failed, err)
 	}
+	if n, err := s.OutboxPending(ctx); err != nil || n != 2 {
+		t.Errorf("OutboxPending = %d, %v; want 2 (as OutboxStats)", n, err)
+	}
 	if list, err := s.ListOutbox(ctx, true, 0); err != nil || strings.Join(texts(list), ",") != "done,three" {
 		t.Errorf("ListOutbox(pending) = %v, %v; want done, three (newest first)", texts(list), err)
 	}
