@@ -526,12 +526,13 @@ func (g *Gateway) webDelivery(reply *store.OutboxItem) *store.WebDelivery {
 	if _, ok := g.outbox.channel(web.Name).(*web.Adapter); !ok {
 		return nil
 	}
-	role, ok := web.RoleOf(reply.Kind)
-	if !ok {
+	at := g.clock.Now()
+	m := outboxWebMessage(reply, at)
+	if m == nil {
 		return nil
 	}
-	at := g.clock.Now()
-	return &store.WebDelivery{Client: reply.Origin.ChatID, Msg: store.WebMessage{Role: role, Text: reply.Text, RunID: reply.RunID, At: at, Next: g.outbox.nextClaim(at)}}
+	m.Next = g.outbox.nextClaim(at)
+	return &store.WebDelivery{Client: reply.Origin.ChatID, Msg: *m}
 }
 
 // webDelivered tells the web chat's streams, here and on the other
@@ -542,8 +543,7 @@ func (g *Gateway) webDelivery(reply *store.OutboxItem) *store.WebDelivery {
 // outbox (a turn's completion).
 func (g *Gateway) webDelivered(ctx context.Context, it store.OutboxItem, w *store.WebDelivery, nothingElse bool) {
 	if a, ok := g.outbox.channel(web.Name).(*web.Adapter); ok {
-		e := web.Entry{Seq: w.Msg.Seq, Role: w.Msg.Role, Text: w.Msg.Text, RunID: w.Msg.RunID, At: w.Msg.At}
-		a.Delivered(w.Client, e, w.Msg.Delivers != 0 && w.Msg.Added)
+		a.Delivered(w.Client, webEntry(&w.Msg), w.Msg.Delivers != 0 && w.Msg.Added)
 	}
 	g.cluster.tellWeb(w.Client)
 	if w.Msg.Delivers != 0 {

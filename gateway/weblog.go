@@ -41,12 +41,25 @@ func (l webLog) AppendInbound(ctx context.Context, client string, e *web.Entry, 
 // chat, or nil for one it would not store as it is.
 func followingEntry(client string) func(store.OutboxItem) *store.WebMessage {
 	return func(it store.OutboxItem) *store.WebMessage {
-		role, ok := web.RoleOf(it.Kind)
-		if !ok || it.Origin.Channel != web.Name || it.Origin.ChatID != client {
+		if it.Origin.Channel != web.Name || it.Origin.ChatID != client {
 			return nil
 		}
-		return &store.WebMessage{Role: role, Text: it.Text, RunID: it.RunID, At: time.Now().UTC(), Key: "outbox:" + strconv.FormatInt(it.ID, 10)}
+		m := outboxWebMessage(&it, time.Now().UTC())
+		if m != nil {
+			m.Key = "outbox:" + strconv.FormatInt(it.ID, 10)
+		}
+		return m
 	}
+}
+
+// outboxWebMessage is the entry the web chat's Send stores for the outbox
+// item it, at at, or nil for a kind the web chat does not show.
+func outboxWebMessage(it *store.OutboxItem, at time.Time) *store.WebMessage {
+	role, ok := web.RoleOf(it.Kind)
+	if !ok {
+		return nil
+	}
+	return &store.WebMessage{Role: role, Text: it.Text, RunID: it.RunID, At: at}
 }
 
 // webMessage is the store's row of e.
@@ -56,6 +69,15 @@ func webMessage(e *web.Entry) *store.WebMessage {
 		m.Files = append(m.Files, store.FileRef{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
 	}
 	return m
+}
+
+// webEntry is the web chat's entry of the store's row m.
+func webEntry(m *store.WebMessage) web.Entry {
+	e := web.Entry{Seq: m.Seq, Role: m.Role, Text: m.Text, RunID: m.RunID, At: m.At, Key: m.Key}
+	for _, f := range m.Files {
+		e.Files = append(e.Files, web.File{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
+	}
+	return e
 }
 
 func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64, bool, error) {
@@ -89,7 +111,7 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 	added := m.Added
 	for _, f := range m.Followed {
 		added = added && f.Message.Added
-		e.Then = append(e.Then, web.Entry{Seq: f.Message.Seq, Role: f.Message.Role, Text: f.Message.Text, RunID: f.Message.RunID, At: f.Message.At, Key: f.Message.Key})
+		e.Then = append(e.Then, webEntry(&f.Message))
 	}
 	return seq, added, nil
 }
@@ -100,11 +122,8 @@ func (l webLog) After(ctx context.Context, client string, after int64, limit int
 		return nil, err
 	}
 	out := make([]web.Entry, len(msgs))
-	for i, m := range msgs {
-		out[i] = web.Entry{Seq: m.Seq, Role: m.Role, Text: m.Text, RunID: m.RunID, At: m.At}
-		for _, f := range m.Files {
-			out[i].Files = append(out[i].Files, web.File{ID: f.ID, Name: f.Name, MIME: f.MIME, Size: f.Size})
-		}
+	for i := range msgs {
+		out[i] = webEntry(&msgs[i])
 	}
 	return out, nil
 }
