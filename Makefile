@@ -24,9 +24,11 @@ help: ## list the targets
 # the Go linker has just written in 2 MB folios, and an idle gateway cannot give
 # back the start's pages of such a binary (idle RSS 31 -> 10.6 MiB; see
 # docs/performance.md, "Where issue 42 stands").
+INSTALL_LINKED = install -m 0755 bin/herald.link bin/herald && rm -f bin/herald.link
+
 run: ## run the gateway: ~/.herald/herald.json5 when it exists (herald init writes it), else the built-in default (web chat on 127.0.0.1:8790, demo model unless an API key is set)
 	$(BUILD) -o bin/herald.link ./cmd/herald
-	install -m 0755 bin/herald.link bin/herald && rm -f bin/herald.link
+	$(INSTALL_LINKED)
 	bin/herald gateway --log-format console
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -36,7 +38,7 @@ release: ## static binaries (no cgo, goolm tag, -trimpath, VERSION stamped) for 
 
 build: ## build bin/herald (static, no cgo)
 	$(BUILD) -trimpath -ldflags="-s -w" -o bin/herald.link ./cmd/herald
-	install -m 0755 bin/herald.link bin/herald && rm -f bin/herald.link
+	$(INSTALL_LINKED)
 
 test: ## install what the tests need (Chromium, Dendrite, PostgreSQL; apt-get, so root or sudo), then run every test (fuzz seeds included)
 	bash scripts/test.sh
