@@ -22,27 +22,32 @@ import (
 
 // Addr returns host:port, a free port of a loopback address of its own.
 func Addr() (string, error) {
+	a, err := free()
+	if err != nil {
+		return "", err
+	}
+	return a.String(), nil
+}
+
+// HostPort is Addr split into its host and port.
+func HostPort() (string, int, error) {
+	a, err := free()
+	if err != nil {
+		return "", 0, err
+	}
+	return a.IP.String(), a.Port, nil
+}
+
+// free returns a free port of a loopback address of its own.
+func free() (*net.TCPAddr, error) {
 	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 	}
 	if err != nil {
-		return "", fmt.Errorf("find a free loopback port: %w", err)
+		return nil, fmt.Errorf("find a free loopback port: %w", err)
 	}
 	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// HostPort is Addr split into its host and port.
-func HostPort() (string, int, error) {
-	addr, err := Addr()
-	if err != nil {
-		return "", 0, err
-	}
-	a, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return "", 0, err
-	}
-	return a.IP.String(), a.Port, nil
+	return ln.Addr().(*net.TCPAddr), nil
 }
