@@ -386,12 +386,7 @@ func (d *deliverer) buried(dead []store.OutboxItem, lim store.OutboxLimits) {
 // now); reclaim reports that a write whose outcome is unknown may have
 // claimed one unseen (the next pass takes this replica's claims back).
 func (d *deliverer) deliver(ctx context.Context, ch channels.Channel, it *store.OutboxItem) (next *store.OutboxItem, reclaim bool) {
-	log := d.log.With(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)),
-		zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID))
-	if it.RunID != "" {
-		log = log.With(zap.String("runId", it.RunID))
-	}
-	log = log.With(telemetry.LogField(it.TraceParent))
+	log := d.log.With(itemLogFields(it)...)
 	now := d.clock.Now()
 	if ch == nil {
 		d.retry(ctx, it, now.Add(time.Minute), fmt.Sprintf("channel %q is not enabled", it.Origin.Channel))
@@ -504,10 +499,21 @@ func (d *deliverer) recordDelivered(ctx context.Context, it *store.OutboxItem, w
 	endSpan(span, "", nil)
 	d.metrics.delivered.WithLabelValues(string(it.Kind)).Inc()
 	if ce := d.log.Check(zap.DebugLevel, "delivered"); ce != nil {
-		ce.Write(zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)), zap.String("sessionKey", it.SessionKey),
-			zap.String("agentId", it.AgentID), zap.String("runId", it.RunID), zap.Int("attempt", it.Attempts+1), zap.Bool("withPrevious", withPrevious),
-			telemetry.LogField(it.TraceParent))
+		ce.Write(itemLogFields(it, zap.Int("attempt", it.Attempts+1), zap.Bool("withPrevious", withPrevious))...)
 	}
+}
+
+// itemLogFields are the fields that name outbox item it in the
+// deliverer's log lines about it, then more.
+func itemLogFields(it *store.OutboxItem, more ...zap.Field) []zap.Field {
+	f := make([]zap.Field, 0, 6+len(more))
+	f = append(f, zap.Int64("outboxId", it.ID), zap.String("channel", string(it.Origin.Channel)),
+		zap.String("sessionKey", it.SessionKey), zap.String("agentId", it.AgentID))
+	if it.RunID != "" {
+		f = append(f, zap.String("runId", it.RunID))
+	}
+	f = append(f, telemetry.LogField(it.TraceParent))
+	return append(f, more...)
 }
 
 // deliveredWith records the delivery of it that a store write made
