@@ -87,26 +87,37 @@ func (h *hub) subscribe(client string) (*sub, func()) {
 // gets a single wake-up for both.
 func (h *hub) notify(client string) { h.wakeAll(client, true) }
 
-// added wakes every stream of client with e, an entry the Log has just
-// added (stored: e.Seq and e.At as the Log returns them).
-func (h *hub) added(client string, e *Entry) {
-	shown := Entry{Seq: e.Seq, Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Files: e.Files}
+// added wakes every stream of client with e, then the entries of then, in
+// that order: entries the Log has just added in one write (stored: Seq
+// and At as the Log returns them).
+func (h *hub) added(client string, e *Entry, then []Entry) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs[client] {
 		s.mu.Lock()
-		if len(s.fresh) < maxFresh && s.freshBytes+len(shown.Text) <= maxFreshBytes {
-			s.fresh = append(s.fresh, shown)
-			s.freshBytes += len(shown.Text)
-		} else {
-			s.fresh, s.freshBytes = nil, 0
-			s.entries.Store(true)
+		s.carryLocked(e)
+		for i := range then {
+			s.carryLocked(&then[i])
 		}
 		s.mu.Unlock()
 		select {
 		case s.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// carryLocked adds e, as a client is shown it, to the entries s carries,
+// or when they are full drops them all and has the stream read the Log.
+// s.mu must be held.
+func (s *sub) carryLocked(e *Entry) {
+	shown := Entry{Seq: e.Seq, Role: e.Role, Text: e.Text, RunID: e.RunID, At: e.At, Files: e.Files}
+	if len(s.fresh) < maxFresh && s.freshBytes+len(shown.Text) <= maxFreshBytes {
+		s.fresh = append(s.fresh, shown)
+		s.freshBytes += len(shown.Text)
+	} else {
+		s.fresh, s.freshBytes = nil, 0
+		s.entries.Store(true)
 	}
 }
 

@@ -301,7 +301,7 @@ func RoleOf(kind channels.Kind) (role string, ok bool) {
 // whether that write added it (else the streams read the Log).
 func (a *Adapter) Delivered(client string, e Entry, added bool) {
 	if added {
-		a.hub.added(client, &e)
+		a.hub.added(client, &e, nil)
 	} else {
 		a.hub.notify(client)
 	}
@@ -316,10 +316,7 @@ func (a *Adapter) append(ctx context.Context, client string, e *Entry) (int64, e
 	}
 	e.Seq = seq
 	if added {
-		a.hub.added(client, e)
-		for i := range e.Then {
-			a.hub.added(client, &e.Then[i])
-		}
+		a.hub.added(client, e, e.Then)
 	} else {
 		a.hub.notify(client)
 	}
@@ -343,8 +340,7 @@ func (a *Adapter) take(ctx context.Context, sink channels.Sink, client string, e
 			}
 			return 0, fmt.Errorf("%w: %w", errNotStored, err)
 		}
-		e.Seq = seq
-		a.hub.added(client, e) // a person's message is always a new entry
+		a.hub.added(client, e, nil) // a person's message is always a new entry
 		return seq, err
 	}
 	seq, err := a.append(ctx, client, e)
