@@ -95,21 +95,19 @@ func (l webLog) Append(ctx context.Context, client string, e *web.Entry) (int64,
 		mark = nil
 	}
 	seq, err := l.db.AppendWeb(ctx, client, m)
-	if err == nil && mark != nil {
-		mark.done = true
-		for _, f := range m.Followed {
-			mark.followed = append(mark.followed, f.Item)
-		}
-	}
-	if err == nil && l.told != nil {
-		l.told(client)
-	}
 	if err != nil {
 		return 0, false, err
 	}
+	if l.told != nil {
+		l.told(client)
+	}
 	e.Seq, e.At = seq, m.At
 	added := m.Added
-	for _, f := range m.Followed {
+	if mark != nil {
+		mark.done = true
+	}
+	for _, f := range m.Followed { // only with mark: m.Then is set with it
+		mark.followed = append(mark.followed, f.Item)
 		added = added && f.Message.Added
 		e.Then = append(e.Then, webEntry(&f.Message))
 	}
