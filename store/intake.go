@@ -345,6 +345,29 @@ type WebDelivery struct {
 	Msg WebMessage
 }
 
+// forWrite is w made ready for a write that adds an outbox item (adds)
+// and claims it for claim (empty: it does not claim it), or nil when
+// that write will not deliver it (w nil, no item, no claim).
+func (w *WebDelivery) forWrite(adds bool, claim string) (*WebDelivery, error) {
+	if w == nil || !adds || claim == "" {
+		return nil, nil
+	}
+	if w.Client == "" {
+		return nil, errors.New("a web delivery needs its client")
+	}
+	normalizeWeb(&w.Msg)
+	return w, nil
+}
+
+// markDelivered sets it, the item the write added, as w delivered it
+// (nil or Msg.Delivers 0: not): held by nobody, delivered at
+// Msg.DeliveredAt.
+func (w *WebDelivery) markDelivered(it *OutboxItem) {
+	if w != nil && w.Msg.Delivers != 0 {
+		it.ClaimedBy, it.DeliveredAt = "", w.Msg.DeliveredAt
+	}
+}
+
 // deliverWeb delivers item id, which r was added as and claimed
 // (claimAdded, which marked it delivered), as w asks (nil: not), on c:
 // it claims the chat's next item (w.Msg.Next) and stores the message.
@@ -395,17 +418,11 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	var outID int64
 	var next *Intake
 	var claimed bool
-	web := e.Web
-	if reply == nil || e.ClaimReply == "" {
-		web = nil
+	web, err := e.Web.forWrite(reply != nil, e.ClaimReply)
+	if err != nil {
+		return 0, nil, fmt.Errorf("complete intake %d: %w", id, err)
 	}
-	if web != nil {
-		if web.Client == "" {
-			return 0, nil, fmt.Errorf("complete intake %d: a web delivery needs its client", id)
-		}
-		normalizeWeb(&web.Msg)
-	}
-	err := d.tx(ctx, func(c conn) error {
+	err = d.tx(ctx, func(c conn) error {
 		next, claimed = nil, false
 		web.undeliver()
 		var key, holder, agentID string
@@ -507,9 +524,7 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 		if claimed {
 			row.claimed(reply, e.ClaimReply)
 		}
-		if web != nil && web.Msg.Delivers != 0 {
-			reply.ClaimedBy, reply.DeliveredAt = "", web.Msg.DeliveredAt
-		}
+		web.markDelivered(reply)
 	}
 	return outID, next, nil
 }

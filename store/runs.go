@@ -908,21 +908,15 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 			return fmt.Errorf("finish run %s: %w", r.ID, err)
 		}
 	}
-	web := end.Web
-	if announce == nil || end.ClaimAnnounce == "" {
-		web = nil
+	web, err := end.Web.forWrite(announce != nil, end.ClaimAnnounce)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
-	if web != nil {
-		if web.Client == "" {
-			return fmt.Errorf("finish run %s: a web delivery needs its client", r.ID)
-		}
-		if web.Msg.RunID == "" {
-			web.Msg.RunID = announce.RunID
-		}
-		normalizeWeb(&web.Msg)
+	if web != nil && web.Msg.RunID == "" {
+		web.Msg.RunID = announce.RunID
 	}
 	claimedAnnounce := false
-	err := d.tx(ctx, func(c conn) error {
+	err = d.tx(ctx, func(c conn) error {
 		claimedAnnounce = false
 		web.undeliver()
 		if web != nil {
@@ -1018,9 +1012,7 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		if claimedAnnounce {
 			item.claimed(announce, end.ClaimAnnounce)
 		}
-		if web != nil && web.Msg.Delivers != 0 {
-			announce.ClaimedBy, announce.DeliveredAt = "", web.Msg.DeliveredAt
-		}
+		web.markDelivered(announce)
 	}
 	return nil
 }
