@@ -3,14 +3,9 @@ package subagent
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/heraldhq/herald/agent"
-	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/subagent/subagenttest"
 )
@@ -21,16 +16,8 @@ import (
 // running in the store, as a restart would resume it — so it leaves
 // m.spawning and its prepared entry, and it runs to its end.
 func TestPreparedSpawnNeverCalledIsStarted(t *testing.T) {
-	llm := llmtest.NewAnthropic(t, standard)
-	p := subagenttest.New(t, fmt.Sprintf(baseConfig, llm.URL, "maxChildrenPerSession: 5", ""), nil)
-	m := New(Deps{
-		Config: p.Config, Store: p.Store, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
-	})
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	subagenttest.StopAtCleanup(t, m)
+	h := newHarness(t, "maxChildrenPerSession: 5", "", standard)
+	m := h.m
 	var spawn *spawnTool
 	for _, tool := range m.SessionTools(0) {
 		if st, ok := tool.(*spawnTool); ok {
@@ -70,12 +57,12 @@ func TestPreparedSpawnNeverCalledIsStarted(t *testing.T) {
 	if spawn.has("toolu_2") {
 		t.Error("the second call's prepared spawn was kept")
 	}
-	second, err := p.Store.RunBySpawnCall(context.Background(), calls[1].CC.SessionKey, "toolu_2")
+	second, err := h.db.RunBySpawnCall(context.Background(), calls[1].CC.SessionKey, "toolu_2")
 	if err != nil {
 		t.Fatalf("the second call's run was not recorded: %v", err)
 	}
 	for _, id := range []string{first.RunID, second.ID} {
-		if got := subagenttest.WaitDone(t, p.Store, id); got.Outcome != store.OutcomeSuccess {
+		if got := subagenttest.WaitDone(t, h.db, id); got.Outcome != store.OutcomeSuccess {
 			t.Errorf("run %s ended %s (%q), want ok", id, got.Outcome, got.Note)
 		}
 	}
