@@ -42,12 +42,8 @@ func BenchmarkEndRunBurst(b *testing.B) {
 			runs, children := make([]*Run, perChat), make([]*Session, perChat)
 			for j := range perChat {
 				id := strconv.Itoa(op) + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(j)
-				r, child := newRun("end-" + id)
-				r.ChildKey, r.ChildSessionID = "", ""
-				child.Key, child.ID = "agent:main:subagent:"+id, "sess-"+id
-				r.RequesterKey, r.RequesterSessionID, r.SpawnCallID, r.Origin = req, "s-"+client, "call-"+id, origin
-				r.Status, r.CreatedAt, r.StartedAt, r.StretchAt = StatusRunning, now, now, now
-				runs[j], children[j] = r, child
+				runs[j], children[j] = spawnedRun("end", id, req, "s-"+client, now)
+				runs[j].Origin = origin
 			}
 			errs, err := db.SpawnEach(ctx, runs, children, lim)
 			if err != nil {

@@ -26,12 +26,7 @@ func BenchmarkSpawnEach100(b *testing.B) {
 		req := "agent:main:web:dm:c" + strconv.Itoa(op%requesters)
 		for j := range perOp {
 			id := strconv.Itoa(op) + "-" + strconv.Itoa(j)
-			r, child := newRun("spawn-" + id)
-			r.ChildKey, r.ChildSessionID = "", ""
-			child.Key, child.ID = "agent:main:subagent:"+id, "sess-"+id
-			r.RequesterKey, r.RequesterSessionID, r.SpawnCallID = req, "s-"+req, "call-"+id
-			r.Status, r.CreatedAt, r.StartedAt, r.StretchAt = StatusRunning, now, now, now
-			runs[j], children[j] = r, child
+			runs[j], children[j] = spawnedRun("spawn", id, req, "s-"+req, now)
 		}
 		return runs, children
 	}
@@ -56,6 +51,18 @@ func BenchmarkSpawnEach100(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N*perOp), "cpu-µs/spawn")
+}
+
+// spawnedRun is run "<kind>-<id>" of requester req (session id
+// reqSession), running since now, with its child session: one spawn of a
+// model response as SpawnEach records it.
+func spawnedRun(kind, id, req, reqSession string, now time.Time) (*Run, *Session) {
+	r, child := newRun(kind + "-" + id)
+	r.ChildKey, r.ChildSessionID = "", ""
+	child.Key, child.ID = "agent:main:subagent:"+id, "sess-"+id
+	r.RequesterKey, r.RequesterSessionID, r.SpawnCallID = req, reqSession, "call-"+id
+	r.Status, r.CreatedAt, r.StartedAt, r.StretchAt = StatusRunning, now, now, now
+	return r, child
 }
 
 // processCPU is the user+system CPU time this process has used.
