@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -107,7 +108,11 @@ func TestE2EWebAPISubagentCommands(t *testing.T) {
 
 	seq := webPost(t, tg.URL, a, webSpawn)
 	var announces []webEntry
-	if !waitFor(e2eWait, func() bool {
+	// Fails when nothing moves for e2eWait (a lost wake-up), not when a
+	// loaded machine takes longer than that for the whole spawn.
+	ok, took := waitProgress(e2eWait, 3*time.Minute, func() string {
+		return fmt.Sprint(len(webMessages(t, tg.URL, a, seq)), tg.state(t))
+	}, func() bool {
 		announces = announces[:0]
 		for _, m := range webMessages(t, tg.URL, a, seq) {
 			if m.Role == "announce" {
@@ -115,9 +120,12 @@ func TestE2EWebAPISubagentCommands(t *testing.T) {
 			}
 		}
 		return len(announces) >= 3
-	}) {
-		t.Fatalf("%d announces for %s, want 3: %+v\nthe conversation: %+v\n%s", len(announces), a, announces, webMessages(t, tg.URL, a, 0), tg.state(t))
+	})
+	if !ok {
+		t.Fatalf("%d announces for %s after %v, want 3: %+v\nthe conversation: %+v\n%s", len(announces), a, took.Round(time.Millisecond),
+			announces, webMessages(t, tg.URL, a, 0), tg.state(t))
 	}
+	t.Logf("three announces after %v", took.Round(time.Millisecond))
 	runIDs := map[string]bool{}
 	for _, m := range announces {
 		if !strings.HasPrefix(m.Text, "Status: success\nTask: researcher #") {

@@ -263,6 +263,32 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
+// waitProgress is waitFor for work whose pace the machine sets: it polls
+// cond until it holds and fails (returns false) only when state — what the
+// work has done so far — has not changed for stall, or after most. A loaded
+// machine (-race beside other builds, 2 cores) makes slow progress, which
+// a fixed e2eWait cut short (a run's spawn, three sub-agents, their
+// announces: over 20 s at load ~20); a stall still fails after stall.
+func waitProgress(stall, most time.Duration, state func() string, cond func() bool) (ok bool, took time.Duration) {
+	start := time.Now()
+	last, moved, read := state(), start, start
+	for {
+		if cond() {
+			return true, time.Since(start)
+		}
+		if now := time.Now(); now.Sub(read) >= 250*time.Millisecond { // state is a few store reads
+			if s := state(); s != last {
+				last, moved = s, now
+			}
+			read = now
+			if now.Sub(moved) > stall || now.Sub(start) > most {
+				return false, time.Since(start)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // gate holds the fake sub-agents' work until the test opens it, so a test
 // can act while runs are in flight. It opens by itself at cleanup (and after
 // e2eWait) so no fake LLM request is left hanging.
@@ -573,5 +599,20 @@ func waitReadyzStatus(t *testing.T, url, status, why string) {
 			strings.Contains(rz.Checks["gateway"], why)
 	}) {
 		t.Fatalf("/readyz never answered 503 %q with a gateway check naming %q; last %+v", status, why, rz)
+	}
+}
+
+// waitProgress gives up when nothing moves for its stall time, and goes
+// on while something does (here: three moves, 300 ms apart, each under the
+// 400 ms stall, then the condition).
+func TestWaitProgressFailsOnlyAStall(t *testing.T) {
+	t.Parallel()
+	if ok, took := waitProgress(100*time.Millisecond, time.Minute, func() string { return "same" }, func() bool { return false }); ok || took < 100*time.Millisecond {
+		t.Errorf("a stall: ok %v after %v, want false after at least 100ms", ok, took)
+	}
+	start := time.Now()
+	step := func() int { return int(time.Since(start) / (300 * time.Millisecond)) }
+	if ok, _ := waitProgress(400*time.Millisecond, time.Minute, func() string { return fmt.Sprint(min(step(), 3)) }, func() bool { return step() >= 3 }); !ok {
+		t.Error("work that kept moving was given up")
 	}
 }
