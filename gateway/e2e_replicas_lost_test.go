@@ -65,7 +65,11 @@ func TestE2EReplicasStopsOutliveALostListener(t *testing.T) {
 		pgURLs.Store(dir, dbURL)
 		gws = append(gws, newTestGatewayIn(t, dir, replicaConfig, replicaModel(seen), func(c *config.Config) {
 			c.Gateway.ReplicaID = fmt.Sprintf("gw-%d", i)
-			c.State.LeaseSeconds = 2
+			// While gw-0 may not log in it renews its lease on the pool
+			// connections it has; a long lease keeps a loaded machine's
+			// slow window from costing it the lease (nothing here waits
+			// for a takeover).
+			c.State.LeaseSeconds = 10
 		}))
 	}
 	a, b := gws[0], gws[1]
