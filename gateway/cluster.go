@@ -57,6 +57,9 @@ const (
 	busStop      busKind = "stop"      // arg: a run id to stop with the runs below it
 	busStopBelow busKind = "stopbelow" // arg: a session key whose sub-agent runs stop
 	busApproval  busKind = "approval"  // arg: an approval code that was decided
+	// busRelisten is this replica's own, never sent: its listener is in
+	// place again, and what it may have missed meanwhile is read again.
+	busRelisten busKind = "relisten"
 )
 
 // busMsg is one notification between replicas.
@@ -375,6 +378,11 @@ func (g *Gateway) busHandlers() map[busKind]func(ctx context.Context, arg string
 		busStop:      func(ctx context.Context, runID string) { g.subs.StopLocal(ctx, runID) },
 		busStopBelow: func(ctx context.Context, key string) { g.subs.StopBelowLocal(ctx, key) },
 		busApproval:  func(_ context.Context, code string) { g.approv.decided(code) },
+		busRelisten: func(context.Context, string) {
+			if g.web != nil {
+				g.web.WakeAll()
+			}
+		},
 	}
 }
 
@@ -497,8 +505,10 @@ func (c *cluster) listen(ctx context.Context, ready chan<- struct{}) {
 			lost = time.Time{}
 		}
 		// What was said while no listener was in place is read from the
-		// store: a claim pass now (the stop requests, approvals, outbox).
+		// store: a claim pass now (the stop requests, approvals), a
+		// delivery pass, and every web event stream reads its Log.
 		c.handle(ctx, busMsg{Kind: busClaims})
+		c.handle(ctx, busMsg{Kind: busRelisten})
 	}, func(payload string) {
 		var m busMsg
 		if err := json.Unmarshal([]byte(payload), &m); err != nil || m.From == c.id {

@@ -24,7 +24,8 @@ var roleSeq atomic.Int64
 // listener (its LISTEN connection cut by pg_terminate_backend, and it
 // cannot log in again until the test lets it) still take effect on gw-0:
 // the notification is lost, but the request is in the store, which gw-0
-// reads each poll and once it listens again.
+// reads each poll and once it listens again. A web event stream open on
+// gw-0 shows the entries gw-1 wrote meanwhile once gw-0 listens again.
 func TestE2EReplicasStopsOutliveALostListener(t *testing.T) {
 	t.Parallel()
 	if !pgtest.OnPostgres() {
@@ -87,6 +88,10 @@ func TestE2EReplicasStopsOutliveALostListener(t *testing.T) {
 		t.Fatalf("two running runs expected, have %+v, %v", runs, err)
 	}
 
+	// A web client whose event stream is open on gw-0 and whose turns run
+	// on gw-1: gw-0 learns of its new entries only from gw-1's NOTIFY.
+	stream := openEvents(t, a.URL, "cid")
+
 	// gw-0 loses its listener and cannot listen again for now.
 	login(false)
 	listeners := func() int {
@@ -114,7 +119,23 @@ func TestE2EReplicasStopsOutliveALostListener(t *testing.T) {
 	waitText(t, b, "ann", "⚙️ Agent was aborted. Stopped 0 sub-agents.")
 	webPost(t, b.URL, "sam", "/subagents stop all")
 	waitText(t, b, "sam", "⚙️ Stopped 2 subagents.")
+	webPost(t, b.URL, "cid", "while gw-0 is deaf")
+	waitText(t, b, "cid", "plain answer to: while gw-0 is deaf")
 	login(true)
+
+	// Once gw-0 listens again its streams read what they missed.
+	deadline := time.After(e2eWait)
+	for shown := false; !shown; {
+		select {
+		case ev, ok := <-stream:
+			if !ok {
+				t.Fatal("gw-0's event stream ended")
+			}
+			shown = ev.Name == "" && strings.Contains(ev.Data, "plain answer to: while gw-0 is deaf")
+		case <-deadline:
+			t.Fatal("gw-0's event stream never showed the reply written on gw-1 while gw-0 had no listener")
+		}
+	}
 
 	// The turn was cut: the next message is answered.
 	webPost(t, b.URL, "ann", "after the stop")

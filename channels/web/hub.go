@@ -87,6 +87,19 @@ func (h *hub) subscribe(client string) (*sub, func()) {
 // gets a single wake-up for both.
 func (h *hub) notify(client string) { h.wakeAll(client, true) }
 
+// notifyEvery wakes every open stream to read the Log.
+func (h *hub) notifyEvery() {
+	h.mu.Lock()
+	clients := make([]string, 0, len(h.subs))
+	for c := range h.subs {
+		clients = append(clients, c)
+	}
+	h.mu.Unlock()
+	for _, c := range clients {
+		h.wakeAll(c, true)
+	}
+}
+
 // added wakes every stream of client with e, then the entries of then, in
 // that order: entries the Log has just added in one write (stored: Seq
 // and At as the Log returns them).

@@ -399,3 +399,8 @@ func (a *Adapter) EndStreams() { a.endStreams() }
 // entries in the Log: another process (a replica sharing the Log) appended
 // them.
 func (a *Adapter) Wake(client string) { a.hub.notify(client) }
+
+// WakeAll is Wake for every client with an open stream: the gateway calls
+// it when it may have missed Wakes (its listener to the other replicas was
+// cut and is back).
+func (a *Adapter) WakeAll() { a.hub.notifyEvery() }
