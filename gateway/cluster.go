@@ -601,8 +601,12 @@ func (p peers) StopBelow(ctx context.Context, sessionKey string, runs []string) 
 
 // request records the stop of runs before the other replicas are told, so
 // their holder stops them even if it misses the notification (actOnStops).
+// The write outlives the caller's cancellation but not a store that does
+// not answer: it has the bound abortAnywhere gives RequestAbort.
 func (p peers) request(ctx context.Context, runs []string) {
-	if err := p.c.db.RequestStop(context.WithoutCancel(ctx), runs, time.Now()); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := p.c.db.RequestStop(ctx, runs, time.Now()); err != nil {
 		p.c.log.Warn("could not record a stop for runs on other replicas; telling them only", zap.Int("runs", len(runs)), zap.Error(err))
 	}
 }
