@@ -48,15 +48,23 @@ func newHarness(t *testing.T, limits, extra string, h llmtest.Handler) *harness 
 	t.Helper()
 	llm := llmtest.NewAnthropic(t, h)
 	p := subagenttest.New(t, fmt.Sprintf(baseConfig, llm.URL, limits, extra), nil)
+	m := startManager(t, p, p.Store)
+	return &harness{t: t, m: m, db: p.Store, llm: llm, cfg: p.Config}
+}
+
+// startManager starts a Manager of p's parts over st (p.Store, or a test's
+// wrapper of it) and stops it when the test ends.
+func startManager(t *testing.T, p *subagenttest.Parts, st Store) *Manager {
+	t.Helper()
 	m := New(Deps{
-		Config: p.Config, Store: p.Store, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
+		Config: p.Config, Store: st, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	subagenttest.StopAtCleanup(t, m)
-	return &harness{t: t, m: m, db: p.Store, llm: llm, cfg: p.Config}
+	return m
 }
 
 // caller is a top-level requester session in a Slack thread.

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/store"
@@ -88,14 +85,7 @@ func TestSpawnCallsOfOneResponseShareOneTransaction(t *testing.T) {
 	defer close(block)
 	p := subagenttest.New(t, fmt.Sprintf(baseConfig, llm.URL, "maxDepth: 2, maxChildrenPerSession: 3", ""), nil)
 	st := &spawnCounter{Store: p.Store, one: map[string]int{}, each: map[string]int{}, runs: map[string]int{}}
-	m := New(Deps{
-		Config: p.Config, Store: st, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-	})
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	subagenttest.StopAtCleanup(t, m)
+	m := startManager(t, p, st)
 
 	r := m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "fan out"})
 	if r.Status != "accepted" {

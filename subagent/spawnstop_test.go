@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/heraldhq/herald/agent"
 	"github.com/heraldhq/herald/agent/llmtest"
 	"github.com/heraldhq/herald/store"
@@ -99,14 +96,7 @@ func TestStopWhileSpawnEachRecordsRuns(t *testing.T) {
 					stopped <- runs
 				})
 			}}
-			m = New(Deps{
-				Config: p.Config, Store: st, Catalog: p.Catalog, Tools: p.Tools, Workspace: p.WorkspaceOf,
-				Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-			})
-			if err := m.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			subagenttest.StopAtCleanup(t, m)
+			m = startManager(t, p, st)
 
 			r := m.Spawn(context.Background(), caller("1"), SpawnParams{Task: "fan out"})
 			if r.Status != "accepted" {
