@@ -316,8 +316,7 @@ func (g *Gateway) baseTools(a config.AgentSettings) *agent.Registry {
 // force, with the options they were made of.
 type builtinTools struct {
 	opts *tools.Options
-	list []agent.Tool
-	// reg is list's registry: read only, copied by builtinRegistry, so
+	// reg is the tools' registry: read only, copied by builtinRegistry, so
 	// that a turn's or run's registry does not ask every built-in tool
 	// for its spec again (Registry.Add), ~10 µs a run.
 	reg *agent.Registry
@@ -326,17 +325,17 @@ type builtinTools struct {
 // builtins are the built-in tools of the options in force, made once for
 // them and shared by every turn and run until a reload replaces the
 // options (setToolOptions swaps in new ones; they are not changed in
-// place). A built-in tool holds only its options, and keeps its spec once
-// made, so sharing it changes nothing a call sees; making them for each
-// run was ~8 % of the gateway's CPU while 10,000 sub-agents start (their
-// specs, an exec logger each). The caller must not change them.
+// place). A built-in tool holds only its options, and its spec is asked
+// once, for the registry made here, so sharing it changes nothing a call
+// sees; making them for each run was ~8 % of the gateway's CPU while
+// 10,000 sub-agents start (their specs, an exec logger each). The caller
+// must not change them.
 func (g *Gateway) builtins() *builtinTools {
 	opts := g.tools.Load()
 	if b := g.builtin.Load(); b != nil && b.opts == opts {
 		return b
 	}
-	list := tools.New(*opts)
-	b := &builtinTools{opts: opts, list: list, reg: agent.NewRegistry(list...)}
+	b := &builtinTools{opts: opts, reg: agent.NewRegistry(tools.New(*opts)...)}
 	g.builtin.Store(b)
 	return b
 }

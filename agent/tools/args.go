@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/heraldhq/herald/agent"
 )
@@ -28,26 +27,6 @@ type field struct {
 // (BenchmarkRunLifecycle). The distinct field sets are the built-in
 // tools' times the descriptions a config gives them: a handful.
 var schemas sync.Map // fieldsKey → json.RawMessage
-
-// keptSpec is a tool's spec, made on first use and kept: a tool's
-// options do not change once it is made (a reload makes new tools), and
-// the gateway shares its built-in tools across turns and runs, so each
-// registry built for one (Registry.Add asks every tool's Spec) no longer
-// formats the descriptions and schemas again.
-type keptSpec struct {
-	p atomic.Pointer[agent.ToolSpec]
-}
-
-// get is the kept spec, made by mk the first time (two first calls at
-// once both make it; they make the same).
-func (k *keptSpec) get(mk func() agent.ToolSpec) agent.ToolSpec {
-	if s := k.p.Load(); s != nil {
-		return *s
-	}
-	s := mk()
-	k.p.Store(&s)
-	return s
-}
 
 // schema renders the JSON Schema object for fields. The result is shared:
 // callers must not modify it.

@@ -44,7 +44,6 @@ type execTool struct {
 	max     int
 	env     []string
 	log     *zap.Logger
-	spec    keptSpec
 }
 
 var execFields = []field{
@@ -60,9 +59,7 @@ func NewExec(opts Options) agent.Tool {
 
 func (t *execTool) Group() string { return agent.GroupExec }
 
-func (t *execTool) Spec() agent.ToolSpec { return t.spec.get(t.makeSpec) }
-
-func (t *execTool) makeSpec() agent.ToolSpec {
+func (t *execTool) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
 		Name: ExecName,
 		Description: fmt.Sprintf("Run a shell command (sh -c) in your workspace directory and return its exit code "+

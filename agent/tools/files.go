@@ -32,8 +32,7 @@ const (
 // ---- read_file ----
 
 type readFile struct {
-	max  int64
-	spec keptSpec
+	max int64
 }
 
 // Repeatable implements agent.Repeatable: reading has no effect to repeat.
@@ -52,9 +51,7 @@ func NewReadFile(opts Options) agent.Tool {
 
 func (t *readFile) Group() string { return agent.GroupFiles }
 
-func (t *readFile) Spec() agent.ToolSpec { return t.spec.get(t.makeSpec) }
-
-func (t *readFile) makeSpec() agent.ToolSpec {
+func (t *readFile) Spec() agent.ToolSpec {
 	fields := append([]field(nil), readFileFields...)
 	fields[2].desc = fmt.Sprintf("maximum bytes to return (default and maximum %d)", t.max)
 	return agent.ToolSpec{
@@ -281,8 +278,7 @@ func (writeFile) Call(ctx context.Context, cc agent.CallContext, raw json.RawMes
 // ---- list_files ----
 
 type listFiles struct {
-	max  int
-	spec keptSpec
+	max int
 }
 
 // Repeatable implements agent.Repeatable: listing has no effect to repeat.
@@ -300,9 +296,7 @@ func NewListFiles(opts Options) agent.Tool {
 
 func (t *listFiles) Group() string { return agent.GroupFiles }
 
-func (t *listFiles) Spec() agent.ToolSpec { return t.spec.get(t.makeSpec) }
-
-func (t *listFiles) makeSpec() agent.ToolSpec {
+func (t *listFiles) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
 		Name: ListFilesName,
 		Description: fmt.Sprintf("List the files and directories in a workspace directory (at most %d entries). "+

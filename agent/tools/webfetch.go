@@ -36,7 +36,6 @@ type webFetch struct {
 	client  *http.Client
 	timeout time.Duration
 	max     int64
-	spec    keptSpec
 }
 
 var webFetchFields = []field{
@@ -57,9 +56,7 @@ func (t *webFetch) Group() string { return agent.GroupWeb }
 // effect of its own (SPEC §25).
 func (t *webFetch) Repeatable() bool { return true }
 
-func (t *webFetch) Spec() agent.ToolSpec { return t.spec.get(t.makeSpec) }
-
-func (t *webFetch) makeSpec() agent.ToolSpec {
+func (t *webFetch) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
 		Name: WebFetchName,
 		Description: fmt.Sprintf("Fetch a web page or file with an HTTP GET and return its text. HTML is returned as "+
