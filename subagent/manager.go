@@ -777,10 +777,9 @@ func (m *Manager) enqueueSpawned(r *store.Run, slot *lane.Slot) {
 	sp := m.spawning[r.ID]
 	delete(m.spawning, r.ID)
 	m.enqueueLocked(r, slot, true)
-	_, live := m.live[r.ID]
 	m.mu.Unlock()
-	if sp != nil && sp.stop && live {
-		m.stopOne(r.ID)
+	if sp != nil && sp.stop {
+		m.stopOne(r.ID) // finds the run in m.live under the lock
 	}
 }
 
@@ -1594,11 +1593,11 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	} else {
 		err = finish(context.Background())
 	}
+	batched := err == nil && ends.Batch != nil && ends.Batch.Announce != nil
 	if err != nil {
 		// finish gave the handed run back on its failed write (next is nil).
 		log.Error("could not record the end of a run; it will be announced as unknown after a restart", zap.Error(err))
 	} else {
-		batched := ends.Batch != nil && ends.Batch.Announce != nil
 		log.Info("sub-agent run ended", zap.String("outcome", outcome), zap.Int64("tokens", u.Total()),
 			zap.Duration("runtime", r.EndedAt.Sub(r.StartedAt)), zap.Bool("announced", item != nil && item.Kind == channels.KindAnnounce),
 			zap.Bool("wakes", wake != nil && wake.ID != 0), zap.Bool("batchAnnounced", batched))
@@ -1618,7 +1617,6 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	case err == nil && ends.Web != nil && ends.Web.Msg.Delivers != 0:
 		// Delivered with the run's end, which may have added a batch's
 		// announce or a schedule's pause notice after it.
-		batched := ends.Batch != nil && ends.Batch.Announce != nil
 		m.d.Outbox.Delivered(*own, ends.Web, !batched && r.ScheduleID == "")
 		handed = true
 	case err == nil && claimFor != "" && own.ClaimedBy == claimFor:

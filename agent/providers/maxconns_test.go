@@ -70,7 +70,7 @@ func TestMaxConnectionsBoundsCallsInFlight(t *testing.T) {
 // TestDefaultMaxConnectionsIsAQuarterOfTheLimit: an unset maxConnections
 // is a quarter of the open-file limit, at least 16 (docs/providers.md).
 func TestDefaultMaxConnectionsIsAQuarterOfTheLimit(t *testing.T) {
-	_, limit := store.Descriptors()
+	limit := store.DescriptorLimit()
 	if limit == 0 || limit > 1<<30 {
 		t.Skipf("open-file limit %d: the default is the fixed 1024", limit)
 	}
