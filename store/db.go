@@ -636,11 +636,11 @@ func (d *DB) reader(ctx context.Context) conn {
 	return conn{ctx: ctx, dialect: d.dialect, cache: d.rs}
 }
 
-// Check has the read pool answer a query that reads no table (SQLite: the
-// header's user_version; PostgreSQL: SELECT 1). /readyz asks it at every
-// probe (every millisecond while a harness waits for a start), so it costs
-// the same on a large state as on a new one; it counted the outbox before,
-// a scan per probe.
+// Check has the store's reader (d.reader: the writer's connection while
+// DeferReadPool holds, the read pool after) answer a query that reads no
+// table (SQLite: the header's user_version; PostgreSQL: SELECT 1).
+// /readyz asks it at every probe (every millisecond while a harness waits
+// for a start), so it costs the same on a large state as on a new one.
 func (d *DB) Check(ctx context.Context) error {
 	q := `SELECT 1`
 	if d.dialect.name == DriverSQLite {

@@ -172,7 +172,7 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 		// needs no read before the transaction.
 		calls := map[string]bool{}
 		for _, r := range runs {
-			call := r.RequesterKey + "\x00" + r.SpawnCallID
+			call := spawnCallKey(r)
 			if r.SpawnCallID == "" || calls[call] {
 				continue
 			}

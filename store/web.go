@@ -111,12 +111,10 @@ func (d *DB) appendWeb(c conn, client string, m *WebMessage) (seq int64, err err
 }
 
 // storeWeb is appendWeb after the delivered mark: it stores m unless its
-// RunID or Key finds it stored already, and returns its seq.
+// RunID or Key finds it stored already, and returns its seq. The caller
+// holds the web chat's lock (appendWeb, CompleteTurn, EndRun).
 func (d *DB) storeWeb(c conn, client string, m *WebMessage) (seq int64, err error) {
 	m.Added = false
-	if err := c.lock("web:" + client); err != nil {
-		return 0, err
-	}
 	files := ""
 	if len(m.Files) > 0 {
 		b, err := json.Marshal(m.Files)
