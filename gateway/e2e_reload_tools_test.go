@@ -66,7 +66,7 @@ func TestE2EReloadRemakesBuiltinTools(t *testing.T) {
 }
 
 // TestE2ETurnToolsStayTheTurns: a turn's and a run's tool registries are
-// copies of one made with the built-in tools (gateway builtinRegistry),
+// copies of one made with the built-in tools (gateway agentTools),
 // so what a top-level turn adds (the session tools, schedule) does not
 // reach a sub-agent it spawns, and every turn sees the same tools.
 func TestE2ETurnToolsStayTheTurns(t *testing.T) {

@@ -305,18 +305,14 @@ func (g *Gateway) workspace(cfg *config.Config, agentID string) string {
 // that are up, limited to its allowedTools (a: the agent as the turn or
 // run resolved it at its start). The registry is the caller's own.
 func (g *Gateway) baseTools(a config.AgentSettings) *agent.Registry {
-	reg := g.builtinRegistry()
-	for _, t := range g.mcp.Tools(a.MCPServers) {
-		reg.Add(t)
-	}
-	return allowedOnly(a, reg)
+	return allowedOnly(a, g.agentTools(a))
 }
 
 // builtinTools are the built-in tools (tools.New) of the options in
 // force, with the options they were made of.
 type builtinTools struct {
 	opts *tools.Options
-	// reg is the tools' registry: read only, copied by builtinRegistry, so
+	// reg is the tools' registry: read only, copied by agentTools, so
 	// that a turn's or run's registry does not ask every built-in tool
 	// for its spec again (Registry.Add), ~10 µs a run.
 	reg *agent.Registry
@@ -340,18 +336,22 @@ func (g *Gateway) builtins() *builtinTools {
 	return b
 }
 
-// builtinRegistry is a new registry of the built-in tools, the caller's
-// own: a copy of the one made with them.
-func (g *Gateway) builtinRegistry() *agent.Registry { return g.builtins().reg.Clone() }
+// agentTools is a new registry, the caller's own, of the built-in tools (a
+// copy of the one made with them) and the tools of a's MCP servers that
+// are up, before allowedTools.
+func (g *Gateway) agentTools(a config.AgentSettings) *agent.Registry {
+	reg := g.builtins().reg.Clone()
+	for _, t := range g.mcp.Tools(a.MCPServers) {
+		reg.Add(t)
+	}
+	return reg
+}
 
 // topTools is the tool set of an agent's top-level turn: its base tools,
 // the session tools and the schedule tool, all limited to its allowedTools (SPEC §17: the
 // session tools honour allowedTools too).
 func (g *Gateway) topTools(a config.AgentSettings) *agent.Registry {
-	reg := g.builtinRegistry()
-	for _, t := range g.mcp.Tools(a.MCPServers) {
-		reg.Add(t)
-	}
+	reg := g.agentTools(a)
 	for _, t := range g.subs.SessionTools(0) {
 		reg.Add(t)
 	}

@@ -469,7 +469,7 @@ func (g *Gateway) completeTurn(laneCtx context.Context, it store.Intake, kind ch
 	// A web reply so claimed is also delivered there (no send, and no
 	// commit of its own).
 	var wd *store.WebDelivery
-	if claimFor != "" && len(files) == 0 {
+	if claimFor != "" {
 		wd = g.webDelivery(reply)
 	}
 	tries := 0
@@ -518,9 +518,10 @@ func (g *Gateway) completeTurn(laneCtx context.Context, it store.Intake, kind ch
 // running here, is delivered in the transaction that adds it (a turn's
 // completion, a run's end), if that claims it
 // (store.WebDelivery): the entry the web chat's Send would store, with the
-// chat's next item claimed as the deliverer's send would. nil otherwise.
+// chat's next item claimed as the deliverer's send would. nil otherwise,
+// and for an item with files (they go out through the deliverer's parts).
 func (g *Gateway) webDelivery(reply *store.OutboxItem) *store.WebDelivery {
-	if reply.Origin.Channel != web.Name || !web.ValidClient(reply.Origin.ChatID) {
+	if len(reply.Files) > 0 || reply.Origin.Channel != web.Name || !web.ValidClient(reply.Origin.ChatID) {
 		return nil
 	}
 	if _, ok := g.outbox.channel(web.Name).(*web.Adapter); !ok {

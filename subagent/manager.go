@@ -1563,7 +1563,7 @@ func (m *Manager) end(lr *liveRun, run *store.Run, outcome, result, note string,
 	if own != nil && m.d.Outbox != nil {
 		claimFor = m.d.Outbox.ClaimFor(own.Origin.Channel)
 		ends.ClaimAnnounce = claimFor
-		if claimFor != "" && len(own.Files) == 0 {
+		if claimFor != "" {
 			ends.Web = m.d.Outbox.WebDelivery(own)
 		}
 	}
