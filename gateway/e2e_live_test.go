@@ -152,10 +152,7 @@ func TestE2EWebStreamsTheReply(t *testing.T) {
 // from the store: same seq, time, text, HTML and file links.
 func TestE2EWebStreamShowsWhatTheLogHolds(t *testing.T) {
 	t.Parallel()
-	// Not about the disk guard: a shared machine's nearly full disk must
-	// not turn the file into a 📎 line.
-	cfg := strings.Replace(filesE2EConfig, "attachments: { maxBytes: 200000 }", "attachments: { maxBytes: 200000, minFreeMB: 1 }", 1)
-	tg := newTestGateway(t, cfg, llmtest.Text("**ok** — done"))
+	tg := newTestGateway(t, filesE2EConfig, llmtest.Text("**ok** — done"))
 	const client = "same-events"
 	live := openEvents(t, tg.URL, client)
 	body, _ := json.Marshal(map[string]any{"client": client, "text": "look", "files": []map[string]string{

@@ -149,12 +149,9 @@ func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
 			t.Fatalf("run %s runs on %q, want gw-0 (where it was spawned)", r.Label, r.Owner)
 		}
 	}
-	// Both runs in their model call, i.e. live on gw-0. A spawn records its
-	// run as running before the manager holds it live, and a stop that
-	// comes in between misses the run (subagent: SpawnRun/SpawnEach commit,
-	// then enqueueSpawned) — a gap of the product, written up in
-	// /work/notes/s5-flakes.md; this test is about the stop reaching the
-	// holder, so it stops runs that are surely running there.
+	// Both runs in their model call, i.e. live on gw-0: this test is about
+	// the stop reaching the holder; a stop that comes while a run is being
+	// spawned has its own test (subagent TestStopWhileSpawnEachRecordsRuns).
 	waitSeen(t, seen, "wait a long time")
 	waitSeen(t, seen, "wait a long time")
 	webPost(t, b.URL, "sam", "/subagents stop all")
@@ -163,7 +160,6 @@ func TestE2EReplicasCommandsReachTheHolder(t *testing.T) {
 		ended, err := db.ListRuns(ctx, store.RunFilter{Statuses: []string{store.StatusDone}})
 		return err == nil && len(ended) == 2
 	}) {
-		// (Seen once under load: the stop reaches gw-0 only by NOTIFY.)
 		t.Fatalf("the runs on gw-0 did not end after /subagents stop all on gw-1; %s", a.state(t))
 	}
 	for _, r := range runs {

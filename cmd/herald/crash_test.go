@@ -943,6 +943,5 @@ func outboxPending(stateDir string) (int, error) {
 		return 0, err
 	}
 	defer db.Close()
-	items, err := db.PendingOutbox(ctx, 1000)
-	return len(items), err
+	return db.OutboxPending(ctx)
 }

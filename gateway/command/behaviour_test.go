@@ -157,9 +157,9 @@ func TestStopCascades(t *testing.T) {
 	})
 	top := h.spawn(sessA, "level 1", "")
 	runs := h.waitRuns(sessA, 3)
-	// The level-3 run in its model call, so live in the manager: a spawn
-	// records its run running before the manager holds it, and a /stop in
-	// between misses it (a gap of the product, see /work/notes/s5-flakes.md).
+	// The level-3 run in its model call, so live in the manager: this test
+	// is about the cascade; a stop that comes while a run is being spawned
+	// has its own test (subagent TestStopWhileSpawnEachRecordsRuns).
 	select {
 	case <-deepest:
 	case <-time.After(20 * time.Second):
