@@ -866,7 +866,10 @@ func (m *Manager) enqueueLocked(r *store.Run, slot *lane.Slot, spawned bool) {
 		p.parent = true
 	}
 	id := r.ID
-	job := lane.Job{Key: id, Run: func(ctx context.Context) { m.execute(ctx, id) }}
+	job := lane.Job{Key: id, Run: func(ctx context.Context) {
+		growRunStack()
+		m.execute(ctx, id)
+	}}
 	if slot != nil {
 		slot.Start(job)
 		return
