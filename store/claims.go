@@ -246,6 +246,17 @@ func (d *DB) PassOutbox(ctx context.Context, c Claim, chans []string, lim Outbox
 	return out, nil
 }
 
+// anyActiveRunQuery asks whether any run is live (ClaimRuns), through
+// runs_requester_active (which holds the live runs alone).
+const anyActiveRunQuery = `SELECT 1 FROM runs WHERE ` + activeRun + ` LIMIT 1`
+
+// claimRunsQuery is ClaimRuns' claim for $1: the free live runs, found
+// through runs_requester_active (which holds the live runs alone).
+func (d *DB) claimRunsQuery(reclaim bool) string {
+	return `UPDATE runs SET owner = $1 WHERE id IN (
+		SELECT id FROM runs WHERE ` + activeRun + ` AND ` + d.free("owner", "$1", reclaim) + d.dialect.skipLocked + `) RETURNING ` + runCols
+}
+
 // ClaimRuns claims for c.Holder the runs that are queued, running or
 // announcing and free (see free), oldest first: a replica that died left
 // them, and the holder queues the queued ones again and announces the
@@ -258,15 +269,13 @@ func (d *DB) ClaimRuns(ctx context.Context, c Claim) ([]Run, error) {
 	if c.Limit > 0 {
 		return nil, errors.New("claim runs: a limit is not supported")
 	}
-	q := `UPDATE runs SET owner = $1 WHERE id IN (
-		SELECT id FROM runs WHERE status IN ($2, $3, $4) AND ` + d.free("owner", "$1", c.Reclaim) + d.dialect.skipLocked + `) RETURNING ` + runCols
-	all := []any{holder, StatusQueued, StatusRunning, StatusAnnouncing}
+	q := d.claimRunsQuery(c.Reclaim)
 	var out []Run
 	err := d.claimTx(ctx, func(tx conn) error {
-		if ok, err := anyRow(tx, `SELECT 1 FROM runs WHERE status IN ($1, $2, $3) LIMIT 1`, all[1:]...); !ok {
+		if ok, err := anyRow(tx, anyActiveRunQuery); !ok {
 			return err
 		}
-		rows, err := tx.query(q, all...)
+		rows, err := tx.query(q, holder)
 		if err != nil {
 			return err
 		}

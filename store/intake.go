@@ -187,6 +187,18 @@ func addIntake(c conn, in *Intake, origin string) (added bool, err error) {
 	return true, err
 }
 
+// The reads of a spawn group's runs, through runs_spawn_group: the
+// group's other live runs (addWake), its runs with announce parent and
+// how many of them are live, and the last of them to end (addTurnWake).
+const (
+	groupLiveQuery      = `SELECT COUNT(*) FROM runs WHERE spawn_group = $1 AND ` + inSpawnGroup + ` AND id <> $2 AND ` + activeRun
+	turnGroupCountQuery = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN status IN ($2, $3, $4) THEN 1 ELSE 0 END), 0) FROM runs
+		WHERE spawn_group = $1 AND ` + inSpawnGroup + ` AND announce = $5`
+	turnGroupLastQuery = `SELECT r.requester_key, r.origin, r.requester_session_id, r.trace_parent, r.outcome, COALESCE(s.text, '')
+		FROM runs r LEFT JOIN results s ON s.run_id = r.id
+		WHERE r.spawn_group = $1 AND r.` + inSpawnGroup + ` AND r.announce = $2 ORDER BY r.ended_at DESC, r.id DESC LIMIT 1`
+)
+
 // addWake adds the wake w of the run r's spawn group in the transaction
 // that ends r, unless another run of the group is still live (RunEnd.Wake).
 func addWake(c conn, r *Run, w *Intake) error {
@@ -200,8 +212,7 @@ func addWake(c conn, r *Run, w *Intake) error {
 		}
 		var n int
 		if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
-			`SELECT COUNT(*) FROM runs WHERE spawn_group = $1 AND id <> $2 AND status IN ($3, $4, $5)`,
-			r.SpawnGroup, r.ID, StatusQueued, StatusRunning, StatusAnnouncing); err != nil {
+			groupLiveQuery, r.SpawnGroup, r.ID); err != nil {
 			return err
 		}
 		if n == 0 {
@@ -247,8 +258,7 @@ func addTurnWake(c conn, id int64, agentID string) error {
 	}
 	var live, all int
 	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&all, &live) },
-		`SELECT COUNT(*), COALESCE(SUM(CASE WHEN status IN ($2, $3, $4) THEN 1 ELSE 0 END), 0) FROM runs
-			WHERE spawn_group = $1 AND announce = $5`, group, StatusQueued, StatusRunning, StatusAnnouncing, AnnounceParent); err != nil {
+		turnGroupCountQuery, group, StatusQueued, StatusRunning, StatusAnnouncing, AnnounceParent); err != nil {
 		return err
 	}
 	if all == 0 || live > 0 {
@@ -258,9 +268,7 @@ func addTurnWake(c conn, id int64, agentID string) error {
 	var outcome, origin string
 	err := c.queryRow(func(rows *sql.Rows) error {
 		return rows.Scan(&w.SessionKey, &origin, &w.SessionID, &w.TraceParent, &outcome, &w.Text)
-	}, `SELECT r.requester_key, r.origin, r.requester_session_id, r.trace_parent, r.outcome, COALESCE(s.text, '')
-		FROM runs r LEFT JOIN results s ON s.run_id = r.id
-		WHERE r.spawn_group = $1 AND r.announce = $2 ORDER BY r.ended_at DESC, r.id DESC LIMIT 1`, group, AnnounceParent)
+	}, turnGroupLastQuery, group, AnnounceParent)
 	if err != nil || outcome == OutcomeStopped {
 		return err
 	}

@@ -633,8 +633,7 @@ func spawnBounds(runs []*Run, lim SpawnLimits) []spawnBound {
 			}
 		}
 	}
-	adding("maxChildrenPerSession", lim.MaxChildren, "requester_key",
-		` AND status IN ('`+StatusQueued+`', '`+StatusRunning+`', '`+StatusAnnouncing+`')`, func(r *Run) string { return r.RequesterKey })
+	adding("maxChildrenPerSession", lim.MaxChildren, "requester_key", ` AND `+activeRun, func(r *Run) string { return r.RequesterKey })
 	adding("maxTotalSpawns", lim.MaxTotal, "root_key", "", func(r *Run) string { return r.RootKey })
 	return bounds
 }
@@ -645,18 +644,23 @@ func countBounds(c conn, bounds []spawnBound) ([]int, error) {
 	if len(bounds) == 0 {
 		return n, nil
 	}
+	dest := make([]any, len(bounds))
+	for i := range n {
+		dest[i] = &n[i]
+	}
+	q, args := boundsQuery(bounds)
+	err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(dest...) }, q, args...)
+	return n, err
+}
+
+// boundsQuery is countBounds' statement and its arguments.
+func boundsQuery(bounds []spawnBound) (string, sqlArgs) {
 	var args sqlArgs
 	counts := make([]string, len(bounds))
 	for i, b := range bounds {
 		counts[i] = `(SELECT COUNT(*) FROM runs WHERE ` + b.col + ` = ` + args.add(b.key) + b.also + ` AND schedule_id = '')`
 	}
-	dest := make([]any, len(bounds))
-	for i := range n {
-		dest[i] = &n[i]
-	}
-	err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(dest...) },
-		`SELECT `+strings.Join(counts, ", "), args...)
-	return n, err
+	return `SELECT ` + strings.Join(counts, ", "), args
 }
 
 // spawnCounts is SpawnEach's running count of each bound of its runs: the
@@ -1032,8 +1036,7 @@ func addBatchAnnounce(c conn, dia *dialect, r *Run, render func([]Run) *OutboxIt
 	}
 	var live int
 	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&live) },
-		`SELECT COUNT(*) FROM runs WHERE batch = $1 AND status IN ($2, $3, $4)`,
-		r.Batch, StatusQueued, StatusRunning, StatusAnnouncing); err != nil || live > 0 {
+		batchLiveQuery, r.Batch); err != nil || live > 0 {
 		return nil, err
 	}
 	return insertBatchAnnounce(c, dia, r.Batch, render)
@@ -1067,7 +1070,7 @@ func (d *DB) AnnounceBatch(ctx context.Context, batch string, render func(runs [
 // announce of the batch is stored already; the caller holds the batch's
 // lock.
 func insertBatchAnnounce(c conn, dia *dialect, batch string, render func([]Run) *OutboxItem) (*OutboxItem, error) {
-	rows, err := c.query(`SELECT `+runCols+` FROM runs WHERE batch = $1 ORDER BY created_at, `+dia.rowid, batch)
+	rows, err := c.query(batchRunsQuery(dia), batch)
 	if err != nil {
 		return nil, err
 	}
@@ -1082,8 +1085,7 @@ func insertBatchAnnounce(c conn, dia *dialect, batch string, render func([]Run) 
 	if item.RunID == "" {
 		item.RunID = "batch:" + batch
 	}
-	rows, err = c.query(`SELECT f.file_id, f.name, f.mime, f.size, f.kind, f.caption FROM result_files f
-		JOIN runs r ON r.id = f.run_id WHERE r.batch = $1 ORDER BY r.created_at, r.`+dia.rowid+`, f.seq`, batch)
+	rows, err = c.query(batchFilesQuery(dia), batch)
 	if err != nil {
 		return nil, err
 	}
@@ -1106,6 +1108,29 @@ func insertBatchAnnounce(c conn, dia *dialect, batch string, render func([]Run) 
 	}
 	row.apply(item)
 	return item, nil
+}
+
+// The conditions of the partial indexes on runs (v37), stated in the
+// queries that read them: SQLite uses a partial index only when the
+// query's WHERE holds its condition, which a bound parameter does not
+// show (PostgreSQL's generic plans likewise).
+const (
+	activeRun    = `status IN ('queued', 'running', 'announcing')` // runs_requester_active
+	inSpawnGroup = `spawn_group <> ''`                              // runs_spawn_group
+	inBatch      = `batch <> ''`                                    // runs_batch
+)
+
+// The reads of a batch's runs, through runs_batch: how many are live,
+// the runs in spawn order, and the files of their results.
+const batchLiveQuery = `SELECT COUNT(*) FROM runs WHERE batch = $1 AND ` + inBatch + ` AND ` + activeRun
+
+func batchRunsQuery(dia *dialect) string {
+	return `SELECT ` + runCols + ` FROM runs WHERE batch = $1 AND ` + inBatch + ` ORDER BY created_at, ` + dia.rowid
+}
+
+func batchFilesQuery(dia *dialect) string {
+	return `SELECT f.file_id, f.name, f.mime, f.size, f.kind, f.caption FROM result_files f
+		JOIN runs r ON r.id = f.run_id WHERE r.batch = $1 AND r.` + inBatch + ` ORDER BY r.created_at, r.` + dia.rowid + `, f.seq`
 }
 
 // testHookFinishRun, when set by a test, runs inside FinishRun's transaction
@@ -1132,6 +1157,24 @@ func (d *DB) getRun(ctx context.Context, op, q string, arg any) (*Run, error) {
 
 // ListRuns returns the runs matching f, newest first.
 func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+	q, args := d.listRunsQuery(f)
+	scan := scanRuns
+	if f.Brief {
+		scan = scanBriefRuns
+	}
+	rows, err := d.reader(ctx).query(q, args...)
+	if err != nil {
+		return nil, d.wrap("list runs", err)
+	}
+	runs, err := scan(rows)
+	if err != nil {
+		return nil, d.wrap("list runs", err)
+	}
+	return runs, nil
+}
+
+// listRunsQuery is ListRuns' statement for f and its arguments.
+func (d *DB) listRunsQuery(f RunFilter) (string, sqlArgs) {
 	var where []string
 	var args sqlArgs
 	if f.RequesterKey != "" {
@@ -1146,35 +1189,38 @@ func (d *DB) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 			args.add("agent:%:"+esc+":thread:%")+` ESCAPE '\')`)
 	}
 	if f.SpawnGroup != "" {
-		where = append(where, "spawn_group = "+args.add(f.SpawnGroup))
+		where = append(where, "spawn_group = "+args.add(f.SpawnGroup), inSpawnGroup)
 	}
 	if f.Batch != "" {
-		where = append(where, "batch = "+args.add(f.Batch))
+		where = append(where, "batch = "+args.add(f.Batch), inBatch)
 	}
+	order := "created_at"
 	if len(f.Statuses) > 0 {
 		where = append(where, "status IN ("+list(&args, f.Statuses)+")")
+		if !slices.ContainsFunc(f.Statuses, func(s string) bool {
+			return s != StatusQueued && s != StatusRunning && s != StatusAnnouncing
+		}) {
+			// Live runs only: read from runs_requester_active, which holds
+			// them alone, and sorted. With the column itself in ORDER BY,
+			// SQLite (which has no statistics) walks runs_created instead:
+			// every run ever stored, in order.
+			where = append(where, activeRun)
+			order = "+created_at"
+		}
 	}
-	cols, scan := runCols, scanRuns
+	cols := runCols
 	if f.Brief {
-		cols, scan = briefRunCols, scanBriefRuns
+		cols = briefRunCols
 	}
 	q := `SELECT ` + cols + ` FROM runs`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at DESC, " + d.dialect.rowid + " DESC"
+	q += " ORDER BY " + order + " DESC, " + d.dialect.rowid + " DESC"
 	if f.Limit > 0 {
 		q += " LIMIT " + args.add(f.Limit)
 	}
-	rows, err := d.reader(ctx).query(q, args...)
-	if err != nil {
-		return nil, d.wrap("list runs", err)
-	}
-	runs, err := scan(rows)
-	if err != nil {
-		return nil, d.wrap("list runs", err)
-	}
-	return runs, nil
+	return q, args
 }
 
 // CountSpawns counts every run ever created under the top-level session

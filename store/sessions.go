@@ -107,25 +107,7 @@ func (d *DB) GetSession(ctx context.Context, key string) (*Session, error) {
 
 // ListSessions returns the sessions matching f, most recently updated first.
 func (d *DB) ListSessions(ctx context.Context, f SessionFilter) ([]Session, error) {
-	var where []string
-	var args sqlArgs
-	if f.AgentID != "" {
-		where = append(where, "agent_id = "+args.add(f.AgentID))
-	}
-	if f.Kind != "" {
-		where = append(where, "kind = "+args.add(f.Kind))
-	}
-	if !f.IncludeDeleted {
-		where = append(where, "deleted_at IS NULL")
-	}
-	q := `SELECT ` + sessionCols + ` FROM sessions`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY updated_at DESC, " + d.dialect.rowid + " DESC"
-	if f.Limit > 0 {
-		q += " LIMIT " + args.add(f.Limit)
-	}
+	q, args := d.listSessionsQuery(f)
 	rows, err := d.reader(ctx).query(q, args...)
 	if err != nil {
 		return nil, d.wrap("list sessions", err)
@@ -143,6 +125,36 @@ func (d *DB) ListSessions(ctx context.Context, f SessionFilter) ([]Session, erro
 		return nil, d.wrap("list sessions", err)
 	}
 	return out, nil
+}
+
+// listSessionsQuery is ListSessions' statement for f and its arguments.
+// The top-level conversations (KindMain) are read through sessions_main,
+// whose condition the statement states (v37).
+func (d *DB) listSessionsQuery(f SessionFilter) (string, sqlArgs) {
+	var where []string
+	var args sqlArgs
+	if f.AgentID != "" {
+		where = append(where, "agent_id = "+args.add(f.AgentID))
+	}
+	switch f.Kind {
+	case "":
+	case KindMain:
+		where = append(where, "kind = '"+KindMain+"'")
+	default:
+		where = append(where, "kind = "+args.add(f.Kind))
+	}
+	if !f.IncludeDeleted {
+		where = append(where, "deleted_at IS NULL")
+	}
+	q := `SELECT ` + sessionCols + ` FROM sessions`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY updated_at DESC, " + d.dialect.rowid + " DESC"
+	if f.Limit > 0 {
+		q += " LIMIT " + args.add(f.Limit)
+	}
+	return q, args
 }
 
 // AddSessionUsage adds in and out to the session's token totals and bumps

@@ -15,7 +15,7 @@ func (d *DB) RequestStop(ctx context.Context, runIDs []string, at time.Time) err
 	}
 	err := d.tx(ctx, func(c conn) error {
 		for _, id := range runIDs {
-			if _, err := c.exec(`UPDATE runs SET stop_at = $1 WHERE id = $2 AND stop_at IS NULL AND status IN ('queued', 'running', 'announcing')`,
+			if _, err := c.exec(`UPDATE runs SET stop_at = $1 WHERE id = $2 AND stop_at IS NULL AND `+activeRun,
 				msOrNow(at), id); err != nil {
 				return err
 			}
@@ -39,7 +39,7 @@ func (d *DB) RequestAbort(ctx context.Context, sessionKey, except string, at tim
 // the runs it owns whose stop was requested, and the sessions whose
 // running turn it holds and /stop cut.
 func (d *DB) StopRequests(ctx context.Context, holder string) (runs, sessions []string, err error) {
-	rows, err := d.reader(ctx).query(`SELECT 'r', id FROM runs WHERE owner = $1 AND stop_at IS NOT NULL AND status IN ('queued', 'running', 'announcing')
+	rows, err := d.reader(ctx).query(`SELECT 'r', id FROM runs WHERE owner = $1 AND stop_at IS NOT NULL AND `+activeRun+`
 		UNION ALL SELECT 's', session_key FROM intake WHERE claimed_by = $1 AND abort_at IS NOT NULL AND done_at IS NULL`, holder)
 	if err != nil {
 		return nil, nil, d.wrap("stop requests", err)
