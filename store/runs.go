@@ -591,7 +591,7 @@ func appendRunArgs(args []any, r *Run, tools any, origin string) []any {
 // insert a run of the same root between the count and the insert. The new
 // runs count with the stored ones: each requester's and each root's. All
 // the counts are one statement, each read from an index alone
-// (runs_requester_active, runs_root_schedule).
+// (runs_requester_active, runs_root).
 func checkSpawnLimits(c conn, runs []*Run, lim SpawnLimits) error {
 	bounds := spawnBounds(runs, lim)
 	n, err := countBounds(c, bounds)
@@ -1223,12 +1223,14 @@ func (d *DB) listRunsQuery(f RunFilter) (string, sqlArgs) {
 	return q, args
 }
 
+// countSpawnsQuery counts a root's runs from runs_root alone.
+const countSpawnsQuery = `SELECT COUNT(*) FROM runs WHERE root_key = $1`
+
 // CountSpawns counts every run ever created under the top-level session
 // rootKey, finished or not.
 func (d *DB) CountSpawns(ctx context.Context, rootKey string) (int, error) {
 	var n int
-	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) },
-		`SELECT COUNT(*) FROM runs WHERE root_key = $1`, rootKey)
+	err := d.reader(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&n) }, countSpawnsQuery, rootKey)
 	if err != nil {
 		return 0, d.wrap("count spawns "+rootKey, err)
 	}

@@ -18,9 +18,9 @@ type planCase struct {
 }
 
 // TestRunQueriesSearchAnIndex: the reads of runs and sessions whose
-// index v37 made partial (or replaced), and the spawn limits' counts,
-// find their rows through their index on both engines, never by a scan
-// of the table. A partial index serves a query only when the query's
+// index v37 and v38 changed (partial, dropped, merged), and the spawn
+// limits' counts, find their rows through their index on both engines,
+// never by a scan of the table. A partial index serves a query only when the query's
 // WHERE states the index's condition (a bound parameter does not show
 // it), so a query that lost its stated condition, or an index that lost
 // its use, fails here. PostgreSQL plans with sequential scans off: on
@@ -49,7 +49,8 @@ func TestRunQueriesSearchAnIndex(t *testing.T) {
 		runs("any live run", anyActiveRunQuery, nil, "runs_requester_active"),
 		runs("claim runs", db.claimRunsQuery(false), []any{"gw-1"}, "runs_requester_active"),
 		runs("reclaim runs", db.claimRunsQuery(true), []any{"gw-1"}, "runs_requester_active"),
-		runs("spawn limits", countQ, countArgs, "runs_requester_active", "runs_root_schedule"),
+		runs("spawn limits", countQ, countArgs, "runs_requester_active", "runs_root"),
+		runs("count spawns", countSpawnsQuery, []any{"agent:main:main"}, "runs_root"),
 		list("list group", RunFilter{SpawnGroup: "intake:1"}, "runs_spawn_group"),
 		list("list group live", RunFilter{SpawnGroup: "intake:1", Statuses: live}, "runs_"),
 		list("list batch", RunFilter{Batch: "b1"}, "runs_batch"),
