@@ -888,7 +888,8 @@ type BatchEnd struct {
 
 // EndRun is FinishRun with everything a run's end writes (RunEnd): the
 // run row, its announce and its result for the requester session, all in
-// one transaction.
+// one transaction. The run row's update also clears a stop asked for the
+// run (RequestStop): an ended run carries no pending stop.
 func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 	announce := end.Announce
 	var wakeHolder string
@@ -932,7 +933,8 @@ func (d *DB) EndRun(ctx context.Context, r *Run, end RunEnd) error {
 		}
 		n, err := c.execN(`UPDATE runs SET status = $1, outcome = $2, note = $3, result = $4,
 			started_at = COALESCE($5, started_at), ended_at = $6, tokens_in = $7, tokens_out = $8,
-			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13, skipped = $14 WHERE id = $15`,
+			cache_read = $9, cache_write = $10, cost_usd = $11, archive_at = $12, output = $13, skipped = $14,
+			stop_at = NULL WHERE id = $15`,
 			r.Status, r.Outcome, r.Note, r.Result, msOrNull(r.StartedAt), r.EndedAt.UnixMilli(),
 			r.TokensIn, r.TokensOut, r.CacheRead, r.CacheWrite, r.CostUSD, msOrNull(r.ArchiveAt), r.Output, boolInt(r.Skipped), r.ID)
 		if err != nil {

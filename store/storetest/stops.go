@@ -13,7 +13,8 @@ import (
 // work ends: the holder finds its runs whose stop was requested (not the
 // ended ones, not another replica's) and the sessions whose running turn
 // /stop cut (the started message it holds, until it is done; never the
-// messages queued behind it).
+// messages queued behind it). A run's end clears its stop request, and a
+// stop asked for an ended run is not recorded.
 func testStops(t *testing.T, s Store) {
 	ctx := context.Background()
 	for _, r := range []string{"r1", "r2"} {
@@ -54,11 +55,36 @@ func testStops(t *testing.T, s Store) {
 	if got := requests("r2"); got != "[s-2] []" {
 		t.Errorf("r2 is asked to stop %s, want [s-2] []", got)
 	}
-	if err := s.SetRunStatus(ctx, "s-0", store.StatusDone); err != nil {
+	ended, _ := newRun("s-0")
+	ended.Status, ended.Outcome = store.StatusDone, store.OutcomeStopped
+	if err := s.EndRun(ctx, ended, store.RunEnd{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := requests("r1"); got != "[] []" {
 		t.Errorf("after its run ended r1 is asked to stop %s", got)
+	}
+	// What an ended run carries: its end cleared the stop asked while it
+	// ran (s-0), and a stop asked after its end was not recorded (s-1).
+	// Seen by making both live again, which only this probe does: neither
+	// is then a stop to act on.
+	for _, id := range []string{"s-0", "s-1"} {
+		if err := s.SetRunStatus(ctx, id, store.StatusRunning); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := requests("r1"); got != "[] []" {
+		t.Errorf("ended runs made live again are asked to stop %s; an ended run carries no pending stop", got)
+	}
+	if err := s.RequestStop(ctx, []string{"s-0"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got := requests("r1"); got != "[s-0] []" {
+		t.Errorf("a stop asked for a live run is %s, want [s-0] [] (the end's clearing leaves room for a new request)", got)
+	}
+	for _, id := range []string{"s-0", "s-1"} {
+		if err := s.SetRunStatus(ctx, id, store.StatusDone); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	a, b := intake(convKey, "m1", "first"), intake(convKey, "m2", "second")
