@@ -357,7 +357,7 @@ func (g *Gateway) actOnStops(ctx context.Context) {
 		}
 	}
 	for _, key := range sessions {
-		if g.abortTurn(key) {
+		if _, cut := g.abortTurn(key); cut {
 			g.log.Info("cut a turn another replica asked to stop (read from the store)", zap.String("sessionKey", key))
 		}
 	}
@@ -390,7 +390,7 @@ func (g *Gateway) busHandlers() map[busKind]func(ctx context.Context, arg string
 // replicas, asks them to cancel it too (it runs where its message was
 // claimed). It reports whether a turn was cancelled here.
 func (g *Gateway) abortAnywhere(key string) bool {
-	ok := g.abortTurn(key)
+	ok, _ := g.abortTurn(key)
 	if !ok && g.cluster.shared {
 		// Recorded first, so the holder cuts the turn even if it misses the
 		// notification (actOnStops).

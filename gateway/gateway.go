@@ -140,10 +140,10 @@ type Gateway struct {
 	reloadClosed bool       // set by shutdown: no reload after it began; guarded by reloadMu
 
 	mu         sync.Mutex
-	sessions   map[string]*sessionState      // requester sessions with a loaded history
-	newRows    map[string]storedRow          // session rows a message's intake stored or read, and nothing loaded since
-	followUps  map[string]context.CancelFunc // turns of child sessions answering in a bound thread, by child key (threads.go)
-	bg         sync.WaitGroup                // command goroutines, channel starters
+	sessions   map[string]*sessionState // requester sessions with a loaded history
+	newRows    map[string]storedRow     // session rows a message's intake stored or read, and nothing loaded since
+	followUps  map[string]turnCut       // turns of child sessions answering in a bound thread, by child key (threads.go)
+	bg         sync.WaitGroup           // command goroutines, channel starters
 	bgCtx      context.Context
 	bgCancel   context.CancelFunc
 	draining   bool

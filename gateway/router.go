@@ -35,7 +35,7 @@ type sessionState struct {
 	use     chan struct{}
 	row     *store.Session
 	sess    *agent.Session
-	cancel  context.CancelFunc
+	turn    turnCut   // the running turn's, zero when none; guarded by g.mu
 	evicted bool      // set (holding use) when the janitor dropped it from g.sessions
 	fresh   bool      // loaded and not used yet; guarded by use
 	idle    time.Time // when the last turn or command let it go; guarded by use
@@ -132,19 +132,35 @@ func (g *Gateway) runCommand(ctx context.Context, agentID, key string, in channe
 	}
 }
 
-// abortTurn cancels the running turn of a session.
-func (g *Gateway) abortTurn(key string) bool {
-	if g.abortFollowUp(key) {
-		return true
+// abortTurn cancels the running turn of a session: running reports
+// whether one runs, cut whether this call cut it (not cut, nor ended,
+// before).
+func (g *Gateway) abortTurn(key string) (running, cut bool) {
+	if running, cut = g.abortFollowUp(key); running {
+		return running, cut
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.sessions[key]
-	if !ok || s.cancel == nil {
-		return false
+	if !ok || s.turn.cancel == nil {
+		return false, false
 	}
-	s.cancel()
-	return true
+	return true, s.turn.cut()
+}
+
+// turnCut cuts a running turn: its context and the context's cancel.
+type turnCut struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// cut cancels the turn and reports whether this call cut it: false when
+// it was cut or had ended before, so that a stop read again while the
+// cut turn unwinds is not told twice (actOnStops). Called holding g.mu.
+func (t turnCut) cut() bool {
+	first := t.ctx.Err() == nil
+	t.cancel()
+	return first
 }
 
 // post puts a message for a person into the outbox.
@@ -339,11 +355,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		zap.String("channel", string(in.Origin.Channel)), telemetry.SpanLogField(tctx)))
 	defer cancel()
 	g.mu.Lock()
-	s.cancel = cancel
+	s.turn = turnCut{ctx, cancel}
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
-		s.cancel = nil
+		s.turn = turnCut{}
 		g.mu.Unlock()
 	}()
 

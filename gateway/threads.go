@@ -82,9 +82,9 @@ func (g *Gateway) boundTurn(laneCtx context.Context, it store.Intake, log *zap.L
 	defer cancel()
 	g.mu.Lock()
 	if g.followUps == nil {
-		g.followUps = make(map[string]context.CancelFunc)
+		g.followUps = make(map[string]turnCut)
 	}
-	g.followUps[it.SessionKey] = cancel
+	g.followUps[it.SessionKey] = turnCut{ctx, cancel}
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
@@ -122,15 +122,15 @@ func (g *Gateway) boundTurn(laneCtx context.Context, it store.Intake, log *zap.L
 }
 
 // abortFollowUp cancels a turn of a child session answering in its bound
-// thread.
-func (g *Gateway) abortFollowUp(key string) bool {
+// thread (as abortTurn).
+func (g *Gateway) abortFollowUp(key string) (running, cut bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	cancel, ok := g.followUps[key]
-	if ok {
-		cancel()
+	t, ok := g.followUps[key]
+	if !ok {
+		return false, false
 	}
-	return ok
+	return true, t.cut()
 }
 
 // threadBindings are the gateway's bindings as the commands see them
