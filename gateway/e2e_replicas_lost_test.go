@@ -40,12 +40,14 @@ func TestE2EReplicasStopsOutliveALostListener(t *testing.T) {
 	}
 	defer admin.Close(context.Background())
 	// gw-0 connects as a role of its own, so that it alone can be kept
-	// from logging in (the cluster is shared with other tests: the role
-	// is left behind with it).
+	// from logging in. The cluster is shared with other tests (and may be
+	// a server of HERALD_TEST_POSTGRES_URL's): the role is dropped once
+	// the gateways are closed (cleanups run last in, first out).
 	role := fmt.Sprintf("herald_gw0_%d_%d", os.Getpid(), roleSeq.Add(1))
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN SUPERUSER"); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { dropRole(t, base, role) })
 	login := func(can bool) {
 		t.Helper()
 		opt := "LOGIN"
@@ -156,5 +158,29 @@ func TestE2EReplicasStopsOutliveALostListener(t *testing.T) {
 	}
 	if !waitFor(e2eWait, func() bool { return listeners() == 1 }) {
 		t.Error("gw-0 did not listen again")
+	}
+}
+
+// dropRole drops a role that a test made in the database at dbURL: what
+// it owns there (gw-0 made the schema) is given to the test's own role
+// first.
+func dropRole(t *testing.T, dbURL, role string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Errorf("drop role %s: %v", role, err)
+		return
+	}
+	defer admin.Close(context.Background())
+	for _, q := range []string{"REASSIGN OWNED BY " + role + " TO CURRENT_USER", "DROP OWNED BY " + role, "DROP ROLE " + role} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Errorf("%s: %v", q, err)
+			return
+		}
+	}
+	var left int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_roles WHERE rolname = $1`, role).Scan(&left); err != nil || left != 0 {
+		t.Errorf("role %s is still there (%d, %v)", role, left, err)
 	}
 }
