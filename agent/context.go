@@ -343,7 +343,7 @@ func (s *Session) compact(ctx context.Context, t Turn, focus string, keep, budge
 		e := store.TranscriptEntry{Type: "compaction", Role: "system", Content: summary, Kept: kept,
 			TokensBefore: c.Before, TokensAfter: c.After, Model: t.Model.Ref, Timestamp: t.clock().Now().UTC()}
 		e.Usage, _ = json.Marshal(u)
-		if err := s.Transcript.Append(ctx, e); err != nil {
+		if err := s.writeLine(ctx, e); err != nil {
 			return c, fmt.Errorf("write transcript of %s: %w", s.Key, err)
 		}
 	}

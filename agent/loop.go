@@ -52,6 +52,10 @@ type Session struct {
 	// goes into its spare room (a response's 100 spawn results took
 	// 5,050 copies, one clone of the list per result).
 	results []ToolResult
+	// held are the lines of messages in History that are not in the
+	// transcript yet (Turn.DeferInput): the next line written, or Close,
+	// writes them first, in the same write.
+	held []store.TranscriptEntry
 }
 
 // ErrHistory is returned by LoadSession when a transcript exists but
@@ -94,7 +98,7 @@ func OpenSessionFrom(ctx context.Context, ts store.Transcripts, entries []store.
 	if len(entries) > 0 {
 		history, pendingCalls = splitPendingCalls(contextFromTranscript(entries))
 	}
-	tr, err := ts.OpenTranscript(ctx, path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now})
+	tr, err := ts.OpenTranscript(ctx, path, store.TranscriptHeader{SessionKey: key, SessionID: id, AgentID: agentID, ParentKey: parentKey, CreatedAt: now, Fresh: len(entries) == 0})
 	if err != nil {
 		return nil, fmt.Errorf("open transcript of %s: %w", key, err)
 	}
@@ -187,6 +191,13 @@ type Turn struct {
 	// Used is the model calls the turn made before it was cut (a resumed
 	// run's): they count against MaxIterations.
 	Used int
+	// DeferInput: the input's transcript line is written with the turn's
+	// next one (the first answer's) in one write, or when the session
+	// closes, not before the first model call. A crash before then loses
+	// it: only for an input that is stored elsewhere and that a restart
+	// gives again when the transcript does not have it (a sub-agent run's
+	// task, in its run row: SPEC §25).
+	DeferInput bool
 	// Files are the files on the input message (SPEC §18); OpenFile reads
 	// their bytes for a model that takes them as content.
 	Files    []File
@@ -276,10 +287,16 @@ func (s *Session) begin(ctx context.Context, t *Turn, input string) error {
 			}
 		}
 	}
-	if !t.Resume {
-		return s.append(ctx, Message{Role: RoleUser, Text: input, Files: t.Files}, nil, "", t.Clock)
+	if t.Resume {
+		return nil
 	}
-	return nil
+	m := Message{Role: RoleUser, Text: input, Files: t.Files}
+	if t.DeferInput && s.Transcript != nil {
+		s.appendHistory(m)
+		s.held = append(s.held, transcriptEntry(m, nil, "", t.Clock))
+		return nil
+	}
+	return s.append(ctx, m, nil, "", t.Clock)
 }
 
 // answered records a model call's answer resp (by answered), runs its tool
@@ -621,12 +638,34 @@ func (s *Session) appendResult(ctx context.Context, r ToolResult, clock Clock) e
 	return s.append(ctx, Message{Role: RoleTool, ToolResults: []ToolResult{r}}, nil, "", clock)
 }
 
-// append records m in history and the transcript.
+// append records m in history and the transcript (after the held lines,
+// in one write).
 func (s *Session) append(ctx context.Context, m Message, u *Usage, model string, clock Clock) error {
 	s.appendHistory(m)
 	if s.Transcript == nil {
 		return nil
 	}
+	if err := s.writeLine(ctx, transcriptEntry(m, u, model, clock)); err != nil {
+		return fmt.Errorf("write transcript of %s: %w: %w", s.Key, ErrTranscript, err)
+	}
+	return nil
+}
+
+// writeLine appends e to the transcript, after the held lines, in one
+// write.
+func (s *Session) writeLine(ctx context.Context, e store.TranscriptEntry) error {
+	if len(s.held) == 0 {
+		return s.Transcript.Append(ctx, e)
+	}
+	err := s.Transcript.AppendLines(ctx, append(s.held, e)...)
+	if err == nil {
+		s.held = nil
+	}
+	return err
+}
+
+// transcriptEntry is m's transcript line.
+func transcriptEntry(m Message, u *Usage, model string, clock Clock) store.TranscriptEntry {
 	e := store.TranscriptEntry{Type: "message", Role: string(m.Role), Content: m.Text, Model: model, Timestamp: clock.Now().UTC()}
 	if len(m.ToolCalls) > 0 {
 		e.ToolCalls, _ = json.Marshal(m.ToolCalls)
@@ -640,10 +679,7 @@ func (s *Session) append(ctx context.Context, m Message, u *Usage, model string,
 	if u != nil {
 		e.Usage, _ = json.Marshal(u)
 	}
-	if err := s.Transcript.Append(ctx, e); err != nil {
-		return fmt.Errorf("write transcript of %s: %w: %w", s.Key, ErrTranscript, err)
-	}
-	return nil
+	return e
 }
 
 // appendHistory is appendMessage on History, with a tool result merged
@@ -684,10 +720,15 @@ func (s *Session) AddUser(ctx context.Context, text string, clock Clock) error {
 	return s.append(ctx, Message{Role: RoleUser, Text: text}, nil, "", clock)
 }
 
-// Close closes the transcript.
+// Close writes the held lines and closes the transcript.
 func (s *Session) Close() error {
 	if s.Transcript == nil {
 		return nil
 	}
-	return s.Transcript.Close()
+	var err error
+	if len(s.held) > 0 {
+		err = s.Transcript.AppendLines(context.Background(), s.held...)
+		s.held = nil
+	}
+	return errors.Join(err, s.Transcript.Close())
 }

@@ -330,6 +330,12 @@ type TranscriptHeader struct {
 	AgentID    string    `json:"agentId"`
 	ParentKey  string    `json:"parentKey,omitempty"`
 	CreatedAt  time.Time `json:"createdAt"`
+	// Fresh (OpenTranscript only, not a line's field): the caller found
+	// no lines at the path, a new session's. A transcript file is then
+	// not looked at when opened: the first write makes it, and when one
+	// is there after all, that write cuts its torn line (and gives it the
+	// header when empty) first, as the open would have.
+	Fresh bool `json:"-"`
 }
 
 // TranscriptEntry is one message line of a transcript. Content, ToolCalls and

@@ -33,7 +33,7 @@ type Transcript struct {
 
 // lineSink is where a transcript's lines go: a file or database rows.
 type lineSink interface {
-	write(ctx context.Context, line []byte) error // one whole line, its newline included
+	write(ctx context.Context, lines []byte) error // whole lines, each with its newline, stored together
 	sync(ctx context.Context) error
 	close() error
 }
@@ -42,33 +42,39 @@ type lineSink interface {
 // and closes it, so a transcript holds no file descriptor between lines —
 // 10,000 runs in flight do not hold 10,000 open files (issue 30).
 //
-// A new transcript's file is made by its first line, which goes out with
-// the header in one write (header holds it until then): a sub-agent run
-// opens a new transcript and writes its task at once, and each open of a
-// file cost as much as its write (docs/performance.md). The fields are
-// guarded by the Transcript's mu.
+// A new transcript's file is made by its first lines, which go out with
+// the header in one write (header holds it until then, encoded only
+// then): a sub-agent run opens a new transcript and writes its first
+// lines with its first answer, and each open of a file cost as much as
+// its write (docs/performance.md). The fields are guarded by the
+// Transcript's mu.
 type fileSink struct {
 	path   string
-	header []byte // a new file's header line, not written yet
+	header *TranscriptHeader // a new file's header, not written yet
 }
 
-func (s *fileSink) write(_ context.Context, line []byte) error {
+func (s *fileSink) write(_ context.Context, lines []byte) error {
 	if s.header == nil {
-		return descriptorError(appendFile(s.path, line, false), false)
+		return descriptorError(appendFile(s.path, lines, false), false)
 	}
-	err := s.create(append(s.header, line...))
+	err := s.create(lines)
 	if err == nil {
 		s.header = nil
 	}
 	return err
 }
 
-// create makes the file with b (the header and a first line), its folders
-// (0700) as needed. A file someone made meanwhile is opened as
-// openFileTranscript opens an existing one, and b goes after its lines
-// (its own header, when it had none).
-func (s *fileSink) create(b []byte) error {
-	err := appendFile(s.path, b, true)
+// create makes the file with the header and lines, its folders (0700) as
+// needed. A file someone made meanwhile is opened as openFileTranscript
+// opens an existing one, and lines go after its lines (its own header,
+// when it had none).
+func (s *fileSink) create(lines []byte) error {
+	header, err := headerLine(*s.header)
+	if err != nil {
+		return err
+	}
+	b := append(header, lines...)
+	err = appendFile(s.path, b, true)
 	if errors.Is(err, fs.ErrNotExist) { // its folder is missing
 		if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
 			return err
@@ -78,11 +84,22 @@ func (s *fileSink) create(b []byte) error {
 	if !errors.Is(err, fs.ErrExist) {
 		return descriptorError(err, false)
 	}
-	header := s.header
-	if err := openTranscriptFile(s.path, header); err != nil {
+	if err := openTranscriptFile(s.path, *s.header); err != nil {
 		return err
 	}
-	return descriptorError(appendFile(s.path, b[len(header):], false), false)
+	if len(lines) == 0 {
+		return nil
+	}
+	return descriptorError(appendFile(s.path, lines, false), false)
+}
+
+// headerLine is h encoded as a transcript's first line.
+func headerLine(h TranscriptHeader) ([]byte, error) {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode header: %w", err)
+	}
+	return append(b, '\n'), nil
 }
 
 func (s *fileSink) sync(context.Context) error {
@@ -106,7 +123,7 @@ func (s *fileSink) close() error {
 	if s.header == nil {
 		return nil
 	}
-	err := s.create(s.header)
+	err := s.create(nil)
 	s.header = nil
 	return err
 }
@@ -116,18 +133,17 @@ func (s *fileSink) close() error {
 // folders (0700) as needed, with the header line first (Type "session"
 // and Version 1 unless set; CreatedAt now unless set). An existing file
 // gets the header when it is empty, and a torn last line left by a crash
-// is cut off first, so new lines never run into it. The file is not held
-// open between lines.
+// is cut off first, so new lines never run into it (with h.Fresh, by the
+// first write rather than now). The file is not held open between lines.
 func openFileTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
-	header, err := json.Marshal(h.withDefaults())
-	if err != nil {
-		return nil, fmt.Errorf("open transcript %s: %w", path, err)
-	}
-	header = append(header, '\n')
+	h = h.withDefaults()
 	sink := &fileSink{path: path}
-	err = openTranscriptFile(path, header)
-	if errors.Is(err, fs.ErrNotExist) {
-		sink.header, err = header, nil
+	var err error
+	if !h.Fresh {
+		err = openTranscriptFile(path, h)
+	}
+	if h.Fresh || errors.Is(err, fs.ErrNotExist) {
+		sink.header, err = &h, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open transcript %s: %w", path, err)
@@ -136,16 +152,19 @@ func openFileTranscript(ctx context.Context, path string, h TranscriptHeader) (*
 }
 
 // openTranscriptFile readies the existing transcript file at path for
-// appending: a torn last line is cut off, and an empty file gets header.
-// A missing file is an error wrapping fs.ErrNotExist.
-func openTranscriptFile(path string, header []byte) error {
+// appending: a torn last line is cut off, and an empty file gets the
+// header h. A missing file is an error wrapping fs.ErrNotExist.
+func openTranscriptFile(path string, h TranscriptHeader) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0o600)
 	if err != nil {
 		return descriptorError(err, false)
 	}
 	size, err := cutTornLine(f)
 	if err == nil && size == 0 {
-		_, err = f.Write(header)
+		var header []byte
+		if header, err = headerLine(h); err == nil {
+			_, err = f.Write(header)
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -233,13 +252,36 @@ func (t *Transcript) Path() string { return t.path }
 // meanwhile (a stopped turn still records how far it got); ctx bounds the
 // wait and carries the caller's values.
 func (t *Transcript) Append(ctx context.Context, e TranscriptEntry) error {
-	if e.Type == "" {
-		e.Type = "message"
+	return t.AppendLines(ctx, e)
+}
+
+// AppendLines writes es as consecutive lines, as Append writes one, in
+// one write(2) (one committed statement on PostgreSQL): all are stored
+// when it returns, or none.
+func (t *Transcript) AppendLines(ctx context.Context, es ...TranscriptEntry) error {
+	if len(es) == 0 {
+		return nil
 	}
-	if e.Timestamp.IsZero() {
-		e.Timestamp = time.Now().UTC()
+	var b []byte
+	for _, e := range es {
+		if e.Type == "" {
+			e.Type = "message"
+		}
+		if e.Timestamp.IsZero() {
+			e.Timestamp = time.Now().UTC()
+		}
+		line, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("transcript %s: encode line: %w", t.path, err)
+		}
+		if b == nil {
+			b = line // one line (the usual case): no copy
+		} else {
+			b = append(b, line...)
+		}
+		b = append(b, '\n')
 	}
-	return t.writeLine(ctx, e)
+	return t.write(ctx, b)
 }
 
 func (t *Transcript) writeLine(ctx context.Context, v any) error {
@@ -247,7 +289,11 @@ func (t *Transcript) writeLine(ctx context.Context, v any) error {
 	if err != nil {
 		return fmt.Errorf("transcript %s: encode line: %w", t.path, err)
 	}
-	b = append(b, '\n')
+	return t.write(ctx, append(b, '\n'))
+}
+
+// write stores b, whole lines.
+func (t *Transcript) write(ctx context.Context, b []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.out == nil {

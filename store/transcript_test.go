@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -321,5 +323,51 @@ func TestNewTranscriptFileMadeByFirstLine(t *testing.T) {
 	}
 	if h, entries, err := (FileTranscripts{}).ReadTranscript(ctx, empty); err != nil || h.SessionID != "sess-r1" || len(entries) != 0 {
 		t.Errorf("closed without a line: %+v, %+v, %v", h, entries, err)
+	}
+}
+
+// A transcript opened Fresh (its caller found no lines) is not looked at
+// until its first write, which still does what the open would have: a
+// file made meanwhile keeps its header and loses its torn line, an empty
+// one gets the header, a missing one is made with the lines.
+func TestFreshTranscriptFirstWrite(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fresh := testHeader()
+	fresh.Fresh = true
+	torn := filepath.Join(dir, "torn.jsonl")
+	header := `{"type":"session","version":1,"sessionKey":"made meanwhile","sessionId":"x","agentId":"main","createdAt":"2026-11-27T10:00:00Z"}` + "\n"
+	os.WriteFile(torn, []byte(header+`{"type":"message","role":"user","content":"kept","timestamp":"2026-11-27T10:00:00Z"}`+"\n"+`{"type":"mess`), 0o600)
+	empty := filepath.Join(dir, "empty.jsonl")
+	os.WriteFile(empty, nil, 0o600)
+	missing := filepath.Join(dir, "sub", "missing.jsonl")
+	for _, c := range []struct {
+		path, key string
+		want      []string
+	}{
+		{torn, "made meanwhile", []string{"kept", "a", "b"}},
+		{empty, fresh.SessionKey, []string{"a", "b"}},
+		{missing, fresh.SessionKey, []string{"a", "b"}},
+	} {
+		before, _ := os.ReadFile(c.path)
+		tr, err := FileTranscripts{}.OpenTranscript(ctx, c.path, fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after, _ := os.ReadFile(c.path); !bytes.Equal(before, after) {
+			t.Errorf("%s: changed by the open", c.path)
+		}
+		if err := tr.AppendLines(ctx, TranscriptEntry{Role: "user", Content: "a"}, TranscriptEntry{Role: "assistant", Content: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		tr.Close()
+		h, entries, err := FileTranscripts{}.ReadTranscript(ctx, c.path)
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Content)
+		}
+		if err != nil || h.SessionKey != c.key || !slices.Equal(got, c.want) || (FileTranscripts{}).TranscriptTorn(ctx, c.path) {
+			t.Errorf("%s: header %q, lines %q, %v; want %q, %q", c.path, h.SessionKey, got, err, c.key, c.want)
+		}
 	}
 }

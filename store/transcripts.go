@@ -139,22 +139,31 @@ func (ts rowTranscripts) OpenTranscript(ctx context.Context, path string, h Tran
 	return newTranscript(ctx, path, &rowSink{d: d, name: path, next: last + 1}, last == 0, h)
 }
 
-// rowSink appends a transcript's lines as rows, one committed INSERT each.
+// rowSink appends a transcript's lines as rows, one committed INSERT per
+// write.
 type rowSink struct {
 	d    *DB
 	name string
 	next int64
 }
 
-func (s *rowSink) write(ctx context.Context, line []byte) error {
+func (s *rowSink) write(ctx context.Context, lines []byte) error {
 	ctx, cancel := rowCtx(ctx)
 	defer cancel()
-	_, err := s.d.writer(ctx).exec(`INSERT INTO transcript_lines (name, line, body) VALUES ($1, $2, $3)`,
-		s.name, s.next, string(bytes.TrimSuffix(line, []byte("\n"))))
-	if err != nil {
+	rows := bytes.SplitAfter(lines, []byte("\n"))
+	if len(rows[len(rows)-1]) == 0 {
+		rows = rows[:len(rows)-1]
+	}
+	q := `INSERT INTO transcript_lines (name, line, body) VALUES ($1, $2, $3)`
+	args := []any{s.name, s.next, string(bytes.TrimSuffix(rows[0], []byte("\n")))}
+	for i, row := range rows[1:] {
+		q += fmt.Sprintf(", ($1, $%d, $%d)", len(args)+1, len(args)+2)
+		args = append(args, s.next+int64(i)+1, string(bytes.TrimSuffix(row, []byte("\n"))))
+	}
+	if _, err := s.d.writer(ctx).exec(q, args...); err != nil {
 		return s.d.wrap("append", err)
 	}
-	s.next++
+	s.next += int64(len(rows))
 	return nil
 }
 

@@ -484,13 +484,21 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	return res.Text, nil
 }
 
-// History returns the child transcript's messages.
+// History returns the child transcript's messages. A running run's task
+// reaches its transcript with its first answer (agent.Turn.DeferInput):
+// until then its history is the task, from its row, as the transcript
+// will have it.
 func (m *Manager) History(ctx context.Context, run *store.Run) ([]agent.Message, error) {
 	_, entries, err := m.d.Store.ReadTranscript(ctx, m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
-	if err != nil {
+	running := run.Status == store.StatusRunning
+	if err != nil && !(running && errors.Is(err, store.ErrNotFound)) {
 		return nil, err
 	}
-	return agent.MessagesFromTranscript(entries), nil
+	msgs := agent.MessagesFromTranscript(entries)
+	if len(msgs) == 0 && running {
+		msgs = []agent.Message{{Role: agent.RoleUser, Text: run.Task}}
+	}
+	return msgs, nil
 }
 
 // TranscriptPath is where a run's transcript lives (before archiving).

@@ -1064,6 +1064,10 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	} else {
 		turn.Files, turn.OpenFile = m.taskFiles(ctx, turn.Call.Workspace, run.Task), m.d.OpenFile
 		turn.Resume, turn.Used = point.started, point.used
+		// The task goes into the transcript with the first answer, in
+		// its write: a crash before it finds the transcript without the
+		// task, and the run starts again from its row's (SPEC §25).
+		turn.DeferInput = true
 		res, runErr = sess.Run(runCtx, turn, run.Task)
 	}
 	if res.Fallback != "" {
@@ -1071,7 +1075,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 	}
 	// Children spawned with announce "parent" are waited for; their
 	// results are the input of the run's next turn (SPEC §23).
-	turn.Files, turn.Resume, turn.Used = nil, false, 0
+	turn.Files, turn.Resume, turn.Used, turn.DeferInput = nil, false, 0, false
 	for runErr == nil && !rc.Stopped() {
 		input, err := m.awaitChildren(runCtx, rc, sess)
 		if err != nil || input == "" {

@@ -3,6 +3,7 @@ package subagent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -236,5 +237,78 @@ func TestStopReachesAResumedRun(t *testing.T) {
 	}
 	if got := h.waitDone(r.ID); got.Outcome != store.OutcomeStopped || got.Resumes != 1 {
 		t.Errorf("resumed run after /stop: outcome %s, resumes %d; want stopped, 1", got.Outcome, got.Resumes)
+	}
+}
+
+// A run's task reaches its transcript with its first answer, in one
+// write (agent.Turn.DeferInput): while that call is in flight the run's
+// transcript has no line, which is what a crash then leaves. A restart
+// finds such a run without its task in the transcript and runs it again
+// from the task in its row (SPEC §25). Its history shows the task
+// meanwhile, as the transcript did.
+func TestTaskWrittenWithFirstAnswer(t *testing.T) {
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.System, "Sub-agent context") && c.LastUser() == "held task" {
+			inFlight <- struct{}{}
+			<-release
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "held task"})
+	if res.Status != "accepted" {
+		t.Fatalf("spawn: %+v", res)
+	}
+	select {
+	case <-inFlight:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the run's first model call did not come")
+	}
+	live, err := h.db.GetRun(ctx, res.RunID)
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	path := h.db.TranscriptPath(live.AgentID, live.ChildSessionID)
+	_, statErr := os.Stat(path)
+	hist, histErr := h.m.History(ctx, live) // /subagents log, sessions_history
+	close(release)
+	if !errors.Is(statErr, fs.ErrNotExist) {
+		t.Errorf("the transcript is there while the first call is in flight (%v); its task should come with the answer", statErr)
+	}
+	if histErr != nil || len(hist) != 1 || hist[0].Role != agent.RoleUser || hist[0].Text != "held task" {
+		t.Errorf("history while the first call is in flight: %+v, %v; want the task", hist, histErr)
+	}
+	h.waitDone(res.RunID)
+	_, entries, err := h.db.ReadTranscript(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) < 2 || entries[0].Role != "user" || entries[0].Content != "held task" ||
+		entries[1].Role != "assistant" || entries[1].Content != "worked on held task" {
+		t.Errorf("transcript lines %+v; want the task, then the first answer", entries)
+	}
+
+	// What a crash during that call leaves: the run in its row, as the
+	// live one stood, and no transcript.
+	r := h.crashedRun("00000000-held", live.Status, nil)
+	h.restart()
+	items := h.waitAnnounces(2)
+	got := h.waitDone(r.ID)
+	if got.Outcome != store.OutcomeSuccess || got.Resumes != 1 {
+		t.Errorf("resumed run: outcome %q, resumes %d; want success, 1", got.Outcome, got.Resumes)
+	}
+	if a := items[len(items)-1].Text; !strings.Contains(a, "findings for crashy 00000000-held") || !strings.Contains(a, "Resumed after the gateway stopped (1×).") {
+		t.Errorf("announce of the resumed run:\n%s", a)
+	}
+	_, entries, err = h.db.ReadTranscript(ctx, h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) < 2 || entries[0].Role != "user" || entries[0].Content != "crashy 00000000-held" ||
+		entries[1].Content != "worked on crashy 00000000-held" {
+		t.Errorf("resumed run's transcript %+v; want its task from the row, then the answer", entries)
 	}
 }

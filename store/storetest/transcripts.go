@@ -18,8 +18,8 @@ func testHeader() store.TranscriptHeader {
 }
 
 // A transcript keeps its header and every line as appended (readable
-// before Close), reopens without a second header, tails as JSONL, and an
-// archive takes a free name.
+// before Close), reopens without a second header, takes several lines in
+// one AppendLines, tails as JSONL, and an archive takes a free name.
 func testTranscriptLines(t *testing.T, s Store) {
 	ctx := context.Background()
 	path := s.TranscriptPath("main", "sess-r1")
@@ -56,16 +56,20 @@ func testTranscriptLines(t *testing.T, s Store) {
 	if err := tr.Append(ctx, store.TranscriptEntry{Role: "assistant", Content: "fourth"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := tr.AppendLines(ctx, store.TranscriptEntry{Role: "user", Content: "fifth"}, store.TranscriptEntry{Role: "assistant", Content: "sixth\n"}); err != nil {
+		t.Fatal(err)
+	}
 	tr.Close()
 	h, entries, err = s.ReadTranscript(ctx, path)
-	if err != nil || h.SessionKey != testHeader().SessionKey || len(entries) != 4 || entries[3].Content != "fourth" {
-		t.Fatalf("after reopen: %+v %d entries, %v", h, len(entries), err)
+	if err != nil || h.SessionKey != testHeader().SessionKey || len(entries) != 6 || entries[3].Content != "fourth" ||
+		entries[4].Content != "fifth" || entries[5].Content != "sixth\n" || entries[5].Type != "message" || entries[5].Timestamp.IsZero() {
+		t.Fatalf("after reopen: %+v %+v, %v", h, entries, err)
 	}
 	var out bytes.Buffer
 	if err := s.TailTranscript(ctx, path, false, &out); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); len(lines) != 5 || !strings.Contains(lines[4], `"fourth"`) {
+	if lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); len(lines) != 7 || !strings.Contains(lines[4], `"fourth"`) || !strings.Contains(lines[6], `"sixth\n"`) {
 		t.Errorf("tail = %q", out.String())
 	}
 	if err := s.TailTranscript(ctx, s.TranscriptPath("main", "none"), false, &out); !errors.Is(err, store.ErrNotFound) {
@@ -80,7 +84,7 @@ func testTranscriptLines(t *testing.T, s Store) {
 	if got := s.FindTranscript(ctx, path); got != archived {
 		t.Errorf("FindTranscript = %q, want %q", got, archived)
 	}
-	if _, entries, err := s.ReadTranscript(ctx, archived); err != nil || len(entries) != 4 {
+	if _, entries, err := s.ReadTranscript(ctx, archived); err != nil || len(entries) != 6 {
 		t.Errorf("read archive: %d entries, %v", len(entries), err)
 	}
 	// A second archive at the same second does not overwrite the first.
