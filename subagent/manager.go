@@ -1132,6 +1132,11 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		Call: turn.Call, OnUsage: turn.OnUsage, Logger: log, Clock: m.d.Clock,
 		Fallbacks: turn.Fallbacks, Health: turn.Health, BeforeCall: turn.BeforeCall, OnCall: turn.OnCall,
 		Resume: point.announcing,
+		// The prompt goes into the transcript with the reply, as the
+		// task with the first answer: a crash before the reply finds the
+		// work done and the step not begun, and it begins again (fold,
+		// prompt, call), as it would have from the prompt alone.
+		DeferInput: true,
 	}
 	if point.announced {
 		// Cut after its announce reply was recorded: that reply is the
@@ -1176,7 +1181,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		output, err := checkOutput(run.OutputSchema, annRes.Text)
 		if err != nil {
 			// One correction turn (SPEC §23).
-			annTurn.Resume = false
+			annTurn.Resume, annTurn.DeferInput = false, false
 			corr, cerr := m.announceTurn(ctx, sess, annTurn, schemaCorrection(err))
 			if corr.Fallback != "" {
 				m.noteFallback(lr, corr.Fallback)

@@ -312,3 +312,72 @@ func TestTaskWrittenWithFirstAnswer(t *testing.T) {
 		t.Errorf("resumed run's transcript %+v; want its task from the row, then the answer", entries)
 	}
 }
+
+// The announce step's prompt reaches the transcript with its reply, in one
+// write: while that call is in flight the transcript ends with the work's
+// answer, which is what a crash then leaves. A restart finds the work
+// done and the step not begun, and runs the step (SPEC §25).
+func TestAnnouncePromptWrittenWithReply(t *testing.T) {
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
+		if strings.Contains(c.LastUser(), "Announce step") && taskOf(c) == "held announce" {
+			inFlight <- struct{}{}
+			<-release
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "held announce"})
+	if res.Status != "accepted" {
+		t.Fatalf("spawn: %+v", res)
+	}
+	select {
+	case <-inFlight:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the run's announce call did not come")
+	}
+	live, err := h.db.GetRun(ctx, res.RunID)
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	path := h.db.TranscriptPath(live.AgentID, live.ChildSessionID)
+	_, during, readErr := h.db.ReadTranscript(ctx, path)
+	close(release)
+	if readErr != nil || len(during) != 2 || during[1].Content != "worked on held announce" {
+		t.Errorf("transcript while the announce call is in flight: %+v, %v; want the task and the work's answer only", during, readErr)
+	}
+	h.waitDone(res.RunID)
+	_, entries, err := h.db.ReadTranscript(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 4 || !IsAnnouncePrompt(entries[2].Content) || entries[3].Content != "Result:\nfindings for held announce\n\nNotes:\n(none)" {
+		t.Errorf("transcript lines %+v; want task, answer, prompt, reply", entries)
+	}
+
+	// What a crash during that call leaves: the work's answer last.
+	r := h.crashedRun("00000000-ann-held", live.Status, nil,
+		line(t, "user", "crashy 00000000-ann-held", nil, nil, nil),
+		line(t, "assistant", "worked on crashy 00000000-ann-held", nil, nil, &agent.Usage{Input: 1000, Output: 200}))
+	h.restart()
+	items := h.waitAnnounces(2)
+	got := h.waitDone(r.ID)
+	if got.Outcome != store.OutcomeSuccess || got.Resumes != 1 {
+		t.Errorf("resumed run: outcome %q, resumes %d; want success, 1", got.Outcome, got.Resumes)
+	}
+	if a := items[len(items)-1].Text; !strings.Contains(a, "findings for crashy 00000000-ann-held") || !strings.Contains(a, "Resumed after the gateway stopped (1×).") {
+		t.Errorf("announce of the resumed run:\n%s", a)
+	}
+	_, entries, _ = h.db.ReadTranscript(ctx, h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
+	prompts := 0
+	for _, e := range entries {
+		if e.Role == "user" && IsAnnouncePrompt(e.Content) {
+			prompts++
+		}
+	}
+	if len(entries) != 4 || prompts != 1 || entries[1].Content != "worked on crashy 00000000-ann-held" {
+		t.Errorf("resumed run's transcript %+v; want the work once, then one prompt and its reply", entries)
+	}
+}
