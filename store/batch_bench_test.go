@@ -15,7 +15,9 @@ import (
 // with one SpawnRun per child as four single spawns would; "end" is the
 // batch's four ends, the last one rendering and adding the batch's one
 // announce (EndRun with RunEnd.Batch), "end-announce" four ends of
-// single spawns, each with its own announce. Each op is one batch.
+// single spawns, each with its own announce. Each op is one batch. The
+// runs name their spawn call as the gateway's do (the batch's one call,
+// or one call per single spawn), so the calls' rows are in the figures.
 func BenchmarkBatchSpawn(b *testing.B) {
 	const n = 4
 	lim := SpawnLimits{MaxChildren: 1 << 20, MaxTotal: 1 << 30}
@@ -25,6 +27,8 @@ func BenchmarkBatchSpawn(b *testing.B) {
 		for j := range n {
 			r, child := newRun(fmt.Sprintf("bench-%d-%d", i, j))
 			r.RequesterKey, r.Batch, r.RequesterSessionID = "agent:main:web:dm:b"+strconv.Itoa(i), "batch-"+strconv.Itoa(i), "s1"
+			// A batch's runs share its call; single spawns have one each.
+			r.SpawnCallID = "call-" + strconv.Itoa(i)
 			runs, children = append(runs, r), append(children, child)
 		}
 		return runs, children
@@ -58,6 +62,7 @@ func BenchmarkBatchSpawn(b *testing.B) {
 				case "each":
 					runs, children := batch(i)
 					for j := range runs {
+						runs[j].SpawnCallID += "-" + strconv.Itoa(j)
 						if err := db.SpawnRun(ctx, runs[j], children[j], lim); err != nil {
 							b.Fatal(err)
 						}
