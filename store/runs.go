@@ -169,16 +169,15 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 		}
 		// The calls first: a call that spawned already (a turn replayed
 		// after a crash) is told so before any limit, and the common case
-		// needs no read before the transaction.
-		calls := map[string]bool{}
+		// needs no read before the transaction. All or none: a call
+		// stored before undoes the calls inserted with it.
+		_, taken, err := recordSpawnCalls(c, runs)
+		if err != nil {
+			return err
+		}
 		for _, r := range runs {
-			call := spawnCallKey(r)
-			if r.SpawnCallID == "" || calls[call] {
-				continue
-			}
-			calls[call] = true
-			if err := recordSpawnCall(c, r); err != nil {
-				return err
+			if id, ok := taken[spawnCallKey(r)]; ok {
+				return &SpawnCallError{CallID: r.SpawnCallID, RunID: id}
 			}
 		}
 		if err := checkSpawnLimits(c, runs, lim); err != nil {
@@ -288,27 +287,11 @@ func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, li
 	return errs, nil
 }
 
-// recordSpawnCall records that r's SpawnCallID spawned r; a call recorded
-// already gives a *SpawnCallError naming its run.
-func recordSpawnCall(c conn, r *Run) error {
-	n, err := c.execN(`INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES ($1, $2, $3)
-		ON CONFLICT (requester_key, call_id) DO NOTHING`, r.RequesterKey, r.SpawnCallID, r.ID)
-	if err != nil || n > 0 {
-		return err
-	}
-	sc := &SpawnCallError{CallID: r.SpawnCallID}
-	if err := c.queryRow(func(rows *sql.Rows) error { return rows.Scan(&sc.RunID) },
-		`SELECT run_id FROM spawn_calls WHERE requester_key = $1 AND call_id = $2`, r.RequesterKey, r.SpawnCallID); err != nil {
-		return err
-	}
-	return sc
-}
-
 // spawnCallKey is r's key in spawn_calls: its requester and call.
 func spawnCallKey(r *Run) string { return r.RequesterKey + "\x00" + r.SpawnCallID }
 
-// A newSpawnCall is a spawn_calls row SpawnEach inserted: for the first
-// of its runs that names the call.
+// A newSpawnCall is a spawn_calls row SpawnEach or SpawnRuns inserted:
+// for the first of its runs that names the call.
 type newSpawnCall struct {
 	key       string
 	requester string

@@ -115,6 +115,32 @@ func testRunBySpawnCall(t *testing.T, s Store) {
 	if _, err := s.GetRun(ctx, "r3"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the refused second run was stored: %v", err)
 	}
+
+	// SpawnRuns is all or none: runs naming a new call and a call stored
+	// before are told of the stored one's run, and nothing is stored, not
+	// even the new call. The runs of one call record it for the first.
+	a, aChild := newRun("r4")
+	b, bChild := newRun("r5")
+	a.SpawnCallID, b.SpawnCallID = "toolu_4", "toolu_1"
+	err = s.SpawnRuns(ctx, []*store.Run{a, b}, []*store.Session{aChild, bChild}, store.SpawnLimits{})
+	if !errors.As(err, &sc) || sc.RunID != "r1" || sc.CallID != "toolu_1" {
+		t.Errorf("runs naming a call stored before = %v, want a *SpawnCallError naming r1", err)
+	}
+	for _, id := range []string{"r4", "r5"} {
+		if _, err := s.GetRun(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("run %s of the refused spawn was stored: %v", id, err)
+		}
+	}
+	if _, err := s.RunBySpawnCall(ctx, convKey, "toolu_4"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused spawn's new call was recorded: %v", err)
+	}
+	b.SpawnCallID = "toolu_4"
+	if err := s.SpawnRuns(ctx, []*store.Run{a, b}, []*store.Session{aChild, bChild}, store.SpawnLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RunBySpawnCall(ctx, convKey, "toolu_4"); err != nil || got.ID != "r4" {
+		t.Errorf("RunBySpawnCall(toolu_4) = %+v, %v; want r4, the first run naming it", got, err)
+	}
 }
 
 // Runs a replica left (queued, running or announcing; not done) are
