@@ -314,10 +314,11 @@ func recordSpawnCalls(c conn, runs []*Run) ([]newSpawnCall, map[string]string, e
 		seen[k] = true
 		calls = append(calls, newSpawnCall{k, r.RequesterKey, r.SpawnCallID, r.ID})
 	}
-	inserted := make(map[string]bool, len(calls))
+	inserted := make([]bool, len(calls))
 	err := spawnCallRows.each(c, len(calls), func(off, n int, q string) error {
+		chunk := calls[off : off+n]
 		args := make([]any, 0, 3*n)
-		for _, sc := range calls[off : off+n] {
+		for _, sc := range chunk {
 			args = append(args, sc.requester, sc.callID, sc.runID)
 		}
 		rows, err := c.query(q, args...)
@@ -325,12 +326,21 @@ func recordSpawnCalls(c conn, runs []*Run) ([]newSpawnCall, map[string]string, e
 			return err
 		}
 		defer rows.Close()
+		// Each row names a call of the chunk, read in place. The rows come
+		// in the chunk's order, so the search starts after the last found.
+		var req, call sql.RawBytes
+		next := 0
 		for rows.Next() {
-			var req, call string
 			if err := rows.Scan(&req, &call); err != nil {
 				return err
 			}
-			inserted[req+"\x00"+call] = true
+			for k := range chunk {
+				j := (next + k) % n
+				if sc := &chunk[j]; !inserted[off+j] && string(call) == sc.callID && string(req) == sc.requester {
+					inserted[off+j], next = true, j+1
+					break
+				}
+			}
 		}
 		return rows.Close()
 	})
@@ -338,8 +348,8 @@ func recordSpawnCalls(c conn, runs []*Run) ([]newSpawnCall, map[string]string, e
 		return nil, nil, err
 	}
 	kept := calls[:0]
-	for _, sc := range calls {
-		if inserted[sc.key] {
+	for i, sc := range calls {
+		if inserted[i] {
 			kept = append(kept, sc)
 			continue
 		}
