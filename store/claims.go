@@ -142,6 +142,19 @@ func queryAll[T any](c conn, q string, args []any, scan func(*sql.Rows, *T) erro
 	return out, rows.Err()
 }
 
+// anyOwedQuery asks whether any message is owed (ClaimOwed), through
+// intake_owed.
+const anyOwedQuery = `SELECT 1 FROM intake WHERE done_at IS NULL LIMIT 1`
+
+// claimOwedQuery is ClaimOwed's claim for $1 of up to $2 owed messages,
+// found through intake_owed (the owed messages alone, v39) in order.
+func (d *DB) claimOwedQuery(reclaim bool) string {
+	return `UPDATE intake SET claimed_by = $1 WHERE id IN (
+		SELECT id FROM intake WHERE done_at IS NULL AND ` + d.free("claimed_by", "$1", reclaim) + ` AND NOT EXISTS (
+			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
+		ORDER BY id LIMIT $2` + d.dialect.skipLocked + `) RETURNING ` + intakeCols
+}
+
 // ClaimOwed claims for c.Holder up to c.Limit owed messages that are the
 // oldest owed message of their session and free (see free), oldest first.
 // Their turns are the holder's to run; the session's later messages follow
@@ -154,13 +167,10 @@ func (d *DB) ClaimOwed(ctx context.Context, c Claim) ([]Intake, error) {
 	if limit <= 0 {
 		limit = noLimit
 	}
-	q := `UPDATE intake SET claimed_by = $1 WHERE id IN (
-		SELECT id FROM intake WHERE done_at IS NULL AND ` + d.free("claimed_by", "$1", c.Reclaim) + ` AND NOT EXISTS (
-			SELECT 1 FROM intake e WHERE e.session_key = intake.session_key AND e.id < intake.id AND e.done_at IS NULL)
-		ORDER BY id LIMIT $2` + d.dialect.skipLocked + `) RETURNING ` + intakeCols
+	q := d.claimOwedQuery(c.Reclaim)
 	var out []Intake
 	err := d.claimTx(ctx, func(c conn) error {
-		if ok, err := anyRow(c, `SELECT 1 FROM intake WHERE done_at IS NULL LIMIT 1`); !ok {
+		if ok, err := anyRow(c, anyOwedQuery); !ok {
 			return err
 		}
 		var err error

@@ -537,9 +537,12 @@ func (d *DB) CompleteTurn(ctx context.Context, e TurnEnd) (int64, *Intake, error
 	return outID, next, nil
 }
 
+// owedIntakeQuery reads the owed messages in order, through intake_owed.
+const owedIntakeQuery = `SELECT ` + intakeCols + ` FROM intake WHERE done_at IS NULL ORDER BY id`
+
 // OwedIntake returns the messages whose turn is owed, in arrival order.
 func (d *DB) OwedIntake(ctx context.Context) ([]Intake, error) {
-	rows, err := d.reader(ctx).query(`SELECT ` + intakeCols + ` FROM intake WHERE done_at IS NULL ORDER BY id`)
+	rows, err := d.reader(ctx).query(owedIntakeQuery)
 	if err != nil {
 		return nil, d.wrap("owed intake", err)
 	}

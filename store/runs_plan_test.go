@@ -17,9 +17,9 @@ type planCase struct {
 	indexes []string
 }
 
-// TestRunQueriesSearchAnIndex: the reads of runs and sessions whose
-// index v37 and v38 changed (partial, dropped, merged), and the spawn
-// limits' counts, find their rows through their index on both engines,
+// TestRunQueriesSearchAnIndex: the reads of runs, sessions and intake
+// whose index v37, v38 and v39 changed (partial, dropped, merged), and
+// the spawn limits' counts, find their rows through their index on both engines,
 // never by a scan of the table. A partial index serves a query only when the query's
 // WHERE states the index's condition (a bound parameter does not show
 // it), so a query that lost its stated condition, or an index that lost
@@ -59,6 +59,10 @@ func TestRunQueriesSearchAnIndex(t *testing.T) {
 		list("list root", RunFilter{RootKey: "agent:main:main", Limit: 20, Brief: true}, "runs_root"),
 		list("list newest", RunFilter{Limit: 1}, "runs_created"),
 		{"conversations", sessQ, sessArgs, "sessions", []string{"sessions_main"}},
+		{"any owed", anyOwedQuery, nil, "intake", []string{"intake_"}},
+		{"owed intake", owedIntakeQuery, nil, "intake", []string{"intake_owed"}},
+		{"claim owed", db.claimOwedQuery(false), []any{"gw-1", 10}, "intake", []string{"intake_owed"}},
+		{"reclaim owed", db.claimOwedQuery(true), []any{"gw-1", 10}, "intake", []string{"intake_owed"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plan := queryPlan(t, db, c.q, c.args...)
