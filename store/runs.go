@@ -1111,8 +1111,8 @@ func insertBatchAnnounce(c conn, dia *dialect, batch string, render func([]Run) 
 // show (PostgreSQL's generic plans likewise).
 const (
 	activeRun    = `status IN ('queued', 'running', 'announcing')` // runs_requester_active
-	inSpawnGroup = `spawn_group <> ''`                              // runs_spawn_group
-	inBatch      = `batch <> ''`                                    // runs_batch
+	inSpawnGroup = `spawn_group <> ''`                             // runs_spawn_group
+	inBatch      = `batch <> ''`                                   // runs_batch
 )
 
 // The reads of a batch's runs, through runs_batch: how many are live,
