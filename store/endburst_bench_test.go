@@ -25,8 +25,6 @@ import (
 func BenchmarkEndRunBurst(b *testing.B) {
 	const chats, perChat = 10, 100
 	db := newTestDB(b)
-	ctx := context.Background()
-	lim := SpawnLimits{MaxChildren: 1 << 20, MaxTotal: 1 << 30}
 	var commits atomic.Int64
 	if db.pg == nil {
 		testHookGroupCommit = func(int) { commits.Add(1) }
@@ -36,49 +34,11 @@ func BenchmarkEndRunBurst(b *testing.B) {
 	spawn := func(op int) []*Run {
 		var all []*Run
 		for c := range chats {
-			client := "c" + strconv.Itoa(c)
-			origin := channels.Origin{Channel: "web", ChatID: client, ChatType: channels.ChatDM}
-			req := "agent:main:web:dm:" + client
-			runs, children := make([]*Run, perChat), make([]*Session, perChat)
-			for j := range perChat {
-				id := strconv.Itoa(op) + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(j)
-				runs[j], children[j] = spawnedRun("end", id, req, "s-"+client, now)
-				runs[j].Origin = origin
-			}
-			errs, err := db.SpawnEach(ctx, runs, children, lim)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, e := range errs {
-				if e != nil {
-					b.Fatal(e)
-				}
-			}
-			all = append(all, runs...)
+			all = append(all, spawnWebRuns(b, db, strconv.Itoa(op)+"-"+strconv.Itoa(c), "c"+strconv.Itoa(c), perChat, now)...)
 		}
 		return all
 	}
-	end := func(r *Run) error {
-		r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
-		r.EndedAt, r.ArchiveAt = time.Now(), time.Now().Add(time.Hour)
-		ann := &OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished\n\ndone",
-			SessionKey: r.RequesterKey, AgentID: r.AgentID}
-		at := time.Now()
-		e := RunEnd{
-			Announce:      ann,
-			Result:        &Result{Text: "[sub-agent result] done"},
-			ClaimAnnounce: "local",
-			Web: &WebDelivery{Client: r.Origin.ChatID, Msg: WebMessage{Role: "announce", Text: ann.Text, RunID: r.ID, At: at,
-				Next: &NextClaim{Holder: "local", Limits: OutboxLimits{}, Now: at}}},
-		}
-		if err := db.EndRun(ctx, r, e); err != nil {
-			return err
-		}
-		if e.Web.Msg.Delivers == 0 {
-			b.Errorf("run %s: the announce was not delivered with its end", r.ID)
-		}
-		return nil
-	}
+	end := func(r *Run) error { return endWebRun(b, db, r) }
 	b.ReportAllocs()
 	var cpu, wall time.Duration
 	var groups int64
@@ -112,4 +72,52 @@ func BenchmarkEndRunBurst(b *testing.B) {
 	if db.pg == nil {
 		b.ReportMetric(float64(groups)/ends, "commits/end")
 	}
+}
+
+// spawnWebRuns records n running runs of the web chat client, ids
+// "end-<prefix>-<j>", with one SpawnEach: one model response's spawns.
+func spawnWebRuns(b *testing.B, db *DB, prefix, client string, n int, now time.Time) []*Run {
+	origin := channels.Origin{Channel: "web", ChatID: client, ChatType: channels.ChatDM}
+	req := "agent:main:web:dm:" + client
+	runs, children := make([]*Run, n), make([]*Session, n)
+	for j := range n {
+		runs[j], children[j] = spawnedRun("end", prefix+"-"+strconv.Itoa(j), req, "s-"+client, now)
+		runs[j].Origin = origin
+	}
+	errs, err := db.SpawnEach(context.Background(), runs, children, SpawnLimits{MaxChildren: 1 << 20, MaxTotal: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range errs {
+		if e != nil {
+			b.Fatal(e)
+		}
+	}
+	return runs
+}
+
+// endWebRun ends r as the gateway ends a run of a web chat: the run row,
+// its child session's tokens, its result for the requester (SPEC §23),
+// its announce, claimed for this replica and delivered to the web chat
+// in the same transaction (with the claim of the chat's next item).
+func endWebRun(b *testing.B, db *DB, r *Run) error {
+	r.Status, r.Outcome, r.Result, r.TokensIn, r.TokensOut = StatusDone, OutcomeSuccess, "done", 1200, 300
+	r.EndedAt, r.ArchiveAt = time.Now(), time.Now().Add(time.Hour)
+	ann := &OutboxItem{RunID: r.ID, Origin: r.Origin, Kind: channels.KindAnnounce, Text: "✅ summary finished\n\ndone",
+		SessionKey: r.RequesterKey, AgentID: r.AgentID}
+	at := time.Now()
+	e := RunEnd{
+		Announce:      ann,
+		Result:        &Result{Text: "[sub-agent result] done"},
+		ClaimAnnounce: "local",
+		Web: &WebDelivery{Client: r.Origin.ChatID, Msg: WebMessage{Role: "announce", Text: ann.Text, RunID: r.ID, At: at,
+			Next: &NextClaim{Holder: "local", Limits: OutboxLimits{}, Now: at}}},
+	}
+	if err := db.EndRun(context.Background(), r, e); err != nil {
+		return err
+	}
+	if e.Web.Msg.Delivers == 0 {
+		b.Errorf("run %s: the announce was not delivered with its end", r.ID)
+	}
+	return nil
 }
