@@ -484,18 +484,20 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	return res.Text, nil
 }
 
-// History returns the child transcript's messages. A running run's task
-// reaches its transcript with its first answer (agent.Turn.DeferInput):
-// until then its history is the task, from its row, as the transcript
-// will have it.
+// History returns the child transcript's messages. A run's task reaches
+// its transcript with its first answer (agent.Turn.DeferInput): until
+// then the history of a run that started (running, announcing, or queued
+// again after a restart cut it) is the task, from its row, as the
+// transcript will have it.
 func (m *Manager) History(ctx context.Context, run *store.Run) ([]agent.Message, error) {
 	_, entries, err := m.d.Store.ReadTranscript(ctx, m.d.Store.TranscriptPath(run.AgentID, run.ChildSessionID))
-	running := run.Status == store.StatusRunning
-	if err != nil && !(running && errors.Is(err, store.ErrNotFound)) {
+	started := run.Status == store.StatusRunning || run.Status == store.StatusAnnouncing ||
+		(run.Status == store.StatusQueued && run.Resumes > 0)
+	if err != nil && !(started && errors.Is(err, store.ErrNotFound)) {
 		return nil, err
 	}
 	msgs := agent.MessagesFromTranscript(entries)
-	if len(msgs) == 0 && running {
+	if len(msgs) == 0 && started {
 		msgs = []agent.Message{{Role: agent.RoleUser, Text: run.Task}}
 	}
 	return msgs, nil

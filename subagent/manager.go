@@ -1135,7 +1135,9 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		// The prompt goes into the transcript with the reply, as the
 		// task with the first answer: a crash before the reply finds the
 		// work done and the step not begun, and it begins again (fold,
-		// prompt, call), as it would have from the prompt alone.
+		// prompt, call), as it would have from the prompt alone. Not
+		// after folded results: with one of them last, the transcript
+		// reads as a work turn waiting for its answer.
 		DeferInput: true,
 	}
 	if point.announced {
@@ -1147,7 +1149,9 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 			// The results of the run's own children that ended meanwhile
 			// come before its announce step (SPEC §23); a step resumed
 			// after its prompt was recorded took them already.
-			m.fold(ctx, sess, run)
+			if m.fold(ctx, sess, run) {
+				annTurn.DeferInput = false
+			}
 		}
 		prompt := announcePrompt
 		if run.OutputSchema != "" {

@@ -99,8 +99,8 @@ func holdsResult(history []agent.Message, text string) bool {
 
 // fold takes the results of the run's own children into its session sess
 // before a turn of it; a store that does not answer leaves them for the
-// next one.
-func (m *Manager) fold(ctx context.Context, sess *agent.Session, run *store.Run) {
+// next one. wrote: it may have written lines to sess's transcript.
+func (m *Manager) fold(ctx context.Context, sess *agent.Session, run *store.Run) (wrote bool) {
 	n, err := Fold(ctx, m.d.Store, sess, store.Fold{SessionKey: run.ChildKey, SessionID: run.ChildSessionID,
 		By: "run:" + run.ID, At: m.d.Clock.Now()}, m.d.Clock, "")
 	if err != nil {
@@ -109,4 +109,5 @@ func (m *Manager) fold(ctx context.Context, sess *agent.Session, run *store.Run)
 	if n > 0 {
 		m.runLog(run).Info("sub-agent results taken into the run's history", zap.Int("results", n))
 	}
+	return n > 0 || err != nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,12 +275,18 @@ func TestTaskWrittenWithFirstAnswer(t *testing.T) {
 	path := h.db.TranscriptPath(live.AgentID, live.ChildSessionID)
 	_, statErr := os.Stat(path)
 	hist, histErr := h.m.History(ctx, live) // /subagents log, sessions_history
+	requeued := *live                       // as a restart finds it before its lane takes it
+	requeued.Status, requeued.Resumes = store.StatusQueued, 1
+	histQ, histQErr := h.m.History(ctx, &requeued)
 	close(release)
 	if !errors.Is(statErr, fs.ErrNotExist) {
 		t.Errorf("the transcript is there while the first call is in flight (%v); its task should come with the answer", statErr)
 	}
 	if histErr != nil || len(hist) != 1 || hist[0].Role != agent.RoleUser || hist[0].Text != "held task" {
 		t.Errorf("history while the first call is in flight: %+v, %v; want the task", hist, histErr)
+	}
+	if histQErr != nil || len(histQ) != 1 || histQ[0].Text != "held task" {
+		t.Errorf("history of the run queued again after a crash: %+v, %v; want the task", histQ, histQErr)
 	}
 	h.waitDone(res.RunID)
 	_, entries, err := h.db.ReadTranscript(ctx, path)
@@ -380,4 +387,65 @@ func TestAnnouncePromptWrittenWithReply(t *testing.T) {
 	if len(entries) != 4 || prompts != 1 || entries[1].Content != "worked on crashy 00000000-ann-held" {
 		t.Errorf("resumed run's transcript %+v; want the work once, then one prompt and its reply", entries)
 	}
+}
+
+// A step that folded its children's results first writes its prompt at
+// once: with a folded result last, a transcript cut there would read as a
+// work turn waiting for its answer.
+func TestAnnouncePromptAfterFoldWrittenAtOnce(t *testing.T) {
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	var spawned atomic.Bool
+	var h *harness
+	h = newHarness(t, "maxDepth: 2", "", func(c llmtest.Call) llmtest.Reply {
+		if taskOf(c) != "outer" {
+			return standard(c)
+		}
+		switch {
+		case strings.Contains(c.LastUser(), "Announce step"):
+			inFlight <- struct{}{}
+			<-release
+		case spawned.CompareAndSwap(false, true):
+			return llmtest.Reply{ToolCalls: []agent.ToolCall{{ID: "s1", Name: "sessions_spawn", Args: []byte(`{"task":"inner","announce":"silent"}`)}}}
+		default:
+			// The work ends after its child's result is stored: the
+			// announce step folds it.
+			key := "?"
+			for _, l := range strings.Split(c.System, "\n") {
+				if k, ok := strings.CutPrefix(l, "- Your session: "); ok {
+					key = k
+				}
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				if res, _ := h.db.PendingResults(context.Background(), key, ""); len(res) > 0 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		return standard(c)
+	})
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "outer"})
+	if res.Status != "accepted" {
+		t.Fatalf("spawn: %+v", res)
+	}
+	select {
+	case <-inFlight:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the run's announce call did not come")
+	}
+	r, err := h.db.GetRun(ctx, res.RunID)
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	_, during, readErr := h.db.ReadTranscript(ctx, h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
+	close(release)
+	n := len(during)
+	if readErr != nil || n < 2 || !IsAnnouncePrompt(during[n-1].Content) || !strings.HasPrefix(during[n-2].Content, "[sub-agent result]") {
+		t.Errorf("transcript while the announce call is in flight: %+v, %v; want the folded result, then the prompt, last", during, readErr)
+	}
+	h.waitDone(res.RunID)
 }
