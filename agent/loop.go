@@ -196,7 +196,9 @@ type Turn struct {
 	// closes, not before the first model call. A crash before then loses
 	// it: only for an input that is stored elsewhere and that a restart
 	// gives again when the transcript does not have it (a sub-agent run's
-	// task, in its run row: SPEC §25).
+	// task, in its run row; a person's message, in its intake row: SPEC
+	// §25). A turn that ends before its first answer writes it on
+	// Run's return.
 	DeferInput bool
 	// Files are the files on the input message (SPEC §18); OpenFile reads
 	// their bytes for a model that takes them as content.
@@ -227,8 +229,32 @@ type Result struct {
 // their own) so that a call in flight holds a small goroutine stack
 // (docs/performance.md, memory per model call in flight).
 func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error) {
+	res, err := s.run(ctx, &t, input)
+	if len(s.held) > 0 {
+		// A turn that ended before its first answer (an error, a cut)
+		// still leaves its input in the transcript, as without
+		// DeferInput: a held input is written only later, never lost
+		// while the process lives.
+		if ferr := s.flushHeld(); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	return res, err
+}
+
+// flushHeld writes the held lines (Turn.DeferInput) on their own.
+func (s *Session) flushHeld() error {
+	if err := s.Transcript.AppendLines(context.Background(), s.held...); err != nil {
+		return fmt.Errorf("write transcript of %s: %w: %w", s.Key, ErrTranscript, err)
+	}
+	s.held = nil
+	return nil
+}
+
+// run is Run's loop.
+func (s *Session) run(ctx context.Context, t *Turn, input string) (Result, error) {
 	var res Result
-	if err := s.begin(ctx, &t, input); err != nil {
+	if err := s.begin(ctx, t, input); err != nil {
 		return res, err
 	}
 	res.Iterations = max(t.Used, 0)
@@ -241,14 +267,14 @@ func (s *Session) Run(ctx context.Context, t Turn, input string) (Result, error)
 			return res, fmt.Errorf("%w (%d)", ErrMaxIterations, t.MaxIterations)
 		}
 		res.Iterations++
-		resp, answered, err := s.completeChain(ctx, &t, &res)
+		resp, answered, err := s.completeChain(ctx, t, &res)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return res, ctxErr
 			}
 			return res, err
 		}
-		done, err := s.answered(ctx, &t, &res, resp, answered, &pendingReplies)
+		done, err := s.answered(ctx, t, &res, resp, answered, &pendingReplies)
 		if err != nil || done {
 			return res, err
 		}
@@ -727,7 +753,7 @@ func (s *Session) Close() error {
 	}
 	var err error
 	if len(s.held) > 0 {
-		err = s.Transcript.AppendLines(context.Background(), s.held...)
+		err = s.flushHeld()
 		s.held = nil
 	}
 	return errors.Join(err, s.Transcript.Close())

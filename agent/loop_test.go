@@ -258,3 +258,48 @@ func TestPreparerGetsTheAllowedCallsOfARun(t *testing.T) {
 		t.Errorf("tool results = %+v", rs)
 	}
 }
+
+// TestDeferredInputReachesTheTranscript: a DeferInput turn's message is
+// not on disk while its first model call is in flight, is written with
+// the answer in the same write, and a turn whose call fails still leaves
+// it in the transcript when Run returns (not only at Close).
+func TestDeferredInputReachesTheTranscript(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	onDisk := func() []string {
+		_, entries, err := store.FileTranscripts{}.ReadTranscript(context.Background(), path)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Role+":"+e.Content)
+		}
+		return out
+	}
+	var atCall [][]string
+	model, _ := newModel(t, func(c llmtest.Call) llmtest.Reply {
+		atCall = append(atCall, onDisk())
+		if c.LastUser() == "fail" {
+			return llmtest.Reply{Status: 400, Message: "bad request"}
+		}
+		return llmtest.Reply{Text: "hello"}
+	})
+	s, err := agent.LoadSession(context.Background(), "k", "id", "main", "", path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if res, err := s.Run(context.Background(), agent.Turn{Model: model, DeferInput: true}, "hi"); err != nil || res.Text != "hello" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if _, err := s.Run(context.Background(), agent.Turn{Model: model, DeferInput: true}, "fail"); err == nil {
+		t.Fatal("the failing call's turn returned no error")
+	}
+	if len(atCall) != 2 || len(atCall[0]) != 0 || strings.Join(atCall[1], "|") != "user:hi|assistant:hello" {
+		t.Errorf("on disk at each model call: %q; want nothing, then the first turn's two lines", atCall)
+	}
+	// Read before Close: the failed turn's message is there already.
+	if got := strings.Join(onDisk(), "|"); got != "user:hi|assistant:hello|user:fail" {
+		t.Errorf("transcript after the failed turn: %q", got)
+	}
+}

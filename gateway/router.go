@@ -396,6 +396,11 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 			g.panel.spentChanged(key)
 		},
 		Files: files, OpenFile: g.openFile,
+		// The message goes into the transcript with the first answer, in
+		// one write, not before the call: it is in its intake row, and a
+		// turn cut before that answer runs again from there (resumeMode:
+		// a started turn whose history lacks the message runs from it).
+		DeferInput: true,
 	}, text)
 	switch {
 	case res.Fallback != "":

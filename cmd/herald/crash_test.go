@@ -945,3 +945,119 @@ func outboxPending(stateDir string) (int, error) {
 	defer db.Close()
 	return db.OutboxPending(ctx)
 }
+
+// TestCrashKill9DuringFirstModelCall kills the gateway while a turn's first
+// model call is in flight: the person's message goes into the transcript
+// only with the first answer (agent.Turn.DeferInput), so the transcript
+// does not hold it yet. After the restart the message is answered once,
+// and the model is sent it once — in the turn run again and in the next
+// turn's history, before that turn's answer.
+func TestCrashKill9DuringFirstModelCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the herald binary and runs it twice")
+	}
+	bin := buildHerald(t)
+	var (
+		mu    sync.Mutex
+		calls []llmtest.Call
+	)
+	inFlight := make(chan struct{})
+	var once sync.Once
+	life := 1
+	llm := llmtest.NewAnthropic(t, func(c llmtest.Call) llmtest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, c)
+		if life == 1 {
+			once.Do(func() { close(inFlight) })
+			return llmtest.Reply{Text: "never", Delay: 10 * time.Minute}
+		}
+		return llmtest.Reply{Text: "Answer to " + c.LastUser() + "."}
+	})
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	addr := freeAddr(t)
+	base := "http://" + addr
+	tmpl, err := os.ReadFile(filepath.Join("testdata", "crash.json5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "herald.json5")
+	src := strings.NewReplacer("{{LISTEN}}", addr, "{{LLM_URL}}", llm.URL).Replace(string(tmpl))
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	post := func(text string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]string{"client": crashClient, "text": text})
+		resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
+		}
+	}
+	answers := func(want int) func() (bool, string) {
+		return func() (bool, string) {
+			msgs, err := webMessages(t, base)
+			if err != nil {
+				return false, err.Error()
+			}
+			n := 0
+			for _, m := range msgs {
+				if m.Role == "assistant" {
+					n++
+				}
+			}
+			return n >= want, fmt.Sprintf("%+v", msgs)
+		}
+	}
+
+	gw1 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway1.log"))
+	defer gw1.dumpLog(t)
+	waitReady(t, gw1, base)
+	post("question one")
+	select {
+	case <-inFlight:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn's model call never arrived")
+	}
+	gw1.kill(t)
+	mu.Lock()
+	life = 2
+	mu.Unlock()
+
+	gw2 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway2.log"))
+	defer gw2.dumpLog(t)
+	waitReady(t, gw2, base)
+	waitFor(t, gw2, "the cut turn's answer", answers(1))
+	post("question two")
+	waitFor(t, gw2, "the next turn's answer", answers(2))
+
+	msgs, err := webMessages(t, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			said = append(said, m.Text)
+		}
+	}
+	if want := []string{"Answer to question one.", "Answer to question two."}; !slices.Equal(said, want) {
+		t.Errorf("answers %q, want %q", said, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	last := calls[len(calls)-1]
+	var history []string
+	for _, m := range last.Messages {
+		history = append(history, string(m.Role)+": "+m.Text)
+	}
+	want := []string{"user: question one", "assistant: Answer to question one.", "user: question two"}
+	if !slices.Equal(history, want) {
+		t.Errorf("the next turn's request held %q, want %q", history, want)
+	}
+}
