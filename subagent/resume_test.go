@@ -241,6 +241,67 @@ func TestStopReachesAResumedRun(t *testing.T) {
 	}
 }
 
+// heldCall keeps one model call of a test in flight until freed.
+type heldCall struct {
+	in, release chan struct{}
+	once        sync.Once
+}
+
+func newHeldCall(t *testing.T) *heldCall {
+	c := &heldCall{in: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(c.free)
+	return c
+}
+
+// hold is the model handler's: it blocks the call until free.
+func (c *heldCall) hold() {
+	c.in <- struct{}{}
+	<-c.release
+}
+
+func (c *heldCall) free() { c.once.Do(func() { close(c.release) }) }
+
+// resumeCrashed restarts the manager, checks that r (left by a crash)
+// resumes and announces its task's findings, its second announce of the
+// test, and returns its transcript's lines.
+func (h *harness) resumeCrashed(r *store.Run) []store.TranscriptEntry {
+	h.t.Helper()
+	h.restart()
+	items := h.waitAnnounces(2)
+	got := h.waitDone(r.ID)
+	if got.Outcome != store.OutcomeSuccess || got.Resumes != 1 {
+		h.t.Errorf("resumed run: outcome %q, resumes %d; want success, 1", got.Outcome, got.Resumes)
+	}
+	if a := items[len(items)-1].Text; !strings.Contains(a, "findings for "+r.Task) || !strings.Contains(a, "Resumed after the gateway stopped (1×).") {
+		h.t.Errorf("announce of the resumed run:\n%s", a)
+	}
+	_, entries, err := h.db.ReadTranscript(context.Background(), h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return entries
+}
+
+// spawnHeld spawns task and returns its run's row once c holds its call.
+func (h *harness) spawnHeld(c *heldCall, task string) *store.Run {
+	h.t.Helper()
+	ctx := context.Background()
+	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: task})
+	if res.Status != "accepted" {
+		h.t.Fatalf("spawn: %+v", res)
+	}
+	select {
+	case <-c.in:
+	case <-time.After(20 * time.Second):
+		h.t.Fatalf("the held call of %q did not come", task)
+	}
+	r, err := h.db.GetRun(ctx, res.RunID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
 // A run's task reaches its transcript with its first answer, in one
 // write (agent.Turn.DeferInput): while that call is in flight the run's
 // transcript has no line, which is what a crash then leaves. A restart
@@ -248,37 +309,22 @@ func TestStopReachesAResumedRun(t *testing.T) {
 // from the task in its row (SPEC §25). Its history shows the task
 // meanwhile, as the transcript did.
 func TestTaskWrittenWithFirstAnswer(t *testing.T) {
-	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	held := newHeldCall(t)
 	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.System, "Sub-agent context") && c.LastUser() == "held task" {
-			inFlight <- struct{}{}
-			<-release
+			held.hold()
 		}
 		return standard(c)
 	})
 	ctx := context.Background()
-	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "held task"})
-	if res.Status != "accepted" {
-		t.Fatalf("spawn: %+v", res)
-	}
-	select {
-	case <-inFlight:
-	case <-time.After(20 * time.Second):
-		close(release)
-		t.Fatal("the run's first model call did not come")
-	}
-	live, err := h.db.GetRun(ctx, res.RunID)
-	if err != nil {
-		close(release)
-		t.Fatal(err)
-	}
+	live := h.spawnHeld(held, "held task")
 	path := h.db.TranscriptPath(live.AgentID, live.ChildSessionID)
 	_, statErr := os.Stat(path)
 	hist, histErr := h.m.History(ctx, live) // /subagents log, sessions_history
 	requeued := *live                       // as a restart finds it before its lane takes it
 	requeued.Status, requeued.Resumes = store.StatusQueued, 1
 	histQ, histQErr := h.m.History(ctx, &requeued)
-	close(release)
+	held.free()
 	if !errors.Is(statErr, fs.ErrNotExist) {
 		t.Errorf("the transcript is there while the first call is in flight (%v); its task should come with the answer", statErr)
 	}
@@ -288,7 +334,7 @@ func TestTaskWrittenWithFirstAnswer(t *testing.T) {
 	if histQErr != nil || len(histQ) != 1 || histQ[0].Text != "held task" {
 		t.Errorf("history of the run queued again after a crash: %+v, %v; want the task", histQ, histQErr)
 	}
-	h.waitDone(res.RunID)
+	h.waitDone(live.ID)
 	_, entries, err := h.db.ReadTranscript(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -300,20 +346,7 @@ func TestTaskWrittenWithFirstAnswer(t *testing.T) {
 
 	// What a crash during that call leaves: the run in its row, as the
 	// live one stood, and no transcript.
-	r := h.crashedRun("00000000-held", live.Status, nil)
-	h.restart()
-	items := h.waitAnnounces(2)
-	got := h.waitDone(r.ID)
-	if got.Outcome != store.OutcomeSuccess || got.Resumes != 1 {
-		t.Errorf("resumed run: outcome %q, resumes %d; want success, 1", got.Outcome, got.Resumes)
-	}
-	if a := items[len(items)-1].Text; !strings.Contains(a, "findings for crashy 00000000-held") || !strings.Contains(a, "Resumed after the gateway stopped (1×).") {
-		t.Errorf("announce of the resumed run:\n%s", a)
-	}
-	_, entries, err = h.db.ReadTranscript(ctx, h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	entries = h.resumeCrashed(h.crashedRun("00000000-held", live.Status, nil))
 	if len(entries) < 2 || entries[0].Role != "user" || entries[0].Content != "crashy 00000000-held" ||
 		entries[1].Content != "worked on crashy 00000000-held" {
 		t.Errorf("resumed run's transcript %+v; want its task from the row, then the answer", entries)
@@ -325,37 +358,22 @@ func TestTaskWrittenWithFirstAnswer(t *testing.T) {
 // answer, which is what a crash then leaves. A restart finds the work
 // done and the step not begun, and runs the step (SPEC §25).
 func TestAnnouncePromptWrittenWithReply(t *testing.T) {
-	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	held := newHeldCall(t)
 	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.LastUser(), "Announce step") && taskOf(c) == "held announce" {
-			inFlight <- struct{}{}
-			<-release
+			held.hold()
 		}
 		return standard(c)
 	})
 	ctx := context.Background()
-	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "held announce"})
-	if res.Status != "accepted" {
-		t.Fatalf("spawn: %+v", res)
-	}
-	select {
-	case <-inFlight:
-	case <-time.After(20 * time.Second):
-		close(release)
-		t.Fatal("the run's announce call did not come")
-	}
-	live, err := h.db.GetRun(ctx, res.RunID)
-	if err != nil {
-		close(release)
-		t.Fatal(err)
-	}
+	live := h.spawnHeld(held, "held announce")
 	path := h.db.TranscriptPath(live.AgentID, live.ChildSessionID)
 	_, during, readErr := h.db.ReadTranscript(ctx, path)
-	close(release)
+	held.free()
 	if readErr != nil || len(during) != 2 || during[1].Content != "worked on held announce" {
 		t.Errorf("transcript while the announce call is in flight: %+v, %v; want the task and the work's answer only", during, readErr)
 	}
-	h.waitDone(res.RunID)
+	h.waitDone(live.ID)
 	_, entries, err := h.db.ReadTranscript(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -365,19 +383,9 @@ func TestAnnouncePromptWrittenWithReply(t *testing.T) {
 	}
 
 	// What a crash during that call leaves: the work's answer last.
-	r := h.crashedRun("00000000-ann-held", live.Status, nil,
+	entries = h.resumeCrashed(h.crashedRun("00000000-ann-held", live.Status, nil,
 		line(t, "user", "crashy 00000000-ann-held", nil, nil, nil),
-		line(t, "assistant", "worked on crashy 00000000-ann-held", nil, nil, &agent.Usage{Input: 1000, Output: 200}))
-	h.restart()
-	items := h.waitAnnounces(2)
-	got := h.waitDone(r.ID)
-	if got.Outcome != store.OutcomeSuccess || got.Resumes != 1 {
-		t.Errorf("resumed run: outcome %q, resumes %d; want success, 1", got.Outcome, got.Resumes)
-	}
-	if a := items[len(items)-1].Text; !strings.Contains(a, "findings for crashy 00000000-ann-held") || !strings.Contains(a, "Resumed after the gateway stopped (1×).") {
-		t.Errorf("announce of the resumed run:\n%s", a)
-	}
-	_, entries, _ = h.db.ReadTranscript(ctx, h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
+		line(t, "assistant", "worked on crashy 00000000-ann-held", nil, nil, &agent.Usage{Input: 1000, Output: 200})))
 	prompts := 0
 	for _, e := range entries {
 		if e.Role == "user" && IsAnnouncePrompt(e.Content) {
@@ -393,7 +401,7 @@ func TestAnnouncePromptWrittenWithReply(t *testing.T) {
 // once: with a folded result last, a transcript cut there would read as a
 // work turn waiting for its answer.
 func TestAnnouncePromptAfterFoldWrittenAtOnce(t *testing.T) {
-	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	held := newHeldCall(t)
 	var spawned atomic.Bool
 	var h *harness
 	h = newHarness(t, "maxDepth: 2", "", func(c llmtest.Call) llmtest.Reply {
@@ -402,8 +410,7 @@ func TestAnnouncePromptAfterFoldWrittenAtOnce(t *testing.T) {
 		}
 		switch {
 		case strings.Contains(c.LastUser(), "Announce step"):
-			inFlight <- struct{}{}
-			<-release
+			held.hold()
 		case spawned.CompareAndSwap(false, true):
 			return llmtest.Reply{ToolCalls: []agent.ToolCall{{ID: "s1", Name: "sessions_spawn", Args: []byte(`{"task":"inner","announce":"silent"}`)}}}
 		default:
@@ -426,26 +433,12 @@ func TestAnnouncePromptAfterFoldWrittenAtOnce(t *testing.T) {
 		return standard(c)
 	})
 	ctx := context.Background()
-	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: "outer"})
-	if res.Status != "accepted" {
-		t.Fatalf("spawn: %+v", res)
-	}
-	select {
-	case <-inFlight:
-	case <-time.After(20 * time.Second):
-		close(release)
-		t.Fatal("the run's announce call did not come")
-	}
-	r, err := h.db.GetRun(ctx, res.RunID)
-	if err != nil {
-		close(release)
-		t.Fatal(err)
-	}
+	r := h.spawnHeld(held, "outer")
 	_, during, readErr := h.db.ReadTranscript(ctx, h.db.TranscriptPath(r.AgentID, r.ChildSessionID))
-	close(release)
+	held.free()
 	n := len(during)
 	if readErr != nil || n < 2 || !IsAnnouncePrompt(during[n-1].Content) || !strings.HasPrefix(during[n-2].Content, "[sub-agent result]") {
 		t.Errorf("transcript while the announce call is in flight: %+v, %v; want the folded result, then the prompt, last", during, readErr)
 	}
-	h.waitDone(res.RunID)
+	h.waitDone(r.ID)
 }
