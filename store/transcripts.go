@@ -128,6 +128,13 @@ func rowCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func (ts rowTranscripts) OpenTranscript(ctx context.Context, path string, h TranscriptHeader) (*Transcript, error) {
 	d := ts.d
+	if h.Fresh {
+		// No rows are looked for: the first write inserts the header with
+		// its lines as rows 1…, and finds rows made meanwhile by their
+		// key, as the file sink's create finds a file.
+		h = h.withDefaults()
+		return &Transcript{path: path, out: &rowSink{d: d, name: path, next: 1, header: &h}}, nil
+	}
 	ctx, cancel := rowCtx(ctx)
 	defer cancel()
 	var last int64
@@ -142,14 +149,49 @@ func (ts rowTranscripts) OpenTranscript(ctx context.Context, path string, h Tran
 // rowSink appends a transcript's lines as rows, one committed INSERT per
 // write.
 type rowSink struct {
-	d    *DB
-	name string
-	next int64
+	d      *DB
+	name   string
+	next   int64
+	header *TranscriptHeader // a new transcript's header, not written yet
 }
 
 func (s *rowSink) write(ctx context.Context, lines []byte) error {
 	ctx, cancel := rowCtx(ctx)
 	defer cancel()
+	if s.header == nil {
+		return s.insert(ctx, lines)
+	}
+	header, err := headerLine(*s.header)
+	if err != nil {
+		return err
+	}
+	err = s.insert(ctx, append(header, lines...))
+	if errors.Is(err, ErrExists) {
+		// Rows made meanwhile: the lines go after them, and after the
+		// header only when there are none any more.
+		var last int64
+		if err := s.d.writer(ctx).queryRow(func(rows *sql.Rows) error { return rows.Scan(&last) },
+			`SELECT COALESCE(MAX(line), 0) FROM transcript_lines WHERE name = $1`, s.name); err != nil {
+			return s.d.wrap("append", err)
+		}
+		s.next = last + 1
+		if last > 0 {
+			header = header[:0]
+		}
+		if len(header)+len(lines) == 0 {
+			err = nil
+		} else {
+			err = s.insert(ctx, append(header, lines...))
+		}
+	}
+	if err == nil {
+		s.header = nil
+	}
+	return err
+}
+
+// insert stores lines (whole lines) as the rows from s.next on.
+func (s *rowSink) insert(ctx context.Context, lines []byte) error {
 	rows := bytes.SplitAfter(lines, []byte("\n"))
 	if len(rows[len(rows)-1]) == 0 {
 		rows = rows[:len(rows)-1]
@@ -168,7 +210,17 @@ func (s *rowSink) write(ctx context.Context, lines []byte) error {
 }
 
 func (s *rowSink) sync(context.Context) error { return nil } // committed on write
-func (s *rowSink) close() error               { return nil }
+
+// close writes the header of a new transcript no line was written to, so
+// an opened transcript always has its rows.
+func (s *rowSink) close() error {
+	if s.header == nil {
+		return nil
+	}
+	err := s.write(context.Background(), nil)
+	s.header = nil
+	return err
+}
 
 func (rowTranscripts) TranscriptTorn(context.Context, string) bool { return false }
 

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Spend", testSpend},
 		{"ConfigSchedules", testConfigSchedules},
 		{"TranscriptLines", testTranscriptLines},
+		{"TranscriptFresh", testTranscriptFresh},
 		{"TailTranscriptFollows", testTailTranscriptFollows},
 		{"Backup", testBackup},
 		{"Approvals", testApprovals},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -169,5 +170,78 @@ func testTailTranscriptFollows(t *testing.T, s Store) {
 	defer out.mu.Unlock()
 	if !strings.Contains(out.b.String(), `"three"`) {
 		t.Errorf("out = %q", out.b.String())
+	}
+}
+
+// A transcript opened Fresh (its caller found no lines) is made by its
+// first write, header and lines together; one made meanwhile keeps its
+// own header and gets the lines after its own; one closed unwritten has
+// its header.
+func testTranscriptFresh(t *testing.T, s Store) {
+	ctx := context.Background()
+	fresh := testHeader()
+	fresh.Fresh = true
+	texts := func(path string) (string, []string) {
+		t.Helper()
+		h, entries, err := s.ReadTranscript(ctx, path)
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Content)
+		}
+		return h.SessionKey, got
+	}
+
+	path := s.TranscriptPath("main", "fresh-new")
+	tr, err := s.OpenTranscript(ctx, path, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AppendLines(ctx, store.TranscriptEntry{Role: "user", Content: "task"}, store.TranscriptEntry{Role: "assistant", Content: "answer"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Append(ctx, store.TranscriptEntry{Role: "user", Content: "more"}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	if key, got := texts(path); key != fresh.SessionKey || !slices.Equal(got, []string{"task", "answer", "more"}) {
+		t.Errorf("new: header %q, lines %q", key, got)
+	}
+
+	meanwhile := s.TranscriptPath("main", "fresh-meanwhile")
+	late, err := s.OpenTranscript(ctx, meanwhile, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := testHeader()
+	other.SessionKey = "made meanwhile"
+	first, err := s.OpenTranscript(ctx, meanwhile, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Append(ctx, store.TranscriptEntry{Role: "user", Content: "theirs"}); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	if err := late.AppendLines(ctx, store.TranscriptEntry{Role: "user", Content: "a"}, store.TranscriptEntry{Role: "assistant", Content: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	late.Close()
+	if key, got := texts(meanwhile); key != "made meanwhile" || !slices.Equal(got, []string{"theirs", "a", "b"}) {
+		t.Errorf("made meanwhile: header %q, lines %q", key, got)
+	}
+
+	unwritten := s.TranscriptPath("main", "fresh-unwritten")
+	tr, err = s.OpenTranscript(ctx, unwritten, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if key, got := texts(unwritten); key != fresh.SessionKey || len(got) != 0 {
+		t.Errorf("closed unwritten: header %q, lines %q", key, got)
 	}
 }
