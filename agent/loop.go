@@ -635,6 +635,9 @@ func (s *Session) callPrepared(ctx context.Context, t *Turn, calls []ToolCall) e
 		tool.(Preparer).Prepare(allowed)
 		defer tool.(Preparer).Done(allowed)
 	}
+	if s.Transcript != nil && len(s.held) == 0 {
+		defer s.Transcript.Hold()() // 100 spawns' results: a write each, one open
+	}
 	for i := range checked {
 		if err := s.appendResult(ctx, s.runCall(t, &checked[i]), t.Clock); err != nil {
 			for j := i + 1; j < len(checked); j++ {

@@ -40,7 +40,8 @@ type lineSink interface {
 
 // fileSink appends to a transcript file: each line opens the file, writes
 // and closes it, so a transcript holds no file descriptor between lines —
-// 10,000 runs in flight do not hold 10,000 open files (issue 30).
+// 10,000 runs in flight do not hold 10,000 open files (issue 30) — except
+// while a burst of lines is being written (Hold).
 //
 // A new transcript's file is made by its first lines, which go out with
 // the header in one write (header holds it until then, encoded only
@@ -51,9 +52,14 @@ type lineSink interface {
 type fileSink struct {
 	path   string
 	header *TranscriptHeader // a new file's header, not written yet
+	held   *os.File          // open while the Transcript is held (Hold)
 }
 
 func (s *fileSink) write(_ context.Context, lines []byte) error {
+	if s.held != nil {
+		_, err := s.held.Write(lines)
+		return err
+	}
 	if s.header == nil {
 		return descriptorError(appendFile(s.path, lines, false), false)
 	}
@@ -120,6 +126,10 @@ func (s *fileSink) sync(context.Context) error {
 // close writes the header of a new transcript no line was written to, so
 // an opened transcript always has its file.
 func (s *fileSink) close() error {
+	if s.held != nil {
+		s.held.Close()
+		s.held = nil
+	}
 	if s.header == nil {
 		return nil
 	}
@@ -303,6 +313,35 @@ func (t *Transcript) write(ctx context.Context, b []byte) error {
 		return fmt.Errorf("transcript %s: append: %w", t.path, err)
 	}
 	return nil
+}
+
+// Hold keeps the transcript's file open until release is called: the
+// lines appended meanwhile (the results of a response's prepared tool
+// calls, each still written when its call ends) cost a write(2) each,
+// not an open, a write and a close. Each is stored when its Append
+// returns, as always. A transcript whose file is not made yet, or that
+// is kept as rows, is not held (release does nothing); nor is one held
+// already.
+func (t *Transcript) Hold() (release func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.out.(*fileSink)
+	if !ok || s.header != nil || s.held != nil {
+		return func() {}
+	}
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return func() {} // each line opens the file, and says why it cannot
+	}
+	s.held = f
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if s.held == f {
+			s.held = nil
+			f.Close()
+		}
+	}
 }
 
 // Sync flushes the file to stable storage (for shutdown; Append does not

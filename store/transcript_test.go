@@ -371,3 +371,92 @@ func TestFreshTranscriptFirstWrite(t *testing.T) {
 		}
 	}
 }
+
+// A held transcript keeps one descriptor on its file until released; each
+// line is in the file when its Append returns, held or not.
+func TestTranscriptHold(t *testing.T) {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	ctx := context.Background()
+	dir, err := filepath.EvalSymlinks(t.TempDir()) // as /proc names it
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "held.jsonl")
+	open := func() int { // descriptors on path
+		t.Helper()
+		fds, _ = os.ReadDir("/proc/self/fd")
+		n := 0
+		for _, fd := range fds {
+			if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == path {
+				n++
+			}
+		}
+		return n
+	}
+	tr, err := FileTranscripts{}.OpenTranscript(ctx, path, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	tr.Hold()() // no file yet: nothing to hold
+	if err := tr.Append(ctx, TranscriptEntry{Role: "user", Content: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	release := tr.Hold()
+	if n := open(); n != 1 {
+		t.Errorf("%d descriptors on the file while held, want 1", n)
+	}
+	tr.Hold()() // held already: its release leaves the first hold
+	for i, c := range []string{"a", "b", "c"} {
+		if err := tr.Append(ctx, TranscriptEntry{Role: "tool", Content: c}); err != nil {
+			t.Fatal(err)
+		}
+		if _, entries, err := (FileTranscripts{}).ReadTranscript(ctx, path); err != nil || len(entries) != i+2 || entries[i+1].Content != c {
+			t.Fatalf("after appending %q while held: %+v, %v", c, entries, err)
+		}
+	}
+	release()
+	release()
+	if n := open(); n != 0 {
+		t.Errorf("%d descriptors on the file after release, want 0", n)
+	}
+	if err := tr.Append(ctx, TranscriptEntry{Role: "assistant", Content: "last"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, entries, err := (FileTranscripts{}).ReadTranscript(ctx, path); err != nil || len(entries) != 5 || entries[4].Content != "last" {
+		t.Errorf("after release: %+v, %v", entries, err)
+	}
+}
+
+// BenchmarkTranscriptResults: the 100 result lines of a response's
+// prepared calls, one Append each, with and without Hold.
+func BenchmarkTranscriptResults(b *testing.B) {
+	for _, held := range []bool{false, true} {
+		b.Run(fmt.Sprintf("held=%v", held), func(b *testing.B) {
+			ctx := context.Background()
+			tr, err := FileTranscripts{}.OpenTranscript(ctx, filepath.Join(b.TempDir(), "r.jsonl"), testHeader())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			e := TranscriptEntry{Role: "tool", ToolResults: json.RawMessage(`[{"callId":"c1","name":"sessions_spawn","content":"{\"status\":\"accepted\",\"runId\":\"0b7c\"}"}]`)}
+			tr.Append(ctx, e)
+			b.ReportAllocs()
+			for b.Loop() {
+				release := func() {}
+				if held {
+					release = tr.Hold()
+				}
+				for range 100 {
+					if err := tr.Append(ctx, e); err != nil {
+						b.Fatal(err)
+					}
+				}
+				release()
+			}
+		})
+	}
+}
