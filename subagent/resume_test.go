@@ -241,16 +241,15 @@ func TestStopReachesAResumedRun(t *testing.T) {
 	}
 }
 
-// heldCall keeps one model call of a test in flight until freed.
+// heldCall keeps one model call of a test in flight until freed (at the
+// latest when the test ends: spawnHeld).
 type heldCall struct {
 	in, release chan struct{}
 	once        sync.Once
 }
 
-func newHeldCall(t *testing.T) *heldCall {
-	c := &heldCall{in: make(chan struct{}, 1), release: make(chan struct{})}
-	t.Cleanup(c.free)
-	return c
+func newHeldCall() *heldCall {
+	return &heldCall{in: make(chan struct{}, 1), release: make(chan struct{})}
 }
 
 // hold is the model handler's: it blocks the call until free.
@@ -285,6 +284,7 @@ func (h *harness) resumeCrashed(r *store.Run) []store.TranscriptEntry {
 // spawnHeld spawns task and returns its run's row once c holds its call.
 func (h *harness) spawnHeld(c *heldCall, task string) *store.Run {
 	h.t.Helper()
+	h.t.Cleanup(c.free) // after the harness's: freed before its server and manager stop
 	ctx := context.Background()
 	res := h.m.Spawn(ctx, caller("1"), SpawnParams{Task: task})
 	if res.Status != "accepted" {
@@ -309,7 +309,7 @@ func (h *harness) spawnHeld(c *heldCall, task string) *store.Run {
 // from the task in its row (SPEC §25). Its history shows the task
 // meanwhile, as the transcript did.
 func TestTaskWrittenWithFirstAnswer(t *testing.T) {
-	held := newHeldCall(t)
+	held := newHeldCall()
 	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.System, "Sub-agent context") && c.LastUser() == "held task" {
 			held.hold()
@@ -358,7 +358,7 @@ func TestTaskWrittenWithFirstAnswer(t *testing.T) {
 // answer, which is what a crash then leaves. A restart finds the work
 // done and the step not begun, and runs the step (SPEC §25).
 func TestAnnouncePromptWrittenWithReply(t *testing.T) {
-	held := newHeldCall(t)
+	held := newHeldCall()
 	h := newHarness(t, "", "", func(c llmtest.Call) llmtest.Reply {
 		if strings.Contains(c.LastUser(), "Announce step") && taskOf(c) == "held announce" {
 			held.hold()
@@ -401,7 +401,7 @@ func TestAnnouncePromptWrittenWithReply(t *testing.T) {
 // once: with a folded result last, a transcript cut there would read as a
 // work turn waiting for its answer.
 func TestAnnouncePromptAfterFoldWrittenAtOnce(t *testing.T) {
-	held := newHeldCall(t)
+	held := newHeldCall()
 	var spawned atomic.Bool
 	var h *harness
 	h = newHarness(t, "maxDepth: 2", "", func(c llmtest.Call) llmtest.Reply {
