@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -563,9 +564,7 @@ func resumeMode(it store.Intake, history []agent.Message) (resume bool, written 
 	}
 	for i := len(history) - 1; i >= 0; i-- {
 		m := history[i]
-		// The turn may have put text before the message (thread context, a
-		// voice transcript): the stored message ends the line.
-		if m.Role != agent.RoleUser || m.Text != it.Text && !strings.HasSuffix(m.Text, "\n"+it.Text) {
+		if !isMessage(m, it.Text) {
 			continue
 		}
 		for _, after := range history[i+1:] {
@@ -579,6 +578,19 @@ func resumeMode(it store.Intake, history []agent.Message) (resume bool, written 
 		return true, ""
 	}
 	return false, ""
+}
+
+// isMessage reports whether m is the person's message text as a turn
+// adds it: the turn may have put text before the message (thread
+// context, a voice transcript), so the stored message ends the line.
+func isMessage(m agent.Message, text string) bool {
+	return m.Role == agent.RoleUser && (m.Text == text || strings.HasSuffix(m.Text, "\n"+text))
+}
+
+// holdsMessage reports whether history has a message resumeMode would
+// take for text.
+func holdsMessage(history []agent.Message, text string) bool {
+	return slices.ContainsFunc(history, func(m agent.Message) bool { return isMessage(m, text) })
 }
 
 // skipStale answers an owed message older than intake.maxAgeMinutes (a

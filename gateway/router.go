@@ -400,7 +400,10 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		// one write, not before the call: it is in its intake row, and a
 		// turn cut before that answer runs again from there (resumeMode:
 		// a started turn whose history lacks the message runs from it).
-		DeferInput: true,
+		// Not when the history already holds the same text: resumeMode
+		// finds the message by its text and would take that older one
+		// (and its answer) for this turn's.
+		DeferInput: !holdsMessage(s.sess.History, it.Text),
 	}, text)
 	switch {
 	case res.Fallback != "":

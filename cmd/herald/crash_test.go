@@ -947,33 +947,43 @@ func outboxPending(stateDir string) (int, error) {
 }
 
 // TestCrashKill9DuringFirstModelCall kills the gateway while a turn's first
-// model call is in flight: the person's message goes into the transcript
-// only with the first answer (agent.Turn.DeferInput), so the transcript
-// does not hold it yet. After the restart the message is answered once,
-// and the model is sent it once — in the turn run again and in the next
-// turn's history, before that turn's answer.
+// model call is in flight, twice. The person's message goes into the
+// transcript only with the first answer (agent.Turn.DeferInput), so the
+// first time the transcript does not hold it yet; after the restart the
+// message is answered once, by a model call, and the model is sent it
+// once — in the turn run again and in the next turn's history. The second
+// time the message repeats one the conversation already answered: the
+// restarted turn still calls the model and does not give the older
+// message's answer (or the latest one) for it.
 func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the herald binary and runs it twice")
+		t.Skip("builds the herald binary and runs it three times")
 	}
 	bin := buildHerald(t)
 	var (
 		mu    sync.Mutex
 		calls []llmtest.Call
+		hang  string // the message whose model call hangs in this life
 	)
-	inFlight := make(chan struct{})
-	var once sync.Once
-	life := 1
+	inFlight := make(chan struct{}, 1)
 	llm := llmtest.NewAnthropic(t, func(c llmtest.Call) llmtest.Reply {
 		mu.Lock()
 		defer mu.Unlock()
 		calls = append(calls, c)
-		if life == 1 {
-			once.Do(func() { close(inFlight) })
+		if hang != "" && c.LastUser() == hang {
+			select {
+			case inFlight <- struct{}{}:
+			default:
+			}
 			return llmtest.Reply{Text: "never", Delay: 10 * time.Minute}
 		}
-		return llmtest.Reply{Text: "Answer to " + c.LastUser() + "."}
+		return llmtest.Reply{Text: fmt.Sprintf("Answer %d to %s.", len(calls), c.LastUser())}
 	})
+	setHang := func(text string) {
+		mu.Lock()
+		hang = text
+		mu.Unlock()
+	}
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	addr := freeAddr(t)
@@ -999,6 +1009,20 @@ func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 			t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
 		}
 	}
+	said := func() []string {
+		t.Helper()
+		msgs, err := webMessages(t, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range msgs {
+			if m.Role == "assistant" {
+				out = append(out, m.Text)
+			}
+		}
+		return out
+	}
 	answers := func(want int) func() (bool, string) {
 		return func() (bool, string) {
 			msgs, err := webMessages(t, base)
@@ -1014,20 +1038,38 @@ func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 			return n >= want, fmt.Sprintf("%+v", msgs)
 		}
 	}
+	cutDuringCall := func(p *gatewayProc, text string) {
+		t.Helper()
+		setHang(text)
+		post(text)
+		select {
+		case <-inFlight:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the turn's model call never arrived")
+		}
+		p.kill(t)
+		setHang("")
+	}
+	// callsSince returns the model calls made after the first n.
+	callsSince := func(n int) []llmtest.Call {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls[n:])
+	}
+	callCount := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
+	history := func(c llmtest.Call) []string {
+		var h []string
+		for _, m := range c.Messages {
+			h = append(h, string(m.Role)+": "+m.Text)
+		}
+		return h
+	}
 
 	gw1 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway1.log"))
 	defer gw1.dumpLog(t)
 	waitReady(t, gw1, base)
-	post("question one")
-	select {
-	case <-inFlight:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the turn's model call never arrived")
-	}
-	gw1.kill(t)
-	mu.Lock()
-	life = 2
-	mu.Unlock()
+	cutDuringCall(gw1, "question one")
+	before := callCount()
 
 	gw2 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway2.log"))
 	defer gw2.dumpLog(t)
@@ -1035,29 +1077,31 @@ func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 	waitFor(t, gw2, "the cut turn's answer", answers(1))
 	post("question two")
 	waitFor(t, gw2, "the next turn's answer", answers(2))
+	after := callsSince(before)
+	if len(after) != 2 {
+		t.Fatalf("%d model calls after the restart, want 2 (the cut turn's, the next one's)", len(after))
+	}
+	one := fmt.Sprintf("Answer %d to question one.", before+1)
+	two := fmt.Sprintf("Answer %d to question two.", before+2)
+	if got, want := said(), []string{one, two}; !slices.Equal(got, want) {
+		t.Errorf("answers %q, want %q", got, want)
+	}
+	if got, want := history(after[1]), []string{"user: question one", "assistant: " + one, "user: question two"}; !slices.Equal(got, want) {
+		t.Errorf("the next turn's request held %q, want %q", got, want)
+	}
 
-	msgs, err := webMessages(t, base)
-	if err != nil {
-		t.Fatal(err)
+	// The same text again, cut during its call.
+	cutDuringCall(gw2, "question one")
+	before = callCount()
+	gw3 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway3.log"))
+	defer gw3.dumpLog(t)
+	waitReady(t, gw3, base)
+	waitFor(t, gw3, "the repeated message's answer", answers(3))
+	again := fmt.Sprintf("Answer %d to question one.", before+1)
+	if got, want := said(), []string{one, two, again}; !slices.Equal(got, want) {
+		t.Errorf("answers after the second restart %q, want %q (a model call for the repeated message)", got, want)
 	}
-	var said []string
-	for _, m := range msgs {
-		if m.Role == "assistant" {
-			said = append(said, m.Text)
-		}
-	}
-	if want := []string{"Answer to question one.", "Answer to question two."}; !slices.Equal(said, want) {
-		t.Errorf("answers %q, want %q", said, want)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	last := calls[len(calls)-1]
-	var history []string
-	for _, m := range last.Messages {
-		history = append(history, string(m.Role)+": "+m.Text)
-	}
-	want := []string{"user: question one", "assistant: Answer to question one.", "user: question two"}
-	if !slices.Equal(history, want) {
-		t.Errorf("the next turn's request held %q, want %q", history, want)
+	if after := callsSince(before); len(after) != 1 || history(after[0])[len(history(after[0]))-1] != "user: question one" {
+		t.Errorf("model calls after the second restart: %d, want 1 ending with the repeated message", len(after))
 	}
 }
