@@ -376,33 +376,13 @@ func TestCrashKill9(t *testing.T) {
 	fake := newCrashLLM()
 	llm := llmtest.NewAnthropic(t, fake.handle)
 
-	dir := t.TempDir()
-	stateDir := filepath.Join(dir, "state")
-	addr := freeAddr(t)
-	base := "http://" + addr
-	tmpl, err := os.ReadFile(filepath.Join("testdata", "crash.json5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	src := strings.NewReplacer("{{LISTEN}}", addr, "{{LLM_URL}}", llm.URL).Replace(string(tmpl))
-	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, stateDir, base, cfgPath := crashSetup(t, llm.URL)
 
 	// First life.
 	gw1 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway1.log"))
 	defer gw1.dumpLog(t)
 	waitReady(t, gw1, base)
-	body, _ := json.Marshal(map[string]string{"client": crashClient, "text": crashUserText})
-	resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
-	}
+	crashPost(t, base, crashUserText)
 
 	// A single gateway keeps "announcing" in memory only (other replicas
 	// are who would read it from the store): k4 is running in the store,
@@ -680,19 +660,7 @@ func TestCrashKill9AnyMoment(t *testing.T) {
 		return llmtest.Reply{Text: m[1] + " answer", Delay: time.Duration(n) * 30 * time.Millisecond}
 	})
 
-	dir := t.TempDir()
-	stateDir := filepath.Join(dir, "state")
-	addr := freeAddr(t)
-	base := "http://" + addr
-	tmpl, err := os.ReadFile(filepath.Join("testdata", "crash.json5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	src := strings.NewReplacer("{{LISTEN}}", addr, "{{LLM_URL}}", llm.URL).Replace(string(tmpl))
-	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, stateDir, base, cfgPath := crashSetup(t, llm.URL)
 
 	gw1 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway1.log"))
 	defer gw1.dumpLog(t)
@@ -702,15 +670,7 @@ func TestCrashKill9AnyMoment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]string{"client": crashClient, "text": "spawn six"})
-	resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
-	}
+	crashPost(t, base, "spawn six")
 	select {
 	case <-firstAnnounce:
 	case <-gw1.exited:
@@ -833,31 +793,8 @@ func TestCrashKill9MidToolCall(t *testing.T) {
 		}
 		return llmtest.Reply{Text: "Let me check.", ToolCalls: []agent.ToolCall{{Name: "exec", Args: json.RawMessage(`{"command":"echo hi"}`)}}}
 	})
-	dir := t.TempDir()
-	stateDir := filepath.Join(dir, "state")
-	addr := freeAddr(t)
-	base := "http://" + addr
-	tmpl, err := os.ReadFile(filepath.Join("testdata", "crash.json5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	src := strings.NewReplacer("{{LISTEN}}", addr, "{{LLM_URL}}", llm.URL).Replace(string(tmpl))
-	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	post := func(p *gatewayProc, text string) {
-		t.Helper()
-		body, _ := json.Marshal(map[string]string{"client": crashClient, "text": text})
-		resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
-		}
-	}
+	dir, stateDir, base, cfgPath := crashSetup(t, llm.URL)
+	post := func(_ *gatewayProc, text string) { t.Helper(); crashPost(t, base, text) }
 	lastFrom := func(role string) func() (bool, string) {
 		return func() (bool, string) {
 			msgs, err := webMessages(t, base)
@@ -984,37 +921,9 @@ func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 		hang = text
 		mu.Unlock()
 	}
-	dir := t.TempDir()
-	stateDir := filepath.Join(dir, "state")
-	addr := freeAddr(t)
-	base := "http://" + addr
-	tmpl, err := os.ReadFile(filepath.Join("testdata", "crash.json5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "herald.json5")
-	src := strings.NewReplacer("{{LISTEN}}", addr, "{{LLM_URL}}", llm.URL).Replace(string(tmpl))
-	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	post := func(text string) {
-		t.Helper()
-		body, _ := json.Marshal(map[string]string{"client": crashClient, "text": text})
-		resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
-		}
-	}
-	said := func() []string {
-		t.Helper()
-		msgs, err := webMessages(t, base)
-		if err != nil {
-			t.Fatal(err)
-		}
+	dir, stateDir, base, cfgPath := crashSetup(t, llm.URL)
+	post := func(text string) { t.Helper(); crashPost(t, base, text) }
+	answersIn := func(msgs []webMessage) []string {
 		var out []string
 		for _, m := range msgs {
 			if m.Role == "assistant" {
@@ -1023,19 +932,21 @@ func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 		}
 		return out
 	}
+	said := func() []string {
+		t.Helper()
+		msgs, err := webMessages(t, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return answersIn(msgs)
+	}
 	answers := func(want int) func() (bool, string) {
 		return func() (bool, string) {
 			msgs, err := webMessages(t, base)
 			if err != nil {
 				return false, err.Error()
 			}
-			n := 0
-			for _, m := range msgs {
-				if m.Role == "assistant" {
-					n++
-				}
-			}
-			return n >= want, fmt.Sprintf("%+v", msgs)
+			return len(answersIn(msgs)) >= want, fmt.Sprintf("%+v", msgs)
 		}
 	}
 	cutDuringCall := func(p *gatewayProc, text string) {
@@ -1103,5 +1014,40 @@ func TestCrashKill9DuringFirstModelCall(t *testing.T) {
 	}
 	if after := callsSince(before); len(after) != 1 || history(after[0])[len(history(after[0]))-1] != "user: question one" {
 		t.Errorf("model calls after the second restart: %d, want 1 ending with the repeated message", len(after))
+	}
+}
+
+// crashSetup writes testdata/crash.json5 for a gateway on a free loopback
+// port that calls the model at llmURL; it returns the test's dir, the
+// state dir, the gateway's base URL and the config's path.
+func crashSetup(t *testing.T, llmURL string) (dir, stateDir, base, cfgPath string) {
+	t.Helper()
+	dir = t.TempDir()
+	stateDir = filepath.Join(dir, "state")
+	addr := freeAddr(t)
+	base = "http://" + addr
+	tmpl, err := os.ReadFile(filepath.Join("testdata", "crash.json5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath = filepath.Join(dir, "herald.json5")
+	src := strings.NewReplacer("{{LISTEN}}", addr, "{{LLM_URL}}", llmURL).Replace(string(tmpl))
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, stateDir, base, cfgPath
+}
+
+// crashPost posts text to the web chat at base as crashClient and wants 202.
+func crashPost(t *testing.T, base, text string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"client": crashClient, "text": text})
+	resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
 	}
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,15 +75,7 @@ func TestReloadCommand(t *testing.T) {
 	}
 	// The gateway runs on with the last good config (model second).
 	waitReady(t, p, base)
-	body, _ := json.Marshal(map[string]string{"client": crashClient, "text": "which model?"})
-	resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
-	}
+	crashPost(t, base, "which model?")
 	waitFor(t, p, "the answer from model second", func() (bool, string) {
 		msgs, err := webMessages(t, base)
 		if err != nil {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,15 +105,7 @@ func TestTraceAcrossKill9(t *testing.T) {
 	gw1 := startGateway(t, bin, cfgPath, stateDir, filepath.Join(dir, "gateway1.log"))
 	defer gw1.dumpLog(t)
 	waitReady(t, gw1, base)
-	body, _ := json.Marshal(map[string]string{"client": crashClient, "text": traceText})
-	resp, err := crashHTTP.Post(base+"/api/messages", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /api/messages: %s, want 202", resp.Status)
-	}
+	crashPost(t, base, traceText)
 
 	var runs map[string]store.Run
 	count := func(name, attr string, val any) int {
