@@ -58,7 +58,7 @@ type fileSink struct {
 func (s *fileSink) write(_ context.Context, lines []byte) error {
 	if s.held != nil {
 		_, err := s.held.Write(lines)
-		return err
+		return descriptorError(err, false)
 	}
 	if s.header == nil {
 		return descriptorError(appendFile(s.path, lines, false), false)
