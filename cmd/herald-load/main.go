@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/devtools/load"
+	"github.com/heraldhq/herald/devtools/tracewait"
 )
 
 func main() {
@@ -57,6 +58,7 @@ func main() {
 	startsOnly := flag.Bool("starts-only", false, "with -compare: measure start and idle memory only, no turns")
 	idleTurns := flag.Bool("idle-turns", false, "with -compare: before each timed turn and SPAWN 8, wait until the gateway used no CPU for 20 ms (a message reaching an idle gateway; the previous SPAWN 8's tail not counted)")
 	settle := flag.Duration("settle", 2*time.Second, "with -compare: how long after ready the idle memory is read")
+	traceWaits := flag.String("trace-waits", "", "read this execution trace (a -profile DIR's trace.out) and print how long none, one, two … of its goroutines ran, and what ended each stretch with none running (devtools/tracewait); nothing else runs")
 	uploadAttachments := flag.String("upload-attachments", "", `with -uploads: more fields of the attachments config, e.g. "maxStoredMB: 50, maxTotalMB: 500"`)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -69,6 +71,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *traceWaits != "" {
+		if err := printTraceWaits(*traceWaits); err != nil {
+			fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *compare != "" {
 		co := load.CompareOptions{Rounds: *rounds, Starts: *starts, NoTurns: *startsOnly, IdleTurns: *idleTurns, Settle: *settle, Log: o.Log}
 		bins, names := strings.Split(*compare, ","), strings.Split(*compareNames+",", ",")
@@ -148,4 +157,27 @@ func main() {
 		fmt.Fprintf(os.Stderr, "herald-load: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// printTraceWaits prints tracewait's report of the trace at path.
+func printTraceWaits(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep, err := tracewait.Read(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
+	fmt.Printf("traced %s; goroutines running:", ms(rep.Traced))
+	for n, d := range rep.Running {
+		fmt.Printf(" %d: %s", n, ms(d))
+	}
+	fmt.Println("\nwhat ended the stretches with none running:")
+	for _, w := range rep.Waits[:min(len(rep.Waits), 25)] {
+		fmt.Printf("%10s  %s\n", ms(w.Time), w.What)
+	}
+	return nil
 }
