@@ -333,7 +333,14 @@ func TestDendriteRecoveryKeyVerifiesDevice(t *testing.T) {
 		Identifier: mautrix.UserIdentifier{Type: mautrix.IdentifierTypeUser, User: bot.UserID.Localpart()}, Password: password}); err != nil {
 		t.Fatalf("log in as the bot on a second device: %v", err)
 	}
-	recoveryKey, _, err := matrixtest.NewE2EE(t, element).Mach.GenerateAndUploadCrossSigningKeysWithPassword(ctx, password, "")
+	var (
+		recoveryKey string
+		err         error
+	)
+	elementE2EE := matrixtest.NewE2EE(t, element)
+	elementE2EE.WithoutSync(func() {
+		recoveryKey, _, err = elementE2EE.Mach.GenerateAndUploadCrossSigningKeysWithPassword(ctx, password, "")
+	})
 	if err != nil {
 		t.Fatalf("set up cross-signing for the bot account: %v", err)
 	}

@@ -29,6 +29,37 @@ type E2EE struct {
 	// KeyRequests receives the m.room_key_request events sent to this
 	// device (the last 16 unread).
 	KeyRequests chan *event.RoomKeyRequestEventContent
+
+	// synced is held while a /sync response is processed (see
+	// WithoutSync).
+	synced *sync.Mutex
+}
+
+// WithoutSync runs fn while this client's /sync responses wait to be
+// processed. mautrix's OlmMachine sets its own cross-signing keys
+// (GenerateAndUploadCrossSigningKeys, SignOwnDevice) without a lock that
+// its /sync handlers take, and those handlers read and reset the same
+// fields when a device list changes: a test that sets up cross-signing
+// while the client syncs races with it (seen under -race in
+// TestE2EMatrixApprovalNeedsVerifiedDevice). A response that arrives
+// meanwhile is processed after fn, so nothing is dropped.
+func (e *E2EE) WithoutSync(fn func()) {
+	e.synced.Lock()
+	defer e.synced.Unlock()
+	fn()
+}
+
+// lockedSyncer processes each /sync response under a lock that
+// WithoutSync takes too.
+type lockedSyncer struct {
+	*mautrix.DefaultSyncer
+	mu *sync.Mutex
+}
+
+func (s lockedSyncer) ProcessResponse(ctx context.Context, resp *mautrix.RespSync, since string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.DefaultSyncer.ProcessResponse(ctx, resp, since)
 }
 
 // signatureStore is mautrix's MemoryStore with the key signatures behind a
@@ -78,7 +109,8 @@ func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
 	c.StateStore = state
 	c.Store = mautrix.NewMemorySyncStore()
 	syncer := mautrix.NewDefaultSyncer()
-	c.Syncer = syncer
+	synced := new(sync.Mutex)
+	c.Syncer = lockedSyncer{DefaultSyncer: syncer, mu: synced}
 	log := zerolog.Nop()
 	mach := crypto.NewOlmMachine(c, &log, &signatureStore{MemoryStore: crypto.NewMemoryStore(nil)}, state)
 	if err := mach.Load(ctx); err != nil {
@@ -90,7 +122,7 @@ func NewE2EE(t testing.TB, c *mautrix.Client) *E2EE {
 	mach.AllowKeyShare = func(context.Context, *id.Device, event.RequestedKeyInfo) *crypto.KeyShareRejection {
 		return &crypto.KeyShareRejectNoResponse
 	}
-	e := &E2EE{Client: c, Mach: mach, KeyRequests: make(chan *event.RoomKeyRequestEventContent, 16)}
+	e := &E2EE{Client: c, Mach: mach, KeyRequests: make(chan *event.RoomKeyRequestEventContent, 16), synced: synced}
 	syncer.OnSync(mach.ProcessSyncResponse)
 	syncer.OnEvent(c.StateStoreSyncHandler)
 	syncer.OnEventType(event.StateMember, mach.HandleMemberEvent)
