@@ -383,7 +383,11 @@ func settleSpawnCalls(c conn, calls []newSpawnCall, taken map[string]string) err
 // keep: their child sessions (when given), the runs and their pending
 // threads, each table's rows in multi-row statements.
 func insertSpawnedRows(c conn, runs []*Run, children []*Session, preps []preparedRun, keep []int) error {
-	var args []any
+	// args is reused by every statement below; made once at the size of
+	// the largest (a runs statement of min(len(keep), 64) rows: the other
+	// tables have fewer columns and no more rows), not grown by append in
+	// each (~2.4 KB of copies a spawn in the 10,000 case).
+	args := make([]any, 0, min(len(keep), 1<<(multiRowSizes-1))*runRows.cols)
 	var sessions, threads []int
 	for _, i := range keep {
 		if children[i] != nil {
