@@ -753,6 +753,28 @@ func originJSON(o channels.Origin) (string, error) {
 	return string(b), nil
 }
 
+// originCache encodes the origins of one batch's rows: the runs of one
+// model response and their child sessions mostly carry the requester's
+// origin, encoded once. An equal Origin (all its fields are strings)
+// encodes to the same text, and the rows share the immutable string.
+type originCache struct {
+	o  channels.Origin
+	s  string
+	ok bool
+}
+
+func (c *originCache) encode(o channels.Origin) (string, error) {
+	if c.ok && o == c.o {
+		return c.s, nil
+	}
+	s, err := originJSON(o)
+	if err != nil {
+		return "", err
+	}
+	c.o, c.s, c.ok = o, s, true
+	return s, nil
+}
+
 func parseOrigin(s string, o *channels.Origin) error {
 	if s == "" {
 		*o = channels.Origin{}

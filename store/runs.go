@@ -150,8 +150,9 @@ func (d *DB) SpawnRuns(ctx context.Context, runs []*Run, children []*Session, li
 	}
 	preps := make([]preparedRun, len(runs))
 	var roots []string
+	var origins originCache
 	for i, r := range runs {
-		p, err := d.prepareRun(r, children[i])
+		p, err := d.prepareRun(r, children[i], &origins)
 		if err != nil {
 			return err
 		}
@@ -219,8 +220,9 @@ func (d *DB) SpawnEach(ctx context.Context, runs []*Run, children []*Session, li
 	}
 	preps := make([]preparedRun, len(runs))
 	var roots []string
+	var origins originCache
 	for i, r := range runs {
-		p, err := d.prepareRun(r, children[i])
+		p, err := d.prepareRun(r, children[i], &origins)
 		if err != nil {
 			return nil, err
 		}
@@ -519,8 +521,9 @@ type preparedRun struct {
 }
 
 // prepareRun applies a new run's defaults (CreateRun) and those its child
-// session takes from it, and encodes what its rows need.
-func (d *DB) prepareRun(r *Run, child *Session) (p preparedRun, err error) {
+// session takes from it, and encodes what its rows need (origins through
+// oc: the runs of one batch and their children mostly share one origin).
+func (d *DB) prepareRun(r *Run, child *Session, oc *originCache) (p preparedRun, err error) {
 	if r.ID == "" {
 		r.ID = uuid.NewString()
 	}
@@ -549,9 +552,11 @@ func (d *DB) prepareRun(r *Run, child *Session) (p preparedRun, err error) {
 		if r.ChildSessionID == "" {
 			r.ChildSessionID = child.ID
 		}
-		if p.sessArgs, err = sessionArgs(child); err != nil {
+		origin, err := oc.encode(child.Origin)
+		if err != nil {
 			return p, fmt.Errorf("create run %s: %w", r.ID, err)
 		}
+		p.sessArgs = sessionRow(child, origin)
 	}
 	if r.ChildKey == "" {
 		return p, fmt.Errorf("create run %s: child session key is empty", r.ID)
@@ -559,7 +564,7 @@ func (d *DB) prepareRun(r *Run, child *Session) (p preparedRun, err error) {
 	if p.tools, err = toolsJSON(r.AllowedTools); err != nil {
 		return p, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
-	if p.origin, err = originJSON(r.Origin); err != nil {
+	if p.origin, err = oc.encode(r.Origin); err != nil {
 		return p, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	return p, nil

@@ -59,9 +59,14 @@ func sessionArgs(s *Session) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sessionRow(s, origin), nil
+}
+
+// sessionRow is s's row with its origin encoded as origin.
+func sessionRow(s *Session, origin string) []any {
 	return []any{s.Key, s.ID, s.AgentID, s.Kind, s.ParentKey, s.RootKey, s.Depth, s.Label, s.Model,
 		origin, s.TranscriptPath, s.CreatedAt.UnixMilli(), s.UpdatedAt.UnixMilli(), msOrNull(s.DeletedAt),
-		s.TokensIn, s.TokensOut}, nil
+		s.TokensIn, s.TokensOut}
 }
 
 // EnsureSession stores s if no session with s.Key exists. Empty fields of a
