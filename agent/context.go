@@ -68,12 +68,14 @@ func Budget(m *Model) int {
 
 // EstimateTokens errs on the safe side: three bytes a token (real
 // tokenizers average about four for English), plus a little per message.
-func EstimateTokens(s string) int { return (len(s) + 2) / 3 }
+// It takes bytes as they are (a tool's schema, a call's arguments): a
+// string(b) conversion here copied them, each estimate of each call.
+func EstimateTokens[T ~string | ~[]byte](s T) int { return (len(s) + 2) / 3 }
 
 func estimateMessage(m Message) int {
 	n := 4 + EstimateTokens(m.Text)
 	for _, c := range m.ToolCalls {
-		n += 8 + EstimateTokens(c.Name) + EstimateTokens(string(c.Args))
+		n += 8 + EstimateTokens(c.Name) + EstimateTokens(c.Args)
 	}
 	for _, r := range m.ToolResults {
 		n += 8 + EstimateTokens(r.Content)
@@ -104,7 +106,7 @@ func fileRef(f File) string {
 func EstimateRequest(system string, tools []ToolSpec, msgs []Message) int {
 	n := EstimateTokens(system)
 	for _, t := range tools {
-		n += 8 + EstimateTokens(t.Name) + EstimateTokens(t.Description) + EstimateTokens(string(t.Schema))
+		n += 8 + EstimateTokens(t.Name) + EstimateTokens(t.Description) + EstimateTokens(t.Schema)
 	}
 	for _, m := range msgs {
 		n += estimateMessage(m)
