@@ -468,7 +468,7 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 	if len(o.files) > 0 {
 		turn.Files, turn.OpenFile = o.files, m.d.OpenFile
 	}
-	ctx, cancel := context.WithTimeout(agent.WithLogFields(ctx, runFields(run)...), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(agent.WithLogFields(ctx, runFields(run, 0)...), 5*time.Minute)
 	defer cancel()
 	m.fold(ctx, sess, run)
 	res, err := sess.Run(ctx, turn, message)

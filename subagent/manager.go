@@ -543,7 +543,10 @@ func (m *Manager) startSpawned(run *store.Run, slot *lane.Slot, warning string) 
 	m.armGroup(run)
 	m.changed(run.RootKey)
 	m.spawned.Add(1)
-	m.runLog(run).Info("sub-agent spawned", zap.String("model", model), zap.Int("depth", run.Depth))
+	// The run's fields on the line itself, not through runLog: a logger
+	// made for one line cost its clone and, at the write, an encoder
+	// with its buffer (~0.5 KB a spawn). The same line.
+	m.log.Info("sub-agent spawned", append(runFields(run, 2), zap.String("model", model), zap.Int("depth", run.Depth))...)
 	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model, Warning: warning}
 }
 
@@ -901,13 +904,14 @@ func (m *Manager) forgetLocked(id string) {
 // flight; the eager copy was ~1 KB a logger, three a run
 // (docs/performance.md, memory per model call in flight).
 func (m *Manager) runLog(r *store.Run) *zap.Logger {
-	return m.log.WithLazy(runFields(r)...)
+	return m.log.WithLazy(runFields(r, 0)...)
 }
 
-// runFields are the fields every log line about a run carries (SPEC §13).
-func runFields(r *store.Run) []zap.Field {
-	return []zap.Field{zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
-		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)), telemetry.LogField(r.TraceParent)}
+// runFields are the fields every log line about a run carries (SPEC §13),
+// with room for extra more.
+func runFields(r *store.Run, extra int) []zap.Field {
+	return append(make([]zap.Field, 0, 5+extra), zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
+		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)), telemetry.LogField(r.TraceParent))
 }
 
 // execute runs one sub-agent on the lane: it marks the run running, hands
@@ -1044,7 +1048,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		turn.Shown = func() bool { return rc.live != nil || lr.focus.Load() != nil }
 	}
 	problems := &agent.ProblemLog{}
-	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run)...)
+	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run, 0)...)
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
 		// A resumed run has the rest of its time: the downtime is not
