@@ -635,7 +635,7 @@ func (s *Session) callPrepared(ctx context.Context, t *Turn, calls []ToolCall) e
 		tool.(Preparer).Prepare(allowed)
 		defer tool.(Preparer).Done(allowed)
 	}
-	if s.Transcript != nil && len(s.held) == 0 {
+	if s.Transcript != nil {
 		defer s.Transcript.Hold()() // 100 spawns' results: a write each, one open
 	}
 	for i := range checked {

@@ -403,7 +403,7 @@ func (g *Gateway) turn(laneCtx context.Context, it store.Intake) {
 		// Not when the history already holds the same text: resumeMode
 		// finds the message by its text and would take that older one
 		// (and its answer) for this turn's.
-		DeferInput: !holdsMessage(s.sess.History, it.Text),
+		DeferInput: !resume && !holdsMessage(s.sess.History, it.Text),
 	}, text)
 	switch {
 	case res.Fallback != "":

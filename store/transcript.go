@@ -187,9 +187,13 @@ func openTranscriptFile(path string, h TranscriptHeader) error {
 func newTranscript(ctx context.Context, path string, out lineSink, empty bool, h TranscriptHeader) (*Transcript, error) {
 	t := &Transcript{path: path, out: out}
 	if empty {
-		if err := t.writeLine(ctx, h.withDefaults()); err != nil {
+		b, err := headerLine(h.withDefaults())
+		if err == nil {
+			err = t.write(ctx, b)
+		}
+		if err != nil {
 			out.close()
-			return nil, err
+			return nil, fmt.Errorf("transcript %s: %w", path, err)
 		}
 	}
 	return t, nil
@@ -292,14 +296,6 @@ func (t *Transcript) AppendLines(ctx context.Context, es ...TranscriptEntry) err
 		b = append(b, '\n')
 	}
 	return t.write(ctx, b)
-}
-
-func (t *Transcript) writeLine(ctx context.Context, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("transcript %s: encode line: %w", t.path, err)
-	}
-	return t.write(ctx, append(b, '\n'))
 }
 
 // write stores b, whole lines.

@@ -75,14 +75,9 @@ func Read(r io.Reader) (Report, error) {
 		from, to := st.Goroutine()
 		switch {
 		case from == trace.GoNotExist:
-			// A new goroutine: named by where it starts.
+			// A new goroutine (runnable, waiting or in a syscall; it
+			// runs later, below): named by where it starts.
 			blocked[id] = "new goroutine @ " + caller(st.Stack)
-			if to == trace.GoRunning {
-				if len(running) == 0 && idleFrom != 0 {
-					idle[blocked[id]] += time.Duration(now - idleFrom)
-				}
-				running[id] = true
-			}
 		case to == trace.GoRunning:
 			if len(running) == 0 && idleFrom != 0 {
 				idle[blocked[id]] += time.Duration(now - idleFrom)
