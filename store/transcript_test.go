@@ -410,6 +410,9 @@ func TestTranscriptHold(t *testing.T) {
 		t.Errorf("%d descriptors on the file while held, want 1", n)
 	}
 	tr.Hold()() // held already: its release leaves the first hold
+	if n := open(); n != 1 {
+		t.Errorf("%d descriptors on the file after a nested hold's release, want 1 (the first hold's)", n)
+	}
 	for i, c := range []string{"a", "b", "c"} {
 		if err := tr.Append(ctx, TranscriptEntry{Role: "tool", Content: c}); err != nil {
 			t.Fatal(err)

@@ -423,8 +423,12 @@ func TestAnnouncePromptAfterFoldWrittenAtOnce(t *testing.T) {
 				}
 			}
 			deadline := time.Now().Add(20 * time.Second)
-			for time.Now().Before(deadline) {
+			for {
 				if res, _ := h.db.PendingResults(context.Background(), key, ""); len(res) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					h.t.Errorf("the inner run's result was not stored for %s within 20 s", key)
 					break
 				}
 				time.Sleep(5 * time.Millisecond)
