@@ -345,7 +345,7 @@ func (m *Manager) stopOne(runID string) bool {
 	if !queued {
 		lr.cancel()
 	}
-	run := lr.run
+	run := *lr.run
 	m.mu.Unlock()
 	if queued {
 		m.finish(lr, &run, store.OutcomeStopped, "", "stopped by request before it started", agent.Usage{})
@@ -461,7 +461,8 @@ func (m *Manager) oneMoreTurn(ctx context.Context, run *store.Run, message strin
 		return "", err
 	}
 	defer sess.Close()
-	lr := &liveRun{run: *run}
+	own := *run
+	lr := &liveRun{run: &own}
 	turn := m.childTurn(lr, run, model, m.runLog(run))
 	turn.Steer = nil
 	turn.Resume, turn.OnText = o.resume, o.onText

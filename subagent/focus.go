@@ -28,7 +28,7 @@ func (m *Manager) Focused(runID string, thread channels.Origin) {
 		return
 	}
 	old := lr.focus.Swap(nil)
-	run := lr.run
+	run := *lr.run
 	lr.focusAt = thread
 	m.mu.Unlock()
 	old.stop()

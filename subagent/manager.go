@@ -190,7 +190,10 @@ type Manager struct {
 
 // liveRun is a run that has not ended yet.
 type liveRun struct {
-	run      store.Run // Status, Note and tokens are updated under Manager.mu
+	// run is the run's record, owned by the liveRun from enqueue on:
+	// Status, StartedAt, StretchAt, Origin, Note and tokens are updated
+	// under Manager.mu; the other fields are not changed while it is live.
+	run      *store.Run
 	cancel   context.CancelFunc
 	steer    chan agent.Steer
 	ended    chan struct{} // closed when the run is no longer live (forgetLocked)
@@ -538,16 +541,21 @@ func limitReached(le *store.LimitError) SpawnResult {
 // startSpawned starts the run a spawn recorded (in slot, when it has one)
 // and gives the spawn's answer.
 func (m *Manager) startSpawned(run *store.Run, slot *lane.Slot, warning string) SpawnResult {
-	model := run.Model
+	// run is the live run's record once enqueued, changed by its
+	// goroutine under m.mu (its Origin when it opens a pending thread):
+	// its line's fields are taken first. The run's fields on the line
+	// itself, not through runLog: a logger made for one line cost its
+	// clone and, at the write, an encoder with its buffer (~0.5 KB a
+	// spawn). The same line.
+	fields := append(runFields(run, 2), zap.String("model", run.Model), zap.Int("depth", run.Depth))
+	res := SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: run.Model, Warning: warning}
+	root := run.RootKey
 	m.enqueueSpawned(run, slot)
 	m.armGroup(run)
-	m.changed(run.RootKey)
+	m.changed(root)
 	m.spawned.Add(1)
-	// The run's fields on the line itself, not through runLog: a logger
-	// made for one line cost its clone and, at the write, an encoder
-	// with its buffer (~0.5 KB a spawn). The same line.
-	m.log.Info("sub-agent spawned", append(runFields(run, 2), zap.String("model", model), zap.Int("depth", run.Depth))...)
-	return SpawnResult{Status: "accepted", RunID: run.ID, ChildSessionKey: run.ChildKey, ModelApplied: model, Warning: warning}
+	m.log.Info("sub-agent spawned", fields...)
+	return res
 }
 
 // spawnedBy answers a sessions_spawn call made again (a turn replayed
@@ -857,9 +865,12 @@ func (m *Manager) mayHaveChildren(runID string) bool {
 
 // enqueueLocked registers r as live and puts it on the lane, or starts it
 // in slot (startSlot) when that is not nil; spawned: this process just
-// spawned it (liveRun.spawnedHere). m.mu must be held.
+// spawned it (liveRun.spawnedHere). m.mu must be held. The live run keeps
+// r itself, not a copy (a store.Run is ~0.9 KB, copied once per run
+// before): from here on the caller reads only r's fields that do not
+// change while the run is live (liveRun.run), or reads it under m.mu.
 func (m *Manager) enqueueLocked(r *store.Run, slot *lane.Slot, spawned bool) {
-	lr := &liveRun{run: *r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedHere: spawned}
+	lr := &liveRun{run: r, steer: make(chan agent.Steer, 16), ended: make(chan struct{}), spawnedHere: spawned}
 	if slot != nil {
 		lr.startAt = r.StartedAt
 	}
@@ -939,7 +950,7 @@ func (m *Manager) execute(laneCtx context.Context, runID string) {
 	lr.run.StretchAt = now
 	// The run's one copy for this execution: execute's and its runner's
 	// (RunCtx.Run), on the heap while the run waits for its model.
-	rc := &RunCtx{Run: lr.run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx}
+	rc := &RunCtx{Run: *lr.run, Steer: lr.steer, m: m, lr: lr, lane: laneCtx}
 	run := &rc.Run
 	ctx, lr.span = m.startSpan(ctx, run)
 	span := lr.span
@@ -1347,27 +1358,49 @@ func (m *Manager) readOnlyDirs(cfg *config.Config) []string {
 	return m.d.ReadOnlyDirs(cfg)
 }
 
+// childContextHead opens a child's sub-agent context block, up to its task.
+const childContextHead = "# Sub-agent context\nYou are a sub-agent working in the background for another session. Do the task below and finish with a clear answer; it is announced back to the requester.\n- Task: "
+
 // childSystem is the child's system prompt: the agent's own prompt, the
 // sub-agent context block, only AGENTS.md and TOOLS.md of the agent
 // workspace aws, and extra (Deps.SystemContext).
 func childSystem(a config.AgentSettings, aws string, run *store.Run, extra string) string {
+	boot, err := tools.LoadBootstrap(aws, true)
+	if err != nil {
+		boot = ""
+	}
+	// One buffer at its size, the parts written as they are: this runs
+	// once per child as it starts (fmt and the concatenations were ~10
+	// allocations a child).
 	var b strings.Builder
+	b.Grow(len(a.SystemPrompt) + len(childContextHead) + len(run.Task) + len(run.Label) + len(run.RequesterKey) + len(run.ChildKey) +
+		len(ResultNote) + len(boot) + len(extra) + 80)
 	if a.SystemPrompt != "" {
-		b.WriteString(a.SystemPrompt + "\n\n")
+		b.WriteString(a.SystemPrompt)
+		b.WriteString("\n\n")
 	}
-	fmt.Fprintf(&b, "# Sub-agent context\nYou are a sub-agent working in the background for another session. Do the task below and finish with a clear answer; it is announced back to the requester.\n- Task: %s\n", run.Task)
+	b.WriteString(childContextHead)
+	b.WriteString(run.Task)
 	if run.Label != "" {
-		fmt.Fprintf(&b, "- Label: %s\n", run.Label)
+		b.WriteString("\n- Label: ")
+		b.WriteString(run.Label)
 	}
-	fmt.Fprintf(&b, "- Requester session: %s\n- Your session: %s\n", run.RequesterKey, run.ChildKey)
+	b.WriteString("\n- Requester session: ")
+	b.WriteString(run.RequesterKey)
+	b.WriteString("\n- Your session: ")
+	b.WriteString(run.ChildKey)
+	b.WriteString("\n")
 	if run.Depth < a.Subagents.MaxDepth {
-		b.WriteString(ResultNote + "\n")
+		b.WriteString(ResultNote)
+		b.WriteString("\n")
 	}
-	if boot, err := tools.LoadBootstrap(aws, true); err == nil && boot != "" {
-		b.WriteString("\n" + boot)
+	if boot != "" {
+		b.WriteString("\n")
+		b.WriteString(boot)
 	}
 	if extra != "" {
-		b.WriteString("\n" + extra)
+		b.WriteString("\n")
+		b.WriteString(extra)
 	}
 	return b.String()
 }

@@ -113,7 +113,8 @@ func TestSendJustAfterTheEndIsCommitted(t *testing.T) {
 	done := h.waitDone(res.RunID)
 	// Put back the live entry end() drops right after its commit.
 	h.m.mu.Lock()
-	lr := &liveRun{run: *done, steer: make(chan agent.Steer, 16)}
+	live := *done // the live entry's own record, as enqueue gives it
+	lr := &liveRun{run: &live, steer: make(chan agent.Steer, 16)}
 	lr.run.Status = store.StatusAnnouncing
 	h.m.live[done.ID] = lr
 	h.m.mu.Unlock()

@@ -33,9 +33,10 @@ func (m *Manager) ScheduledRun(s *store.Schedule, due time.Time, note string) (*
 // StartScheduled puts a run that a schedule's FireDue recorded on the
 // sub-agent lane.
 func (m *Manager) StartScheduled(r *store.Run) {
+	log := m.runLog(r) // its fields before r is live (enqueueLocked)
 	m.enqueue(r)
 	m.spawned.Add(1)
 	m.changed(r.RootKey)
-	m.runLog(r).Info("scheduled run queued", zap.String("scheduleId", r.ScheduleID),
+	log.Info("scheduled run queued", zap.String("scheduleId", r.ScheduleID),
 		zap.Time("due", r.ScheduleDue), zap.String("model", r.Model))
 }

@@ -28,12 +28,14 @@ type spawnTool struct {
 }
 
 // preparedSpawn is a call's spawn done ahead by Prepare: its run recorded
-// (to start in slot, when it has one), or its answer when it was refused.
+// (to start in slot, when it has one), or its answer when it was refused
+// (a pointer: refusals are rare, and a response's 100 prepared spawns are
+// held in a slice and a map).
 type preparedSpawn struct {
 	run     *store.Run
 	slot    *lane.Slot
 	warning string
-	refused SpawnResult
+	refused *SpawnResult
 }
 
 // Call answers a prepared call with its prepared spawn, starting the run
@@ -47,11 +49,10 @@ func (t *spawnTool) Call(ctx context.Context, cc agent.CallContext, args json.Ra
 	if !ok {
 		return t.sessionTool.Call(ctx, cc, args)
 	}
-	res := ps.refused
-	if ps.run != nil {
-		res = t.m.startSpawned(ps.run, ps.slot, ps.warning)
+	if ps.run == nil {
+		return agent.JSONResult("sessions_spawn", ps.refused)
 	}
-	return agent.JSONResult("sessions_spawn", res)
+	return agent.JSONResult("sessions_spawn", t.m.startSpawned(ps.run, ps.slot, ps.warning))
 }
 
 // Prepare records the runs of the plain spawns among calls in one
@@ -110,7 +111,8 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 		case err != nil:
 			continue
 		case errors.As(errs[i], &le):
-			ps = preparedSpawn{refused: limitReached(le)}
+			refused := limitReached(le)
+			ps = preparedSpawn{refused: &refused}
 		case errs[i] != nil: // *store.SpawnCallError: Spawn answers it with the run
 			continue
 		}

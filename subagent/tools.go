@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -69,7 +70,7 @@ func rawSchema(s string) json.RawMessage {
 
 // decode unmarshals args strictly enough to give the model a useful error.
 func decode(tool string, args json.RawMessage, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(args)))
+	dec := json.NewDecoder(bytes.NewReader(args)) // no copy of args
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%s: bad arguments: %v; see the tool's schema", tool, err)
