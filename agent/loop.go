@@ -627,7 +627,7 @@ func (s *Session) callPrepared(ctx context.Context, t *Turn, calls []ToolCall) e
 	for i, call := range calls {
 		checked[i] = s.checkCall(ctx, t, call)
 		if c := &checked[i]; !c.refused {
-			allowed = append(allowed, PreparedCall{Ctx: c.ctx, CC: c.cc, Args: c.args})
+			allowed = append(allowed, PreparedCall{Ctx: c.ctx, CC: &c.cc, Args: c.args})
 		}
 	}
 	if len(allowed) > 1 {

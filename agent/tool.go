@@ -130,10 +130,12 @@ type Preparer interface {
 }
 
 // PreparedCall is one call given to Preparer.Prepare: its context (within
-// the call's span), its CallContext (CallID set) and its arguments.
+// the call's span), its CallContext (CallID set; the turn's record of the
+// call, not to be changed) and its arguments. CC is a pointer: a model
+// response's 100 spawns are 100 PreparedCalls, and a CallContext is ~0.4 KB.
 type PreparedCall struct {
 	Ctx  context.Context
-	CC   CallContext
+	CC   *CallContext
 	Args json.RawMessage
 }
 

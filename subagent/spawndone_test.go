@@ -31,7 +31,7 @@ func TestPreparedSpawnNeverCalledIsStarted(t *testing.T) {
 	for _, id := range []string{"toolu_1", "toolu_2"} {
 		cc := caller("1")
 		cc.CallID = id
-		calls = append(calls, agent.PreparedCall{Ctx: context.Background(), CC: cc, Args: json.RawMessage(`{"task":"work ` + id + `"}`)})
+		calls = append(calls, agent.PreparedCall{Ctx: context.Background(), CC: &cc, Args: json.RawMessage(`{"task":"work ` + id + `"}`)})
 	}
 	spawning := func() int {
 		m.mu.Lock()
@@ -39,7 +39,7 @@ func TestPreparedSpawnNeverCalledIsStarted(t *testing.T) {
 		return len(m.spawning)
 	}
 	spawn.Prepare(calls)
-	out, err := spawn.Call(calls[0].Ctx, calls[0].CC, calls[0].Args)
+	out, err := spawn.Call(calls[0].Ctx, *calls[0].CC, calls[0].Args)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 			t.has(c.CC.CallID) || slices.Contains(ids, c.CC.CallID) {
 			continue
 		}
-		run, child, warning, fail := m.build(c.CC, p)
+		run, child, warning, fail := m.build(*c.CC, p)
 		if fail != nil {
 			continue
 		}
