@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -757,10 +758,31 @@ func originJSON(o channels.Origin) (string, error) {
 // model response and their child sessions mostly carry the requester's
 // origin, encoded once. An equal Origin (all its fields are strings)
 // encodes to the same text, and the rows share the immutable string.
+// The runs' allowed tools likewise (encodeTools): a response's spawns
+// mostly carry the caller's tool list, each run its own copy of it.
 type originCache struct {
 	o  channels.Origin
 	s  string
 	ok bool
+
+	tools   []string // the last list encoded, its text in toolsS
+	toolsS  any
+	toolsOK bool
+}
+
+// encodeTools is toolsJSON(tools), encoded again only when tools differs
+// from the last list it encoded (nil and empty differ: toolsJSON keeps
+// them apart).
+func (c *originCache) encodeTools(tools []string) (any, error) {
+	if c.toolsOK && (tools == nil) == (c.tools == nil) && slices.Equal(tools, c.tools) {
+		return c.toolsS, nil
+	}
+	s, err := toolsJSON(tools)
+	if err != nil {
+		return nil, err
+	}
+	c.tools, c.toolsS, c.toolsOK = tools, s, true
+	return s, nil
 }
 
 func (c *originCache) encode(o channels.Origin) (string, error) {

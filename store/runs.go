@@ -561,7 +561,7 @@ func (d *DB) prepareRun(r *Run, child *Session, oc *originCache) (p preparedRun,
 	if r.ChildKey == "" {
 		return p, fmt.Errorf("create run %s: child session key is empty", r.ID)
 	}
-	if p.tools, err = toolsJSON(r.AllowedTools); err != nil {
+	if p.tools, err = oc.encodeTools(r.AllowedTools); err != nil {
 		return p, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	if p.origin, err = oc.encode(r.Origin); err != nil {
