@@ -921,7 +921,23 @@ func (m *Manager) runLog(r *store.Run) *zap.Logger {
 // runFields are the fields every log line about a run carries (SPEC §13),
 // with room for extra more.
 func runFields(r *store.Run, extra int) []zap.Field {
-	return append(make([]zap.Field, 0, 5+extra), zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
+	return appendRunFields(make([]zap.Field, 0, 5+extra), r)
+}
+
+// withRunFields is agent.WithLogFields(ctx, runFields(run, 0)...) without
+// the heap slice: WithLogFields keeps a copy of the fields. Not inlined,
+// so that the array is not in the frame of a run's runner, which stays on
+// the run's stack while its model calls are in flight.
+//
+//go:noinline
+func withRunFields(ctx context.Context, run *store.Run) context.Context {
+	var fields [5]zap.Field
+	return agent.WithLogFields(ctx, appendRunFields(fields[:0], run)...)
+}
+
+// appendRunFields appends runFields' fields to dst.
+func appendRunFields(dst []zap.Field, r *store.Run) []zap.Field {
+	return append(dst, zap.String("runId", r.ID), zap.String("sessionKey", r.ChildKey),
 		zap.String("agentId", r.AgentID), zap.String("channel", string(r.Origin.Channel)), telemetry.LogField(r.TraceParent))
 }
 
@@ -1059,7 +1075,7 @@ func (r modelRunner) Run(ctx context.Context, rc *RunCtx) Outcome {
 		turn.Shown = func() bool { return rc.live != nil || lr.focus.Load() != nil }
 	}
 	problems := &agent.ProblemLog{}
-	ctx = agent.WithLogFields(agent.WithProblemLog(ctx, problems), runFields(run, 0)...)
+	ctx = withRunFields(agent.WithProblemLog(ctx, problems), run)
 	runCtx := ctx
 	if run.TimeoutSeconds > 0 {
 		// A resumed run has the rest of its time: the downtime is not
