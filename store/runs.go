@@ -399,13 +399,13 @@ func insertSpawnedRows(c conn, runs []*Run, children []*Session, preps []prepare
 			threads = append(threads, i)
 		}
 	}
+	var once []any // the chunks' arguments with the shared columns once (multiRow.exec)
 	err := sessionRows.each(c, len(sessions), func(off, n int, q string) error {
 		args = args[:0]
 		for _, i := range sessions[off : off+n] {
 			args = append(args, preps[i].sessArgs...)
 		}
-		_, err := c.exec(q, args...)
-		return err
+		return sessionRows.exec(c, q, n, args, &once)
 	})
 	if err != nil {
 		return fmt.Errorf("child sessions: %w", err)
@@ -415,8 +415,7 @@ func insertSpawnedRows(c conn, runs []*Run, children []*Session, preps []prepare
 		for _, i := range keep[off : off+n] {
 			args = appendRunArgs(args, runs[i], preps[i].tools, preps[i].origin)
 		}
-		_, err := c.exec(q, args...)
-		return err
+		return runRows.exec(c, q, n, args, &once)
 	})
 	if err != nil {
 		return err
@@ -436,8 +435,14 @@ func insertSpawnedRows(c conn, runs []*Run, children []*Session, preps []prepare
 }
 
 var (
-	sessionRows   = multiRow{head: `INSERT INTO sessions (` + sessionCols + `) VALUES `, cols: 16}
-	runRows       = multiRow{head: `INSERT INTO runs (` + runCols + `) VALUES `, cols: 45}
+	// The columns a spawn batch's child sessions and runs mostly share
+	// (multiRow.shared): all but the keys and ids, the task and label,
+	// the times and the trace parent.
+	sessionRows = multiRow{head: `INSERT INTO sessions (` + sessionCols + `) VALUES `, cols: 16,
+		shared: []int{2, 3, 4, 5, 6, 8, 9, 13, 14, 15}}
+	runRows = multiRow{head: `INSERT INTO runs (` + runCols + `) VALUES `, cols: 45,
+		shared: []int{3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+			34, 35, 36, 38, 39, 40, 41, 42, 43, 44}}
 	threadRows    = multiRow{head: `INSERT INTO run_threads (run_id, state) VALUES `, cols: 2}
 	spawnCallRows = multiRow{head: `INSERT INTO spawn_calls (requester_key, call_id, run_id) VALUES `, cols: 3,
 		tail: ` ON CONFLICT (requester_key, call_id) DO NOTHING RETURNING requester_key, call_id`}
@@ -453,11 +458,136 @@ var (
 // parameter's name by a walk of the statement's list of names
 // (sqlite3_bind_parameter_name), which is quadratic in the parameters:
 // 64 runs' 2,880 $n took ~1 ms to bind, against none for ?.
+//
+// On SQLite, a chunk whose rows all hold the same value in each of the
+// shared columns is inserted by a statement that binds those values once
+// (sharedQuery), not once a row (exec). A response's 100 spawns agree on most of their columns
+// (requester, root, agent, model, limits, origin, tools, status and the
+// empty ones): binding a parameter is a call into SQLite under the
+// connection's mutex, and database/sql converts each argument first.
 type multiRow struct {
-	head string
-	cols int
-	tail string
-	q    [2][multiRowSizes]atomic.Pointer[string] // [sqlite][log2 rows]
+	head   string
+	cols   int
+	tail   string
+	shared []int                                    // ascending column indexes; used without a tail only
+	q      [2][multiRowSizes]atomic.Pointer[string] // [sqlite][log2 rows]
+	qs     [multiRowSizes]atomic.Pointer[string]    // SQLite, the shared columns once
+}
+
+// exec runs q, the statement of a chunk of rows rows, with args, the
+// rows' values one row after the other. On SQLite, when the rows agree
+// on every shared column, it runs the statement that binds those once
+// instead, with its arguments made in *once (kept for the next chunk).
+// The same rows are inserted either way.
+func (m *multiRow) exec(c conn, q string, rows int, args []any, once *[]any) error {
+	if rows > 1 && len(m.shared) > 0 && m.tail == "" && c.dialect.name == DriverSQLite {
+		if a, ok := m.sharedOnce(args, rows, (*once)[:0]); ok {
+			*once = a
+			_, err := c.exec(m.sharedQuery(bits.Len(uint(rows))-1), a...)
+			return err
+		}
+	}
+	_, err := c.exec(q, args...)
+	return err
+}
+
+// sharedOnce appends to dst the arguments of sharedQuery for the rows
+// whose values are args: the shared columns' values (the first row's),
+// then each row's other columns in order. ok is false when some row
+// differs from the first in a shared column, or holds there a value that
+// is not a string, an integer, a float or NULL.
+func (m *multiRow) sharedOnce(args []any, rows int, dst []any) (_ []any, ok bool) {
+	for _, col := range m.shared {
+		v := args[col]
+		for r := 1; r < rows; r++ {
+			if !sameArg(v, args[r*m.cols+col]) {
+				return dst, false
+			}
+		}
+		dst = append(dst, v)
+	}
+	for r := range rows {
+		row, j := args[r*m.cols:(r+1)*m.cols], 0
+		for col, v := range row {
+			if j < len(m.shared) && m.shared[j] == col {
+				j++
+				continue
+			}
+			dst = append(dst, v)
+		}
+	}
+	return dst, true
+}
+
+// sameArg reports whether a and b are the same value of a type a
+// statement binds as it is (anything else is never the same: an
+// interface comparison of a []byte would panic).
+func sameArg(a, b any) bool {
+	switch x := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case int:
+		y, ok := b.(int)
+		return ok && x == y
+	case int64:
+		y, ok := b.(int64)
+		return ok && x == y
+	case float64:
+		y, ok := b.(float64)
+		return ok && x == y
+	}
+	return false
+}
+
+// sharedQuery is the SQLite statement for 1<<k rows with the shared
+// columns bound once: INSERT … SELECT with the shared columns' ? in its
+// select list and the other columns from a VALUES list of the rows (its
+// columns are column1, column2, …). All placeholders are anonymous, as
+// in query: an ?NNN has a name, which modernc reads and parses for every
+// parameter it binds. Its arguments are sharedOnce's: the shared
+// columns' values, then each row's other columns, in the order of the ?.
+func (m *multiRow) sharedQuery(k int) string {
+	if q := m.qs[k].Load(); q != nil {
+		return *q
+	}
+	var b strings.Builder
+	b.WriteString(strings.Replace(m.head, ") VALUES ", ") SELECT ", 1))
+	j, v := 0, 0
+	for col := range m.cols {
+		if col > 0 {
+			b.WriteString(", ")
+		}
+		if j < len(m.shared) && m.shared[j] == col {
+			j++
+			b.WriteByte('?')
+			continue
+		}
+		v++
+		b.WriteString("column")
+		b.WriteString(strconv.Itoa(v))
+	}
+	b.WriteString(" FROM (VALUES ")
+	for r := range 1 << k {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range v {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('?')
+		}
+		b.WriteByte(')')
+	}
+	b.WriteByte(')')
+	b.WriteString(m.tail)
+	q := b.String()
+	m.qs[k].Store(&q)
+	return q
 }
 
 const multiRowSizes = 7 // 1 … 64 rows
