@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 // binds once on SQLite (multiRow.shared) or one of them differs (then
 // each row binds all its columns): a batch of 8 that agree, 8 where one
 // run has another model, depth and agent (its child session too), and 3
-// (chunks of 2 and 1).
+// (chunks of 2 and 1). And in the order they were given: a batch's runs
+// and results are listed by creation time, then insertion (rowid), and
+// these runs share their creation time.
 func TestSpawnEachRowsSharedOrNot(t *testing.T) {
 	db := newTestDB(t)
 	ctx := context.Background()
@@ -29,7 +32,7 @@ func TestSpawnEachRowsSharedOrNot(t *testing.T) {
 			for i := range tc.n {
 				id := fmt.Sprintf("%s-%d", tc.name, i)
 				r, child := spawnedRun("shared", id, "agent:main:web:dm:shared", "s-shared", now)
-				r.Task, r.Label = "task "+strconv.Itoa(i), "label "+strconv.Itoa(i)
+				r.Task, r.Label, r.Batch = "task "+strconv.Itoa(i), "label "+strconv.Itoa(i), "batch-"+tc.name
 				if i == tc.odd {
 					r.Model, r.Depth, r.AgentID = "openai/gpt-test", 2, "other"
 				}
@@ -57,6 +60,24 @@ func TestSpawnEachRowsSharedOrNot(t *testing.T) {
 				if g, w := sessionShape(s), sessionShape(children[i]); g != w {
 					t.Errorf("child session %d stored as\n%s\nwant\n%s", i, g, w)
 				}
+			}
+			rows, err := db.reader(ctx).query(batchRunsQuery(db.dialect), "batch-"+tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed, err := scanRuns(rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want []string
+			for i := range listed {
+				got = append(got, listed[i].ID)
+			}
+			for _, r := range runs {
+				want = append(want, r.ID)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("the batch's runs in its order are %q, want the spawn order %q", got, want)
 			}
 		})
 	}
