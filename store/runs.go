@@ -527,19 +527,21 @@ func sameArg(a, b any) bool {
 	case nil:
 		return b == nil
 	case string:
-		y, ok := b.(string)
-		return ok && x == y
+		return same(x, b)
 	case int:
-		y, ok := b.(int)
-		return ok && x == y
+		return same(x, b)
 	case int64:
-		y, ok := b.(int64)
-		return ok && x == y
+		return same(x, b)
 	case float64:
-		y, ok := b.(float64)
-		return ok && x == y
+		return same(x, b)
 	}
 	return false
+}
+
+// same reports whether b is a T equal to x.
+func same[T comparable](x T, b any) bool {
+	y, ok := b.(T)
+	return ok && x == y
 }
 
 // sharedQuery is the SQLite statement for 1<<k rows with the shared
