@@ -160,6 +160,16 @@ type Registry struct {
 	specs []ToolSpec // specs[i] is tools[i]'s
 	// handed: specs was handed out by Specs; Add writes to a copy.
 	handed atomic.Bool
+	// frozen: the registry is shared by turns or runs (Freeze): Add
+	// panics rather than change it under them.
+	frozen bool
+}
+
+// Freeze marks r as shared: from now on it is read only, and Add panics.
+// A caller that wants more tools in it adds them to a Clone. It returns r.
+func (r *Registry) Freeze() *Registry {
+	r.frozen = true
+	return r
 }
 
 // NewRegistry returns a registry holding tools.
@@ -179,6 +189,9 @@ func (r *Registry) find(name string) (int, bool) {
 // Add registers t, replacing a tool of the same name. A slice Specs
 // returned before is not changed.
 func (r *Registry) Add(t Tool) {
+	if r.frozen {
+		panic("agent: Add to a shared (frozen) tool registry; add to a Clone")
+	}
 	spec := t.Spec()
 	spec.Description = internDescription(spec.Description)
 	if r.handed.Load() {

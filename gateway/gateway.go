@@ -303,9 +303,37 @@ func (g *Gateway) workspace(cfg *config.Config, agentID string) string {
 
 // baseTools are an agent's built-in tools and the tools of its MCP servers
 // that are up, limited to its allowedTools (a: the agent as the turn or
-// run resolved it at its start). The registry is the caller's own.
+// run resolved it at its start). The registry is shared and read only
+// (frozen): every child and delegate of the agent gets the same one while
+// the tool options, the agent's allowedTools and MCP servers, and the
+// tools of those servers that are up stay the same; a caller adds to a
+// Clone. It is made once for them, not for each run: each run kept its
+// own copy (docs/performance.md, session 8).
 func (g *Gateway) baseTools(a config.AgentSettings) *agent.Registry {
-	return allowedOnly(a, g.agentTools(a))
+	b := g.builtins()
+	mcp := g.mcp.Tools(a.MCPServers)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.bases[a.ID]; e != nil && slices.Equal(e.allowed, a.AllowedTools) && slices.Equal(e.servers, a.MCPServers) && slices.Equal(e.mcp, mcp) {
+		return e.reg
+	}
+	reg := allowedOnly(a, b.with(mcp)).Freeze()
+	if b.bases == nil || len(b.bases) >= maxBases {
+		b.bases = make(map[string]*baseTools)
+	}
+	b.bases[a.ID] = &baseTools{allowed: slices.Clone(a.AllowedTools), servers: slices.Clone(a.MCPServers), mcp: mcp, reg: reg}
+	return reg
+}
+
+// maxBases bounds builtinTools.bases: past it (more agents than that in
+// use) the shared base registries are made again.
+const maxBases = 256
+
+// baseTools is one agent's shared base registry and what it was made of.
+type baseTools struct {
+	allowed, servers []string     // the agent's allowedTools and mcpServers
+	mcp              []agent.Tool // the tools of those servers that were up
+	reg              *agent.Registry
 }
 
 // builtinTools are the built-in tools (tools.New) of the options in
@@ -316,6 +344,21 @@ type builtinTools struct {
 	// that a turn's or run's registry does not ask every built-in tool
 	// for its spec again (Registry.Add), ~10 µs a run.
 	reg *agent.Registry
+	// bases are the agents' shared base registries (baseTools) made
+	// with these tools, by agent id; guarded by mu. New options make a
+	// new builtinTools, so a reload of them drops every base.
+	mu    sync.Mutex
+	bases map[string]*baseTools
+}
+
+// with is a new registry, the caller's own, of the built-in tools (a copy
+// of the one made with them) and mcp.
+func (b *builtinTools) with(mcp []agent.Tool) *agent.Registry {
+	reg := b.reg.Clone()
+	for _, t := range mcp {
+		reg.Add(t)
+	}
+	return reg
 }
 
 // builtins are the built-in tools of the options in force, made once for
@@ -331,7 +374,7 @@ func (g *Gateway) builtins() *builtinTools {
 	if b := g.builtin.Load(); b != nil && b.opts == opts {
 		return b
 	}
-	b := &builtinTools{opts: opts, reg: agent.NewRegistry(tools.New(*opts)...)}
+	b := &builtinTools{opts: opts, reg: agent.NewRegistry(tools.New(*opts)...).Freeze()}
 	g.builtin.Store(b)
 	return b
 }
@@ -340,11 +383,7 @@ func (g *Gateway) builtins() *builtinTools {
 // copy of the one made with them) and the tools of a's MCP servers that
 // are up, before allowedTools.
 func (g *Gateway) agentTools(a config.AgentSettings) *agent.Registry {
-	reg := g.builtins().reg.Clone()
-	for _, t := range g.mcp.Tools(a.MCPServers) {
-		reg.Add(t)
-	}
-	return reg
+	return g.builtins().with(g.mcp.Tools(a.MCPServers))
 }
 
 // topTools is the tool set of an agent's top-level turn: its base tools,

@@ -54,7 +54,10 @@ type Deps struct {
 	Store   Store
 	Catalog *agent.Catalog
 	// Tools returns the built-in (non-session) tools of an agent, given its
-	// settings as the run resolved them at its start.
+	// settings as the run resolved them at its start. The registry is
+	// read only (the Manager adds to a Clone); returning the same one
+	// while its tools stay the same lets children share their tool set
+	// (childTools).
 	Tools func(a config.AgentSettings) *agent.Registry
 	// Workspace returns an agent's absolute workspace dir under cfg (the
 	// config the run took at its start).
@@ -161,6 +164,14 @@ type Manager struct {
 	log  *zap.Logger
 	lane *lane.Lane
 	conf atomic.Pointer[config.Config] // read with config(); SetConfig replaces it
+
+	// sessTools are the session tools, made once (SessionTools).
+	sessOnce  sync.Once
+	sessTools []agent.Tool
+	// childRegs are the children's shared tool sets (childTools);
+	// guarded by childMu.
+	childMu   sync.Mutex
+	childRegs map[childToolsKey]*childToolSet
 
 	mu       sync.Mutex
 	live     map[string]*liveRun // by run id; guarded by mu
@@ -1317,12 +1328,12 @@ func (m *Manager) childTurn(lr *liveRun, run *store.Run, model *agent.Model, log
 	cfg := m.config()
 	a := cfg.Resolve(run.AgentID)
 	aws := m.d.Workspace(cfg, run.AgentID)
-	reg := m.childTools(cfg, a, run)
+	reg, names := m.childTools(cfg, a, run)
 	sc := spend.Call{Conversation: run.RootKey, AgentID: run.AgentID, RunID: run.ID, Label: TaskTitle(run.Label, run.Task)}
 	cc := agent.CallContext{
 		SessionKey: run.ChildKey, SessionID: run.ChildSessionID, RootKey: run.RootKey,
 		AgentID: run.AgentID, RunID: run.ID, Depth: run.Depth, Turn: "run:" + run.ID,
-		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, ReadOnlyDirs: m.readOnlyDirs(cfg), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: reg.Names(),
+		Workspace: m.conversationWorkspace(cfg, run.RootKey, run.AgentID), AgentWorkspace: aws, ReadOnlyDirs: m.readOnlyDirs(cfg), Origin: run.Origin, Model: run.Model, Thinking: run.Thinking, Tools: names,
 	}
 	return agent.Turn{
 		Model: model, System: childSystem(a, aws, run, m.systemContext(cfg, run, aws)), Tools: reg, Thinking: run.Thinking,
@@ -1421,19 +1432,35 @@ func childSystem(a config.AgentSettings, aws string, run *store.Run, extra strin
 	return b.String()
 }
 
-// childTools is the tool set of a child: the agent's tools and the session
-// tools, less the session tools at the deepest level, filtered by the
-// agent's allowedTools, tools.subagents.tools and the spawn's allowedTools
-// (a: the agent's settings under cfg).
-func (m *Manager) childTools(cfg *config.Config, a config.AgentSettings, run *store.Run) *agent.Registry {
-	reg := m.d.Tools(a)
+// childTools is the tool set of a child and its names: the agent's tools
+// and the session tools, less the session tools at the deepest level,
+// filtered by the agent's allowedTools, tools.subagents.tools and the
+// spawn's allowedTools (a: the agent's settings under cfg). Both are
+// shared, read only, by the children of the same agent, deepest or not
+// and spawn allowedTools under the same config and base tools (Deps.Tools
+// returning the same registry): a child's tool set was a copy of its own,
+// ~1.1 KB in flight per child, with a new set of session tools each
+// (docs/performance.md, session 8). What differs per run (workspace,
+// session, run id, depth, origin) is in its CallContext, never in a tool.
+func (m *Manager) childTools(cfg *config.Config, a config.AgentSettings, run *store.Run) (*agent.Registry, []string) {
+	base := m.d.Tools(a)
+	deepest := run.Depth >= a.Subagents.MaxDepth
+	key := childToolsKey{agentID: run.AgentID, deepest: deepest}
+	if len(run.AllowedTools) > 0 {
+		key.allowed = strings.Join(run.AllowedTools, "\x00") + "\x00"
+	}
+	m.childMu.Lock()
+	defer m.childMu.Unlock()
+	if e := m.childRegs[key]; e != nil && e.cfg == cfg && e.base == base {
+		return e.reg, e.names
+	}
+	reg := base.Clone()
 	for _, t := range m.SessionTools(run.Depth) {
 		reg.Add(t)
 	}
-	deepest := run.Depth >= a.Subagents.MaxDepth
 	agentAllowed := a.AllowedTools
 	filter := cfg.Tools.Subagents.Tools
-	return reg.Filter(func(name string, _ agent.Tool) bool {
+	reg = reg.Filter(func(name string, _ agent.Tool) bool {
 		if tools.IsSessionTool(name) {
 			// Below the deepest level a child may nest (maxDepth > 1):
 			// it keeps the session tools unless they are denied.
@@ -1449,7 +1476,35 @@ func (m *Manager) childTools(cfg *config.Config, a config.AgentSettings, run *st
 			return false
 		}
 		return tools.SubagentToolAllowed(name, filter.Allow, filter.Deny)
-	})
+	}).Freeze()
+	e := &childToolSet{cfg: cfg, base: base, reg: reg, names: slices.Clip(reg.Names())}
+	if m.childRegs == nil || len(m.childRegs) >= maxChildToolSets {
+		m.childRegs = make(map[childToolsKey]*childToolSet)
+	}
+	m.childRegs[key] = e
+	return e.reg, e.names
+}
+
+// maxChildToolSets bounds Manager.childRegs (spawn allowedTools are the
+// model's choice): past it the shared sets are made again.
+const maxChildToolSets = 256
+
+// childToolsKey is what a child's tool set depends on besides the config
+// and its agent's base tools: its agent, whether it is at the deepest
+// level, and its spawn's allowedTools (each followed by a NUL; "" = none).
+type childToolsKey struct {
+	agentID string
+	deepest bool
+	allowed string
+}
+
+// childToolSet is a shared child tool set, the config and base tools it
+// was made under, and its tool names.
+type childToolSet struct {
+	cfg   *config.Config
+	base  *agent.Registry
+	reg   *agent.Registry
+	names []string
 }
 
 func (m *Manager) setStatus(lr *liveRun, status string) {

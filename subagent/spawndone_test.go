@@ -54,7 +54,7 @@ func TestPreparedSpawnNeverCalledIsStarted(t *testing.T) {
 	if n := spawning(); n != 0 {
 		t.Errorf("%d runs left in m.spawning after the loop was done with the calls", n)
 	}
-	if spawn.has("toolu_2") {
+	if spawn.has(keyOf(calls[1].CC)) {
 		t.Error("the second call's prepared spawn was kept")
 	}
 	second, err := h.db.RunBySpawnCall(context.Background(), calls[1].CC.SessionKey, "toolu_2")

@@ -24,7 +24,18 @@ type spawnTool struct {
 	m *Manager
 
 	mu       sync.Mutex
-	prepared map[string]preparedSpawn // by call id, until its Call
+	prepared map[preparedKey]preparedSpawn // until its Call
+}
+
+// preparedKey names a prepared call: the one spawn tool serves every turn
+// and run (SessionTools), and call ids are the model's, unique only within
+// a turn.
+type preparedKey struct {
+	session, turn, call string
+}
+
+func keyOf(cc *agent.CallContext) preparedKey {
+	return preparedKey{session: cc.SessionKey, turn: cc.Turn, call: cc.CallID}
 }
 
 // preparedSpawn is a call's spawn done ahead by Prepare: its run recorded
@@ -43,8 +54,8 @@ type preparedSpawn struct {
 // ever.
 func (t *spawnTool) Call(ctx context.Context, cc agent.CallContext, args json.RawMessage) (string, error) {
 	t.mu.Lock()
-	ps, ok := t.prepared[cc.CallID]
-	delete(t.prepared, cc.CallID)
+	ps, ok := t.prepared[keyOf(&cc)]
+	t.forget(keyOf(&cc))
 	t.mu.Unlock()
 	if !ok {
 		return t.sessionTool.Call(ctx, cc, args)
@@ -64,7 +75,7 @@ func (t *spawnTool) Call(ctx context.Context, cc agent.CallContext, args json.Ra
 // made by Call as ever.
 func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 	m := t.m
-	ids := make([]string, 0, len(calls))
+	ids := make([]preparedKey, 0, len(calls))
 	runs := make([]*store.Run, 0, len(calls))
 	children := make([]*store.Session, 0, len(calls))
 	items := make([]preparedSpawn, 0, len(calls))
@@ -73,7 +84,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 		var p SpawnParams
 		if c.CC.CallID == "" || c.CC.AgentID != agentID || decode("sessions_spawn", c.Args, &p) != nil ||
 			p.Action != "" && p.Action != "spawn" || p.Tasks != nil || p.Thread || len(p.Attachments) > 0 ||
-			t.has(c.CC.CallID) || slices.Contains(ids, c.CC.CallID) {
+			t.has(keyOf(c.CC)) || slices.Contains(ids, keyOf(c.CC)) {
 			continue
 		}
 		run, child, warning, fail := m.build(*c.CC, p)
@@ -81,7 +92,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 			continue
 		}
 		run.TraceParent = telemetry.Traceparent(c.Ctx)
-		ids = append(ids, c.CC.CallID)
+		ids = append(ids, keyOf(c.CC))
 		runs, children = append(runs, run), append(children, child)
 		items = append(items, preparedSpawn{run: run, warning: warning})
 	}
@@ -97,7 +108,7 @@ func (t *spawnTool) Prepare(calls []agent.PreparedCall) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.prepared == nil {
-		t.prepared = make(map[string]preparedSpawn, len(items))
+		t.prepared = make(map[preparedKey]preparedSpawn, len(items))
 	}
 	var unrecorded []*store.Run
 	defer func() { m.unmarkSpawning(unrecorded...) }()
@@ -128,8 +139,8 @@ func (t *spawnTool) Done(calls []agent.PreparedCall) {
 	var left []preparedSpawn
 	t.mu.Lock()
 	for _, c := range calls {
-		if ps, ok := t.prepared[c.CC.CallID]; ok {
-			delete(t.prepared, c.CC.CallID)
+		if ps, ok := t.prepared[keyOf(c.CC)]; ok {
+			t.forget(keyOf(c.CC))
 			if ps.run != nil {
 				left = append(left, ps)
 			}
@@ -142,9 +153,18 @@ func (t *spawnTool) Done(calls []agent.PreparedCall) {
 	}
 }
 
-func (t *spawnTool) has(callID string) bool {
+// forget drops k's prepared call; the map goes with the last one, so that
+// a burst of spawns does not leave it at its peak size. t.mu is held.
+func (t *spawnTool) forget(k preparedKey) {
+	delete(t.prepared, k)
+	if len(t.prepared) == 0 {
+		t.prepared = nil
+	}
+}
+
+func (t *spawnTool) has(k preparedKey) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.prepared[callID]
+	_, ok := t.prepared[k]
 	return ok
 }

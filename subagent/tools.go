@@ -80,16 +80,23 @@ func decode(tool string, args json.RawMessage, v any) error {
 
 // SessionTools returns the session tools for a session at depth. delegate
 // and agents_list are included only when more than one agent is configured;
-// delegate is never given to a delegate session (depth < 0).
+// delegate is never given to a delegate session (depth < 0). The tools are
+// made once per Manager and shared by every turn and run (a session tool
+// holds only the Manager; what a call needs of its caller is in its
+// CallContext): the caller must not change the slice.
 func (m *Manager) SessionTools(depth int) []agent.Tool {
-	ts := []agent.Tool{m.spawnTool(), m.sendTool(), m.listTool(), m.historyTool(), m.statusTool(), m.subagentsTool()}
+	m.sessOnce.Do(func() {
+		m.sessTools = []agent.Tool{m.spawnTool(), m.sendTool(), m.listTool(), m.historyTool(), m.statusTool(), m.subagentsTool(),
+			m.agentsListTool(), m.delegateTool()}
+	})
+	n := 6
 	if len(m.config().Agents.List) > 1 {
-		ts = append(ts, m.agentsListTool())
+		n = 7 // agents_list
 		if depth >= 0 {
-			ts = append(ts, m.delegateTool())
+			n = 8 // delegate
 		}
 	}
-	return ts
+	return slices.Clip(m.sessTools[:n])
 }
 
 func (m *Manager) spawnTool() agent.Tool {

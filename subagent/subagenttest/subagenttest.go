@@ -10,6 +10,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,9 @@ type Parts struct {
 	Catalog   *agent.Catalog
 	Dir       string // the state dir
 	Workspace string // every agent's workspace
+
+	toolsOnce sync.Once
+	tools     *agent.Registry
 }
 
 // New parses and validates the JSON5 config src, opens a store in a temp dir
@@ -64,9 +68,11 @@ func New(tb testing.TB, src string, newProvider func(id string, p config.Provide
 	return &Parts{Config: cfg, Store: db, Catalog: cat, Dir: dir, Workspace: ws}
 }
 
-// Tools gives every agent the built-in tools (subagent.Deps.Tools).
+// Tools gives every agent the built-in tools (subagent.Deps.Tools): one
+// shared, read-only registry, as the gateway's is.
 func (p *Parts) Tools(config.AgentSettings) *agent.Registry {
-	return agent.NewRegistry(tools.New(tools.Options{})...)
+	p.toolsOnce.Do(func() { p.tools = agent.NewRegistry(tools.New(tools.Options{})...).Freeze() })
+	return p.tools
 }
 
 // WorkspaceOf gives every agent the one workspace (subagent.Deps.Workspace).
