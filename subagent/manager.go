@@ -631,7 +631,11 @@ func (m *Manager) build(cc agent.CallContext, p SpawnParams) (run *store.Run, ch
 		// Without a list the child is still limited to the caller's tools
 		// (childTools intersects its agent's with them), like a delegate:
 		// spawning never widens what the caller may do (SPEC §3, §17).
-		allowed = slices.Clone(cc.Tools)
+		// The caller's list itself: nothing writes a run's AllowedTools
+		// or a CallContext's Tools (a child's is its shared tool set's
+		// names, childTools), and a copy per child was ~270 B live in
+		// each run in flight.
+		allowed = slices.Clip(cc.Tools)
 	}
 	if len(p.Attachments) > 0 {
 		if m.d.WorkspaceFile == nil {
