@@ -171,7 +171,7 @@ type Manager struct {
 	// childRegs are the children's shared tool sets (childTools);
 	// guarded by childMu.
 	childMu   sync.Mutex
-	childRegs map[childToolsKey]*childToolSet
+	childRegs map[childToolsKey][]*childToolSet
 
 	mu       sync.Mutex
 	live     map[string]*liveRun // by run id; guarded by mu
@@ -1450,13 +1450,13 @@ func (m *Manager) childTools(cfg *config.Config, a config.AgentSettings, run *st
 	base := m.d.Tools(a)
 	deepest := run.Depth >= a.Subagents.MaxDepth
 	key := childToolsKey{agentID: run.AgentID, deepest: deepest}
-	if len(run.AllowedTools) > 0 {
-		key.allowed = strings.Join(run.AllowedTools, "\x00") + "\x00"
-	}
 	m.childMu.Lock()
 	defer m.childMu.Unlock()
-	if e := m.childRegs[key]; e != nil && e.cfg == cfg && e.base == base {
-		return e.reg, e.names
+	sets := m.childRegs[key]
+	for _, e := range sets {
+		if e.cfg == cfg && e.base == base && slices.Equal(e.allowed, run.AllowedTools) {
+			return e.reg, e.names
+		}
 	}
 	reg := base.Clone()
 	for _, t := range m.SessionTools(run.Depth) {
@@ -1481,34 +1481,43 @@ func (m *Manager) childTools(cfg *config.Config, a config.AgentSettings, run *st
 		}
 		return tools.SubagentToolAllowed(name, filter.Allow, filter.Deny)
 	}).Freeze()
-	e := &childToolSet{cfg: cfg, base: base, reg: reg, names: slices.Clip(reg.Names())}
-	if m.childRegs == nil || len(m.childRegs) >= maxChildToolSets {
-		m.childRegs = make(map[childToolsKey]*childToolSet)
+	e := &childToolSet{cfg: cfg, base: base, allowed: run.AllowedTools, reg: reg, names: slices.Clip(reg.Names())}
+	// Sets made under another config or base are dropped; past
+	// maxChildToolSets lists (spawn allowedTools are the model's
+	// choice) the oldest goes.
+	sets = slices.DeleteFunc(slices.Clone(sets), func(o *childToolSet) bool { return o.cfg != cfg || o.base != base })
+	if len(sets) >= maxChildToolSets {
+		sets = sets[1:]
 	}
-	m.childRegs[key] = e
+	if m.childRegs == nil || len(m.childRegs) >= maxChildToolSets {
+		m.childRegs = make(map[childToolsKey][]*childToolSet)
+	}
+	m.childRegs[key] = append(sets, e)
 	return e.reg, e.names
 }
 
-// maxChildToolSets bounds Manager.childRegs (spawn allowedTools are the
-// model's choice): past it the shared sets are made again.
-const maxChildToolSets = 256
+// maxChildToolSets bounds Manager.childRegs: the (agent, deepest) keys
+// and the allowedTools lists kept for each.
+const maxChildToolSets = 64
 
-// childToolsKey is what a child's tool set depends on besides the config
-// and its agent's base tools: its agent, whether it is at the deepest
-// level, and its spawn's allowedTools (each followed by a NUL; "" = none).
+// childToolsKey is what a child's tool set depends on besides the config,
+// its agent's base tools and its spawn's allowedTools (compared in each
+// childToolSet, without a key string made per run): its agent and
+// whether it is at the deepest level.
 type childToolsKey struct {
 	agentID string
 	deepest bool
-	allowed string
 }
 
-// childToolSet is a shared child tool set, the config and base tools it
-// was made under, and its tool names.
+// childToolSet is a shared child tool set, the config, base tools and
+// spawn allowedTools (the run's, never written) it was made under, and
+// its tool names.
 type childToolSet struct {
-	cfg   *config.Config
-	base  *agent.Registry
-	reg   *agent.Registry
-	names []string
+	cfg     *config.Config
+	base    *agent.Registry
+	allowed []string
+	reg     *agent.Registry
+	names   []string
 }
 
 func (m *Manager) setStatus(lr *liveRun, status string) {
