@@ -146,12 +146,19 @@ func TestSharedSpawnToolKeepsTurnsApart(t *testing.T) {
 				Args: json.RawMessage(`{"task":"work ` + thread + `/` + id + `"}`)})
 		}
 	}
-	var wg sync.WaitGroup
-	for _, calls := range batches {
-		wg.Add(1)
-		go func() { defer wg.Done(); spawn.Prepare(calls) }()
+	// Both turns prepare before either calls, as two parents answered
+	// at once do. With a key of the call id alone, the second turn's
+	// calls would look prepared already and be left out.
+	spawn.Prepare(batches["1"])
+	spawn.Prepare(batches["2"])
+	spawn.mu.Lock()
+	prepared := len(spawn.prepared)
+	spawn.mu.Unlock()
+	if prepared != 4 {
+		spawn.Done(batches["1"])
+		spawn.Done(batches["2"])
+		t.Fatalf("%d calls prepared for two turns of two calls each, want 4", prepared)
 	}
-	wg.Wait()
 	runs := map[string]bool{}
 	for thread, calls := range batches {
 		for _, c := range calls {
