@@ -227,10 +227,11 @@ func (d *deliverer) flush(ctx context.Context) {
 // whether more may be due right away.
 func (d *deliverer) pass(ctx context.Context) bool {
 	d.mu.Lock()
-	room := d.limit - d.inflight
+	inflight := d.inflight
+	room := d.limit - inflight
 	if room <= 0 {
 		d.mu.Unlock()
-		d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", d.inflight))
+		d.log.Warn("outbox: too many sends in flight; the rest wait", zap.Int("inflight", inflight))
 		return false // a send's end passes again if claims are owed back (idle)
 	}
 	limit := min(outboxBatch, room)

@@ -49,7 +49,10 @@ func (s *blockingPass) PassOutbox(ctx context.Context, c store.Claim, chans []st
 	held := s.held
 	s.mu.Unlock()
 	if held {
-		s.entered <- ctx
+		select {
+		case s.entered <- ctx: // the first pass held; the test reads it
+		default: // a later one (after the test let the first go)
+		}
 		select {
 		case <-s.unblock:
 		case <-ctx.Done():
@@ -169,14 +172,17 @@ func TestHandDoesNotWaitForAHungPass(t *testing.T) {
 		t.Fatal("the first pass was not made")
 	}
 	reply := enqueueClaimed(t, db.DB, "b", "reply")
+	// Every pass from here hangs. Held first: the loop, idle, may see the
+	// item below due and pass before the wake-up; a pass made before the
+	// hold would send it, and the wake-up then find nothing to pass.
+	db.mu.Lock()
+	db.held = true
+	db.mu.Unlock()
 	// Something due, for the pass that hangs.
 	if _, err := db.EnqueueOutbox(context.Background(), &store.OutboxItem{Origin: channels.Origin{Channel: "held", ChatID: "c", ChatType: channels.ChatDM},
 		Kind: channels.KindReply, Text: "due"}); err != nil {
 		t.Fatal(err)
 	}
-	db.mu.Lock()
-	db.held = true
-	db.mu.Unlock()
 	d.wakeLocal()
 	var pctx context.Context
 	select {
